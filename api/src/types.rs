@@ -1,0 +1,306 @@
+//! Wire types, camelCase JSON. Bodies a node sends (join, observed report) are strict:
+//! an unknown field is an error naming it, so an upgrade-order problem is said clearly.
+//! The desired state a node receives is lenient, since the controller is upgraded first.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// `{"error": "<code>", "message": "<human text>"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+    pub message: String,
+}
+
+/// `{items: [...]}` envelope of list routes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct List<T> {
+    pub items: Vec<T>,
+}
+
+/// What a node offers: slots always; cpus and memory only where set.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Capacity {
+    pub slots: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+}
+
+/// `POST /api/v1/nodes:join` body (§4.1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JoinRequest {
+    pub join_key: String,
+    pub name: String,
+    pub public_key: String,
+    #[serde(default)]
+    pub labels: Vec<String>,
+    #[serde(default)]
+    pub executor_kinds: Vec<String>,
+    #[serde(default)]
+    pub executor_images: BTreeMap<String, Vec<String>>,
+    pub capacity: Capacity,
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    #[serde(default)]
+    pub version: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JoinResponse {
+    pub node_id: String,
+    pub node_token: String,
+}
+
+/// `POST /api/v1/join-keys` body.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JoinKeyRequest {
+    #[serde(default)]
+    pub ttl_seconds: Option<u64>,
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JoinKeyResponse {
+    pub join_key: String,
+    pub expires_at: String,
+}
+
+/// Join-key TTL bounds (§3.2, §3.3).
+pub const JOIN_KEY_TTL_MIN: u64 = 60;
+pub const JOIN_KEY_TTL_MAX: u64 = 604_800;
+pub const JOIN_KEY_TTL_DEFAULT: u64 = 3600;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DesiredState {
+    pub generation: u64,
+    pub agents: Vec<DesiredAgent>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DesiredAgent {
+    pub agent_key: String,
+    pub revision: u64,
+    pub replica_indexes: Vec<u32>,
+    pub executor: Executor,
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    #[serde(default)]
+    pub resources: Resources,
+    pub drain_seconds: u64,
+    pub identity: DesiredIdentity,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Executor {
+    pub kind: String,
+    #[serde(default)]
+    pub image: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resources {
+    #[serde(default)]
+    pub cpus: Option<f64>,
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DesiredIdentity {
+    pub principal_id: String,
+    pub tenant_id: String,
+    pub credential: SealedCredential,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SealedCredential {
+    pub credential_id: String,
+    /// Base64 of a libsodium sealed box to the node's X25519 key.
+    pub ciphertext: String,
+    pub expires_at: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Health {
+    Ok,
+    Degraded,
+}
+
+impl Health {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Ok => "ok",
+            Health::Degraded => "degraded",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplicaState {
+    Starting,
+    Running,
+    Draining,
+    Crashloop,
+    Stopped,
+    /// Only in status bodies sent to the CP: no report for the replica yet.
+    Pending,
+}
+
+/// One replica in an observed report (§4.2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReplicaReport {
+    pub agent_key: String,
+    pub revision: u64,
+    pub replica: u32,
+    pub state: ReplicaState,
+    #[serde(default)]
+    pub restarts: u32,
+    #[serde(default)]
+    pub last_exit_code: Option<i64>,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// `PUT /api/v1/nodes/me/observed` body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ObservedReport {
+    pub applied_generation: u64,
+    pub health: Health,
+    #[serde(default)]
+    pub labels: Vec<String>,
+    #[serde(default)]
+    pub executor_kinds: Vec<String>,
+    #[serde(default)]
+    pub executor_images: BTreeMap<String, Vec<String>>,
+    pub capacity: Capacity,
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    #[serde(default)]
+    pub replicas: Vec<ReplicaReport>,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub boot_id: Option<String>,
+    #[serde(default)]
+    pub seq: Option<u64>,
+    #[serde(default)]
+    pub observe_seconds: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeStatus {
+    Online,
+    Offline,
+}
+
+/// One node in `GET /api/v1/nodes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeView {
+    pub id: String,
+    pub name: String,
+    pub labels: Vec<String>,
+    pub executor_kinds: Vec<String>,
+    pub executor_images: BTreeMap<String, Vec<String>>,
+    pub capacity: Capacity,
+    pub secrets: Vec<String>,
+    pub health: Health,
+    pub status: NodeStatus,
+    pub last_seen_at: String,
+    pub version: String,
+}
+
+/// `GET /api/v1/nodes/{id}`: the node with what it last reported.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeDetail {
+    #[serde(flatten)]
+    pub node: NodeView,
+    pub generation: u64,
+    pub applied_generation: u64,
+    pub replicas: Vec<ReplicaReport>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlacementStatus {
+    Placed,
+    Pending,
+    Stopped,
+}
+
+/// One item of `GET /api/v1/placements`: `replicas` is a count.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementView {
+    pub agent_key: String,
+    pub revision: u64,
+    pub node_id: Option<String>,
+    pub replicas: u32,
+    pub status: PlacementStatus,
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Healthz {
+    pub status: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observed_rejects_unknown_field_by_name() {
+        let body = r#"{"appliedGeneration":1,"health":"ok","capacity":{"slots":1},"gpuCount":2}"#;
+        let err = serde_json::from_str::<ObservedReport>(body).unwrap_err().to_string();
+        assert!(err.contains("gpuCount"), "{err}");
+    }
+
+    #[test]
+    fn desired_tolerates_unknown_fields() {
+        let body = r#"{"generation":3,"futureField":1,"agents":[{"agentKey":"a","revision":1,
+          "replicaIndexes":[0],"executor":{"kind":"k","image":null,"x":1},"secrets":[],
+          "resources":{},"drainSeconds":60,"newThing":true,
+          "identity":{"principalId":"p","tenantId":"t","credential":{"credentialId":"c",
+          "ciphertext":"x","expiresAt":"2026-01-01T00:00:00Z"}}}]}"#;
+        let d: DesiredState = serde_json::from_str(body).unwrap();
+        assert_eq!(d.generation, 3);
+        assert_eq!(d.agents[0].executor.kind, "k");
+    }
+
+    #[test]
+    fn camel_case_on_the_wire() {
+        let v = serde_json::to_value(PlacementView {
+            agent_key: "a".into(),
+            revision: 1,
+            node_id: None,
+            replicas: 2,
+            status: PlacementStatus::Pending,
+            reason: Some("no_node".into()),
+        })
+        .unwrap();
+        assert_eq!(v["agentKey"], "a");
+        assert_eq!(v["nodeId"], serde_json::Value::Null);
+        assert_eq!(v["status"], "pending");
+    }
+}

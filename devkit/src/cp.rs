@@ -1,0 +1,187 @@
+//! The Control Plane side: `GET /api/v1/agents` with pagination and ETag, identity and
+//! status writes, and devkit's own agent-editing endpoints.
+
+use crate::Devkit;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::time::Duration;
+
+pub(crate) fn routes() -> Router<Devkit> {
+    Router::new()
+        .route("/api/v1/agents", get(list_agents))
+        .route("/api/v1/agents/{key}/identity", put(put_identity))
+        .route("/api/v1/agents/{key}/status", put(put_status))
+        .route("/devkit/agents", get(dev_list))
+        .route("/devkit/agents/{key}", put(dev_put).delete(dev_delete))
+        .route("/devkit/agents/{key}/revision", post(dev_revision))
+        .route("/devkit/agents/{key}/replicas", post(dev_replicas))
+        .route("/devkit/agents/{key}/stop", post(dev_stop))
+        .route("/devkit/agents/{key}/start", post(dev_start))
+        .route("/devkit/statuses/{key}", get(dev_status))
+        .route("/devkit/faults", put(dev_faults).get(dev_get_faults))
+        .route("/devkit/admin-token", post(dev_admin_token))
+}
+
+fn err(status: StatusCode, code: &str) -> Response {
+    (status, Json(json!({"error": code, "message": code}))).into_response()
+}
+
+/// Common gate for CP calls: latency, outage, service token for `control-plane`.
+pub(crate) async fn gate(dk: &Devkit, headers: &HeaderMap, audience: &str, down: fn(&crate::Faults) -> bool) -> Result<(), Response> {
+    let latency = dk.state.lock().faults.latency_ms;
+    if latency > 0 {
+        tokio::time::sleep(Duration::from_millis(latency)).await;
+    }
+    let st = dk.state.lock();
+    if down(&st.faults) {
+        return Err(err(StatusCode::SERVICE_UNAVAILABLE, "unavailable"));
+    }
+    let token = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+    match st.service_tokens.get(token) {
+        Some((aud, exp)) if aud == audience && *exp > now => Ok(()),
+        _ => Err(err(StatusCode::UNAUTHORIZED, "invalid_token")),
+    }
+}
+
+async fn list_agents(State(dk): State<Devkit>, headers: HeaderMap, Query(q): Query<HashMap<String, String>>) -> Response {
+    if let Err(r) = gate(&dk, &headers, "control-plane", |f| f.cp_down).await {
+        return r;
+    }
+    let mut st = dk.state.lock();
+    let etag = format!("\"v{}\"", st.version);
+    let cursor = q.get("cursor").and_then(|c| c.parse::<usize>().ok());
+    if cursor.is_none() && headers.get("if-none-match").and_then(|v| v.to_str().ok()) == Some(etag.as_str()) {
+        st.count("list_agents_304");
+        return StatusCode::NOT_MODIFIED.into_response();
+    }
+    st.count("list_agents");
+    let start = cursor.unwrap_or(0);
+    let items: Vec<Value> = st.agents.values().skip(start).take(st.page_size).cloned().collect();
+    let next = start + items.len();
+    let next_cursor = if next < st.agents.len() { Some(next.to_string()) } else { None };
+    ([("etag", etag)], Json(json!({"items": items, "nextCursor": next_cursor}))).into_response()
+}
+
+async fn put_identity(State(dk): State<Devkit>, headers: HeaderMap, Path(key): Path<String>, Json(body): Json<Value>) -> Response {
+    if let Err(r) = gate(&dk, &headers, "control-plane", |f| f.cp_down).await {
+        return r;
+    }
+    let mut st = dk.state.lock();
+    if !st.agents.contains_key(&key) {
+        return err(StatusCode::NOT_FOUND, "not_found");
+    }
+    for f in ["issuer", "iamTenantId", "iamPrincipalId"] {
+        if !body.get(f).is_some_and(|v| v.is_string()) {
+            return err(StatusCode::BAD_REQUEST, "invalid_request");
+        }
+    }
+    st.count("put_identity");
+    st.identities.insert(key, body);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn put_status(State(dk): State<Devkit>, headers: HeaderMap, Path(key): Path<String>, Json(body): Json<Value>) -> Response {
+    if let Err(r) = gate(&dk, &headers, "control-plane", |f| f.cp_down).await {
+        return r;
+    }
+    let mut st = dk.state.lock();
+    if !st.agents.contains_key(&key) {
+        return err(StatusCode::NOT_FOUND, "not_found");
+    }
+    if !body.get("phase").is_some_and(|v| v.is_string()) || !body.get("replicas").is_some_and(|v| v.is_array()) {
+        return err(StatusCode::BAD_REQUEST, "invalid_request");
+    }
+    st.count("put_status");
+    st.statuses.entry(key).or_default().push(body);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn dev_list(State(dk): State<Devkit>) -> Json<Value> {
+    let st = dk.state.lock();
+    Json(json!({"items": st.agents.values().cloned().collect::<Vec<_>>()}))
+}
+
+async fn dev_put(State(dk): State<Devkit>, Path(key): Path<String>, Json(mut body): Json<Value>) -> StatusCode {
+    body["key"] = Value::String(key);
+    dk.put_agent(body);
+    StatusCode::NO_CONTENT
+}
+
+async fn dev_delete(State(dk): State<Devkit>, Path(key): Path<String>) -> StatusCode {
+    if dk.remove_agent(&key) {
+        StatusCode::NO_CONTENT
+    } else {
+        StatusCode::NOT_FOUND
+    }
+}
+
+fn edit(dk: &Devkit, key: &str, f: impl FnOnce(&mut Value)) -> StatusCode {
+    if dk.edit_agent(key, f) {
+        StatusCode::NO_CONTENT
+    } else {
+        StatusCode::NOT_FOUND
+    }
+}
+
+async fn dev_revision(State(dk): State<Devkit>, Path(key): Path<String>) -> StatusCode {
+    edit(&dk, &key, |a| {
+        let r = a["revision"].as_u64().unwrap_or(0);
+        a["revision"] = json!(r + 1);
+    })
+}
+
+async fn dev_replicas(State(dk): State<Devkit>, Path(key): Path<String>, Json(body): Json<Value>) -> StatusCode {
+    let Some(n) = body.get("replicas").and_then(|v| v.as_u64()) else { return StatusCode::BAD_REQUEST };
+    edit(&dk, &key, |a| {
+        if !a["placement"].is_object() {
+            a["placement"] = json!({});
+        }
+        a["placement"]["replicas"] = json!(n);
+    })
+}
+
+async fn dev_stop(State(dk): State<Devkit>, Path(key): Path<String>) -> StatusCode {
+    edit(&dk, &key, |a| a["state"] = json!("stopped"))
+}
+
+async fn dev_start(State(dk): State<Devkit>, Path(key): Path<String>) -> StatusCode {
+    edit(&dk, &key, |a| a["state"] = json!("running"))
+}
+
+async fn dev_status(State(dk): State<Devkit>, Path(key): Path<String>) -> Response {
+    match dk.status(&key) {
+        Some(s) => Json(s).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+async fn dev_faults(State(dk): State<Devkit>, Json(f): Json<crate::Faults>) -> StatusCode {
+    dk.set_faults(f);
+    StatusCode::NO_CONTENT
+}
+
+async fn dev_get_faults(State(dk): State<Devkit>) -> Json<crate::Faults> {
+    Json(dk.state.lock().faults.clone())
+}
+
+async fn dev_admin_token(State(dk): State<Devkit>, Json(body): Json<Value>) -> Json<Value> {
+    let scopes: Vec<String> = body
+        .get("scopes")
+        .and_then(|v| v.as_array())
+        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+        .unwrap_or_else(|| vec!["fleet:admin".into()]);
+    let aud = body.get("audience").and_then(|v| v.as_str()).unwrap_or("fleet");
+    let ttl = body.get("ttlSeconds").and_then(|v| v.as_i64()).unwrap_or(86_400);
+    let refs: Vec<&str> = scopes.iter().map(String::as_str).collect();
+    Json(json!({"token": dk.mint(aud, &refs, ttl)}))
+}

@@ -1,0 +1,125 @@
+#![forbid(unsafe_code)]
+//! devkit: the platform's Control Plane and IAM (SPEC §2), in memory, for development,
+//! tests and the simulator. It is a faithful double: pagination and ETags, idempotency keys
+//! replayed with the token, the IAM TTL cap and scope admissibility, the controller's own
+//! grants, a JWKS with a generated Ed25519 key to mint admin tokens, and switchable faults.
+//! Test-only endpoints live under `/devkit/`.
+
+mod cp;
+mod iam;
+pub mod keys;
+pub mod state;
+
+pub use state::{DevState, Faults, PatRecord};
+
+use axum::Router;
+use parking_lot::Mutex;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// How a devkit starts.
+#[derive(Debug, Clone)]
+pub struct DevkitConfig {
+    pub tenant: String,
+    pub client_id: String,
+    pub client_secret: String,
+    /// Agents per page of `GET /api/v1/agents`.
+    pub page_size: usize,
+}
+
+impl Default for DevkitConfig {
+    fn default() -> Self {
+        DevkitConfig {
+            tenant: "dev".into(),
+            client_id: "fleet-controller".into(),
+            client_secret: "dev-secret".into(),
+            page_size: 100,
+        }
+    }
+}
+
+/// A running devkit. Clone freely; all clones share the state.
+#[derive(Clone)]
+pub struct Devkit {
+    pub addr: SocketAddr,
+    pub url: String,
+    pub config: DevkitConfig,
+    pub state: Arc<Mutex<DevState>>,
+    pub signer: Arc<keys::Signer>,
+}
+
+impl Devkit {
+    /// Starts on `addr` (use port 0 for any free port).
+    pub async fn start(config: DevkitConfig, addr: SocketAddr) -> std::io::Result<Devkit> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let url = format!("http://{addr}");
+        let dk = Devkit {
+            addr,
+            url: url.clone(),
+            config: config.clone(),
+            state: Arc::new(Mutex::new(DevState::new(&config))),
+            signer: Arc::new(keys::Signer::generate(&url)),
+        };
+        let app = dk.router();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(dk)
+    }
+
+    fn router(&self) -> Router {
+        Router::new().merge(cp::routes()).merge(iam::routes()).with_state(self.clone())
+    }
+
+    /// The issuer admin tokens carry.
+    pub fn issuer(&self) -> String {
+        self.url.clone()
+    }
+
+    pub fn jwks_url(&self) -> String {
+        format!("{}/.well-known/jwks.json", self.url)
+    }
+
+    /// Mints an admin token for `audience` with `scopes`, valid `ttl_seconds` (negative: expired).
+    pub fn mint(&self, audience: &str, scopes: &[&str], ttl_seconds: i64) -> String {
+        self.signer.mint(audience, &scopes.join(" "), ttl_seconds)
+    }
+
+    /// Inserts or replaces an agent (CP JSON), bumping the list's ETag.
+    pub fn put_agent(&self, agent: serde_json::Value) {
+        self.state.lock().put_agent(agent);
+    }
+
+    /// Applies `f` to an agent's JSON and bumps the ETag. Returns false if unknown.
+    pub fn edit_agent(&self, key: &str, f: impl FnOnce(&mut serde_json::Value)) -> bool {
+        self.state.lock().edit_agent(key, f)
+    }
+
+    pub fn remove_agent(&self, key: &str) -> bool {
+        self.state.lock().remove_agent(key)
+    }
+
+    pub fn set_faults(&self, faults: Faults) {
+        self.state.lock().faults = faults;
+    }
+
+    /// The last status the CP accepted for `key`.
+    pub fn status(&self, key: &str) -> Option<serde_json::Value> {
+        self.state.lock().statuses.get(key).and_then(|v| v.last().cloned())
+    }
+
+    /// Every status body accepted for `key`, oldest first.
+    pub fn status_history(&self, key: &str) -> Vec<serde_json::Value> {
+        self.state.lock().statuses.get(key).cloned().unwrap_or_default()
+    }
+
+    pub fn identity(&self, key: &str) -> Option<serde_json::Value> {
+        self.state.lock().identities.get(key).cloned()
+    }
+
+    /// Issued PATs, including revoked ones.
+    pub fn pats(&self) -> Vec<PatRecord> {
+        self.state.lock().pats.clone()
+    }
+}

@@ -1,0 +1,156 @@
+//! devkit's in-memory state: agents, statuses and identities (CP side); principals, PATs and
+//! service tokens (IAM side); faults.
+
+use crate::DevkitConfig;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Faults {
+    /// IAM answers every call with 503.
+    pub iam_down: bool,
+    /// IAM refuses principal and PAT creation with 403 (service account lacks `iam:agents`).
+    pub iam_forbidden: bool,
+    /// The CP answers every call with 503.
+    pub cp_down: bool,
+    /// Added to every CP and IAM answer.
+    pub latency_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PatRecord {
+    pub id: String,
+    pub principal_id: String,
+    pub agent_key: Option<String>,
+    pub token: String,
+    pub audiences: Vec<String>,
+    pub scope_ceiling: Vec<String>,
+    pub expires_at: String,
+    pub expires_in_seconds: u64,
+    pub description: String,
+    pub idempotency_key: String,
+    pub revoked: bool,
+}
+
+pub struct DevState {
+    pub agents: BTreeMap<String, serde_json::Value>,
+    /// Bumped on every agent change; the list's ETag.
+    pub version: u64,
+    pub statuses: HashMap<String, Vec<serde_json::Value>>,
+    pub identities: HashMap<String, serde_json::Value>,
+    /// Idempotency key → principal id.
+    pub principals: HashMap<String, String>,
+    pub principal_agent: HashMap<String, String>,
+    pub pats: Vec<PatRecord>,
+    pub pat_by_key: HashMap<String, usize>,
+    /// Service access token → (audience, expiry unix seconds).
+    pub service_tokens: HashMap<String, (String, i64)>,
+    pub faults: Faults,
+    /// IAM's cap on agent PAT lifetime.
+    pub max_ttl_seconds: u64,
+    /// The scopes each audience admits.
+    pub audience_scopes: BTreeMap<String, Vec<String>>,
+    /// What the controller's service account holds: agents never get more.
+    pub controller_audiences: Vec<String>,
+    pub controller_scopes: Vec<String>,
+    pub client_id: String,
+    pub client_secret: String,
+    pub tenant: String,
+    pub page_size: usize,
+    /// Count of calls by name, for tests (e.g. "list_agents", "list_agents_304").
+    pub calls: HashMap<String, u64>,
+}
+
+impl DevState {
+    pub fn new(c: &DevkitConfig) -> Self {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let mut audience_scopes = BTreeMap::new();
+        audience_scopes.insert("control-plane".to_string(), s(&["control-plane:read", "control-plane:write"]));
+        audience_scopes.insert("iam".to_string(), s(&["iam:agents", "iam:tokens"]));
+        audience_scopes.insert("notification-service".to_string(), s(&["notifications:send"]));
+        DevState {
+            agents: BTreeMap::new(),
+            version: 1,
+            statuses: HashMap::new(),
+            identities: HashMap::new(),
+            principals: HashMap::new(),
+            principal_agent: HashMap::new(),
+            pats: vec![],
+            pat_by_key: HashMap::new(),
+            service_tokens: HashMap::new(),
+            faults: Faults::default(),
+            max_ttl_seconds: 604_800,
+            audience_scopes,
+            controller_audiences: s(&["control-plane", "iam", "notification-service"]),
+            controller_scopes: s(&["control-plane:read", "control-plane:write", "iam:agents", "notifications:send"]),
+            client_id: c.client_id.clone(),
+            client_secret: c.client_secret.clone(),
+            tenant: c.tenant.clone(),
+            page_size: c.page_size.max(1),
+            calls: HashMap::new(),
+        }
+    }
+
+    pub fn count(&mut self, call: &str) {
+        *self.calls.entry(call.to_string()).or_default() += 1;
+    }
+
+    pub fn put_agent(&mut self, agent: serde_json::Value) {
+        let key = agent.get("key").and_then(|k| k.as_str()).unwrap_or("").to_string();
+        self.agents.insert(key, agent);
+        self.version += 1;
+    }
+
+    pub fn edit_agent(&mut self, key: &str, f: impl FnOnce(&mut serde_json::Value)) -> bool {
+        match self.agents.get_mut(key) {
+            Some(a) => {
+                f(a);
+                self.version += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn remove_agent(&mut self, key: &str) -> bool {
+        let gone = self.agents.remove(key).is_some();
+        if gone {
+            self.version += 1;
+        }
+        gone
+    }
+
+    /// Live (not revoked) PATs of `agent`.
+    pub fn live_pats(&self, agent: &str) -> Vec<&PatRecord> {
+        self.pats.iter().filter(|p| !p.revoked && p.agent_key.as_deref() == Some(agent)).collect()
+    }
+}
+
+/// Example agents for `fleet-controller dev`, as the CP would list them.
+pub fn example_agents(kind: &str) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    vec![
+        json!({"key": "coder", "revision": 1, "state": "running",
+               "identity": {"kind": "agent", "iam": {"audiences": ["notification-service"]}},
+               "executor": {"kind": kind, "image": null},
+               "placement": {"replicas": 1, "requires": [], "secrets": []},
+               "skills": {"audiences": []}, "drainSeconds": 10}),
+        json!({"key": "reviewer", "revision": 1, "state": "running",
+               "identity": {"kind": "agent"},
+               "executor": {"kind": kind, "image": null},
+               "placement": {"replicas": 2}, "drainSeconds": 10}),
+        json!({"key": "notifier", "revision": 1, "state": "running",
+               "identity": {"kind": "agent"}, "executor": {"kind": kind}, "placement": "none"}),
+    ]
+}
+
+/// Agents from a YAML file: a list of CP agent items.
+pub fn agents_from_yaml(text: &str) -> Result<Vec<serde_json::Value>, String> {
+    let v: serde_json::Value = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+    match v {
+        serde_json::Value::Array(items) => Ok(items),
+        _ => Err("the agents file must hold a YAML list of agents".into()),
+    }
+}

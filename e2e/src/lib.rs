@@ -1,0 +1,2 @@
+#![forbid(unsafe_code)]
+//! End-to-end test helpers.

@@ -1,0 +1,303 @@
+//! Controller configuration from the environment (SPEC §3.1). Defaults live here and only
+//! here; every missing or malformed variable is reported at once, by name.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Where the store lives; all the `join-key` command needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    pub data_dir: String,
+    pub database_url: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub metrics_listen: SocketAddr,
+    pub store: StoreConfig,
+    pub control_plane_url: String,
+    pub iam_url: String,
+    pub iam_issuer: String,
+    pub iam_tenant: String,
+    pub jwks_url: String,
+    /// `None` → every route but `/healthz` answers `503 not_configured`.
+    pub credentials: Option<ClientCredentials>,
+    pub audience: String,
+    pub token_audiences: Vec<String>,
+    pub token_scopes: Vec<String>,
+    pub token_ttl_seconds: u64,
+    pub reconcile_every: Duration,
+    pub node_offline_after: Duration,
+    pub token_revoke_grace: Duration,
+    pub kubernetes_mirror: bool,
+    pub kubernetes_namespace: Option<String>,
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClientCredentials {
+    pub client_id: String,
+    pub client_secret: String,
+}
+
+impl std::fmt::Debug for ClientCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientCredentials").field("client_id", &self.client_id).field("client_secret", &"<redacted>").finish()
+    }
+}
+
+/// Every problem found, one per line.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("configuration: {}", .0.join("; "))]
+pub struct ConfigError(pub Vec<String>);
+
+pub mod defaults {
+    pub const LISTEN: &str = "0.0.0.0:8040";
+    pub const METRICS_LISTEN: &str = "0.0.0.0:9040";
+    pub const DATA_DIR: &str = "/data";
+    pub const AUDIENCE: &str = "fleet";
+    pub const TOKEN_TTL_SECONDS: u64 = 604_800;
+    pub const TOKEN_TTL_MIN: u64 = 3600;
+    pub const TOKEN_TTL_MAX: u64 = 604_800;
+    pub const RECONCILE_SECONDS: u64 = 5;
+    pub const NODE_OFFLINE_SECONDS: u64 = 60;
+    pub const TOKEN_REVOKE_GRACE_SECONDS: u64 = 600;
+}
+
+struct Reader<'a> {
+    get: &'a dyn Fn(&str) -> Option<String>,
+    problems: Vec<String>,
+}
+
+impl Reader<'_> {
+    fn opt(&self, name: &str) -> Option<String> {
+        (self.get)(name).map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
+    }
+
+    fn or(&self, name: &str, default: &str) -> String {
+        self.opt(name).unwrap_or_else(|| default.to_string())
+    }
+
+    fn addr(&mut self, name: &str, default: &str) -> SocketAddr {
+        let v = self.or(name, default);
+        v.parse().unwrap_or_else(|_| {
+            self.problems.push(format!("{name}={v:?} is not an address like 0.0.0.0:8040"));
+            default.parse().expect("default address parses")
+        })
+    }
+
+    fn seconds(&mut self, name: &str, default: u64, min: u64, max: u64) -> u64 {
+        let Some(v) = self.opt(name) else { return default };
+        match v.parse::<u64>() {
+            Ok(n) if (min..=max).contains(&n) => n,
+            _ => {
+                self.problems.push(format!("{name}={v:?} must be a whole number of seconds from {min} to {max}"));
+                default
+            }
+        }
+    }
+
+    fn url(&mut self, name: &str, missing: &mut Vec<&'static str>, static_name: &'static str) -> String {
+        match self.opt(name) {
+            None => {
+                missing.push(static_name);
+                String::new()
+            }
+            Some(v) if v.starts_with("http://") || v.starts_with("https://") => v.trim_end_matches('/').to_string(),
+            Some(v) => {
+                self.problems.push(format!("{name}={v:?} must be an http:// or https:// URL"));
+                String::new()
+            }
+        }
+    }
+}
+
+impl StoreConfig {
+    pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> StoreConfig {
+        let r = Reader { get, problems: vec![] };
+        let data_dir = r.or("FLEET_DATA_DIR", defaults::DATA_DIR);
+        let database_url = r
+            .opt("FLEET_DATABASE_URL")
+            .unwrap_or_else(|| format!("sqlite://{}/fleet.sqlite", data_dir.trim_end_matches('/')));
+        StoreConfig { data_dir, database_url }
+    }
+
+    pub fn from_env() -> StoreConfig {
+        Self::from_lookup(&|k| std::env::var(k).ok())
+    }
+}
+
+impl Config {
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Self::from_lookup(&|k| std::env::var(k).ok())
+    }
+
+    pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let mut r = Reader { get, problems: vec![] };
+        let mut missing = Vec::new();
+        let listen = r.addr("FLEET_LISTEN", defaults::LISTEN);
+        let metrics_listen = r.addr("FLEET_METRICS_LISTEN", defaults::METRICS_LISTEN);
+        let control_plane_url = r.url("FLEET_CONTROL_PLANE_URL", &mut missing, "FLEET_CONTROL_PLANE_URL");
+        let iam_url = r.url("FLEET_IAM_URL", &mut missing, "FLEET_IAM_URL");
+        let iam_issuer = r.opt("FLEET_IAM_ISSUER").unwrap_or_else(|| {
+            missing.push("FLEET_IAM_ISSUER");
+            String::new()
+        });
+        let iam_tenant = r.opt("FLEET_IAM_TENANT").unwrap_or_else(|| {
+            missing.push("FLEET_IAM_TENANT");
+            String::new()
+        });
+        let jwks_url = r.url("FLEET_JWKS_URL", &mut missing, "FLEET_JWKS_URL");
+        let credentials = match (r.opt("FLEET_CLIENT_ID"), r.opt("FLEET_CLIENT_SECRET")) {
+            (Some(client_id), Some(client_secret)) => Some(ClientCredentials { client_id, client_secret }),
+            _ => None,
+        };
+        let audience = r.or("FLEET_AUDIENCE", defaults::AUDIENCE);
+        let split = |v: Option<String>| -> Vec<String> {
+            v.map(|s| s.split_whitespace().map(str::to_string).collect()).unwrap_or_default()
+        };
+        let token_audiences = split(r.opt("FLEET_TOKEN_AUDIENCES"));
+        let token_scopes = split(r.opt("FLEET_TOKEN_SCOPES"));
+        let token_ttl_seconds = r.seconds(
+            "FLEET_TOKEN_TTL_SECONDS",
+            defaults::TOKEN_TTL_SECONDS,
+            defaults::TOKEN_TTL_MIN,
+            defaults::TOKEN_TTL_MAX,
+        );
+        let day = 86_400 * 365;
+        let reconcile_every = Duration::from_secs(r.seconds("FLEET_RECONCILE_SECONDS", defaults::RECONCILE_SECONDS, 1, day));
+        let node_offline_after =
+            Duration::from_secs(r.seconds("FLEET_NODE_OFFLINE_SECONDS", defaults::NODE_OFFLINE_SECONDS, 1, day));
+        let token_revoke_grace = Duration::from_secs(r.seconds(
+            "FLEET_TOKEN_REVOKE_GRACE_SECONDS",
+            defaults::TOKEN_REVOKE_GRACE_SECONDS,
+            1,
+            day,
+        ));
+        let kubernetes_mirror = match r.opt("FLEET_KUBERNETES_MIRROR").as_deref() {
+            None | Some("false") | Some("0") => false,
+            Some("true") | Some("1") => true,
+            Some(v) => {
+                r.problems.push(format!("FLEET_KUBERNETES_MIRROR={v:?} must be true or false"));
+                false
+            }
+        };
+        let kubernetes_namespace = r.opt("FLEET_KUBERNETES_NAMESPACE");
+        let log_format = match r.opt("FLEET_LOG_FORMAT").as_deref() {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(v) => {
+                r.problems.push(format!("FLEET_LOG_FORMAT={v:?} must be text or json"));
+                LogFormat::Text
+            }
+        };
+        let store = StoreConfig::from_lookup(get);
+        let mut problems = Vec::new();
+        if !missing.is_empty() {
+            problems.push(format!("missing required variables: {}", missing.join(", ")));
+        }
+        problems.extend(r.problems);
+        if !problems.is_empty() {
+            return Err(ConfigError(problems));
+        }
+        Ok(Config {
+            listen,
+            metrics_listen,
+            store,
+            control_plane_url,
+            iam_url,
+            iam_issuer,
+            iam_tenant,
+            jwks_url,
+            credentials,
+            audience,
+            token_audiences,
+            token_scopes,
+            token_ttl_seconds,
+            reconcile_every,
+            node_offline_after,
+            token_revoke_grace,
+            kubernetes_mirror,
+            kubernetes_namespace,
+            log_format,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn with(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let m: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(&move |k| m.get(k).cloned())
+    }
+
+    const BASE: &[(&str, &str)] = &[
+        ("FLEET_CONTROL_PLANE_URL", "http://cp"),
+        ("FLEET_IAM_URL", "http://iam/"),
+        ("FLEET_IAM_ISSUER", "http://iam"),
+        ("FLEET_IAM_TENANT", "t1"),
+        ("FLEET_JWKS_URL", "http://iam/jwks"),
+    ];
+
+    #[test]
+    fn defaults_apply() {
+        let c = with(BASE).unwrap();
+        assert_eq!(c.listen.to_string(), "0.0.0.0:8040");
+        assert_eq!(c.metrics_listen.to_string(), "0.0.0.0:9040");
+        assert_eq!(c.store.database_url, "sqlite:///data/fleet.sqlite");
+        assert_eq!(c.iam_url, "http://iam");
+        assert_eq!(c.audience, "fleet");
+        assert_eq!(c.token_ttl_seconds, 604_800);
+        assert_eq!(c.reconcile_every, Duration::from_secs(5));
+        assert_eq!(c.node_offline_after, Duration::from_secs(60));
+        assert_eq!(c.token_revoke_grace, Duration::from_secs(600));
+        assert!(c.credentials.is_none());
+        assert!(c.token_scopes.is_empty());
+    }
+
+    #[test]
+    fn missing_are_listed_together() {
+        let e = with(&[("FLEET_IAM_URL", "http://iam")]).unwrap_err();
+        assert_eq!(
+            e.0[0],
+            "missing required variables: FLEET_CONTROL_PLANE_URL, FLEET_IAM_ISSUER, FLEET_IAM_TENANT, FLEET_JWKS_URL"
+        );
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let mut v = BASE.to_vec();
+        v.push(("FLEET_TOKEN_TTL_SECONDS", "60"));
+        v.push(("FLEET_RECONCILE_SECONDS", "0"));
+        v.push(("FLEET_LISTEN", "nope"));
+        v.push(("FLEET_LOG_FORMAT", "xml"));
+        let e = with(&v).unwrap_err();
+        let all = e.to_string();
+        for name in ["FLEET_TOKEN_TTL_SECONDS", "FLEET_RECONCILE_SECONDS", "FLEET_LISTEN", "FLEET_LOG_FORMAT"] {
+            assert!(all.contains(name), "{all}");
+        }
+    }
+
+    #[test]
+    fn lists_and_credentials() {
+        let mut v = BASE.to_vec();
+        v.push(("FLEET_TOKEN_SCOPES", " control-plane:read  notification-service=notifications:send "));
+        v.push(("FLEET_CLIENT_ID", "fleet"));
+        v.push(("FLEET_CLIENT_SECRET", "s3cret"));
+        v.push(("FLEET_DATA_DIR", "/tmp/x/"));
+        let c = with(&v).unwrap();
+        assert_eq!(c.token_scopes, vec!["control-plane:read", "notification-service=notifications:send"]);
+        assert!(!format!("{:?}", c.credentials).contains("s3cret"));
+        assert_eq!(c.store.database_url, "sqlite:///tmp/x/fleet.sqlite");
+    }
+}

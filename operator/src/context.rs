@@ -1,0 +1,46 @@
+//! What the reconciler and the workers need, shared behind one `Arc`.
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::platform::cp::CpClient;
+use crate::platform::iam::IamClient;
+use crate::platform::token::TokenSource;
+use crate::reconcile::queue::{Backoff, WorkQueue};
+use crate::reconcile::work::WorkKey;
+use crate::store::Store;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+pub struct Ctx {
+    pub cfg: Config,
+    pub store: Arc<Store>,
+    pub cp: CpClient,
+    pub iam: IamClient,
+    pub metrics: Arc<Metrics>,
+    /// Wakes the pass loop; permits coalesce, so a burst of triggers yields one pass.
+    pub trigger: Notify,
+    pub queue: WorkQueue<WorkKey>,
+}
+
+impl Ctx {
+    pub fn new(cfg: Config, store: Arc<Store>, metrics: Arc<Metrics>) -> Arc<Ctx> {
+        let http = crate::platform::http_client();
+        let tokens = Arc::new(TokenSource::new(http.clone(), &cfg.iam_url, cfg.credentials.clone()));
+        let cp = CpClient::new(http.clone(), &cfg.control_plane_url, tokens.clone());
+        let iam = IamClient::new(http, &cfg.iam_url, &cfg.iam_tenant, tokens);
+        Arc::new(Ctx {
+            cfg,
+            store,
+            cp,
+            iam,
+            metrics,
+            trigger: Notify::new(),
+            queue: WorkQueue::new(Backoff { base: Duration::from_secs(1), max: Duration::from_secs(300) }),
+        })
+    }
+
+    pub fn kick(&self) {
+        self.trigger.notify_one();
+    }
+}

@@ -1,0 +1,63 @@
+//! The one place errors become HTTP answers: `{"error": "<code>", "message": "<text>"}`.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use fleet_api::{codes, ErrorBody};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError { status, code, message: message.into() }
+    }
+    pub fn not_configured() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            codes::NOT_CONFIGURED,
+            "the controller has no service account yet: set FLEET_CLIENT_ID and FLEET_CLIENT_SECRET",
+        )
+    }
+    pub fn invalid_token(why: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, codes::INVALID_TOKEN, why)
+    }
+    pub fn insufficient_scope(need: &str) -> Self {
+        Self::new(StatusCode::FORBIDDEN, codes::INSUFFICIENT_SCOPE, format!("this route needs the scope {need}"))
+    }
+    pub fn node_token_invalid() -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, codes::NODE_TOKEN_INVALID, "the node token is missing, unknown or revoked")
+    }
+    pub fn invalid_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, codes::INVALID_REQUEST, message)
+    }
+    pub fn too_large() -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, codes::PAYLOAD_TOO_LARGE, "the body is larger than 1 MiB")
+    }
+    pub fn too_many(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::TOO_MANY_REQUESTS, codes::TOO_MANY_REQUESTS, message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, codes::NOT_FOUND, message)
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(ErrorBody { error: self.code.to_string(), message: self.message })).into_response()
+    }
+}
+
+impl From<crate::store::db::DbError> for ApiError {
+    fn from(e: crate::store::db::DbError) -> Self {
+        tracing::error!(error = %e, "store failure");
+        ApiError::internal("the controller's store failed; try again")
+    }
+}

@@ -1,0 +1,106 @@
+//! The HTTP API (SPEC §3.3): admin routes, the node protocol and the long-poll, with the
+//! `503 not_configured` gate in front of everything but `/healthz` and `/openapi.json`.
+
+pub mod admin;
+pub mod auth;
+pub mod body;
+pub mod error;
+pub mod node;
+
+use crate::context::Ctx;
+use crate::metrics::Metrics;
+use crate::store::Store;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use error::ApiError;
+use parking_lot::Mutex;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Failed joins allowed per second, all sources together (SPEC §3.3).
+pub const MAX_FAILED_JOINS_PER_SECOND: u32 = 20;
+
+pub struct App {
+    pub store: Arc<Store>,
+    pub metrics: Arc<Metrics>,
+    /// `None` in the not-configured mode (no client credentials).
+    pub ctx: Option<Arc<Ctx>>,
+    pub jwks: auth::Jwks,
+    pub offline_after: Duration,
+    failed_joins: Mutex<(u64, u32)>,
+}
+
+impl App {
+    pub fn new(store: Arc<Store>, metrics: Arc<Metrics>, ctx: Option<Arc<Ctx>>, jwks: auth::Jwks, offline_after: Duration) -> Arc<App> {
+        Arc::new(App { store, metrics, ctx, jwks, offline_after, failed_joins: Mutex::new((0, 0)) })
+    }
+
+    fn second() -> u64 {
+        (crate::clock::now_ms() / 1000) as u64
+    }
+
+    /// Whether failed joins in this second already reached the limit.
+    pub fn joins_throttled(&self) -> bool {
+        let g = self.failed_joins.lock();
+        g.0 == Self::second() && g.1 >= MAX_FAILED_JOINS_PER_SECOND
+    }
+
+    pub fn note_failed_join(&self) {
+        let mut g = self.failed_joins.lock();
+        let now = Self::second();
+        if g.0 != now {
+            *g = (now, 0);
+        }
+        g.1 += 1;
+    }
+
+    pub fn kick(&self) {
+        if let Some(ctx) = &self.ctx {
+            ctx.kick();
+        }
+    }
+}
+
+async fn configured_gate(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    if app.ctx.is_none() && path != "/healthz" && path != "/openapi.json" {
+        return ApiError::not_configured().into_response();
+    }
+    next.run(req).await
+}
+
+async fn healthz() -> Json<fleet_api::Healthz> {
+    Json(fleet_api::Healthz { status: "ok".into() })
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such route")
+}
+
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/api/v1/join-keys", post(admin::create_join_key))
+        .route("/api/v1/nodes", get(admin::list_nodes))
+        .route("/api/v1/nodes/{id}", get(admin::get_node))
+        .route("/api/v1/placements", get(admin::list_placements))
+        .route("/api/v1/nodes:join", post(node::join))
+        .route("/api/v1/nodes/me/desired", get(node::desired))
+        .route("/api/v1/nodes/me/observed", put(node::observed))
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(app.clone(), configured_gate))
+        .with_state(app)
+}
+
+pub fn metrics_router(metrics: Arc<Metrics>) -> Router {
+    Router::new().route(
+        "/metrics",
+        get(move || {
+            let m = metrics.clone();
+            async move { ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], m.render()) }
+        }),
+    )
+}

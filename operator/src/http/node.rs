@@ -1,0 +1,160 @@
+//! The node protocol (SPEC §4): join with a one-time key, the desired-state long-poll and
+//! the observed report.
+
+use super::auth;
+use super::body::read_json;
+use super::error::ApiError;
+use super::App;
+use crate::clock;
+use crate::metrics::labels;
+use crate::store::{JoinError, ReportOutcome};
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use fleet_api::{codes, validate, JoinRequest, ObservedReport};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest a desired-state poll may be held.
+pub const MAX_WAIT_SECONDS: u64 = 60;
+
+pub async fn join(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    if app.joins_throttled() {
+        app.metrics.joins.get_or_create(&labels(&[("outcome", "throttled")])).inc();
+        return Err(ApiError::too_many("too many failed joins; try again in a second"));
+    }
+    let result = async {
+        let req: JoinRequest = read_json(&headers, body, false).await?;
+        validate::join(&req).map_err(|e| ApiError::invalid_request(e.to_string()))?;
+        match app.store.join(&req).await {
+            Ok(resp) => {
+                tracing::info!(node = %resp.node_id, name = %req.name, labels = ?req.labels, kinds = ?req.executor_kinds, "node joined");
+                Ok(resp)
+            }
+            Err(JoinError::KeyInvalid) => {
+                Err(ApiError::new(StatusCode::UNAUTHORIZED, codes::JOIN_KEY_INVALID, "the join key is unknown, used or expired"))
+            }
+            Err(JoinError::NameTaken(n)) => Err(ApiError::new(
+                StatusCode::CONFLICT,
+                codes::NODE_NAME_TAKEN,
+                format!("a node named {n:?} already exists (a lost stateDir needs a new name)"),
+            )),
+            Err(JoinError::Db(e)) => Err(e.into()),
+        }
+    }
+    .await;
+    match result {
+        Ok(resp) => {
+            app.metrics.joins.get_or_create(&labels(&[("outcome", "joined")])).inc();
+            app.kick();
+            Ok((StatusCode::CREATED, axum::Json(resp)).into_response())
+        }
+        Err(e) => {
+            if e.status != StatusCode::INTERNAL_SERVER_ERROR {
+                app.note_failed_join();
+            }
+            app.metrics.joins.get_or_create(&labels(&[("outcome", e.code)])).inc();
+            tracing::info!(code = e.code, message = %e.message, "join refused");
+            Err(e)
+        }
+    }
+}
+
+fn desired_response(body: String) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+pub async fn desired(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let node = auth::node(&app.store, &headers)?;
+    let since = match q.get("since").filter(|s| !s.is_empty()) {
+        None => None,
+        Some(s) => Some(s.parse::<u64>().map_err(|_| ApiError::invalid_request("since: must be a generation number"))?),
+    };
+    let wait = match q.get("wait").filter(|s| !s.is_empty()) {
+        None => 0,
+        Some(s) => match s.parse::<u64>() {
+            Ok(w) if w <= MAX_WAIT_SECONDS => w,
+            _ => return Err(ApiError::invalid_request(format!("wait: must be 0–{MAX_WAIT_SECONDS} seconds"))),
+        },
+    };
+    let Some((generation, body)) = app.store.desired_body(&node) else {
+        return Err(ApiError::node_token_invalid());
+    };
+    if since != Some(generation) {
+        return Ok(desired_response(body));
+    }
+    if wait == 0 {
+        return Ok(StatusCode::NOT_MODIFIED.into_response());
+    }
+    let Some(_held) = app.store.hub.hold(&node) else {
+        return Err(ApiError::too_many("this node already holds the most long-polls allowed (4)"));
+    };
+    let mut rx = app.store.hub.subscribe(&node);
+    // A bump between the read above and the subscription is seen here.
+    if let Some((g, body)) = app.store.desired_body(&node) {
+        if g != generation {
+            return Ok(desired_response(body));
+        }
+    }
+    match tokio::time::timeout(Duration::from_secs(wait), rx.changed()).await {
+        Ok(Ok(())) => match app.store.desired_body(&node) {
+            Some((g, body)) if g != generation => Ok(desired_response(body)),
+            _ => Ok(StatusCode::NOT_MODIFIED.into_response()),
+        },
+        _ => Ok(StatusCode::NOT_MODIFIED.into_response()),
+    }
+}
+
+pub async fn observed(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Result<StatusCode, ApiError> {
+    let node = auth::node(&app.store, &headers)?;
+    let parsed = async {
+        let r: ObservedReport = read_json(&headers, body, false).await?;
+        validate::observed(&r).map_err(|e| ApiError::invalid_request(e.to_string()))?;
+        Ok::<_, ApiError>(r)
+    }
+    .await;
+    let report = match parsed {
+        Ok(r) => r,
+        Err(e) => {
+            app.metrics.reports.get_or_create(&labels(&[("outcome", "rejected")])).inc();
+            tracing::warn!(node = %node, code = e.code, message = %e.message, "observed report rejected (is the node newer than the controller?)");
+            return Err(e);
+        }
+    };
+    let (was_online, material) = {
+        let st = app.store.state.read();
+        let n = st.nodes.get(&node);
+        let was_online = n.is_some_and(|n| n.online(clock::now_ms(), app.offline_after));
+        let material = n.is_none_or(|n| {
+            n.info.labels != report.labels
+                || n.info.executor_kinds != report.executor_kinds
+                || n.info.capacity != report.capacity
+                || n.info.secrets != report.secrets
+                || n.info.executor_images.iter().filter(|(_, v)| !v.is_empty()).ne(report.executor_images.iter().filter(|(_, v)| !v.is_empty()))
+                || n.info.replicas != report.replicas
+                || n.info.health != Some(report.health)
+        });
+        (was_online, material)
+    };
+    match app.store.report(&node, report, clock::now_ms()) {
+        ReportOutcome::Accepted => {
+            app.metrics.reports.get_or_create(&labels(&[("outcome", "accepted")])).inc();
+            if !was_online {
+                tracing::info!(node = %node, "node is online again");
+            }
+            if material || !was_online {
+                app.kick();
+            }
+        }
+        ReportOutcome::Stale => {
+            app.metrics.reports.get_or_create(&labels(&[("outcome", "stale")])).inc();
+        }
+    }
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,16 @@
+#![forbid(unsafe_code)]
+//! fleet-controller: keeps nodes and placements, places agent replicas, issues their
+//! identities and PATs, serves the node protocol and the admin API, and reports agent status
+//! to the Control Plane. `main.rs` is a thin shell over [`server`] and [`dev`].
+
+pub mod clock;
+pub mod config;
+pub mod context;
+pub mod dev;
+pub mod http;
+pub mod metrics;
+pub mod model;
+pub mod platform;
+pub mod reconcile;
+pub mod server;
+pub mod store;

@@ -1,0 +1,103 @@
+#![forbid(unsafe_code)]
+//! `fleet-controller`: a thin shell over the library.
+
+use clap::{Parser, Subcommand};
+use fleet_controller::config::{Config, LogFormat, StoreConfig};
+use fleet_controller::{clock, dev, server, store::Store};
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "fleet-controller", version, about = "Places AI-agent replicas on Docker hosts, gives each an identity and a sealed PAT, and reports their state to the Control Plane.", long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the controller (the default). Configured by FLEET_* environment variables.
+    Serve,
+    /// Write a one-time join key straight into the store and print it with its expiry.
+    JoinKey {
+        /// Lifetime in seconds, 60 … 604800.
+        #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(60..=604_800))]
+        ttl: u64,
+        /// Free text kept with the key, e.g. the machine it is for.
+        #[arg(long, default_value = "")]
+        note: String,
+    },
+    /// Exit 0 when /healthz answers on the port of FLEET_LISTEN at 127.0.0.1.
+    Healthcheck,
+    /// Run a whole fleet on this machine: controller, in-memory CP and IAM, example agents.
+    Dev(dev::DevArgs),
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => b.json().init(),
+        LogFormat::Text => b.init(),
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => serve().await,
+        Command::JoinKey { ttl, note } => join_key(ttl, &note).await,
+        Command::Healthcheck => healthcheck().await,
+        Command::Dev(args) => {
+            init_logs(LogFormat::Text);
+            dev::run(args).await
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fleet-controller: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve() -> anyhow::Result<()> {
+    let cfg = Config::from_env()?;
+    init_logs(cfg.log_format);
+    let running = server::start(cfg).await?;
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    running.shutdown().await;
+    Ok(())
+}
+
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+async fn join_key(ttl: u64, note: &str) -> anyhow::Result<()> {
+    let sc = StoreConfig::from_env();
+    let store = Store::open(&sc.database_url).await.map_err(|e| anyhow::anyhow!("cannot open the store {}: {e}", sc.database_url))?;
+    let (key, expires) = store.issue_join_key(Duration::from_secs(ttl), note).await?;
+    println!("{key}");
+    eprintln!("expires at {}", clock::rfc3339_ms(expires));
+    Ok(())
+}
+
+async fn healthcheck() -> anyhow::Result<()> {
+    let listen = std::env::var("FLEET_LISTEN").unwrap_or_else(|_| fleet_controller::config::defaults::LISTEN.into());
+    let port = listen.rsplit(':').next().unwrap_or("8040");
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    let resp = reqwest::Client::builder().timeout(Duration::from_secs(3)).build()?.get(&url).send().await?;
+    anyhow::ensure!(resp.status().is_success(), "{url} answered {}", resp.status());
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! Prometheus metrics (SPEC §3.8), served on their own port. Values are pushed by the code
+//! that knows them (the pass sets gauges from what it computed); encoding never calls back
+//! into the registry.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(String, String)>;
+
+pub struct Metrics {
+    registry: Registry,
+    pub nodes: Family<Labels, Gauge>,
+    pub placements: Family<Labels, Gauge>,
+    pub pass_seconds: Histogram,
+    pub passes: Counter,
+    pub pass_errors: Counter,
+    pub longpolls_held: Gauge,
+    pub reports: Family<Labels, Counter>,
+    pub platform_calls: Family<Labels, Counter>,
+    pub pats: Family<Labels, Counter>,
+    pub queue_depth: Gauge,
+    pub work_retries: Counter,
+    pub agents_skipped: Counter,
+    pub joins: Family<Labels, Counter>,
+}
+
+pub fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("fleet");
+        let m = Metrics {
+            nodes: Family::default(),
+            placements: Family::default(),
+            pass_seconds: Histogram::new([0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0].into_iter()),
+            passes: Counter::default(),
+            pass_errors: Counter::default(),
+            longpolls_held: Gauge::default(),
+            reports: Family::default(),
+            platform_calls: Family::default(),
+            pats: Family::default(),
+            queue_depth: Gauge::default(),
+            work_retries: Counter::default(),
+            agents_skipped: Counter::default(),
+            joins: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register("nodes", "Nodes by status and health", m.nodes.clone());
+        registry.register("placements", "Placement items by status and reason", m.placements.clone());
+        registry.register("pass_duration_seconds", "Duration of a reconcile pass", m.pass_seconds.clone());
+        registry.register("passes", "Reconcile passes run", m.passes.clone());
+        registry.register("pass_errors", "Reconcile passes that failed", m.pass_errors.clone());
+        registry.register("longpolls_held", "Desired-state long-polls held open", m.longpolls_held.clone());
+        registry.register("reports", "Observed reports by outcome", m.reports.clone());
+        registry.register("platform_calls", "CP and IAM calls by service, call and outcome", m.platform_calls.clone());
+        registry.register("pats", "PATs issued, rotated, revoked and failed", m.pats.clone());
+        registry.register("work_queue_depth", "Work items waiting", m.queue_depth.clone());
+        registry.register("work_retries", "Work items retried after a failure", m.work_retries.clone());
+        registry.register("agents_skipped", "CP agent items skipped as invalid", m.agents_skipped.clone());
+        registry.register("joins", "Join attempts by outcome", m.joins.clone());
+        Metrics { registry, ..m }
+    }
+}
+
+impl Metrics {
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+
+    pub fn call(&self, service: &str, call: &str, outcome: &str) {
+        self.platform_calls.get_or_create(&labels(&[("service", service), ("call", call), ("outcome", outcome)])).inc();
+    }
+
+    pub fn pat(&self, event: &str) {
+        self.pats.get_or_create(&labels(&[("event", event)])).inc();
+    }
+}

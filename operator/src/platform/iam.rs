@@ -1,0 +1,140 @@
+//! IAM client: agent principals and their platform access tokens (SPEC §2.1). Every create
+//! carries an `Idempotency-Key`, so a retry after a crash replays instead of duplicating.
+
+use super::token::TokenSource;
+use super::{short_body, PlatformError};
+use reqwest::StatusCode;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+const SERVICE: &str = "IAM";
+pub const AUDIENCE: &str = "iam";
+
+pub struct IamClient {
+    http: reqwest::Client,
+    base: String,
+    tenant: String,
+    tokens: Arc<TokenSource>,
+}
+
+#[derive(Deserialize)]
+struct Created {
+    id: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PrincipalBody<'a> {
+    name: &'a str,
+    display_name: &'a str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PatRequest {
+    pub audiences: Vec<String>,
+    pub scope_ceiling: Vec<String>,
+    pub expires_in_seconds: u64,
+    pub description: String,
+}
+
+/// An issued PAT. `token` is the secret: seal it and drop it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IssuedPat {
+    pub id: String,
+    pub token: String,
+    pub expires_at: String,
+}
+
+impl std::fmt::Debug for IssuedPat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuedPat").field("id", &self.id).field("token", &"<redacted>").finish()
+    }
+}
+
+fn unreachable(e: reqwest::Error) -> PlatformError {
+    PlatformError::Unreachable { service: SERVICE, detail: e.to_string() }
+}
+
+impl IamClient {
+    pub fn new(http: reqwest::Client, base: &str, tenant: &str, tokens: Arc<TokenSource>) -> Self {
+        IamClient { http, base: base.to_string(), tenant: tenant.to_string(), tokens }
+    }
+
+    async fn check(&self, resp: reqwest::Response) -> Result<reqwest::Response, PlatformError> {
+        let status = resp.status();
+        if status == StatusCode::UNAUTHORIZED {
+            self.tokens.forget(AUDIENCE);
+        }
+        if status.is_success() {
+            Ok(resp)
+        } else {
+            Err(PlatformError::Status { service: SERVICE, status: status.as_u16(), body: short_body(resp).await })
+        }
+    }
+
+    pub async fn create_principal(&self, agent_key: &str) -> Result<String, PlatformError> {
+        let token = self.tokens.token(AUDIENCE).await?;
+        let resp = self
+            .http
+            .post(format!("{}/tenants/{}/agents", self.base, self.tenant))
+            .bearer_auth(token)
+            .header("Idempotency-Key", format!("fleet-principal-{agent_key}"))
+            .json(&PrincipalBody { name: agent_key, display_name: agent_key })
+            .send()
+            .await
+            .map_err(unreachable)?;
+        let c: Created = self
+            .check(resp)
+            .await?
+            .json()
+            .await
+            .map_err(|e| PlatformError::Invalid { service: SERVICE, detail: e.to_string() })?;
+        if c.id.is_empty() || c.id.len() > 200 {
+            return Err(PlatformError::Invalid { service: SERVICE, detail: "principal id is empty or too long".into() });
+        }
+        Ok(c.id)
+    }
+
+    pub async fn issue_pat(&self, principal: &str, idempotency_key: &str, req: &PatRequest) -> Result<IssuedPat, PlatformError> {
+        let token = self.tokens.token(AUDIENCE).await?;
+        let resp = self
+            .http
+            .post(format!("{}/tenants/{}/agents/{principal}/platform-access-tokens", self.base, self.tenant))
+            .bearer_auth(token)
+            .header("Idempotency-Key", idempotency_key)
+            .json(req)
+            .send()
+            .await
+            .map_err(unreachable)?;
+        let pat: IssuedPat = self
+            .check(resp)
+            .await?
+            .json()
+            .await
+            .map_err(|e| PlatformError::Invalid { service: SERVICE, detail: e.to_string() })?;
+        if pat.id.is_empty() || pat.token.is_empty() || pat.token.len() > 8192 {
+            return Err(PlatformError::Invalid { service: SERVICE, detail: "PAT answer lacks an id or a token".into() });
+        }
+        Ok(pat)
+    }
+
+    pub async fn revoke_pat(&self, principal: &str, credential_id: &str) -> Result<(), PlatformError> {
+        let token = self.tokens.token(AUDIENCE).await?;
+        let resp = self
+            .http
+            .delete(format!(
+                "{}/tenants/{}/agents/{principal}/platform-access-tokens/{credential_id}",
+                self.base, self.tenant
+            ))
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(unreachable)?;
+        if resp.status() == StatusCode::NOT_FOUND {
+            return Ok(());
+        }
+        self.check(resp).await.map(|_| ())
+    }
+}

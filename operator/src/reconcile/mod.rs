@@ -1,0 +1,10 @@
+//! Deciding what should be: placement, PAT ceilings and agent status are pure functions;
+//! the pass drives them over the registry; work items carry out the side calls.
+
+pub mod ceiling;
+pub mod pass;
+pub mod placement;
+pub mod queue;
+pub mod status;
+pub mod views;
+pub mod work;

@@ -1,0 +1,416 @@
+//! The reconcile pass (SPEC §3.4): level-based and single-flight. It reads the agents, marks
+//! liveness, places replicas, asks the work queue for identities and PATs, rebuilds each
+//! node's desired state (bumping a generation only when the content changed), retires PATs
+//! no longer needed and computes statuses — queueing a CP write only where one changed.
+
+use super::placement::{self, Bindings, Demand, NodeFacts, Outcome};
+use super::status::{self, ReplicaInput, StatusBody, StatusInput};
+use super::views::placement_views;
+use super::work::{rotate_at_ms, WorkKey};
+use crate::clock;
+use crate::context::Ctx;
+use crate::metrics::labels;
+use crate::model::{Agent, AgentState, IdentityKind};
+use crate::platform::cp::AgentsFetch;
+use crate::store::db::PassWrite;
+use crate::store::{DesiredRec, Id};
+use fleet_api::{DesiredAgent, DesiredIdentity, Executor, SealedCredential};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Revoke delay for a PAT whose agent left the active list entirely.
+pub const VANISHED_DRAIN: Duration = Duration::from_secs(30);
+
+/// The pass loop: runs on every trigger (coalesced) and every `FLEET_RECONCILE_SECONDS`.
+pub async fn run(ctx: Arc<Ctx>) {
+    loop {
+        tokio::select! {
+            _ = ctx.trigger.notified() => {}
+            _ = tokio::time::sleep(ctx.cfg.reconcile_every) => {}
+        }
+        // A short settle lets a burst of reports land in one pass.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let started = Instant::now();
+        match pass(&ctx).await {
+            Ok(()) => {}
+            Err(e) => {
+                ctx.metrics.pass_errors.inc();
+                tracing::error!(error = %e, "reconcile pass failed; the next one retries");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+        ctx.metrics.passes.inc();
+        ctx.metrics.pass_seconds.observe(started.elapsed().as_secs_f64());
+        ctx.metrics.queue_depth.set(ctx.queue.depth() as i64);
+        ctx.metrics.longpolls_held.set(ctx.store.hub.held_total() as i64);
+    }
+}
+
+async fn refresh_agents(ctx: &Ctx, w: &mut PassWrite) {
+    let etag = ctx.store.state.read().agents_etag.clone();
+    match ctx.cp.list_agents(etag.as_deref()).await {
+        Ok(AgentsFetch::NotModified) => ctx.metrics.call("cp", "list_agents", "not_modified"),
+        Ok(AgentsFetch::List { mut agents, skipped, etag }) => {
+            ctx.metrics.call("cp", "list_agents", "ok");
+            for s in &skipped {
+                ctx.metrics.agents_skipped.inc();
+                tracing::error!(agent = s.key.as_deref().unwrap_or("?"), reason = %s.reason, "CP agent item skipped");
+            }
+            agents.sort_by(|a, b| a.key.cmp(&b.key));
+            let changed = {
+                let st = ctx.store.state.read();
+                *st.agents != agents || st.agents_etag != etag
+            };
+            if changed {
+                w.kv.push(("agents".into(), serde_json::to_string(&agents).unwrap_or_else(|_| "[]".into())));
+                w.kv.push(("agents_etag".into(), etag.clone().unwrap_or_default()));
+                let mut st = ctx.store.state.write();
+                st.set_agents(Arc::new(agents));
+                st.agents_etag = etag;
+            }
+        }
+        Err(e) => {
+            ctx.metrics.call("cp", "list_agents", e.outcome());
+            tracing::warn!(error = %e, "cannot read agents from the CP; using the last known list");
+        }
+    }
+}
+
+fn demand(a: &Agent) -> Option<Demand> {
+    let spec = a.placed_spec()?;
+    let res = a.resources();
+    Some(Demand {
+        key: a.key.as_str().into(),
+        replicas: spec.replicas,
+        kind: a.executor.kind.clone(),
+        image: a.executor.image.clone(),
+        requires: spec.requires.clone(),
+        secrets: spec.secrets.clone(),
+        cpus: res.cpus,
+        memory_mb: res.memory_mb,
+    })
+}
+
+/// Hash of what a node's desired state is built from: when it is unchanged the body is too,
+/// and the pass skips serialising it.
+fn input_hash(entries: &[(&Agent, &[u32], &crate::store::Cred)]) -> u64 {
+    let mut h = DefaultHasher::new();
+    for (a, reps, c) in entries {
+        a.key.hash(&mut h);
+        a.revision.hash(&mut h);
+        reps.hash(&mut h);
+        c.id.hash(&mut h);
+        a.executor.hash(&mut h);
+        serde_json::to_string(&a.placement).unwrap_or_default().hash(&mut h);
+        a.drain_seconds.hash(&mut h);
+    }
+    h.finish()
+}
+
+fn desired_agent(a: &Agent, reps: &[u32], c: &crate::store::Cred, tenant: &str) -> DesiredAgent {
+    let spec = a.placed_spec();
+    DesiredAgent {
+        agent_key: a.key.clone(),
+        revision: a.revision,
+        replica_indexes: reps.to_vec(),
+        executor: Executor { kind: a.executor.kind.clone(), image: a.executor.image.clone() },
+        secrets: spec.map(|s| s.secrets.clone()).unwrap_or_default(),
+        resources: a.resources(),
+        drain_seconds: a.drain_seconds,
+        identity: DesiredIdentity {
+            principal_id: c.principal_id.clone(),
+            tenant_id: tenant.to_string(),
+            credential: SealedCredential {
+                credential_id: c.id.clone(),
+                ciphertext: c.ciphertext.clone(),
+                expires_at: clock::rfc3339_ms(c.expires_ms),
+            },
+        },
+    }
+}
+
+pub async fn pass(ctx: &Ctx) -> Result<(), crate::store::db::DbError> {
+    let mut w = PassWrite::default();
+    refresh_agents(ctx, &mut w).await;
+    let now = clock::now_ms();
+    let offline_after = ctx.cfg.node_offline_after;
+
+    // Snapshot what the pure parts need; no lock is held past this block.
+    let (agents, facts, previous, creds, identities, identity_errors, desired_inputs, statuses_sent) = {
+        let st = ctx.store.state.read();
+        let facts: Vec<NodeFacts> = st
+            .nodes
+            .values()
+            .map(|n| NodeFacts {
+                id: n.id.clone(),
+                name: n.name.clone(),
+                online: n.online(now, offline_after),
+                kinds: n.info.executor_kinds.clone(),
+                images: n.allow.clone(),
+                labels: n.info.labels.clone(),
+                secrets: n.info.secrets.clone(),
+                capacity: n.info.capacity.clone(),
+            })
+            .collect();
+        let creds: HashMap<(Id, Id), crate::store::Cred> = st
+            .active
+            .iter()
+            .filter_map(|(pair, id)| st.creds.get(id).map(|c| (pair.clone(), c.clone())))
+            .collect();
+        let desired_inputs: HashMap<Id, u64> = st.desired.iter().map(|(k, v)| (k.clone(), v.generation)).collect();
+        (
+            st.agents.clone(),
+            facts,
+            st.outcome.bindings.clone(),
+            creds,
+            st.identities.clone(),
+            st.identity_errors.clone(),
+            desired_inputs,
+            st.statuses_sent.clone(),
+        )
+    };
+    let online: HashMap<Id, bool> = facts.iter().map(|f| (f.id.clone(), f.online)).collect();
+    let names: HashMap<Id, Id> = facts.iter().map(|f| (f.id.clone(), f.name.clone())).collect();
+
+    // Place.
+    let demands: Vec<Demand> = agents.iter().filter_map(demand).collect();
+    let outcome = placement::place(&demands, &facts, &previous);
+    log_moves(&previous, &outcome, &names);
+    diff_bindings(&previous, &outcome.bindings, &mut w);
+
+    // Identities and PATs: collect what is missing or due; queued after publishing, since
+    // the workers check the published placements.
+    let mut work: Vec<WorkKey> = Vec::new();
+    let by_key: HashMap<&str, &Agent> = agents.iter().map(|a| (a.key.as_str(), a)).collect();
+    for a in agents.iter() {
+        if a.identity.kind != IdentityKind::Agent {
+            continue;
+        }
+        if !identities.get(a.key.as_str()).is_some_and(|i| i.bound) {
+            work.push(WorkKey::Identity(a.key.as_str().into()));
+        }
+    }
+    let mut needed: HashSet<(Id, Id)> = HashSet::new();
+    let mut per_node: HashMap<Id, BTreeMap<Id, Vec<u32>>> = HashMap::new();
+    for ((agent, r), node) in &outcome.bindings {
+        needed.insert((agent.clone(), node.clone()));
+        per_node.entry(node.clone()).or_default().entry(agent.clone()).or_default().push(*r);
+    }
+    let ttl_ms = ctx.cfg.token_ttl_seconds as i64 * 1000;
+    for pair in &needed {
+        match creds.get(pair) {
+            Some(c) if now < rotate_at_ms(c, ttl_ms) => {}
+            _ => work.push(WorkKey::Pat(pair.0.clone(), pair.1.clone())),
+        }
+    }
+
+    // Desired states: only nodes whose inputs changed are serialised and compared.
+    let mut new_desired: Vec<(Id, DesiredRec)> = Vec::new();
+    let node_ids: Vec<Id> = facts.iter().map(|f| f.id.clone()).collect();
+    let old_hashes: HashMap<Id, u64> = ctx.store.state.read().desired_hashes.clone();
+    let mut new_hashes: Vec<(Id, u64)> = Vec::new();
+    for node in &node_ids {
+        let empty = BTreeMap::new();
+        let placed = per_node.get(node).unwrap_or(&empty);
+        let entries: Vec<(&Agent, &[u32], &crate::store::Cred)> = placed
+            .iter()
+            .filter_map(|(agent, reps)| {
+                let a = by_key.get(&**agent)?;
+                let c = creds.get(&(agent.clone(), node.clone()))?;
+                Some((*a, reps.as_slice(), c))
+            })
+            .collect();
+        let h = input_hash(&entries);
+        if old_hashes.get(node) == Some(&h) {
+            continue;
+        }
+        new_hashes.push((node.clone(), h));
+        let body: Vec<DesiredAgent> =
+            entries.iter().map(|(a, reps, c)| desired_agent(a, reps, c, &ctx.cfg.iam_tenant)).collect();
+        let json: Arc<str> = serde_json::to_string(&body).unwrap_or_else(|_| "[]".into()).into();
+        let current = ctx.store.state.read().desired.get(node).map(|d| d.agents.clone());
+        if current.as_deref() != Some(&*json) {
+            let generation = desired_inputs.get(node).copied().unwrap_or(0) + 1;
+            tracing::info!(node = %names.get(node).map(|n| &**n).unwrap_or("?"), generation, agents = body.len(), "desired state changed");
+            w.desired.push((node.to_string(), generation, json.to_string()));
+            new_desired.push((node.clone(), DesiredRec { generation, agents: json }));
+        }
+    }
+
+    // PATs no longer needed are retired: revoked after the drain window, or at once when
+    // their node is offline (nothing there can use it for a draining run).
+    let active_agents: HashMap<&str, &Agent> = by_key.clone();
+    let mut retired: Vec<(String, i64)> = Vec::new();
+    for (pair, c) in &creds {
+        if needed.contains(pair) {
+            continue;
+        }
+        let delay = if !online.get(&pair.1).copied().unwrap_or(false) {
+            Duration::ZERO
+        } else {
+            match active_agents.get(&*pair.0) {
+                Some(a) => Duration::from_secs(a.drain_seconds),
+                None => VANISHED_DRAIN,
+            }
+        };
+        let at = now + delay.as_millis() as i64;
+        tracing::info!(agent = %pair.0, node = %names.get(&pair.1).map(|n| &**n).unwrap_or("?"), credential = %c.id, in_seconds = delay.as_secs(), "PAT no longer needed; revoking after the drain window");
+        retired.push((c.id.clone(), at));
+        w.retire.push((c.id.clone(), at));
+    }
+
+    // Statuses.
+    let statuses = compute_statuses(&agents, &outcome, &online, &names, &creds, &identities, &identity_errors, ctx);
+
+    // Persist, then publish.
+    ctx.store.db.apply_pass(&w).await?;
+    let views = placement_views(&agents, &outcome);
+    set_gauges(ctx, &views, now);
+    let mut to_send = Vec::new();
+    {
+        let mut st = ctx.store.state.write();
+        for (node, rec) in new_desired {
+            ctx.store.hub.publish(&node, rec.generation);
+            st.desired.insert(node, rec);
+        }
+        for (node, h) in new_hashes {
+            st.desired_hashes.insert(node, h);
+        }
+        for (id, at) in retired {
+            if let Some(c) = st.creds.get_mut(&id) {
+                c.revoke_ms = Some(at);
+                let pair = (c.agent.clone(), c.node.clone());
+                if st.active.get(&pair) == Some(&id) {
+                    st.active.remove(&pair);
+                }
+            }
+            ctx.queue.add_after(WorkKey::Revoke(id), Duration::from_millis((at - now).max(0) as u64));
+        }
+        st.outcome = Arc::new(outcome);
+        st.placed_pairs = needed;
+        st.views = Arc::new(views);
+        st.statuses_want.clear();
+        for (key, body) in statuses {
+            if statuses_sent.get(&key) != Some(&body) {
+                to_send.push(key.clone());
+                st.statuses_want.insert(key, body);
+            }
+        }
+    }
+    for key in work {
+        ctx.queue.add(key);
+    }
+    for key in to_send {
+        ctx.queue.add(WorkKey::Status(key));
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn compute_statuses(
+    agents: &[Agent],
+    outcome: &Outcome,
+    online: &HashMap<Id, bool>,
+    names: &HashMap<Id, Id>,
+    creds: &HashMap<(Id, Id), crate::store::Cred>,
+    identities: &HashMap<Id, crate::store::IdentityRec>,
+    identity_errors: &HashMap<Id, String>,
+    ctx: &Ctx,
+) -> Vec<(Id, StatusBody)> {
+    let st = ctx.store.state.read();
+    let mut out = Vec::new();
+    for a in agents.iter().filter(|a| a.gets_status()) {
+        let key: Id = a.key.as_str().into();
+        let desired = a.desired_replicas();
+        let stopped = a.state == AgentState::Stopped;
+        let mut replicas = Vec::with_capacity(desired as usize);
+        let mut pending_pat: Option<String> = None;
+        for r in 0..desired {
+            let bound = outcome.bindings.get(&(key.clone(), r));
+            let node = bound.map(|n| (names.get(n).map(|x| &**x).unwrap_or("?"), online.get(n).copied().unwrap_or(false)));
+            let report = bound
+                .and_then(|n| st.nodes.get(n))
+                .and_then(|n| n.info.replicas.iter().find(|p| p.agent_key == a.key && p.replica == r));
+            if let Some(n) = bound {
+                if !creds.contains_key(&(key.clone(), n.clone())) && pending_pat.is_none() {
+                    pending_pat = Some(format!("issuing the PAT for node {}", names.get(n).map(|x| &**x).unwrap_or("?")));
+                }
+            }
+            replicas.push(ReplicaInput { replica: r, node, stuck: outcome.stuck.contains(&(key.clone(), r)), report });
+        }
+        let identity_ready = identities.get(&key).is_some_and(|i| i.bound);
+        let identity_pending = match (identity_errors.get(&key), identity_ready, pending_pat) {
+            (Some(e), _, _) => Some(e.clone()),
+            (None, false, _) => Some("creating the agent's IAM identity".to_string()),
+            (None, true, p) => p,
+        };
+        let input = StatusInput {
+            stopped,
+            desired,
+            replicas,
+            waiting: outcome.waiting.get(&key).map(|w| w.1),
+            identity_pending,
+        };
+        out.push((key, status::derive(&input)));
+    }
+    out
+}
+
+fn diff_bindings(prev: &Bindings, next: &Bindings, w: &mut PassWrite) {
+    for (k, n) in next {
+        if prev.get(k) != Some(n) {
+            w.bind.push((k.0.to_string(), k.1, n.to_string()));
+        }
+    }
+    for k in prev.keys() {
+        if !next.contains_key(k) {
+            w.unbind.push((k.0.to_string(), k.1));
+        }
+    }
+}
+
+fn log_moves(prev: &Bindings, next: &Outcome, names: &HashMap<Id, Id>) {
+    let name = |id: &Id| names.get(id).map(|n| n.to_string()).unwrap_or_else(|| id.to_string());
+    for ((agent, r), node) in &next.bindings {
+        match prev.get(&(agent.clone(), *r)) {
+            None => tracing::info!(agent = %agent, replica = r, node = %name(node), "replica placed"),
+            Some(old) if old != node => {
+                tracing::info!(agent = %agent, replica = r, from = %name(old), to = %name(node), "replica moved")
+            }
+            _ => {}
+        }
+    }
+    for ((agent, r), node) in prev {
+        if !next.bindings.contains_key(&(agent.clone(), *r)) {
+            let why = next.waiting.get(agent).map(|w| w.1).unwrap_or("no longer wanted");
+            tracing::info!(agent = %agent, replica = r, node = %name(node), reason = why, "replica unbound");
+        }
+    }
+}
+
+fn set_gauges(ctx: &Ctx, views: &[fleet_api::PlacementView], now: i64) {
+    let st = ctx.store.state.read();
+    let mut nodes: HashMap<(&str, &str), i64> = HashMap::new();
+    for n in st.nodes.values() {
+        let status = if n.online(now, ctx.cfg.node_offline_after) { "online" } else { "offline" };
+        let health = n.info.health.unwrap_or(fleet_api::Health::Ok).as_str();
+        *nodes.entry((status, health)).or_default() += 1;
+    }
+    drop(st);
+    ctx.metrics.nodes.clear();
+    for ((s, h), v) in nodes {
+        ctx.metrics.nodes.get_or_create(&labels(&[("status", s), ("health", h)])).set(v);
+    }
+    let mut pl: HashMap<(String, String), i64> = HashMap::new();
+    for v in views {
+        let status = serde_json::to_value(v.status).ok().and_then(|s| s.as_str().map(str::to_string)).unwrap_or_default();
+        *pl.entry((status, v.reason.clone().unwrap_or_default())).or_default() += v.replicas as i64;
+    }
+    ctx.metrics.placements.clear();
+    for ((s, r), v) in pl {
+        ctx.metrics.placements.get_or_create(&labels(&[("status", &s), ("reason", &r)])).set(v);
+    }
+}

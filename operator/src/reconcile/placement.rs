@@ -1,0 +1,280 @@
+//! Placement (SPEC §5.1) as a pure function: `(demands, nodes, previous bindings) → outcome`.
+//!
+//! Cost matters at 10,000 nodes × 100,000 replicas. Agents with the same requirements
+//! (kind, image, labels, secrets, resources) share a *signature*; each signature's static
+//! candidate set is filtered once, and new replicas pick "most free slots, ties by name" from
+//! a lazy max-heap per signature. Free capacity only falls while new replicas are placed, so
+//! a heap entry is an upper bound of its node's real free slots: pop, and if the entry is
+//! stale push it back with the true value. Sticky replicas are checked one by one, in order.
+
+use fleet_api::{codes, images::AllowList, labels, Capacity};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::sync::Arc;
+
+/// What placement needs to know about one node.
+#[derive(Debug, Clone)]
+pub struct NodeFacts {
+    pub id: Arc<str>,
+    pub name: Arc<str>,
+    pub online: bool,
+    pub kinds: Vec<String>,
+    pub images: BTreeMap<String, AllowList>,
+    pub labels: Vec<String>,
+    /// Sorted, for binary search.
+    pub secrets: Vec<String>,
+    pub capacity: Capacity,
+}
+
+/// One placed agent's demand.
+#[derive(Debug, Clone)]
+pub struct Demand {
+    pub key: Arc<str>,
+    pub replicas: u32,
+    pub kind: String,
+    pub image: Option<String>,
+    pub requires: Vec<String>,
+    pub secrets: Vec<String>,
+    pub cpus: Option<f64>,
+    pub memory_mb: Option<u64>,
+}
+
+/// (agent key, replica index) → node id.
+pub type Bindings = BTreeMap<(Arc<str>, u32), Arc<str>>;
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outcome {
+    /// Every bound replica, including those stuck on an offline node.
+    pub bindings: Bindings,
+    /// Replicas bound to an offline node because no other node fits (`node_unavailable`).
+    pub stuck: BTreeSet<(Arc<str>, u32)>,
+    /// Agents with unplaced replicas: how many, and the first filter that left no node.
+    pub waiting: BTreeMap<Arc<str>, (u32, &'static str)>,
+}
+
+fn milli(c: f64) -> u64 {
+    (c * 1000.0).round().max(0.0) as u64
+}
+
+struct Room {
+    slots: u32,
+    cpus: Option<u64>,
+    mem: Option<u64>,
+}
+
+impl Room {
+    fn fits(&self, d: &Need) -> bool {
+        self.slots > 0
+            && match (self.cpus, d.cpus) {
+                (Some(have), Some(need)) => have >= need,
+                _ => true,
+            }
+            && match (self.mem, d.mem) {
+                (Some(have), Some(need)) => have >= need,
+                _ => true,
+            }
+    }
+
+    fn take(&mut self, d: &Need) {
+        self.slots -= 1;
+        if let (Some(h), Some(n)) = (self.cpus.as_mut(), d.cpus) {
+            *h -= n;
+        }
+        if let (Some(h), Some(n)) = (self.mem.as_mut(), d.mem) {
+            *h -= n;
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Need {
+    cpus: Option<u64>,
+    mem: Option<u64>,
+}
+
+/// Requirements that decide static fit; agents sharing them share a candidate set.
+#[derive(Hash, PartialEq, Eq, Clone)]
+struct Signature<'a> {
+    kind: &'a str,
+    image: Option<&'a str>,
+    requires: Vec<&'a str>,
+    secrets: Vec<&'a str>,
+    cpus: Option<u64>,
+    mem: Option<u64>,
+}
+
+/// Which static filter a node fails first, in SPEC order; `None` when it passes all.
+fn first_failure(sig: &Signature, n: &NodeFacts) -> Option<usize> {
+    if !n.online {
+        return Some(0);
+    }
+    if !n.kinds.iter().any(|k| k == sig.kind) {
+        return Some(1);
+    }
+    if let Some(img) = sig.image {
+        if !n.images.get(sig.kind).is_some_and(|l| l.admits(img)) {
+            return Some(2);
+        }
+    }
+    if !labels::all_met(&sig.requires, &n.labels) {
+        return Some(3);
+    }
+    if !sig.secrets.iter().all(|s| n.secrets.binary_search_by(|x| x.as_str().cmp(s)).is_ok()) {
+        return Some(4);
+    }
+    None
+}
+
+const REASONS: [&str; 6] = [
+    codes::NO_NODE,
+    codes::NO_EXECUTOR_KIND,
+    codes::IMAGE_NOT_ALLOWED,
+    codes::NO_LABEL,
+    codes::NO_SECRET,
+    codes::NO_CAPACITY,
+];
+
+struct SigState {
+    /// Statically fitting nodes, as a lazy max-heap of (free slots, name rank).
+    heap: BinaryHeap<(u32, Reverse<u32>)>,
+    /// Reason when the static filters leave no candidate (index into REASONS), else 5.
+    empty_reason: usize,
+}
+
+/// Places `demands` (sorted or not) on `nodes` given last pass's `previous` bindings.
+pub fn place(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> Outcome {
+    // Node order: by name. `rank[i]` is node i's position in that order.
+    let mut order: Vec<u32> = (0..nodes.len() as u32).collect();
+    order.sort_by(|&a, &b| nodes[a as usize].name.cmp(&nodes[b as usize].name));
+    let mut rank = vec![0u32; nodes.len()];
+    for (r, &i) in order.iter().enumerate() {
+        rank[i as usize] = r as u32;
+    }
+    let by_id: HashMap<&str, u32> = nodes.iter().enumerate().map(|(i, n)| (&*n.id, i as u32)).collect();
+    let mut room: Vec<Room> = nodes
+        .iter()
+        .map(|n| Room { slots: n.capacity.slots, cpus: n.capacity.cpus.map(milli), mem: n.capacity.memory_mb })
+        .collect();
+
+    let mut ds: Vec<&Demand> = demands.iter().collect();
+    ds.sort_by(|a, b| a.key.cmp(&b.key));
+
+    let mut sig_of: HashMap<Signature, usize> = HashMap::new();
+    let mut sigs: Vec<Signature> = Vec::new();
+    let demand_sig: Vec<usize> = ds
+        .iter()
+        .map(|d| {
+            let mut requires: Vec<&str> = d.requires.iter().map(String::as_str).collect();
+            requires.sort_unstable();
+            requires.dedup();
+            let mut secrets: Vec<&str> = d.secrets.iter().map(String::as_str).collect();
+            secrets.sort_unstable();
+            secrets.dedup();
+            let s = Signature {
+                kind: &d.kind,
+                image: d.image.as_deref(),
+                requires,
+                secrets,
+                cpus: d.cpus.map(milli),
+                mem: d.memory_mb,
+            };
+            *sig_of.entry(s.clone()).or_insert_with(|| {
+                sigs.push(s);
+                sigs.len() - 1
+            })
+        })
+        .collect();
+    // Static fit of (signature, node), memoised: sticky checks repeat it for every replica.
+    let mut fit_memo: HashMap<(usize, u32), bool> = HashMap::new();
+
+    let mut out = Outcome::default();
+    let mut unbound: Vec<(usize, u32)> = Vec::new(); // (demand index, replica)
+
+    // 1. Sticky replicas keep their node when it still fits after those before them.
+    for (di, d) in ds.iter().enumerate() {
+        let sig = demand_sig[di];
+        let need = Need { cpus: sigs[sig].cpus, mem: sigs[sig].mem };
+        for r in 0..d.replicas {
+            let prev = previous.get(&(d.key.clone(), r)).and_then(|id| by_id.get(&**id).copied());
+            let kept = prev.is_some_and(|ni| {
+                let fits = *fit_memo
+                    .entry((sig, ni))
+                    .or_insert_with(|| first_failure(&sigs[sig], &nodes[ni as usize]).is_none());
+                if fits && room[ni as usize].fits(&need) {
+                    room[ni as usize].take(&need);
+                    out.bindings.insert((d.key.clone(), r), nodes[ni as usize].id.clone());
+                    true
+                } else {
+                    false
+                }
+            });
+            if !kept {
+                unbound.push((di, r));
+            }
+        }
+    }
+
+    // 2. New (and moving) replicas, in order of agent key then index.
+    let mut states: HashMap<usize, SigState> = HashMap::new();
+    for (di, r) in unbound {
+        let d = ds[di];
+        let sig = demand_sig[di];
+        let need = Need { cpus: sigs[sig].cpus, mem: sigs[sig].mem };
+        let st = states.entry(sig).or_insert_with(|| {
+            let mut deepest = 0usize;
+            let mut heap = BinaryHeap::new();
+            for (i, n) in nodes.iter().enumerate() {
+                match first_failure(&sigs[sig], n) {
+                    None => {
+                        deepest = 5;
+                        if room[i].fits(&need) {
+                            heap.push((room[i].slots, Reverse(rank[i])));
+                        }
+                    }
+                    Some(f) => deepest = deepest.max(f),
+                }
+            }
+            SigState { heap, empty_reason: deepest }
+        });
+        let mut chosen = None;
+        while let Some((slots, Reverse(rk))) = st.heap.pop() {
+            let ni = order[rk as usize] as usize;
+            if !room[ni].fits(&need) {
+                continue; // capacity only falls during this phase: never fits again
+            }
+            if room[ni].slots != slots {
+                st.heap.push((room[ni].slots, Reverse(rk)));
+                continue;
+            }
+            room[ni].take(&need);
+            if room[ni].fits(&need) {
+                st.heap.push((room[ni].slots, Reverse(rk)));
+            }
+            chosen = Some(ni);
+            break;
+        }
+        match chosen {
+            Some(ni) => {
+                out.bindings.insert((d.key.clone(), r), nodes[ni].id.clone());
+            }
+            None => {
+                let prev = previous.get(&(d.key.clone(), r)).and_then(|id| by_id.get(&**id).copied());
+                match prev {
+                    // Nowhere to go and the old node is offline: stay bound, return with it.
+                    Some(ni) if !nodes[ni as usize].online => {
+                        out.bindings.insert((d.key.clone(), r), nodes[ni as usize].id.clone());
+                        out.stuck.insert((d.key.clone(), r));
+                    }
+                    _ => {
+                        let e = out.waiting.entry(d.key.clone()).or_insert((0, REASONS[st.empty_reason]));
+                        e.0 += 1;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,328 @@
+//! Every rule of SPEC §5.1 as a table row, and the invariants as properties.
+
+use super::*;
+use fleet_api::images::AllowList;
+use proptest::prelude::*;
+
+fn node(name: &str, slots: u32) -> NodeFacts {
+    NodeFacts {
+        id: format!("id-{name}").into(),
+        name: name.into(),
+        online: true,
+        kinds: vec!["claude-code".into()],
+        images: BTreeMap::new(),
+        labels: vec![],
+        secrets: vec![],
+        capacity: Capacity { slots, cpus: None, memory_mb: None },
+    }
+}
+
+fn agent(key: &str, replicas: u32) -> Demand {
+    Demand {
+        key: key.into(),
+        replicas,
+        kind: "claude-code".into(),
+        image: None,
+        requires: vec![],
+        secrets: vec![],
+        cpus: None,
+        memory_mb: None,
+    }
+}
+
+fn on(out: &Outcome, key: &str, r: u32) -> Option<String> {
+    out.bindings.get(&(Arc::from(key), r)).map(|n| n.to_string())
+}
+
+#[test]
+fn most_free_slots_then_name() {
+    let nodes = [node("b", 2), node("a", 2), node("c", 3)];
+    let out = place(&[agent("x", 4)], &nodes, &Bindings::new());
+    // c has 3 → x0; then a,b,c tie at 2 → a; then b(2) → b; then c(2) vs a(1), b(1) → c
+    assert_eq!(on(&out, "x", 0).as_deref(), Some("id-c"));
+    assert_eq!(on(&out, "x", 1).as_deref(), Some("id-a"));
+    assert_eq!(on(&out, "x", 2).as_deref(), Some("id-b"));
+    assert_eq!(on(&out, "x", 3).as_deref(), Some("id-c"));
+}
+
+#[test]
+fn new_replicas_in_key_order_after_sticky() {
+    let nodes = [node("a", 1), node("b", 1)];
+    let mut prev = Bindings::new();
+    prev.insert(("z".into(), 0), "id-b".into());
+    let out = place(&[agent("z", 1), agent("y", 1), agent("x", 1)], &nodes, &prev);
+    assert_eq!(on(&out, "z", 0).as_deref(), Some("id-b"), "sticky keeps b");
+    assert_eq!(on(&out, "x", 0).as_deref(), Some("id-a"), "x before y");
+    assert_eq!(out.waiting.get("y"), Some(&(1, codes::NO_CAPACITY)));
+}
+
+#[test]
+fn sticky_even_when_another_node_is_emptier() {
+    let nodes = [node("a", 1), node("b", 10)];
+    let mut prev = Bindings::new();
+    prev.insert(("x".into(), 0), "id-a".into());
+    let out = place(&[agent("x", 1)], &nodes, &prev);
+    assert_eq!(on(&out, "x", 0).as_deref(), Some("id-a"));
+}
+
+#[test]
+fn shrunk_node_sheds_the_last_ones() {
+    let nodes = [node("a", 2), node("b", 5)];
+    let mut prev = Bindings::new();
+    for (k, r) in [("p", 0), ("p", 1), ("q", 0)] {
+        prev.insert((k.into(), r), "id-a".into());
+    }
+    let out = place(&[agent("p", 2), agent("q", 1)], &nodes, &prev);
+    assert_eq!(on(&out, "p", 0).as_deref(), Some("id-a"));
+    assert_eq!(on(&out, "p", 1).as_deref(), Some("id-a"));
+    assert_eq!(on(&out, "q", 0).as_deref(), Some("id-b"), "q0 was last: it moves");
+}
+
+#[test]
+fn offline_moves_or_stays_unavailable() {
+    let mut a = node("a", 2);
+    a.online = false;
+    let b = node("b", 1);
+    let mut prev = Bindings::new();
+    prev.insert(("x".into(), 0), "id-a".into());
+    prev.insert(("y".into(), 0), "id-a".into());
+    let out = place(&[agent("x", 1), agent("y", 1)], &[a, b], &prev);
+    assert_eq!(on(&out, "x", 0).as_deref(), Some("id-b"), "moves to the fitting node");
+    assert_eq!(on(&out, "y", 0).as_deref(), Some("id-a"), "nowhere to go: stays bound");
+    assert!(out.stuck.contains(&(Arc::from("y"), 0)));
+    assert!(!out.waiting.contains_key("y"));
+}
+
+#[test]
+fn lowering_replicas_drops_highest_indexes() {
+    let nodes = [node("a", 5)];
+    let mut prev = Bindings::new();
+    for r in 0..3 {
+        prev.insert(("x".into(), r), "id-a".into());
+    }
+    let out = place(&[agent("x", 1)], &nodes, &prev);
+    assert_eq!(out.bindings.len(), 1);
+    assert!(out.bindings.contains_key(&(Arc::from("x"), 0)));
+}
+
+#[test]
+fn waiting_reasons_in_order() {
+    let mut full = node("full", 0);
+    full.kinds = vec!["claude-code".into(), "observer".into()];
+    full.labels = vec!["repos".into(), "gpu=a100".into()];
+    full.secrets = vec!["github-token".into()];
+    full.images.insert("observer".into(), AllowList::parse(&["obs/mail:1.*"]).unwrap());
+    let mut img = agent("img", 1);
+    img.kind = "observer".into();
+    img.image = Some("obs/mail:2.0".into());
+    let mut kind = agent("kind", 1);
+    kind.kind = "unknown".into();
+    let mut label = agent("label", 1);
+    label.requires = vec!["gpu=h100".into()];
+    let mut secret = agent("secret", 1);
+    secret.requires = vec!["repos".into(), "gpu".into()];
+    secret.secrets = vec!["github-token".into(), "other".into()];
+    let cap = agent("cap", 1);
+    let out = place(&[img, kind, label, secret, cap], &[full.clone()], &Bindings::new());
+    let reason = |k: &str| out.waiting.get(k).map(|w| w.1);
+    assert_eq!(reason("kind"), Some(codes::NO_EXECUTOR_KIND));
+    assert_eq!(reason("img"), Some(codes::IMAGE_NOT_ALLOWED));
+    assert_eq!(reason("label"), Some(codes::NO_LABEL));
+    assert_eq!(reason("secret"), Some(codes::NO_SECRET));
+    assert_eq!(reason("cap"), Some(codes::NO_CAPACITY));
+
+    let out = place(&[agent("x", 1)], &[], &Bindings::new());
+    assert_eq!(out.waiting.get("x"), Some(&(1, codes::NO_NODE)));
+    full.online = false;
+    let out = place(&[agent("x", 1)], &[full], &Bindings::new());
+    assert_eq!(out.waiting.get("x"), Some(&(1, codes::NO_NODE)));
+}
+
+#[test]
+fn reason_is_deepest_filter_across_nodes() {
+    // One node lacks the kind, another has the kind but lacks the label: the set empties at labels.
+    let mut k = node("k", 1);
+    k.kinds = vec!["other".into()];
+    let l = node("l", 1);
+    let mut a = agent("a", 1);
+    a.requires = vec!["repos".into()];
+    let out = place(&[a], &[k, l], &Bindings::new());
+    assert_eq!(out.waiting.get("a").map(|w| w.1), Some(codes::NO_LABEL));
+}
+
+#[test]
+fn label_and_image_matching_admit() {
+    let mut n = node("n", 2);
+    n.kinds.push("observer".into());
+    n.labels = vec!["gpu=a100".into()];
+    n.images.insert("observer".into(), AllowList::parse(&["obs/mail:1.*"]).unwrap());
+    let mut a = agent("a", 1);
+    a.requires = vec!["gpu".into()];
+    let mut o = agent("o", 1);
+    o.kind = "observer".into();
+    o.image = Some("obs/mail:1.4.2".into());
+    let out = place(&[a, o], &[n], &Bindings::new());
+    assert_eq!(out.bindings.len(), 2);
+}
+
+#[test]
+fn cpus_and_memory_count_only_where_both_sides_set_them() {
+    let mut n = node("n", 10);
+    n.capacity.cpus = Some(4.0);
+    n.capacity.memory_mb = Some(8192);
+    let mut big = agent("big", 3);
+    big.cpus = Some(1.5);
+    let mut mem = agent("mem", 2);
+    mem.memory_mb = Some(6000);
+    let free = agent("free", 3);
+    let out = place(&[big, mem, free], &[n.clone()], &Bindings::new());
+    assert!(on(&out, "big", 1).is_some() && on(&out, "big", 2).is_none());
+    assert!(on(&out, "mem", 0).is_some() && on(&out, "mem", 1).is_none());
+    assert_eq!(out.waiting.get("big"), Some(&(1, codes::NO_CAPACITY)));
+    assert_eq!((0..3).filter(|&r| on(&out, "free", r).is_some()).count(), 3);
+    // A node that does not state cpus admits any cpu demand.
+    n.capacity.cpus = None;
+    let mut huge = agent("huge", 1);
+    huge.cpus = Some(64.0);
+    assert!(place(&[huge], &[n], &Bindings::new()).waiting.is_empty());
+}
+
+#[test]
+fn waiting_agent_holds_no_slot() {
+    let nodes = [node("a", 1)];
+    let mut w = agent("a-wait", 2);
+    w.requires = vec!["nope".into()];
+    let out = place(&[w, agent("b", 1)], &nodes, &Bindings::new());
+    assert_eq!(on(&out, "b", 0).as_deref(), Some("id-a"));
+    assert_eq!(out.waiting.get("a-wait"), Some(&(2, codes::NO_LABEL)));
+}
+
+// ---- properties ----
+
+fn arb_nodes() -> impl Strategy<Value = Vec<NodeFacts>> {
+    prop::collection::vec(
+        (0u32..5, any::<bool>(), prop::option::of(1u32..8), prop::option::of(256u64..4096), any::<bool>(), 0u8..3),
+        0..8,
+    )
+    .prop_map(|v| {
+        v.into_iter()
+            .enumerate()
+            .map(|(i, (slots, online, cpus, mem, label, kind))| {
+                let mut n = node(&format!("n{i:02}"), slots);
+                n.online = online || i % 3 == 0;
+                n.capacity.cpus = cpus.map(f64::from);
+                n.capacity.memory_mb = mem;
+                if label {
+                    n.labels = vec!["repos".into()];
+                }
+                if kind == 1 {
+                    n.kinds = vec!["observer".into()];
+                }
+                n
+            })
+            .collect()
+    })
+}
+
+fn arb_demands() -> impl Strategy<Value = Vec<Demand>> {
+    prop::collection::vec((0u32..4, any::<bool>(), prop::option::of(1u32..3), prop::option::of(128u64..1024)), 0..8)
+        .prop_map(|v| {
+            v.into_iter()
+                .enumerate()
+                .map(|(i, (replicas, label, cpus, mem))| {
+                    let mut d = agent(&format!("a{i}"), replicas);
+                    if label {
+                        d.requires = vec!["repos".into()];
+                    }
+                    d.cpus = cpus.map(f64::from);
+                    d.memory_mb = mem;
+                    d
+                })
+                .collect()
+        })
+}
+
+fn check_capacity(demands: &[Demand], nodes: &[NodeFacts], out: &Outcome) -> Result<(), TestCaseError> {
+    for n in nodes {
+        let on_n: Vec<&Demand> = out
+            .bindings
+            .iter()
+            .filter(|(k, v)| **v == n.id && !out.stuck.contains(*k))
+            .map(|((a, _), _)| demands.iter().find(|d| d.key == *a).unwrap())
+            .collect();
+        prop_assert!(on_n.len() as u32 <= n.capacity.slots, "slots exceeded on {}", n.name);
+        if let Some(c) = n.capacity.cpus {
+            let used: u64 = on_n.iter().filter_map(|d| d.cpus.map(milli)).sum();
+            prop_assert!(used <= milli(c));
+        }
+        if let Some(m) = n.capacity.memory_mb {
+            let used: u64 = on_n.iter().filter_map(|d| d.memory_mb).sum();
+            prop_assert!(used <= m);
+        }
+        if !on_n.is_empty() {
+            prop_assert!(n.online, "placed on offline node");
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn never_exceeds_capacity(demands in arb_demands(), nodes in arb_nodes()) {
+        let out = place(&demands, &nodes, &Bindings::new());
+        check_capacity(&demands, &nodes, &out)?;
+        // every replica is bound or counted as waiting
+        for d in &demands {
+            let bound = (0..d.replicas).filter(|r| out.bindings.contains_key(&(d.key.clone(), *r))).count() as u32;
+            let waiting = out.waiting.get(&d.key).map(|w| w.0).unwrap_or(0);
+            prop_assert_eq!(bound + waiting, d.replicas);
+        }
+    }
+
+    #[test]
+    fn deterministic_and_order_independent(demands in arb_demands(), nodes in arb_nodes()) {
+        let a = place(&demands, &nodes, &Bindings::new());
+        let mut rd = demands.clone();
+        rd.reverse();
+        let mut rn = nodes.clone();
+        rn.reverse();
+        prop_assert_eq!(a, place(&rd, &rn, &Bindings::new()));
+    }
+
+    #[test]
+    fn sticky_when_nothing_changes(demands in arb_demands(), nodes in arb_nodes()) {
+        let first = place(&demands, &nodes, &Bindings::new());
+        let second = place(&demands, &nodes, &first.bindings);
+        prop_assert_eq!(&first.bindings, &second.bindings);
+        // and a node going offline never moves replicas of other nodes
+        if let Some(victim) = nodes.iter().position(|n| n.online) {
+            let mut changed = nodes.clone();
+            changed[victim].online = false;
+            let third = place(&demands, &changed, &first.bindings);
+            for (k, v) in &first.bindings {
+                if *v != nodes[victim].id {
+                    prop_assert_eq!(third.bindings.get(k), Some(v));
+                }
+            }
+            check_capacity(&demands, &changed, &third)?;
+        }
+    }
+
+    #[test]
+    fn waiting_reason_is_first_emptying_filter(demands in arb_demands(), nodes in arb_nodes()) {
+        let out = place(&demands, &nodes, &Bindings::new());
+        for (key, (_, reason)) in &out.waiting {
+            let d = demands.iter().find(|d| d.key == *key).unwrap();
+            let online: Vec<_> = nodes.iter().filter(|n| n.online).collect();
+            let kind: Vec<_> = online.iter().filter(|n| n.kinds.contains(&d.kind)).collect();
+            let label: Vec<_> = kind.iter().filter(|n| labels::all_met(&d.requires, &n.labels)).collect();
+            let expected = if online.is_empty() { codes::NO_NODE }
+                else if kind.is_empty() { codes::NO_EXECUTOR_KIND }
+                else if label.is_empty() { codes::NO_LABEL }
+                else { codes::NO_CAPACITY };
+            prop_assert_eq!(*reason, expected);
+        }
+    }
+}

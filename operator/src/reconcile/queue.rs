@@ -1,0 +1,285 @@
+//! A keyed work queue in the shape of kube-runtime's scheduler: a key is queued at most once,
+//! a delayed key fires at its earliest requested instant, a key being worked on is not handed
+//! out twice (a re-add while in flight runs it again afterwards), and failures back off per
+//! key, exponentially with jitter. Workers take keys with `next()` and report with `done()`.
+
+use parking_lot::Mutex;
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::hash::Hash;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// What a worker says when it is done with a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done; forget the failure count.
+    Done,
+    /// Done, and come back at this delay (time-driven work: rotation, revoke after grace).
+    RequeueAfter(Duration),
+    /// Failed; retry with this key's backoff.
+    Failed,
+}
+
+pub struct Backoff {
+    pub base: Duration,
+    pub max: Duration,
+}
+
+impl Backoff {
+    /// Delay before retry number `failures` (1-based): base·2^(n-1), capped, ±20 % jitter.
+    pub fn delay(&self, failures: u32) -> Duration {
+        let exp = self.base.saturating_mul(1u32 << failures.saturating_sub(1).min(20));
+        let capped = exp.min(self.max);
+        let jitter = 0.8 + rand::random::<f64>() * 0.4;
+        capped.mul_f64(jitter)
+    }
+}
+
+struct Inner<K> {
+    ready: VecDeque<K>,
+    queued: HashSet<K>,
+    delayed: BTreeSet<(Instant, u64)>,
+    delayed_keys: HashMap<u64, K>,
+    delayed_at: HashMap<K, (Instant, u64)>,
+    in_flight: HashSet<K>,
+    again: HashSet<K>,
+    failures: HashMap<K, u32>,
+    seq: u64,
+}
+
+pub struct WorkQueue<K> {
+    inner: Mutex<Inner<K>>,
+    notify: Notify,
+    backoff: Backoff,
+}
+
+impl<K: Clone + Eq + Hash> WorkQueue<K> {
+    pub fn new(backoff: Backoff) -> Self {
+        WorkQueue {
+            inner: Mutex::new(Inner {
+                ready: VecDeque::new(),
+                queued: HashSet::new(),
+                delayed: BTreeSet::new(),
+                delayed_keys: HashMap::new(),
+                delayed_at: HashMap::new(),
+                in_flight: HashSet::new(),
+                again: HashSet::new(),
+                failures: HashMap::new(),
+                seq: 0,
+            }),
+            notify: Notify::new(),
+            backoff,
+        }
+    }
+
+    /// Queue `key` now (a no-op when already queued).
+    pub fn add(&self, key: K) {
+        let mut g = self.inner.lock();
+        Self::add_locked(&mut g, key);
+        drop(g);
+        self.notify.notify_one();
+    }
+
+    fn add_locked(g: &mut Inner<K>, key: K) {
+        if g.in_flight.contains(&key) {
+            g.again.insert(key);
+            return;
+        }
+        if let Some((at, seq)) = g.delayed_at.remove(&key) {
+            g.delayed.remove(&(at, seq));
+            g.delayed_keys.remove(&seq);
+        }
+        if g.queued.insert(key.clone()) {
+            g.ready.push_back(key);
+        }
+    }
+
+    /// Queue `key` after `delay`; an earlier request for the same key wins.
+    pub fn add_after(&self, key: K, delay: Duration) {
+        let at = Instant::now() + delay;
+        let mut g = self.inner.lock();
+        if g.queued.contains(&key) {
+            return;
+        }
+        if let Some(&(old, seq)) = g.delayed_at.get(&key) {
+            if old <= at {
+                return;
+            }
+            g.delayed.remove(&(old, seq));
+            g.delayed_keys.remove(&seq);
+        }
+        g.seq += 1;
+        let seq = g.seq;
+        g.delayed.insert((at, seq));
+        g.delayed_keys.insert(seq, key.clone());
+        g.delayed_at.insert(key, (at, seq));
+        drop(g);
+        self.notify.notify_one();
+    }
+
+    /// Keys waiting (ready and delayed), for the queue-depth metric.
+    pub fn depth(&self) -> usize {
+        let g = self.inner.lock();
+        g.ready.len() + g.delayed.len()
+    }
+
+    fn try_take(&self) -> Result<K, Option<Instant>> {
+        let mut g = self.inner.lock();
+        let now = Instant::now();
+        while let Some(&(at, seq)) = g.delayed.iter().next() {
+            if at > now {
+                break;
+            }
+            g.delayed.remove(&(at, seq));
+            if let Some(k) = g.delayed_keys.remove(&seq) {
+                g.delayed_at.remove(&k);
+                Self::add_locked(&mut g, k);
+            }
+        }
+        if let Some(k) = g.ready.pop_front() {
+            g.queued.remove(&k);
+            g.in_flight.insert(k.clone());
+            return Ok(k);
+        }
+        Err(g.delayed.iter().next().map(|(at, _)| *at))
+    }
+
+    /// The next key to work on; waits until one is due.
+    pub async fn next(&self) -> K {
+        loop {
+            let notified = self.notify.notified();
+            match self.try_take() {
+                Ok(k) => {
+                    // more may be ready: let another worker look too
+                    self.notify.notify_one();
+                    return k;
+                }
+                Err(Some(at)) => {
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                Err(None) => notified.await,
+            }
+        }
+    }
+
+    /// Reports the end of work on `key`. Returns the retry delay when it failed.
+    pub fn done(&self, key: &K, outcome: Outcome) -> Option<Duration> {
+        let mut g = self.inner.lock();
+        g.in_flight.remove(key);
+        let again = g.again.remove(key);
+        let retry = match outcome {
+            Outcome::Done => {
+                g.failures.remove(key);
+                None
+            }
+            Outcome::RequeueAfter(_) => {
+                g.failures.remove(key);
+                None
+            }
+            Outcome::Failed => {
+                let n = g.failures.entry(key.clone()).or_insert(0);
+                *n += 1;
+                Some(self.backoff.delay(*n))
+            }
+        };
+        if again && retry.is_none() {
+            Self::add_locked(&mut g, key.clone());
+        }
+        drop(g);
+        match (outcome, retry) {
+            (_, Some(d)) => self.add_after(key.clone(), d),
+            (Outcome::RequeueAfter(d), None) => self.add_after(key.clone(), d),
+            _ => {}
+        }
+        self.notify.notify_one();
+        retry
+    }
+
+    /// Consecutive failures of `key`.
+    pub fn failures(&self, key: &K) -> u32 {
+        self.inner.lock().failures.get(key).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q() -> WorkQueue<&'static str> {
+        WorkQueue::new(Backoff { base: Duration::from_secs(1), max: Duration::from_secs(60) })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dedups_and_keeps_order() {
+        let q = q();
+        q.add("a");
+        q.add("b");
+        q.add("a");
+        assert_eq!(q.depth(), 2);
+        assert_eq!(q.next().await, "a");
+        assert_eq!(q.next().await, "b");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn in_flight_key_is_not_handed_out_twice_but_runs_again() {
+        let q = q();
+        q.add("a");
+        let k = q.next().await;
+        q.add("a");
+        assert_eq!(q.depth(), 0, "held back while in flight");
+        q.done(&k, Outcome::Done);
+        assert_eq!(q.next().await, "a");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn earliest_delay_wins() {
+        let q = q();
+        let start = Instant::now();
+        q.add_after("a", Duration::from_secs(10));
+        q.add_after("a", Duration::from_secs(3));
+        q.add_after("a", Duration::from_secs(7));
+        assert_eq!(q.next().await, "a");
+        assert_eq!(Instant::now() - start, Duration::from_secs(3));
+        assert_eq!(q.depth(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_back_off_exponentially_and_reset() {
+        let q = q();
+        q.add("a");
+        let mut delays = vec![];
+        for _ in 0..4 {
+            let k = q.next().await;
+            delays.push(q.done(&k, Outcome::Failed).unwrap());
+        }
+        for (d, base) in delays.iter().zip([1.0, 2.0, 4.0, 8.0]) {
+            let s = d.as_secs_f64();
+            assert!(s >= base * 0.8 && s <= base * 1.2, "{s} vs {base}");
+        }
+        let k = q.next().await;
+        assert_eq!(q.failures(&k), 4);
+        q.done(&k, Outcome::Done);
+        assert_eq!(q.failures(&"a"), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requeue_after_fires_later() {
+        let q = q();
+        q.add("rotate");
+        let k = q.next().await;
+        let t = Instant::now();
+        q.done(&k, Outcome::RequeueAfter(Duration::from_secs(30)));
+        assert_eq!(q.next().await, "rotate");
+        assert_eq!(Instant::now() - t, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn backoff_caps() {
+        let b = Backoff { base: Duration::from_secs(1), max: Duration::from_secs(60) };
+        assert!(b.delay(30) <= Duration::from_secs(72));
+    }
+}

@@ -1,0 +1,308 @@
+//! Side calls as per-object work items (SPEC §3.4): each key is handled idempotently from the
+//! registry's current state, so a duplicate, a retry or a crash in the middle is harmless.
+//! A failing agent backs off on its own key and never stalls the pass or the others.
+
+use super::ceiling::ceiling;
+use super::queue::Outcome;
+use crate::clock;
+use crate::context::Ctx;
+use crate::model::IdentityKind;
+use crate::platform::iam::PatRequest;
+use crate::platform::PlatformError;
+use crate::store::db::CredRow;
+use crate::store::{Cred, Id, IdentityRec, PairRec};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum WorkKey {
+    /// Ensure the agent's IAM principal exists and the CP knows it.
+    Identity(Id),
+    /// Ensure the (agent, node) pair has a live PAT sealed to the node; rotate when due.
+    Pat(Id, Id),
+    /// Revoke one credential once its grace has passed.
+    Revoke(String),
+    /// Send the agent's current status to the CP.
+    Status(Id),
+}
+
+/// Concurrent work items: enough to hide IAM latency, few enough not to flood it.
+pub const WORKERS: usize = 16;
+
+/// When a PAT is due for rotation: less than min(2 days, TTL/3) before expiry.
+pub fn rotate_at_ms(c: &Cred, ttl_ms: i64) -> i64 {
+    let margin = (2 * 86_400_000i64).min(ttl_ms / 3);
+    c.expires_ms - margin
+}
+
+pub fn spawn_workers(ctx: &Arc<Ctx>) {
+    for _ in 0..WORKERS {
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            loop {
+                let key = ctx.queue.next().await;
+                let outcome = handle(&ctx, &key).await;
+                if ctx.queue.done(&key, outcome).is_some() {
+                    ctx.metrics.work_retries.inc();
+                }
+            }
+        });
+    }
+}
+
+async fn handle(ctx: &Ctx, key: &WorkKey) -> Outcome {
+    match key {
+        WorkKey::Identity(agent) => identity(ctx, agent).await,
+        WorkKey::Pat(agent, node) => pat(ctx, agent, node).await,
+        WorkKey::Revoke(id) => revoke(ctx, id).await,
+        WorkKey::Status(agent) => status(ctx, agent).await,
+    }
+}
+
+fn note_error(ctx: &Ctx, agent: &Id, msg: String) {
+    let changed = ctx.store.state.write().identity_errors.insert(agent.clone(), msg.clone()) != Some(msg.clone());
+    if changed {
+        tracing::warn!(agent = %agent, error = %msg, "identity not ready; retrying with backoff");
+        ctx.kick();
+    }
+}
+
+fn clear_error(ctx: &Ctx, agent: &Id) {
+    ctx.store.state.write().identity_errors.remove(agent);
+}
+
+async fn identity(ctx: &Ctx, agent: &Id) -> Outcome {
+    let (wanted, rec) = {
+        let st = ctx.store.state.read();
+        let wanted = st.agent(agent).is_some_and(|a| a.identity.kind == IdentityKind::Agent);
+        (wanted, st.identities.get(agent).cloned())
+    };
+    if !wanted {
+        return Outcome::Done;
+    }
+    let principal = match rec {
+        Some(r) if r.bound => return Outcome::Done,
+        Some(r) => r.principal_id,
+        None => match ctx.iam.create_principal(agent).await {
+            Ok(id) => {
+                ctx.metrics.call("iam", "create_principal", "ok");
+                if let Err(e) = ctx.store.db.put_identity(agent, &id, false).await {
+                    tracing::error!(agent = %agent, error = %e, "cannot store principal");
+                    return Outcome::Failed;
+                }
+                ctx.store.state.write().identities.insert(agent.clone(), IdentityRec { principal_id: id.clone(), bound: false });
+                tracing::info!(agent = %agent, principal = %id, "IAM principal ready");
+                id
+            }
+            Err(e) => {
+                ctx.metrics.call("iam", "create_principal", e.outcome());
+                note_error(ctx, agent, format!("creating the IAM principal: {e}"));
+                return Outcome::Failed;
+            }
+        },
+    };
+    match ctx.cp.put_identity(agent, &ctx.cfg.iam_issuer, &ctx.cfg.iam_tenant, &principal).await {
+        Ok(()) => {
+            ctx.metrics.call("cp", "put_identity", "ok");
+            if let Err(e) = ctx.store.db.put_identity(agent, &principal, true).await {
+                tracing::error!(agent = %agent, error = %e, "cannot store identity binding");
+                return Outcome::Failed;
+            }
+            ctx.store.state.write().identities.insert(agent.clone(), IdentityRec { principal_id: principal, bound: true });
+            clear_error(ctx, agent);
+            tracing::info!(agent = %agent, "identity bound in the CP");
+            ctx.kick();
+            Outcome::Done
+        }
+        Err(e) => {
+            ctx.metrics.call("cp", "put_identity", e.outcome());
+            note_error(ctx, agent, format!("binding the identity in the CP: {e}"));
+            Outcome::Failed
+        }
+    }
+}
+
+async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
+    let ttl_ms = ctx.cfg.token_ttl_seconds as i64 * 1000;
+    let now = clock::now_ms();
+    // What is true now: the pair must still be placed, the node known, the principal made.
+    let (a, node_name, pk, principal, active, pair) = {
+        let st = ctx.store.state.read();
+        let Some(a) = st.agent(agent).cloned() else { return Outcome::Done };
+        let placed = st.placed_pairs.contains(&(agent.clone(), node.clone()));
+        let Some(n) = st.nodes.get(node) else { return Outcome::Done };
+        if !placed {
+            return Outcome::Done;
+        }
+        let principal = st.identities.get(agent).map(|i| i.principal_id.clone());
+        let active = st.active.get(&(agent.clone(), node.clone())).and_then(|id| st.creds.get(id)).cloned();
+        let pair = st.pairs.get(&(agent.clone(), node.clone())).cloned().unwrap_or_default();
+        (a, n.name.clone(), n.public_key, principal, active, pair)
+    };
+    if let Some(c) = &active {
+        let due = rotate_at_ms(c, ttl_ms);
+        if now < due {
+            return Outcome::RequeueAfter(Duration::from_millis((due - now) as u64));
+        }
+    }
+    let Some(principal) = principal else {
+        // The identity item runs first; come back when it has had its chance.
+        ctx.queue.add(WorkKey::Identity(agent.clone()));
+        return Outcome::Failed;
+    };
+    // Store the counter before the call: a retry after a crash replays the same key.
+    let n = match pair.pending_n {
+        Some(n) => n,
+        None => {
+            let n = pair.next_n;
+            if let Err(e) = ctx.store.db.put_pair(agent, node, (n + 1) as i64, Some(n as i64)).await {
+                tracing::error!(agent = %agent, error = %e, "cannot store PAT counter");
+                return Outcome::Failed;
+            }
+            ctx.store.state.write().pairs.insert((agent.clone(), node.clone()), PairRec { next_n: n + 1, pending_n: Some(n) });
+            n
+        }
+    };
+    let ceil = ceiling(&a, &ctx.cfg.token_audiences, &ctx.cfg.token_scopes);
+    let req = PatRequest {
+        audiences: ceil.audiences,
+        scope_ceiling: ceil.scopes,
+        expires_in_seconds: ctx.cfg.token_ttl_seconds,
+        description: format!("fleet: agent {agent} on node {node_name}"),
+    };
+    let idem = format!("fleet-pat-{agent}-{node}-{n}");
+    let issued = match ctx.iam.issue_pat(&principal, &idem, &req).await {
+        Ok(p) => p,
+        Err(e) => {
+            ctx.metrics.call("iam", "issue_pat", e.outcome());
+            ctx.metrics.pat("failed");
+            note_error(ctx, agent, format!("issuing the PAT for node {node_name}: {}", describe(&e)));
+            return Outcome::Failed;
+        }
+    };
+    ctx.metrics.call("iam", "issue_pat", "ok");
+    let ciphertext = fleet_api::seal::seal(&pk, issued.token.as_bytes());
+    let expires_ms = clock::parse_rfc3339_ms(&issued.expires_at).unwrap_or(now + ttl_ms);
+    drop(issued.token);
+    let grace = ctx.cfg.token_revoke_grace;
+    let retire = active.as_ref().map(|c| (c.id.clone(), now + grace.as_millis() as i64));
+    let row = CredRow {
+        id: issued.id.clone(),
+        agent_key: agent.to_string(),
+        node_id: node.to_string(),
+        n: n as i64,
+        principal_id: principal.clone(),
+        ciphertext: ciphertext.clone(),
+        expires_ms,
+        issued_ms: now,
+        revoke_ms: None,
+    };
+    if let Err(e) = ctx.store.db.store_credential(&row, (n + 1) as i64, retire.as_ref().map(|(id, at)| (id.as_str(), *at))).await {
+        tracing::error!(agent = %agent, error = %e, "cannot store credential; the retry replays it");
+        return Outcome::Failed;
+    }
+    let cred = Cred {
+        id: issued.id.clone(),
+        agent: agent.clone(),
+        node: node.clone(),
+        n,
+        principal_id: principal,
+        ciphertext,
+        expires_ms,
+        issued_ms: now,
+        revoke_ms: None,
+    };
+    {
+        let mut st = ctx.store.state.write();
+        if let Some((old, at)) = &retire {
+            if let Some(c) = st.creds.get_mut(old) {
+                c.revoke_ms = Some(*at);
+            }
+        }
+        st.creds.insert(cred.id.clone(), cred.clone());
+        st.active.insert((agent.clone(), node.clone()), cred.id.clone());
+        st.pairs.insert((agent.clone(), node.clone()), PairRec { next_n: n + 1, pending_n: None });
+    }
+    if let Some((old, _)) = retire {
+        ctx.metrics.pat("rotated");
+        tracing::info!(agent = %agent, node = %node_name, credential = %cred.id, old = %old, "PAT rotated; the old one is revoked after the grace");
+        ctx.queue.add_after(WorkKey::Revoke(old), grace);
+    } else {
+        tracing::info!(agent = %agent, node = %node_name, credential = %cred.id, "PAT issued and sealed to the node");
+    }
+    ctx.metrics.pat("issued");
+    clear_error(ctx, agent);
+    ctx.kick();
+    let due = rotate_at_ms(&cred, ttl_ms);
+    Outcome::RequeueAfter(Duration::from_millis((due - now).max(1000) as u64))
+}
+
+fn describe(e: &PlatformError) -> String {
+    match e {
+        PlatformError::Status { status: 422, body, .. } if body.contains("expiry_too_long") => {
+            format!("IAM refused: expiry_too_long (FLEET_TOKEN_TTL_SECONDS exceeds IAM's cap) — {e}")
+        }
+        PlatformError::Status { status: 422, body, .. } if body.contains("invalid_scope_ceiling") => {
+            format!("IAM refused: invalid_scope_ceiling (check FLEET_TOKEN_SCOPES) — {e}")
+        }
+        PlatformError::Status { status: 403, .. } => {
+            format!("IAM refused: the controller's service account lacks iam:agents — {e}")
+        }
+        _ => e.to_string(),
+    }
+}
+
+async fn revoke(ctx: &Ctx, id: &str) -> Outcome {
+    let now = clock::now_ms();
+    let Some(c) = ctx.store.state.read().creds.get(id).cloned() else { return Outcome::Done };
+    let Some(at) = c.revoke_ms else { return Outcome::Done };
+    if now < at {
+        return Outcome::RequeueAfter(Duration::from_millis((at - now) as u64));
+    }
+    if let Err(e) = ctx.iam.revoke_pat(&c.principal_id, &c.id).await {
+        ctx.metrics.call("iam", "revoke_pat", e.outcome());
+        tracing::warn!(agent = %c.agent, credential = %c.id, error = %e, "PAT revoke failed; retrying");
+        return Outcome::Failed;
+    }
+    ctx.metrics.call("iam", "revoke_pat", "ok");
+    if let Err(e) = ctx.store.db.delete_credential(&c.id).await {
+        tracing::error!(credential = %c.id, error = %e, "cannot delete revoked credential");
+        return Outcome::Failed;
+    }
+    {
+        let mut st = ctx.store.state.write();
+        st.creds.remove(&c.id);
+        let pair = (c.agent.clone(), c.node.clone());
+        if st.active.get(&pair).map(String::as_str) == Some(c.id.as_str()) {
+            st.active.remove(&pair);
+        }
+    }
+    ctx.metrics.pat("revoked");
+    tracing::info!(agent = %c.agent, credential = %c.id, "PAT revoked");
+    Outcome::Done
+}
+
+async fn status(ctx: &Ctx, agent: &Id) -> Outcome {
+    let Some(body) = ctx.store.state.read().statuses_want.get(agent).cloned() else { return Outcome::Done };
+    match ctx.cp.put_status(agent, &body).await {
+        Ok(()) => {
+            ctx.metrics.call("cp", "put_status", "ok");
+            let json = serde_json::to_string(&body).unwrap_or_default();
+            if let Err(e) = ctx.store.db.put_status(agent, &json).await {
+                tracing::error!(agent = %agent, error = %e, "cannot store sent status");
+            }
+            let mut st = ctx.store.state.write();
+            tracing::info!(agent = %agent, phase = ?body.phase, ready = body.ready_replicas, desired = body.desired_replicas, "status sent to the CP");
+            if st.statuses_want.get(agent) == Some(&body) {
+                st.statuses_want.remove(agent);
+            }
+            st.statuses_sent.insert(agent.clone(), body);
+            Outcome::Done
+        }
+        Err(e) => {
+            ctx.metrics.call("cp", "put_status", e.outcome());
+            tracing::warn!(agent = %agent, error = %e, "status write to the CP failed; retrying");
+            Outcome::Failed
+        }
+    }
+}

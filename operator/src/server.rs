@@ -1,0 +1,108 @@
+//! Starting the controller: open the store, start the pass loop and workers (unless in the
+//! not-configured mode), the report flusher, and the API and metrics listeners.
+
+use crate::config::Config;
+use crate::context::Ctx;
+use crate::http::{self, auth::Jwks, App};
+use crate::metrics::Metrics;
+use crate::reconcile::{pass, work};
+use crate::store::Store;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+pub struct Running {
+    pub addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    pub store: Arc<Store>,
+    pub ctx: Option<Arc<Ctx>>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops serving, flushes reports to the database and returns.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            t.abort();
+        }
+        if let Err(e) = self.store.flush_reports().await {
+            tracing::error!(error = %e, "final flush of node reports failed");
+        }
+    }
+}
+
+async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen for the {what} on {addr}: {e}"))
+}
+
+pub async fn start(cfg: Config) -> anyhow::Result<Running> {
+    let store = Arc::new(
+        Store::open(&cfg.store.database_url)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot open the store {}: {e}", cfg.store.database_url))?,
+    );
+    let metrics = Arc::new(Metrics::default());
+    let mut tasks = Vec::new();
+    let ctx = match &cfg.credentials {
+        Some(_) => {
+            let ctx = Ctx::new(cfg.clone(), store.clone(), metrics.clone());
+            // Time-driven work survives a restart: re-arm the revocations that were pending.
+            let now = crate::clock::now_ms();
+            for c in store.state.read().creds.values() {
+                if let Some(at) = c.revoke_ms {
+                    ctx.queue.add_after(work::WorkKey::Revoke(c.id.clone()), Duration::from_millis((at - now).max(0) as u64));
+                }
+            }
+            work::spawn_workers(&ctx);
+            tasks.push(tokio::spawn(pass::run(ctx.clone())));
+            ctx.kick();
+            Some(ctx)
+        }
+        None => {
+            tracing::warn!("FLEET_CLIENT_ID / FLEET_CLIENT_SECRET are not set: every route but /healthz answers 503 not_configured");
+            None
+        }
+    };
+    {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                if let Err(e) = store.flush_reports().await {
+                    tracing::error!(error = %e, "cannot persist node reports; retrying");
+                }
+            }
+        }));
+    }
+    let jwks = Jwks::new(crate::platform::http_client(), &cfg.jwks_url, &cfg.iam_issuer, &cfg.audience);
+    let app = App::new(store.clone(), metrics.clone(), ctx.clone(), jwks, cfg.node_offline_after);
+    let api = bind(cfg.listen, "API").await?;
+    let met = bind(cfg.metrics_listen, "metrics").await?;
+    let addr = api.local_addr()?;
+    let metrics_addr = met.local_addr()?;
+    let (stop, stop_rx) = watch::channel(false);
+    let shutdown = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let router = http::router(app);
+    let rx = stop_rx.clone();
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = axum::serve(api, router).with_graceful_shutdown(shutdown(rx)).await {
+            tracing::error!(error = %e, "API server stopped");
+        }
+    }));
+    let mrouter = http::metrics_router(metrics);
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = axum::serve(met, mrouter).with_graceful_shutdown(shutdown(stop_rx)).await {
+            tracing::error!(error = %e, "metrics server stopped");
+        }
+    }));
+    tracing::info!(%addr, %metrics_addr, configured = ctx.is_some(), "fleet-controller serving");
+    Ok(Running { addr, metrics_addr, store, ctx, stop, tasks })
+}

@@ -1,0 +1,422 @@
+//! The registry: every read path (API, long-poll, pass) reads memory; the database under it
+//! is the durable copy, written first and then published here (SPEC §3.5). Nodes are keyed
+//! by node id and indexed by token hash and name. Locks are `parking_lot` and are never held
+//! across `.await`: callers copy what they need out, write the database, then publish.
+
+pub mod db;
+pub mod hub;
+
+use crate::clock;
+use crate::model::{Agent, AgentList};
+use crate::reconcile::placement::Outcome;
+use crate::reconcile::status::StatusBody;
+use db::{CredRow, Db, DbError, JoinOutcome, NodeRow};
+use fleet_api::images::AllowList;
+use fleet_api::{
+    Capacity, Health, JoinRequest, JoinResponse, NodeStatus, NodeView, ObservedReport, PlacementView, ReplicaReport,
+};
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub type Id = Arc<str>;
+
+/// What a node announced and last reported; stored as JSON.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeInfo {
+    pub labels: Vec<String>,
+    pub executor_kinds: Vec<String>,
+    pub executor_images: BTreeMap<String, Vec<String>>,
+    pub capacity: Capacity,
+    pub secrets: Vec<String>,
+    pub version: String,
+    pub health: Option<Health>,
+    pub observe_seconds: Option<u32>,
+    pub replicas: Vec<ReplicaReport>,
+    pub applied_generation: u64,
+    pub boot_id: Option<String>,
+    pub seq: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeRec {
+    pub id: Id,
+    pub name: Id,
+    pub token_hash: [u8; 32],
+    pub public_key: [u8; 32],
+    pub joined_ms: i64,
+    pub last_seen_ms: i64,
+    pub info: NodeInfo,
+    pub allow: BTreeMap<String, AllowList>,
+}
+
+impl NodeRec {
+    /// Silence after which this node is offline: max(configured, 3 × its report period).
+    pub fn threshold(&self, offline_after: Duration) -> Duration {
+        offline_after.max(Duration::from_secs(3 * u64::from(self.info.observe_seconds.unwrap_or(0))))
+    }
+
+    pub fn online(&self, now_ms: i64, offline_after: Duration) -> bool {
+        now_ms - self.last_seen_ms <= self.threshold(offline_after).as_millis() as i64
+    }
+
+    pub fn view(&self, now_ms: i64, offline_after: Duration) -> NodeView {
+        NodeView {
+            id: self.id.to_string(),
+            name: self.name.to_string(),
+            labels: self.info.labels.clone(),
+            executor_kinds: self.info.executor_kinds.clone(),
+            executor_images: self.info.executor_images.clone(),
+            capacity: self.info.capacity.clone(),
+            secrets: self.info.secrets.clone(),
+            health: self.info.health.unwrap_or(Health::Ok),
+            status: if self.online(now_ms, offline_after) { NodeStatus::Online } else { NodeStatus::Offline },
+            last_seen_at: clock::rfc3339_ms(self.last_seen_ms),
+            version: self.info.version.clone(),
+        }
+    }
+
+    fn set_info(&mut self, info: NodeInfo) {
+        self.allow = parse_allow(&info.executor_images);
+        self.info = info;
+    }
+}
+
+fn parse_allow(images: &BTreeMap<String, Vec<String>>) -> BTreeMap<String, AllowList> {
+    images.iter().map(|(k, v)| (k.clone(), AllowList::parse(v).unwrap_or_default())).collect()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentityRec {
+    pub principal_id: String,
+    /// The CP has accepted `PUT …/identity`.
+    pub bound: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PairRec {
+    pub next_n: u64,
+    pub pending_n: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cred {
+    pub id: String,
+    pub agent: Id,
+    pub node: Id,
+    pub n: u64,
+    pub principal_id: String,
+    pub ciphertext: String,
+    pub expires_ms: i64,
+    pub issued_ms: i64,
+    /// Set once the credential is no longer wanted: revoke at this instant.
+    pub revoke_ms: Option<i64>,
+}
+
+impl Cred {
+    fn from_row(r: CredRow) -> Cred {
+        Cred {
+            id: r.id,
+            agent: r.agent_key.into(),
+            node: r.node_id.into(),
+            n: r.n as u64,
+            principal_id: r.principal_id,
+            ciphertext: r.ciphertext,
+            expires_ms: r.expires_ms,
+            issued_ms: r.issued_ms,
+            revoke_ms: r.revoke_ms,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct DesiredRec {
+    pub generation: u64,
+    /// The JSON array of desired agents, exactly as served.
+    pub agents: Arc<str>,
+}
+
+#[derive(Default)]
+pub struct State {
+    pub nodes: HashMap<Id, NodeRec>,
+    pub by_token: HashMap<[u8; 32], Id>,
+    pub by_name: HashMap<Id, Id>,
+    pub agents: AgentList,
+    /// Position of each agent in `agents`.
+    pub agent_index: HashMap<Id, usize>,
+    pub agents_etag: Option<String>,
+    pub outcome: Arc<Outcome>,
+    /// (agent, node) pairs with at least one bound replica, from the last pass.
+    pub placed_pairs: HashSet<(Id, Id)>,
+    pub views: Arc<Vec<PlacementView>>,
+    pub identities: HashMap<Id, IdentityRec>,
+    pub identity_errors: HashMap<Id, String>,
+    pub pairs: HashMap<(Id, Id), PairRec>,
+    pub creds: HashMap<String, Cred>,
+    /// The live credential of each (agent, node) pair.
+    pub active: HashMap<(Id, Id), String>,
+    pub desired: HashMap<Id, DesiredRec>,
+    /// Hash of the inputs each node's desired state was last built from (memory only).
+    pub desired_hashes: HashMap<Id, u64>,
+    pub statuses_sent: HashMap<Id, StatusBody>,
+    /// Bodies computed by the last pass that differ from what the CP accepted.
+    pub statuses_want: HashMap<Id, StatusBody>,
+    /// Nodes whose report is newer than the database copy.
+    pub dirty_nodes: HashSet<Id>,
+}
+
+impl State {
+    pub fn set_agents(&mut self, agents: AgentList) {
+        self.agent_index = agents.iter().enumerate().map(|(i, a)| (Id::from(a.key.as_str()), i)).collect();
+        self.agents = agents;
+    }
+
+    pub fn agent(&self, key: &str) -> Option<&Agent> {
+        self.agent_index.get(key).and_then(|&i| self.agents.get(i))
+    }
+
+    pub fn node_id_by_token(&self, token: &str) -> Option<Id> {
+        self.by_token.get(&hash(token)).cloned()
+    }
+}
+
+pub fn hash(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+fn random_secret(prefix: &str) -> String {
+    use base64::Engine;
+    let bytes: [u8; 32] = rand::random();
+    format!("{prefix}{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    #[error("the join key is unknown, used or expired")]
+    KeyInvalid,
+    #[error("a node named {0:?} already exists")]
+    NameTaken(String),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReportOutcome {
+    Accepted,
+    /// Same boot, sequence not above the last one: ignored.
+    Stale,
+}
+
+pub struct Store {
+    pub db: Db,
+    pub state: RwLock<State>,
+    pub hub: hub::Hub,
+}
+
+impl Store {
+    /// Opens the database and loads the registry. Every node's last-seen time becomes
+    /// max(stored, now): an outage of the controller does not make the fleet look offline.
+    pub async fn open(url: &str) -> Result<Store, DbError> {
+        let db = Db::open(url).await?;
+        let snap = db.load().await?;
+        let now = clock::now_ms();
+        let mut st = State::default();
+        for r in snap.nodes {
+            let info: NodeInfo = serde_json::from_str(&r.info).unwrap_or_default();
+            let (Ok(token_hash), Ok(public_key)) = (r.token_hash.try_into(), r.public_key.try_into()) else {
+                tracing::error!(node = %r.id, "stored node has a malformed token hash or key; skipped");
+                continue;
+            };
+            let id: Id = r.id.into();
+            let name: Id = r.name.into();
+            let mut rec = NodeRec {
+                id: id.clone(),
+                name: name.clone(),
+                token_hash,
+                public_key,
+                joined_ms: r.joined_ms,
+                last_seen_ms: r.last_seen_ms.max(now),
+                info: NodeInfo::default(),
+                allow: BTreeMap::new(),
+            };
+            rec.set_info(info);
+            st.by_token.insert(token_hash, id.clone());
+            st.by_name.insert(name, id.clone());
+            st.nodes.insert(id, rec);
+        }
+        let mut bindings = BTreeMap::new();
+        for (agent, replica, node) in snap.placements {
+            bindings.insert((Id::from(agent), replica as u32), Id::from(node));
+        }
+        st.placed_pairs = bindings.iter().map(|((a, _), n)| (a.clone(), n.clone())).collect();
+        st.outcome = Arc::new(Outcome { bindings, ..Default::default() });
+        for (agent, principal_id, bound) in snap.identities {
+            st.identities.insert(agent.into(), IdentityRec { principal_id, bound });
+        }
+        for (agent, node, next_n, pending_n) in snap.pairs {
+            st.pairs.insert((agent.into(), node.into()), PairRec { next_n: next_n as u64, pending_n: pending_n.map(|n| n as u64) });
+        }
+        for row in snap.credentials {
+            let c = Cred::from_row(row);
+            if c.revoke_ms.is_none() {
+                st.active.insert((c.agent.clone(), c.node.clone()), c.id.clone());
+            }
+            st.creds.insert(c.id.clone(), c);
+        }
+        for (node, generation, agents) in snap.desired {
+            st.desired.insert(node.into(), DesiredRec { generation: generation as u64, agents: agents.into() });
+        }
+        for (agent, body) in snap.statuses {
+            if let Ok(b) = serde_json::from_str(&body) {
+                st.statuses_sent.insert(agent.into(), b);
+            }
+        }
+        for (k, v) in snap.kv {
+            match k.as_str() {
+                "agents" => {
+                    let agents: Vec<Agent> = serde_json::from_str(&v).unwrap_or_default();
+                    st.set_agents(Arc::new(agents));
+                }
+                "agents_etag" => st.agents_etag = Some(v),
+                _ => {}
+            }
+        }
+        let hub = hub::Hub::default();
+        for (id, d) in &st.desired {
+            hub.publish(id, d.generation);
+        }
+        Ok(Store { db, state: RwLock::new(st), hub })
+    }
+
+    /// Issues a join key valid for `ttl`; returns the key and its expiry (ms).
+    pub async fn issue_join_key(&self, ttl: Duration, note: &str) -> Result<(String, i64), DbError> {
+        let key = random_secret("fjk_");
+        let now = clock::now_ms();
+        let expires = now + ttl.as_millis() as i64;
+        self.db.insert_join_key(&hash(&key), expires, note, now).await?;
+        Ok((key, expires))
+    }
+
+    /// Joins a node (body already validated). The key is looked up in the database, in the
+    /// transaction that marks it used and creates the node.
+    pub async fn join(&self, req: &JoinRequest) -> Result<JoinResponse, JoinError> {
+        let token = random_secret("fnt_");
+        let id = uuid::Uuid::new_v4().to_string();
+        let public_key = fleet_api::seal::decode_public_key(&req.public_key).unwrap_or_default();
+        let now = clock::now_ms();
+        let mut info = NodeInfo {
+            labels: sorted(&req.labels),
+            executor_kinds: sorted(&req.executor_kinds),
+            executor_images: req.executor_images.iter().map(|(k, v)| (k.clone(), sorted(v))).collect(),
+            capacity: req.capacity.clone(),
+            secrets: sorted(&req.secrets),
+            version: req.version.clone(),
+            health: Some(Health::Ok),
+            ..Default::default()
+        };
+        info.executor_images.retain(|_, v| !v.is_empty());
+        let row = NodeRow {
+            id: id.clone(),
+            name: req.name.clone(),
+            token_hash: hash(&token).to_vec(),
+            public_key: public_key.to_vec(),
+            joined_ms: now,
+            last_seen_ms: now,
+            info: serde_json::to_string(&info).unwrap_or_default(),
+        };
+        match self.db.join(&hash(&req.join_key), &row, now).await? {
+            JoinOutcome::KeyInvalid => return Err(JoinError::KeyInvalid),
+            JoinOutcome::NameTaken => return Err(JoinError::NameTaken(req.name.clone())),
+            JoinOutcome::Joined => {}
+        }
+        let idr: Id = id.clone().into();
+        let name: Id = req.name.as_str().into();
+        let mut rec = NodeRec {
+            id: idr.clone(),
+            name: name.clone(),
+            token_hash: hash(&token),
+            public_key,
+            joined_ms: now,
+            last_seen_ms: now,
+            info: NodeInfo::default(),
+            allow: BTreeMap::new(),
+        };
+        rec.set_info(info);
+        {
+            let mut st = self.state.write();
+            st.by_token.insert(rec.token_hash, idr.clone());
+            st.by_name.insert(name, idr.clone());
+            st.nodes.insert(idr.clone(), rec);
+            st.desired.insert(idr.clone(), DesiredRec { generation: 1, agents: "[]".into() });
+        }
+        self.hub.publish(&idr, 1);
+        Ok(JoinResponse { node_id: id, node_token: token })
+    }
+
+    /// Takes an observed report (validated). Memory first; the flusher persists it.
+    pub fn report(&self, node: &Id, r: ObservedReport, now: i64) -> ReportOutcome {
+        let mut st = self.state.write();
+        let Some(rec) = st.nodes.get_mut(node) else { return ReportOutcome::Stale };
+        if let (Some(b), Some(seq), Some(old_b), Some(old_seq)) = (&r.boot_id, r.seq, &rec.info.boot_id, rec.info.seq) {
+            if b == old_b && seq <= old_seq {
+                return ReportOutcome::Stale;
+            }
+        }
+        let mut images: BTreeMap<String, Vec<String>> =
+            r.executor_images.into_iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k, sorted(&v))).collect();
+        images.retain(|k, _| r.executor_kinds.contains(k));
+        let info = NodeInfo {
+            labels: sorted(&r.labels),
+            executor_kinds: sorted(&r.executor_kinds),
+            executor_images: images,
+            capacity: r.capacity,
+            secrets: sorted(&r.secrets),
+            version: r.version,
+            health: Some(r.health),
+            observe_seconds: r.observe_seconds,
+            replicas: r.replicas,
+            applied_generation: r.applied_generation,
+            boot_id: r.boot_id,
+            seq: r.seq,
+        };
+        rec.last_seen_ms = now.max(rec.last_seen_ms);
+        rec.set_info(info);
+        st.dirty_nodes.insert(node.clone());
+        ReportOutcome::Accepted
+    }
+
+    /// Persists reported node state; called periodically and at shutdown.
+    pub async fn flush_reports(&self) -> Result<usize, DbError> {
+        let rows: Vec<(String, i64, String)> = {
+            let mut st = self.state.write();
+            let dirty: Vec<Id> = st.dirty_nodes.drain().collect();
+            dirty
+                .iter()
+                .filter_map(|id| st.nodes.get(id))
+                .map(|n| (n.id.to_string(), n.last_seen_ms, serde_json::to_string(&n.info).unwrap_or_default()))
+                .collect()
+        };
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        self.db.update_nodes(&rows).await?;
+        Ok(rows.len())
+    }
+
+    /// The desired body of `node` as served: `{"generation":G,"agents":[…]}`.
+    pub fn desired_body(&self, node: &Id) -> Option<(u64, String)> {
+        let st = self.state.read();
+        st.desired.get(node).map(|d| (d.generation, format!("{{\"generation\":{},\"agents\":{}}}", d.generation, d.agents)))
+    }
+}
+
+fn sorted(v: &[String]) -> Vec<String> {
+    let mut v = v.to_vec();
+    v.sort();
+    v.dedup();
+    v
+}
