@@ -77,7 +77,9 @@ fn digest_ok(d: &str) -> bool {
     match d.split_once(':') {
         Some((alg, hex)) => {
             !alg.is_empty()
-                && alg.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'+' || c == b'.' || c == b'_' || c == b'-')
+                && alg.bytes().all(|c| {
+                    c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'+' || c == b'.' || c == b'_' || c == b'-'
+                })
                 && hex.len() >= 32
                 && hex.bytes().all(|c| c.is_ascii_hexdigit())
         }
@@ -177,9 +179,7 @@ impl AllowList {
 
 /// Convenience for a list not parsed ahead: unparseable entries admit nothing.
 pub fn admits<S: AsRef<str>>(entries: &[S], reference: &str) -> bool {
-    entries
-        .iter()
-        .any(|e| Pattern::parse(e.as_ref()).is_ok_and(|p| p.admits(reference)))
+    entries.iter().any(|e| Pattern::parse(e.as_ref()).is_ok_and(|p| p.admits(reference)))
 }
 
 #[cfg(test)]

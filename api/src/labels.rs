@@ -9,9 +9,7 @@ pub fn requirement_met<S: AsRef<str>>(requirement: &str, labels: &[S]) -> bool {
     labels.iter().any(|l| {
         let l = l.as_ref();
         l == requirement
-            || (l.len() > requirement.len()
-                && l.starts_with(requirement)
-                && l.as_bytes()[requirement.len()] == b'=')
+            || (l.len() > requirement.len() && l.starts_with(requirement) && l.as_bytes()[requirement.len()] == b'=')
     })
 }
 

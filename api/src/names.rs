@@ -11,18 +11,13 @@ pub fn is_agent_key(s: &str) -> bool {
     if b.is_empty() || b.len() > 63 {
         return false;
     }
-    lower_alnum(b[0])
-        && lower_alnum(b[b.len() - 1])
-        && b.iter().all(|&c| lower_alnum(c) || c == b'-')
+    lower_alnum(b[0]) && lower_alnum(b[b.len() - 1]) && b.iter().all(|&c| lower_alnum(c) || c == b'-')
 }
 
 /// Node names: `^[a-z0-9][a-z0-9.-]*$`, at most 100 characters.
 pub fn is_node_name(s: &str) -> bool {
     let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 100
-        && lower_alnum(b[0])
-        && b.iter().all(|&c| lower_alnum(c) || c == b'.' || c == b'-')
+    !b.is_empty() && b.len() <= 100 && lower_alnum(b[0]) && b.iter().all(|&c| lower_alnum(c) || c == b'.' || c == b'-')
 }
 
 /// Labels: `name` or `name=value`, `^[a-z0-9][a-z0-9.-]*(=[a-zA-Z0-9._-]+)?$`.
@@ -37,11 +32,7 @@ pub fn is_label(s: &str) -> bool {
     }
     match value {
         None => true,
-        Some(v) => {
-            !v.is_empty()
-                && v.bytes()
-                    .all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_' || c == b'-')
-        }
+        Some(v) => !v.is_empty() && v.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_' || c == b'-'),
     }
 }
 

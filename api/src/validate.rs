@@ -74,10 +74,7 @@ pub fn secrets(secrets: &[String], field: &str) -> Result<(), FieldError> {
     Ok(())
 }
 
-pub fn kinds_and_images(
-    kinds: &[String],
-    images_by_kind: &BTreeMap<String, Vec<String>>,
-) -> Result<(), FieldError> {
+pub fn kinds_and_images(kinds: &[String], images_by_kind: &BTreeMap<String, Vec<String>>) -> Result<(), FieldError> {
     if kinds.len() > MAX_KINDS {
         return Err(bad("executorKinds", format!("at most {MAX_KINDS} kinds")));
     }
@@ -179,9 +176,11 @@ mod tests {
         observed(&report()).unwrap();
     }
 
+    type Mutation = Box<dyn Fn(&mut ObservedReport)>;
+
     #[test]
     fn each_bad_field_is_named() {
-        let cases: Vec<(Box<dyn Fn(&mut ObservedReport)>, &str)> = vec![
+        let cases: Vec<(Mutation, &str)> = vec![
             (Box::new(|r| r.capacity.slots = 101), "capacity.slots"),
             (Box::new(|r| r.capacity.memory_mb = Some(63)), "capacity.memoryMb"),
             (Box::new(|r| r.capacity.cpus = Some(-1.0)), "capacity.cpus"),

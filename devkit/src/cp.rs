@@ -32,7 +32,12 @@ fn err(status: StatusCode, code: &str) -> Response {
 }
 
 /// Common gate for CP calls: latency, outage, service token for `control-plane`.
-pub(crate) async fn gate(dk: &Devkit, headers: &HeaderMap, audience: &str, down: fn(&crate::Faults) -> bool) -> Result<(), Response> {
+pub(crate) async fn gate(
+    dk: &Devkit,
+    headers: &HeaderMap,
+    audience: &str,
+    down: fn(&crate::Faults) -> bool,
+) -> Result<(), Response> {
     let latency = dk.state.lock().faults.latency_ms;
     if latency > 0 {
         tokio::time::sleep(Duration::from_millis(latency)).await;
@@ -46,14 +51,19 @@ pub(crate) async fn gate(dk: &Devkit, headers: &HeaderMap, audience: &str, down:
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
     match st.service_tokens.get(token) {
         Some((aud, exp)) if aud == audience && *exp > now => Ok(()),
         _ => Err(err(StatusCode::UNAUTHORIZED, "invalid_token")),
     }
 }
 
-async fn list_agents(State(dk): State<Devkit>, headers: HeaderMap, Query(q): Query<HashMap<String, String>>) -> Response {
+async fn list_agents(
+    State(dk): State<Devkit>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
     if let Err(r) = gate(&dk, &headers, "control-plane", |f| f.cp_down).await {
         return r;
     }
@@ -72,7 +82,12 @@ async fn list_agents(State(dk): State<Devkit>, headers: HeaderMap, Query(q): Que
     ([("etag", etag)], Json(json!({"items": items, "nextCursor": next_cursor}))).into_response()
 }
 
-async fn put_identity(State(dk): State<Devkit>, headers: HeaderMap, Path(key): Path<String>, Json(body): Json<Value>) -> Response {
+async fn put_identity(
+    State(dk): State<Devkit>,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+    Json(body): Json<Value>,
+) -> Response {
     if let Err(r) = gate(&dk, &headers, "control-plane", |f| f.cp_down).await {
         return r;
     }
@@ -90,7 +105,12 @@ async fn put_identity(State(dk): State<Devkit>, headers: HeaderMap, Path(key): P
     StatusCode::NO_CONTENT.into_response()
 }
 
-async fn put_status(State(dk): State<Devkit>, headers: HeaderMap, Path(key): Path<String>, Json(body): Json<Value>) -> Response {
+async fn put_status(
+    State(dk): State<Devkit>,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+    Json(body): Json<Value>,
+) -> Response {
     if let Err(r) = gate(&dk, &headers, "control-plane", |f| f.cp_down).await {
         return r;
     }

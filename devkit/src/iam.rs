@@ -69,7 +69,12 @@ fn idem(headers: &HeaderMap) -> Option<String> {
     headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_string).filter(|s| !s.is_empty())
 }
 
-async fn create_principal(State(dk): State<Devkit>, headers: HeaderMap, Path(t): Path<String>, Json(body): Json<Value>) -> Response {
+async fn create_principal(
+    State(dk): State<Devkit>,
+    headers: HeaderMap,
+    Path(t): Path<String>,
+    Json(body): Json<Value>,
+) -> Response {
     if let Err(r) = gate(&dk, &headers, "iam", |f| f.iam_down).await {
         return r;
     }
@@ -103,7 +108,12 @@ fn rfc3339(secs: i64) -> String {
         .unwrap_or_default()
 }
 
-async fn issue_pat(State(dk): State<Devkit>, headers: HeaderMap, Path((t, id)): Path<(String, String)>, Json(body): Json<Value>) -> Response {
+async fn issue_pat(
+    State(dk): State<Devkit>,
+    headers: HeaderMap,
+    Path((t, id)): Path<(String, String)>,
+    Json(body): Json<Value>,
+) -> Response {
     if let Err(r) = gate(&dk, &headers, "iam", |f| f.iam_down).await {
         return r;
     }
@@ -119,7 +129,8 @@ async fn issue_pat(State(dk): State<Devkit>, headers: HeaderMap, Path((t, id)): 
     };
     if let Some(&i) = st.pat_by_key.get(&key) {
         let p = &st.pats[i];
-        return (StatusCode::OK, Json(json!({"id": p.id, "token": p.token, "expiresAt": p.expires_at}))).into_response();
+        return (StatusCode::OK, Json(json!({"id": p.id, "token": p.token, "expiresAt": p.expires_at})))
+            .into_response();
     }
     let strings = |f: &str| -> Option<Vec<String>> {
         body.get(f)?.as_array()?.iter().map(|v| v.as_str().map(str::to_string)).collect()
@@ -127,7 +138,11 @@ async fn issue_pat(State(dk): State<Devkit>, headers: HeaderMap, Path((t, id)): 
     let (Some(audiences), Some(scopes), Some(ttl)) =
         (strings("audiences"), strings("scopeCeiling"), body.get("expiresInSeconds").and_then(|v| v.as_u64()))
     else {
-        return err(StatusCode::BAD_REQUEST, "invalid_request", "audiences, scopeCeiling and expiresInSeconds are required");
+        return err(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "audiences, scopeCeiling and expiresInSeconds are required",
+        );
     };
     if ttl > st.max_ttl_seconds {
         return err(StatusCode::UNPROCESSABLE_ENTITY, "expiry_too_long", "agent PATs live at most 7 days");
@@ -171,7 +186,11 @@ async fn issue_pat(State(dk): State<Devkit>, headers: HeaderMap, Path((t, id)): 
     (StatusCode::CREATED, Json(answer)).into_response()
 }
 
-async fn revoke_pat(State(dk): State<Devkit>, headers: HeaderMap, Path((t, id, cid)): Path<(String, String, String)>) -> Response {
+async fn revoke_pat(
+    State(dk): State<Devkit>,
+    headers: HeaderMap,
+    Path((t, id, cid)): Path<(String, String, String)>,
+) -> Response {
     if let Err(r) = gate(&dk, &headers, "iam", |f| f.iam_down).await {
         return r;
     }

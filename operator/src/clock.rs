@@ -9,10 +9,7 @@ pub fn now_ms() -> i64 {
 pub fn rfc3339_ms(ms: i64) -> String {
     let t = time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
         .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-    t.replace_nanosecond(0)
-        .unwrap_or(t)
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
+    t.replace_nanosecond(0).unwrap_or(t).format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
 }
 
 pub fn parse_rfc3339_ms(s: &str) -> Option<i64> {

@@ -49,7 +49,10 @@ pub struct ClientCredentials {
 
 impl std::fmt::Debug for ClientCredentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientCredentials").field("client_id", &self.client_id).field("client_secret", &"<redacted>").finish()
+        f.debug_struct("ClientCredentials")
+            .field("client_id", &self.client_id)
+            .field("client_secret", &"<redacted>")
+            .finish()
     }
 }
 
@@ -172,7 +175,8 @@ impl Config {
             defaults::TOKEN_TTL_MAX,
         );
         let day = 86_400 * 365;
-        let reconcile_every = Duration::from_secs(r.seconds("FLEET_RECONCILE_SECONDS", defaults::RECONCILE_SECONDS, 1, day));
+        let reconcile_every =
+            Duration::from_secs(r.seconds("FLEET_RECONCILE_SECONDS", defaults::RECONCILE_SECONDS, 1, day));
         let node_offline_after =
             Duration::from_secs(r.seconds("FLEET_NODE_OFFLINE_SECONDS", defaults::NODE_OFFLINE_SECONDS, 1, day));
         let token_revoke_grace = Duration::from_secs(r.seconds(

@@ -82,7 +82,10 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
         iam_issuer: devkit.issuer(),
         iam_tenant: dk_cfg.tenant.clone(),
         jwks_url: devkit.jwks_url(),
-        credentials: Some(ClientCredentials { client_id: dk_cfg.client_id.clone(), client_secret: dk_cfg.client_secret.clone() }),
+        credentials: Some(ClientCredentials {
+            client_id: dk_cfg.client_id.clone(),
+            client_secret: dk_cfg.client_secret.clone(),
+        }),
         audience: crate::config::defaults::AUDIENCE.into(),
         token_audiences: DEV_TOKEN_AUDIENCES.split_whitespace().map(str::to_string).collect(),
         token_scopes: DEV_TOKEN_SCOPES.split_whitespace().map(str::to_string).collect(),

@@ -77,7 +77,8 @@ pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
         tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
     }
     #[cfg(not(unix))]
@@ -86,7 +87,9 @@ pub async fn shutdown_signal() {
 
 async fn join_key(ttl: u64, note: &str) -> anyhow::Result<()> {
     let sc = StoreConfig::from_env();
-    let store = Store::open(&sc.database_url).await.map_err(|e| anyhow::anyhow!("cannot open the store {}: {e}", sc.database_url))?;
+    let store = Store::open(&sc.database_url)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open the store {}: {e}", sc.database_url))?;
     let (key, expires) = store.issue_join_key(Duration::from_secs(ttl), note).await?;
     println!("{key}");
     eprintln!("expires at {}", clock::rfc3339_ms(expires));

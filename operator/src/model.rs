@@ -74,7 +74,9 @@ impl<'de> Deserialize<'de> for Placement {
         let v = serde_json::Value::deserialize(d)?;
         match v {
             serde_json::Value::String(s) if s == "none" => Ok(Placement::None("none")),
-            serde_json::Value::String(s) => Err(serde::de::Error::custom(format!("placement {s:?} is neither \"none\" nor an object"))),
+            serde_json::Value::String(s) => {
+                Err(serde::de::Error::custom(format!("placement {s:?} is neither \"none\" nor an object")))
+            }
             other => PlacementSpec::deserialize(other).map(Placement::Spec).map_err(serde::de::Error::custom),
         }
     }

@@ -55,7 +55,10 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             let now = crate::clock::now_ms();
             for c in store.state.read().creds.values() {
                 if let Some(at) = c.revoke_ms {
-                    ctx.queue.add_after(work::WorkKey::Revoke(c.id.clone()), Duration::from_millis((at - now).max(0) as u64));
+                    ctx.queue.add_after(
+                        work::WorkKey::Revoke(c.id.clone()),
+                        Duration::from_millis((at - now).max(0) as u64),
+                    );
                 }
             }
             work::spawn_workers(&ctx);

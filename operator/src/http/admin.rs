@@ -41,7 +41,8 @@ pub async fn create_join_key(
 pub async fn list_nodes(State(app): State<Arc<App>>, headers: HeaderMap) -> Result<Json<List<NodeView>>, ApiError> {
     app.jwks.admin(&headers, SCOPE_READ).await?;
     let now = clock::now_ms();
-    let mut items: Vec<NodeView> = app.store.state.read().nodes.values().map(|n| n.view(now, app.offline_after)).collect();
+    let mut items: Vec<NodeView> =
+        app.store.state.read().nodes.values().map(|n| n.view(now, app.offline_after)).collect();
     items.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(Json(List { items }))
 }

@@ -120,7 +120,8 @@ impl Jwks {
 
     /// Verifies `token` and returns its scopes.
     pub async fn verify(&self, token: &str) -> Result<Vec<String>, ApiError> {
-        let header = jsonwebtoken::decode_header(token).map_err(|_| ApiError::invalid_token("the token is not a JWT"))?;
+        let header =
+            jsonwebtoken::decode_header(token).map_err(|_| ApiError::invalid_token("the token is not a JWT"))?;
         if !matches!(header.alg, Algorithm::RS256 | Algorithm::ES256 | Algorithm::EdDSA) {
             return Err(ApiError::invalid_token("the token's algorithm is not RS256, ES256 or EdDSA"));
         }

@@ -22,9 +22,7 @@ fn is_limit(e: &axum::Error) -> bool {
 }
 
 pub async fn read_json<T: DeserializeOwned>(headers: &HeaderMap, body: Body, empty_ok: bool) -> Result<T, ApiError> {
-    let declared = headers
-        .get(axum::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let declared = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|len| len > LIMIT as u64) {
         return Err(ApiError::too_large());
     }

@@ -34,7 +34,13 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(store: Arc<Store>, metrics: Arc<Metrics>, ctx: Option<Arc<Ctx>>, jwks: auth::Jwks, offline_after: Duration) -> Arc<App> {
+    pub fn new(
+        store: Arc<Store>,
+        metrics: Arc<Metrics>,
+        ctx: Option<Arc<Ctx>>,
+        jwks: auth::Jwks,
+        offline_after: Duration,
+    ) -> Arc<App> {
         Arc::new(App { store, metrics, ctx, jwks, offline_after, failed_joins: Mutex::new((0, 0)) })
     }
 

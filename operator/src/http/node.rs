@@ -136,7 +136,11 @@ pub async fn observed(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
                 || n.info.executor_kinds != report.executor_kinds
                 || n.info.capacity != report.capacity
                 || n.info.secrets != report.secrets
-                || n.info.executor_images.iter().filter(|(_, v)| !v.is_empty()).ne(report.executor_images.iter().filter(|(_, v)| !v.is_empty()))
+                || n.info
+                    .executor_images
+                    .iter()
+                    .filter(|(_, v)| !v.is_empty())
+                    .ne(report.executor_images.iter().filter(|(_, v)| !v.is_empty()))
                 || n.info.replicas != report.replicas
                 || n.info.health != Some(report.health)
         });

@@ -85,9 +85,11 @@ impl CpClient {
                 return Err(PlatformError::Status { service: SERVICE, status, body: short_body(resp).await });
             }
             if page_no == 0 {
-                first_etag = resp.headers().get(reqwest::header::ETAG).and_then(|v| v.to_str().ok()).map(str::to_string);
+                first_etag =
+                    resp.headers().get(reqwest::header::ETAG).and_then(|v| v.to_str().ok()).map(str::to_string);
             }
-            let page: Page = resp.json().await.map_err(|e| PlatformError::Invalid { service: SERVICE, detail: e.to_string() })?;
+            let page: Page =
+                resp.json().await.map_err(|e| PlatformError::Invalid { service: SERVICE, detail: e.to_string() })?;
             let (good, bad) = parse_agents(page.items);
             agents.extend(good);
             skipped.extend(bad);
@@ -106,7 +108,14 @@ impl CpClient {
 
     async fn put(&self, path: String, body: &impl Serialize) -> Result<(), PlatformError> {
         let token = self.bearer().await?;
-        let resp = self.http.put(format!("{}{path}", self.base)).bearer_auth(token).json(body).send().await.map_err(unreachable)?;
+        let resp = self
+            .http
+            .put(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .map_err(unreachable)?;
         let status = resp.status();
         if status == StatusCode::UNAUTHORIZED {
             self.tokens.forget(AUDIENCE);
@@ -118,7 +127,13 @@ impl CpClient {
         }
     }
 
-    pub async fn put_identity(&self, key: &str, issuer: &str, tenant: &str, principal: &str) -> Result<(), PlatformError> {
+    pub async fn put_identity(
+        &self,
+        key: &str,
+        issuer: &str,
+        tenant: &str,
+        principal: &str,
+    ) -> Result<(), PlatformError> {
         self.put(
             format!("/api/v1/agents/{key}/identity"),
             &IdentityBody { issuer, iam_tenant_id: tenant, iam_principal_id: principal },

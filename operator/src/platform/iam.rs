@@ -92,12 +92,20 @@ impl IamClient {
             .await
             .map_err(|e| PlatformError::Invalid { service: SERVICE, detail: e.to_string() })?;
         if c.id.is_empty() || c.id.len() > 200 {
-            return Err(PlatformError::Invalid { service: SERVICE, detail: "principal id is empty or too long".into() });
+            return Err(PlatformError::Invalid {
+                service: SERVICE,
+                detail: "principal id is empty or too long".into(),
+            });
         }
         Ok(c.id)
     }
 
-    pub async fn issue_pat(&self, principal: &str, idempotency_key: &str, req: &PatRequest) -> Result<IssuedPat, PlatformError> {
+    pub async fn issue_pat(
+        &self,
+        principal: &str,
+        idempotency_key: &str,
+        req: &PatRequest,
+    ) -> Result<IssuedPat, PlatformError> {
         let token = self.tokens.token(AUDIENCE).await?;
         let resp = self
             .http
@@ -115,7 +123,10 @@ impl IamClient {
             .await
             .map_err(|e| PlatformError::Invalid { service: SERVICE, detail: e.to_string() })?;
         if pat.id.is_empty() || pat.token.is_empty() || pat.token.len() > 8192 {
-            return Err(PlatformError::Invalid { service: SERVICE, detail: "PAT answer lacks an id or a token".into() });
+            return Err(PlatformError::Invalid {
+                service: SERVICE,
+                detail: "PAT answer lacks an id or a token".into(),
+            });
         }
         Ok(pat)
     }

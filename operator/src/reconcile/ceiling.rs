@@ -59,14 +59,12 @@ pub fn ceiling(agent: &Agent, token_audiences: &[String], token_scopes: &[String
         if !audiences.contains(&aud) || scope == NEVER {
             continue;
         }
-        match &agent_ceiling {
-            Some(c) => {
-                if !c.contains(&(aud.clone(), scope.clone())) {
-                    continue;
-                }
-            }
-            None if privileged(&scope) => continue,
-            None => {}
+        let admitted = match &agent_ceiling {
+            Some(c) => c.contains(&(aud.clone(), scope.clone())),
+            None => !privileged(&scope),
+        };
+        if !admitted {
+            continue;
         }
         scopes.insert(written(&aud, &scope));
     }
@@ -114,7 +112,10 @@ mod tests {
     fn scopes_follow_audiences_by_prefix_and_by_equals() {
         let a = agent(json!({"audiences": ["notification-service"]}), &[]);
         let c = ceiling(&a, &s(&["notification-service"]), &s(SCOPES));
-        assert_eq!(c.scopes, s(&["control-plane:read", "control-plane:write", "notification-service=notifications:send"]));
+        assert_eq!(
+            c.scopes,
+            s(&["control-plane:read", "control-plane:write", "notification-service=notifications:send"])
+        );
     }
 
     #[test]

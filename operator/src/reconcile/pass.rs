@@ -155,11 +155,8 @@ pub async fn pass(ctx: &Ctx) -> Result<(), crate::store::db::DbError> {
                 capacity: n.info.capacity.clone(),
             })
             .collect();
-        let creds: HashMap<(Id, Id), crate::store::Cred> = st
-            .active
-            .iter()
-            .filter_map(|(pair, id)| st.creds.get(id).map(|c| (pair.clone(), c.clone())))
-            .collect();
+        let creds: HashMap<(Id, Id), crate::store::Cred> =
+            st.active.iter().filter_map(|(pair, id)| st.creds.get(id).map(|c| (pair.clone(), c.clone()))).collect();
         let desired_inputs: HashMap<Id, u64> = st.desired.iter().map(|(k, v)| (k.clone(), v.generation)).collect();
         (
             st.agents.clone(),
@@ -330,13 +327,15 @@ fn compute_statuses(
         let mut pending_pat: Option<String> = None;
         for r in 0..desired {
             let bound = outcome.bindings.get(&(key.clone(), r));
-            let node = bound.map(|n| (names.get(n).map(|x| &**x).unwrap_or("?"), online.get(n).copied().unwrap_or(false)));
+            let node =
+                bound.map(|n| (names.get(n).map(|x| &**x).unwrap_or("?"), online.get(n).copied().unwrap_or(false)));
             let report = bound
                 .and_then(|n| st.nodes.get(n))
                 .and_then(|n| n.info.replicas.iter().find(|p| p.agent_key == a.key && p.replica == r));
             if let Some(n) = bound {
                 if !creds.contains_key(&(key.clone(), n.clone())) && pending_pat.is_none() {
-                    pending_pat = Some(format!("issuing the PAT for node {}", names.get(n).map(|x| &**x).unwrap_or("?")));
+                    pending_pat =
+                        Some(format!("issuing the PAT for node {}", names.get(n).map(|x| &**x).unwrap_or("?")));
                 }
             }
             replicas.push(ReplicaInput { replica: r, node, stuck: outcome.stuck.contains(&(key.clone(), r)), report });
@@ -406,7 +405,8 @@ fn set_gauges(ctx: &Ctx, views: &[fleet_api::PlacementView], now: i64) {
     }
     let mut pl: HashMap<(String, String), i64> = HashMap::new();
     for v in views {
-        let status = serde_json::to_value(v.status).ok().and_then(|s| s.as_str().map(str::to_string)).unwrap_or_default();
+        let status =
+            serde_json::to_value(v.status).ok().and_then(|s| s.as_str().map(str::to_string)).unwrap_or_default();
         *pl.entry((status, v.reason.clone().unwrap_or_default())).or_default() += v.replicas as i64;
     }
     ctx.metrics.placements.clear();

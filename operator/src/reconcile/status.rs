@@ -131,7 +131,10 @@ pub fn derive(input: &StatusInput) -> StatusBody {
         let name = r.node.map(|(n, _)| n).unwrap_or("?");
         return body(
             Phase::NodeUnavailable,
-            reason(codes::NODE_UNAVAILABLE, format!("node {name} is offline and no other node fits replica {}", r.replica)),
+            reason(
+                codes::NODE_UNAVAILABLE,
+                format!("node {name} is offline and no other node fits replica {}", r.replica),
+            ),
         );
     }
     if ready >= input.desired {
@@ -187,7 +190,8 @@ mod tests {
         let b = derive(&s);
         assert_eq!((b.phase, b.reason.unwrap().message.as_str()), (Phase::Pending, "IAM unreachable"));
 
-        let b = derive(&input(vec![ri(0, Some(("w1", true)), Some(&crash)), ri(1, Some(("w2", true)), Some(&running))]));
+        let b =
+            derive(&input(vec![ri(0, Some(("w1", true)), Some(&crash)), ri(1, Some(("w2", true)), Some(&running))]));
         assert_eq!(b.phase, Phase::CrashLooping);
         assert_eq!(b.reason.unwrap().message, "boom");
 

@@ -90,7 +90,11 @@ async fn identity(ctx: &Ctx, agent: &Id) -> Outcome {
                     tracing::error!(agent = %agent, error = %e, "cannot store principal");
                     return Outcome::Failed;
                 }
-                ctx.store.state.write().identities.insert(agent.clone(), IdentityRec { principal_id: id.clone(), bound: false });
+                ctx.store
+                    .state
+                    .write()
+                    .identities
+                    .insert(agent.clone(), IdentityRec { principal_id: id.clone(), bound: false });
                 tracing::info!(agent = %agent, principal = %id, "IAM principal ready");
                 id
             }
@@ -108,7 +112,11 @@ async fn identity(ctx: &Ctx, agent: &Id) -> Outcome {
                 tracing::error!(agent = %agent, error = %e, "cannot store identity binding");
                 return Outcome::Failed;
             }
-            ctx.store.state.write().identities.insert(agent.clone(), IdentityRec { principal_id: principal, bound: true });
+            ctx.store
+                .state
+                .write()
+                .identities
+                .insert(agent.clone(), IdentityRec { principal_id: principal, bound: true });
             clear_error(ctx, agent);
             tracing::info!(agent = %agent, "identity bound in the CP");
             ctx.kick();
@@ -159,7 +167,11 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
                 tracing::error!(agent = %agent, error = %e, "cannot store PAT counter");
                 return Outcome::Failed;
             }
-            ctx.store.state.write().pairs.insert((agent.clone(), node.clone()), PairRec { next_n: n + 1, pending_n: Some(n) });
+            ctx.store
+                .state
+                .write()
+                .pairs
+                .insert((agent.clone(), node.clone()), PairRec { next_n: n + 1, pending_n: Some(n) });
             n
         }
     };
@@ -197,7 +209,9 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
         issued_ms: now,
         revoke_ms: None,
     };
-    if let Err(e) = ctx.store.db.store_credential(&row, (n + 1) as i64, retire.as_ref().map(|(id, at)| (id.as_str(), *at))).await {
+    if let Err(e) =
+        ctx.store.db.store_credential(&row, (n + 1) as i64, retire.as_ref().map(|(id, at)| (id.as_str(), *at))).await
+    {
         tracing::error!(agent = %agent, error = %e, "cannot store credential; the retry replays it");
         return Outcome::Failed;
     }

@@ -107,19 +107,19 @@ impl Db {
     /// Marks the key used and creates the node in one transaction; a refusal leaves the key usable.
     pub async fn join(&self, key_hash: &[u8], node: &NodeRow, now_ms: i64) -> Result<JoinOutcome, DbError> {
         let mut tx = self.pool.begin().await?;
-        let taken = sqlx::query(
-            "UPDATE join_keys SET used_ms = ? WHERE hash = ? AND used_ms IS NULL AND expires_ms > ?",
-        )
-        .bind(now_ms)
-        .bind(key_hash)
-        .bind(now_ms)
-        .execute(&mut *tx)
-        .await?;
+        let taken =
+            sqlx::query("UPDATE join_keys SET used_ms = ? WHERE hash = ? AND used_ms IS NULL AND expires_ms > ?")
+                .bind(now_ms)
+                .bind(key_hash)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await?;
         if taken.rows_affected() != 1 {
             tx.rollback().await?;
             return Ok(JoinOutcome::KeyInvalid);
         }
-        let exists = sqlx::query("SELECT 1 FROM nodes WHERE name = ?").bind(&node.name).fetch_optional(&mut *tx).await?;
+        let exists =
+            sqlx::query("SELECT 1 FROM nodes WHERE name = ?").bind(&node.name).fetch_optional(&mut *tx).await?;
         if exists.is_some() {
             tx.rollback().await?;
             return Ok(JoinOutcome::NameTaken);
@@ -196,11 +196,13 @@ impl Db {
                 .await?;
         }
         for (k, v) in &w.kv {
-            sqlx::query("INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
-                .bind(k)
-                .bind(v)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(
+                "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            )
+            .bind(k)
+            .bind(v)
+            .execute(&mut *tx)
+            .await?;
         }
         tx.commit().await?;
         Ok(())
@@ -249,7 +251,11 @@ impl Db {
             .execute(&mut *tx)
             .await?;
         if let Some((id, at)) = retire {
-            sqlx::query("UPDATE credentials SET revoke_ms = ? WHERE id = ?").bind(at).bind(id).execute(&mut *tx).await?;
+            sqlx::query("UPDATE credentials SET revoke_ms = ? WHERE id = ?")
+                .bind(at)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(())
@@ -333,7 +339,12 @@ impl Db {
             .into_iter()
             .map(|r| (r.get(0), r.get(1)))
             .collect();
-        let kv = sqlx::query("SELECT key, value FROM kv").fetch_all(p).await?.into_iter().map(|r| (r.get(0), r.get(1))).collect();
+        let kv = sqlx::query("SELECT key, value FROM kv")
+            .fetch_all(p)
+            .await?
+            .into_iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
         Ok(Snapshot { nodes, placements, identities, pairs, credentials, desired, statuses, kv })
     }
 }
@@ -350,6 +361,10 @@ pub struct PassWrite {
 
 impl PassWrite {
     pub fn is_empty(&self) -> bool {
-        self.unbind.is_empty() && self.bind.is_empty() && self.desired.is_empty() && self.retire.is_empty() && self.kv.is_empty()
+        self.unbind.is_empty()
+            && self.bind.is_empty()
+            && self.desired.is_empty()
+            && self.retire.is_empty()
+            && self.kv.is_empty()
     }
 }

@@ -36,8 +36,7 @@ impl Drop for HeldGuard {
 
 impl Hub {
     fn slot<'a>(map: &'a mut HashMap<Arc<str>, Slot>, node: &Arc<str>) -> &'a mut Slot {
-        map.entry(node.clone())
-            .or_insert_with(|| Slot { tx: watch::channel(0).0, held: Arc::new(AtomicUsize::new(0)) })
+        map.entry(node.clone()).or_insert_with(|| Slot { tx: watch::channel(0).0, held: Arc::new(AtomicUsize::new(0)) })
     }
 
     /// Announces `generation` for `node`, waking its held polls if it changed.

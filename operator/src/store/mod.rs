@@ -258,7 +258,10 @@ impl Store {
             st.identities.insert(agent.into(), IdentityRec { principal_id, bound });
         }
         for (agent, node, next_n, pending_n) in snap.pairs {
-            st.pairs.insert((agent.into(), node.into()), PairRec { next_n: next_n as u64, pending_n: pending_n.map(|n| n as u64) });
+            st.pairs.insert(
+                (agent.into(), node.into()),
+                PairRec { next_n: next_n as u64, pending_n: pending_n.map(|n| n as u64) },
+            );
         }
         for row in snap.credentials {
             let c = Cred::from_row(row);
@@ -410,7 +413,9 @@ impl Store {
     /// The desired body of `node` as served: `{"generation":G,"agents":[…]}`.
     pub fn desired_body(&self, node: &Id) -> Option<(u64, String)> {
         let st = self.state.read();
-        st.desired.get(node).map(|d| (d.generation, format!("{{\"generation\":{},\"agents\":{}}}", d.generation, d.agents)))
+        st.desired
+            .get(node)
+            .map(|d| (d.generation, format!("{{\"generation\":{},\"agents\":{}}}", d.generation, d.agents)))
     }
 }
 
