@@ -92,6 +92,19 @@ impl Devkit {
     }
 
     /// Applies `f` to an agent's JSON and bumps the ETag. Returns false if unknown.
+    /// Inserts or replaces several agents at once: the CP never shows half of them.
+    pub fn put_agents(&self, agents: Vec<serde_json::Value>) {
+        let mut st = self.state.lock();
+        for a in agents {
+            st.put_agent(a);
+        }
+    }
+
+    /// Calls of one name the devkit answered (e.g. `list_agents`, `put_status`).
+    pub fn calls(&self, name: &str) -> u64 {
+        self.state.lock().calls.get(name).copied().unwrap_or(0)
+    }
+
     pub fn edit_agent(&self, key: &str, f: impl FnOnce(&mut serde_json::Value)) -> bool {
         self.state.lock().edit_agent(key, f)
     }

@@ -63,6 +63,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             }
             work::spawn_workers(&ctx);
             tasks.push(tokio::spawn(pass::run(ctx.clone())));
+            tasks.push(tokio::spawn(pass::watch_cp(ctx.clone())));
             ctx.kick();
             Some(ctx)
         }

@@ -26,16 +26,23 @@ pub const VANISHED_DRAIN: Duration = Duration::from_secs(30);
 
 /// The pass loop: runs on every trigger (coalesced) and every `FLEET_RECONCILE_SECONDS`.
 pub async fn run(ctx: Arc<Ctx>) {
+    // The earliest instant an online node crosses its offline threshold: a node going silent
+    // is no event, so the loop wakes for it. With healthy reports this instant keeps receding.
+    let mut next_offline: Option<i64> = None;
     loop {
+        let tick = match next_offline {
+            Some(at) => ctx.cfg.reconcile_every.min(Duration::from_millis((at - clock::now_ms()).max(0) as u64)),
+            None => ctx.cfg.reconcile_every,
+        };
         tokio::select! {
             _ = ctx.trigger.notified() => {}
-            _ = tokio::time::sleep(ctx.cfg.reconcile_every) => {}
+            _ = tokio::time::sleep(tick) => {}
         }
         // A short settle lets a burst of reports land in one pass.
         tokio::time::sleep(Duration::from_millis(20)).await;
         let started = Instant::now();
         match pass(&ctx).await {
-            Ok(()) => {}
+            Ok(at) => next_offline = at,
             Err(e) => {
                 ctx.metrics.pass_errors.inc();
                 tracing::error!(error = %e, "reconcile pass failed; the next one retries");
@@ -49,10 +56,32 @@ pub async fn run(ctx: Arc<Ctx>) {
     }
 }
 
-async fn refresh_agents(ctx: &Ctx, w: &mut PassWrite) {
+/// How often the CP watcher asks whether the agent list changed. With the ETag an unchanged
+/// list costs one `304`, so agent changes reach nodes in seconds whatever the tick.
+pub const CP_WATCH_EVERY: Duration = Duration::from_secs(2);
+
+/// Watches the CP's agent list and triggers a pass when it changed (the "CP change" trigger).
+pub async fn watch_cp(ctx: Arc<Ctx>) {
+    loop {
+        tokio::time::sleep(CP_WATCH_EVERY).await;
+        let mut w = PassWrite::default();
+        if refresh_agents(&ctx, &mut w).await {
+            if let Err(e) = ctx.store.db.apply_pass(&w).await {
+                tracing::error!(error = %e, "cannot store the agent list");
+            }
+            ctx.kick();
+        }
+    }
+}
+
+/// Reads the agent list; returns whether it changed (and stores it in memory; the caller persists `w`).
+async fn refresh_agents(ctx: &Ctx, w: &mut PassWrite) -> bool {
     let etag = ctx.store.state.read().agents_etag.clone();
     match ctx.cp.list_agents(etag.as_deref()).await {
-        Ok(AgentsFetch::NotModified) => ctx.metrics.call("cp", "list_agents", "not_modified"),
+        Ok(AgentsFetch::NotModified) => {
+            ctx.metrics.call("cp", "list_agents", "not_modified");
+            false
+        }
         Ok(AgentsFetch::List { mut agents, skipped, etag }) => {
             ctx.metrics.call("cp", "list_agents", "ok");
             for s in &skipped {
@@ -71,10 +100,12 @@ async fn refresh_agents(ctx: &Ctx, w: &mut PassWrite) {
                 st.set_agents(Arc::new(agents));
                 st.agents_etag = etag;
             }
+            changed
         }
         Err(e) => {
             ctx.metrics.call("cp", "list_agents", e.outcome());
             tracing::warn!(error = %e, "cannot read agents from the CP; using the last known list");
+            false
         }
     }
 }
@@ -132,7 +163,8 @@ fn desired_agent(a: &Agent, reps: &[u32], c: &crate::store::Cred, tenant: &str) 
     }
 }
 
-pub async fn pass(ctx: &Ctx) -> Result<(), crate::store::db::DbError> {
+/// One pass. Returns the instant (ms) the next online node would go offline, if any.
+pub async fn pass(ctx: &Ctx) -> Result<Option<i64>, crate::store::db::DbError> {
     let mut w = PassWrite::default();
     refresh_agents(ctx, &mut w).await;
     let now = clock::now_ms();
@@ -170,6 +202,14 @@ pub async fn pass(ctx: &Ctx) -> Result<(), crate::store::db::DbError> {
         )
     };
     let online: HashMap<Id, bool> = facts.iter().map(|f| (f.id.clone(), f.online)).collect();
+    let next_offline = {
+        let st = ctx.store.state.read();
+        st.nodes
+            .values()
+            .filter(|n| n.online(now, offline_after))
+            .map(|n| n.last_seen_ms + n.threshold(offline_after).as_millis() as i64 + 1)
+            .min()
+    };
     let names: HashMap<Id, Id> = facts.iter().map(|f| (f.id.clone(), f.name.clone())).collect();
 
     // Place.
@@ -303,7 +343,7 @@ pub async fn pass(ctx: &Ctx) -> Result<(), crate::store::db::DbError> {
     for key in to_send {
         ctx.queue.add(WorkKey::Status(key));
     }
-    Ok(())
+    Ok(next_offline)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -1,0 +1,308 @@
+//! Test harness: devkit in-process, the controller either in-process or as a real child
+//! process (so it can be `SIGKILL`ed), and nodes as plain HTTP clients of the node protocol.
+#![allow(dead_code)]
+
+use fleet_devkit::{Devkit, DevkitConfig};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub async fn devkit() -> Devkit {
+    Devkit::start(DevkitConfig::default(), "127.0.0.1:0".parse().unwrap()).await.unwrap()
+}
+
+/// The controller's environment for a devkit and a data directory.
+pub fn env_for(dk: &Devkit, data: &Path, port: u16, metrics_port: u16) -> HashMap<String, String> {
+    let c = &dk.config;
+    [
+        ("FLEET_LISTEN", format!("127.0.0.1:{port}")),
+        ("FLEET_METRICS_LISTEN", format!("127.0.0.1:{metrics_port}")),
+        ("FLEET_DATA_DIR", data.display().to_string()),
+        ("FLEET_CONTROL_PLANE_URL", dk.url.clone()),
+        ("FLEET_IAM_URL", dk.url.clone()),
+        ("FLEET_IAM_ISSUER", dk.issuer()),
+        ("FLEET_IAM_TENANT", c.tenant.clone()),
+        ("FLEET_JWKS_URL", dk.jwks_url()),
+        ("FLEET_CLIENT_ID", c.client_id.clone()),
+        ("FLEET_CLIENT_SECRET", c.client_secret.clone()),
+        ("FLEET_TOKEN_AUDIENCES", "notification-service".into()),
+        ("FLEET_TOKEN_SCOPES", "control-plane:read notification-service=notifications:send".into()),
+        ("FLEET_RECONCILE_SECONDS", "3600".into()),
+        ("FLEET_NODE_OFFLINE_SECONDS", "3".into()),
+        ("RUST_LOG", "info".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// The controller binary as a child process.
+pub struct ControllerProcess {
+    pub child: Child,
+    pub url: String,
+    pub env: HashMap<String, String>,
+    pub log: PathBuf,
+}
+
+impl ControllerProcess {
+    pub async fn spawn(env: HashMap<String, String>, log: PathBuf) -> ControllerProcess {
+        let url = format!("http://{}", env["FLEET_LISTEN"]);
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_fleet-controller"))
+            .arg("serve")
+            .env_clear()
+            .envs(&env)
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        let p = ControllerProcess { child, url, env, log };
+        p.wait_healthy().await;
+        p
+    }
+
+    pub async fn wait_healthy(&self) {
+        let c = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = c.get(format!("{}/healthz", self.url)).send().await {
+                if r.status() == 200 {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "controller did not become healthy; log:\n{}", self.log_text());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `SIGKILL`: no shutdown hook runs.
+    pub fn kill9(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `f` until it returns `Some`, or panics with `what` after `secs`.
+pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// An admin client.
+#[derive(Clone)]
+pub struct Admin {
+    pub http: reqwest::Client,
+    pub url: String,
+    pub token: String,
+}
+
+impl Admin {
+    pub fn new(url: &str, token: String) -> Admin {
+        Admin { http: reqwest::Client::new(), url: url.to_string(), token }
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
+        let r = self.http.get(format!("{}{path}", self.url)).bearer_auth(&self.token).send().await.unwrap();
+        let s = r.status();
+        (s, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn join_key(&self) -> String {
+        let r = self
+            .http
+            .post(format!("{}/api/v1/join-keys", self.url))
+            .bearer_auth(&self.token)
+            .json(&json!({"ttlSeconds": 600, "note": "test"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        r.json::<Value>().await.unwrap()["joinKey"].as_str().unwrap().to_string()
+    }
+
+    pub async fn placements(&self) -> Vec<Value> {
+        let (s, v) = self.get("/api/v1/placements").await;
+        assert_eq!(s, 200);
+        v["items"].as_array().unwrap().clone()
+    }
+
+    pub async fn nodes(&self) -> Vec<Value> {
+        let (s, v) = self.get("/api/v1/nodes").await;
+        assert_eq!(s, 200);
+        v["items"].as_array().unwrap().clone()
+    }
+}
+
+/// A node speaking the protocol over HTTP, with its own X25519 key.
+#[derive(Clone)]
+pub struct TestNode {
+    pub http: reqwest::Client,
+    pub url: String,
+    pub name: String,
+    pub secret_key: [u8; 32],
+    pub public_key: [u8; 32],
+    pub id: String,
+    pub token: String,
+    pub announce: Value,
+    pub boot: String,
+    pub seq: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl TestNode {
+    /// `announce`: labels, executorKinds, executorImages, capacity, secrets.
+    pub fn new(url: &str, name: &str, announce: Value) -> TestNode {
+        let (secret_key, public_key) = fleet_api::seal::generate_keypair();
+        TestNode {
+            http: reqwest::Client::new(),
+            url: url.to_string(),
+            name: name.to_string(),
+            secret_key,
+            public_key,
+            id: String::new(),
+            token: String::new(),
+            announce,
+            boot: uuid_like(),
+            seq: Default::default(),
+        }
+    }
+
+    pub fn join_body(&self, key: &str) -> Value {
+        use base64::Engine;
+        let mut b = self.announce.clone();
+        b["joinKey"] = json!(key);
+        b["name"] = json!(self.name);
+        b["publicKey"] = json!(base64::engine::general_purpose::STANDARD.encode(self.public_key));
+        b["version"] = json!("test");
+        b
+    }
+
+    pub async fn try_join(&self, key: &str) -> (StatusCode, Value) {
+        let r =
+            self.http.post(format!("{}/api/v1/nodes:join", self.url)).json(&self.join_body(key)).send().await.unwrap();
+        let s = r.status();
+        (s, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn join(&mut self, key: &str) {
+        let (s, v) = self.try_join(key).await;
+        assert_eq!(s, 201, "{v}");
+        self.id = v["nodeId"].as_str().unwrap().to_string();
+        self.token = v["nodeToken"].as_str().unwrap().to_string();
+    }
+
+    /// `GET desired`; returns (status, body or Null).
+    pub async fn desired(&self, since: Option<u64>, wait: u64) -> (StatusCode, Value) {
+        let mut q = vec![("wait", wait.to_string())];
+        if let Some(s) = since {
+            q.push(("since", s.to_string()));
+        }
+        let r = self
+            .http
+            .get(format!("{}/api/v1/nodes/me/desired", self.url))
+            .query(&q)
+            .bearer_auth(&self.token)
+            .timeout(Duration::from_secs(wait + 10))
+            .send()
+            .await
+            .unwrap();
+        let s = r.status();
+        (s, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn generation(&self) -> u64 {
+        let (s, v) = self.desired(None, 0).await;
+        assert_eq!(s, 200, "{v}");
+        v["generation"].as_u64().unwrap()
+    }
+
+    /// Reports `replicas` (agentKey, replica, state, revision) as running state.
+    pub async fn report(&self, replicas: &[(&str, u32, &str, u64)]) -> StatusCode {
+        let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        let mut b = self.announce.clone();
+        b["appliedGeneration"] = json!(0);
+        b["health"] = json!("ok");
+        b["version"] = json!("test");
+        b["bootId"] = json!(self.boot);
+        b["seq"] = json!(seq);
+        b["replicas"] = json!(replicas
+            .iter()
+            .map(|(a, r, s, rev)| json!({"agentKey": a, "replica": r, "state": s, "revision": rev,
+                                        "restarts": 0, "lastExitCode": null, "message": null}))
+            .collect::<Vec<_>>());
+        self.put_observed(&b).await
+    }
+
+    pub async fn put_observed(&self, body: &Value) -> StatusCode {
+        self.http
+            .put(format!("{}/api/v1/nodes/me/observed", self.url))
+            .bearer_auth(&self.token)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    }
+
+    /// Opens the sealed PAT of `agent` in a desired state.
+    pub fn open_pat(&self, desired: &Value, agent: &str) -> Option<String> {
+        let a = desired["agents"].as_array()?.iter().find(|a| a["agentKey"] == agent)?;
+        let ct = a["identity"]["credential"]["ciphertext"].as_str()?;
+        let plain = fleet_api::seal::open(&self.secret_key, ct).ok()?;
+        String::from_utf8(plain).ok()
+    }
+}
+
+fn uuid_like() -> String {
+    format!("{:016x}", rand_u64())
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(Instant::now().elapsed().as_nanos() as u64);
+    h.finish()
+}
+
+/// A CP agent item.
+pub fn agent(key: &str, kind: &str, replicas: u32) -> Value {
+    json!({"key": key, "revision": 1, "state": "running",
+           "identity": {"kind": "agent"}, "executor": {"kind": kind, "image": null},
+           "placement": {"replicas": replicas, "requires": [], "secrets": []}, "drainSeconds": 5})
+}
+
+pub fn in_process_config(dk: &Devkit, data: &Path) -> fleet_controller::config::Config {
+    let env = env_for(dk, data, 0, 0);
+    let mut cfg = fleet_controller::config::Config::from_lookup(&|k| env.get(k).cloned()).unwrap();
+    cfg.listen = "127.0.0.1:0".parse::<SocketAddr>().unwrap();
+    cfg.metrics_listen = "127.0.0.1:0".parse::<SocketAddr>().unwrap();
+    cfg
+}
