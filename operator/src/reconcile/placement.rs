@@ -8,8 +8,9 @@
 //! stale push it back with the true value. Sticky replicas are checked one by one, in order.
 
 use fleet_api::{codes, images::AllowList, labels, Capacity};
+use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::Arc;
 
 /// What placement needs to know about one node.
@@ -151,6 +152,13 @@ pub fn place(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> Ou
         rank[i as usize] = r as u32;
     }
     let by_id: HashMap<&str, u32> = nodes.iter().enumerate().map(|(i, n)| (&*n.id, i as u32)).collect();
+    // Previous bindings usually share the node ids' allocations: look them up by pointer
+    // first, by content only when that misses.
+    let by_ptr: HashMap<usize, u32> =
+        nodes.iter().enumerate().map(|(i, n)| (Arc::as_ptr(&n.id) as *const u8 as usize, i as u32)).collect();
+    let node_index = |id: &Arc<str>| -> Option<u32> {
+        by_ptr.get(&(Arc::as_ptr(id) as *const u8 as usize)).copied().or_else(|| by_id.get(&**id).copied())
+    };
     let mut room: Vec<Room> = nodes
         .iter()
         .map(|n| Room { slots: n.capacity.slots, cpus: n.capacity.cpus.map(milli), mem: n.capacity.memory_mb })
@@ -159,7 +167,7 @@ pub fn place(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> Ou
     let mut ds: Vec<&Demand> = demands.iter().collect();
     ds.sort_by(|a, b| a.key.cmp(&b.key));
 
-    let mut sig_of: HashMap<Signature, usize> = HashMap::new();
+    let mut sig_of: HashMap<Signature, usize> = HashMap::default();
     let mut sigs: Vec<Signature> = Vec::new();
     let demand_sig: Vec<usize> = ds
         .iter()
@@ -184,39 +192,61 @@ pub fn place(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> Ou
             })
         })
         .collect();
-    // Static fit of (signature, node), memoised: sticky checks repeat it for every replica.
-    let mut fit_memo: HashMap<(usize, u32), bool> = HashMap::new();
+    // Static fit of (signature, node), memoised: dense when small enough, else computed.
+    let dense = sigs.len().saturating_mul(nodes.len()) <= 8_000_000;
+    let mut fit_memo: Vec<u8> = if dense { vec![0; sigs.len() * nodes.len()] } else { Vec::new() };
+    let mut static_fit = |sig: usize, ni: u32| -> bool {
+        if !dense {
+            return first_failure(&sigs[sig], &nodes[ni as usize]).is_none();
+        }
+        let slot = &mut fit_memo[sig * nodes.len() + ni as usize];
+        if *slot == 0 {
+            *slot = if first_failure(&sigs[sig], &nodes[ni as usize]).is_none() { 1 } else { 2 };
+        }
+        *slot == 1
+    };
 
     let mut out = Outcome::default();
-    let mut unbound: Vec<(usize, u32)> = Vec::new(); // (demand index, replica)
+    // Bindings are collected in a vector and bulk-built into the map at the end.
+    let mut bound: Vec<((Arc<str>, u32), Arc<str>)> = Vec::with_capacity(previous.len());
+    let mut unbound: Vec<(usize, u32, Option<u32>)> = Vec::new(); // (demand, replica, previous node)
 
     // 1. Sticky replicas keep their node when it still fits after those before them.
+    // `previous` and the demands are both ordered by agent key: walk them together.
+    let mut prev_iter = previous.iter().peekable();
+    let mut prev_nodes: Vec<Option<u32>> = Vec::new();
     for (di, d) in ds.iter().enumerate() {
+        while prev_iter.peek().is_some_and(|((k, _), _)| **k < *d.key) {
+            prev_iter.next();
+        }
+        prev_nodes.clear();
+        prev_nodes.resize(d.replicas as usize, None);
+        while let Some(((k, r), n)) = prev_iter.peek() {
+            if **k != *d.key {
+                break;
+            }
+            if (*r as usize) < prev_nodes.len() {
+                prev_nodes[*r as usize] = node_index(n);
+            }
+            prev_iter.next();
+        }
         let sig = demand_sig[di];
         let need = Need { cpus: sigs[sig].cpus, mem: sigs[sig].mem };
         for r in 0..d.replicas {
-            let prev = previous.get(&(d.key.clone(), r)).and_then(|id| by_id.get(&**id).copied());
-            let kept = prev.is_some_and(|ni| {
-                let fits = *fit_memo
-                    .entry((sig, ni))
-                    .or_insert_with(|| first_failure(&sigs[sig], &nodes[ni as usize]).is_none());
-                if fits && room[ni as usize].fits(&need) {
+            let prev = prev_nodes[r as usize];
+            match prev {
+                Some(ni) if static_fit(sig, ni) && room[ni as usize].fits(&need) => {
                     room[ni as usize].take(&need);
-                    out.bindings.insert((d.key.clone(), r), nodes[ni as usize].id.clone());
-                    true
-                } else {
-                    false
+                    bound.push(((d.key.clone(), r), nodes[ni as usize].id.clone()));
                 }
-            });
-            if !kept {
-                unbound.push((di, r));
+                _ => unbound.push((di, r, prev)),
             }
         }
     }
 
     // 2. New (and moving) replicas, in order of agent key then index.
-    let mut states: HashMap<usize, SigState> = HashMap::new();
-    for (di, r) in unbound {
+    let mut states: HashMap<usize, SigState> = HashMap::default();
+    for (di, r, prev) in unbound {
         let d = ds[di];
         let sig = demand_sig[di];
         let need = Need { cpus: sigs[sig].cpus, mem: sigs[sig].mem };
@@ -254,15 +284,12 @@ pub fn place(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> Ou
             break;
         }
         match chosen {
-            Some(ni) => {
-                out.bindings.insert((d.key.clone(), r), nodes[ni].id.clone());
-            }
+            Some(ni) => bound.push(((d.key.clone(), r), nodes[ni].id.clone())),
             None => {
-                let prev = previous.get(&(d.key.clone(), r)).and_then(|id| by_id.get(&**id).copied());
                 match prev {
                     // Nowhere to go and the old node is offline: stay bound, return with it.
                     Some(ni) if !nodes[ni as usize].online => {
-                        out.bindings.insert((d.key.clone(), r), nodes[ni as usize].id.clone());
+                        bound.push(((d.key.clone(), r), nodes[ni as usize].id.clone()));
                         out.stuck.insert((d.key.clone(), r));
                     }
                     _ => {
@@ -273,6 +300,9 @@ pub fn place(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> Ou
             }
         }
     }
+    // Sticky and new bindings are each in order: `from_iter`'s stable sort merges two runs
+    // and the map is bulk-built.
+    out.bindings = bound.into_iter().collect();
     out
 }
 

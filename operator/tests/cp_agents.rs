@@ -1,0 +1,70 @@
+//! Reading agents from the CP (SPEC §2.2, §3.4 step 1): every page followed, `If-None-Match`
+//! honoured, invalid items skipped whole, and the last known list used — across a restart —
+//! while the CP is down.
+
+mod support;
+
+use fleet_devkit::{Devkit, DevkitConfig, Faults};
+use serde_json::json;
+use std::time::Duration;
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_etag_skips_and_outage_across_restart() {
+    let dk = Devkit::start(DevkitConfig { page_size: 2, ..Default::default() }, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let keys = ["a1", "a2", "a3", "a4", "a5"];
+    let mut items: Vec<_> = keys.iter().map(|k| agent(k, "k", 1)).collect();
+    items.push(agent("Bad_Key", "k", 1));
+    items.push(json!({"key": "broken", "revision": "three"}));
+    dk.put_agents(items);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = in_process_config(&dk, dir.path());
+    let running = fleet_controller::server::start(cfg.clone()).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let admin = Admin::new(&url, dk.mint("fleet", &["fleet:read", "fleet:admin"], 3600));
+    let mut node = TestNode::new(&url, "big", json!({"executorKinds": ["k"], "capacity": {"slots": 10}}));
+    node.join(&admin.join_key().await).await;
+
+    let placed = || async {
+        let p = admin.placements().await;
+        let placed: Vec<String> =
+            p.iter().filter(|i| i["status"] == "placed").map(|i| i["agentKey"].as_str().unwrap().to_string()).collect();
+        (placed == keys).then_some(p)
+    };
+    let p = eventually(15, "all five agents from three pages placed", placed).await;
+    assert!(!p.iter().any(|i| i["agentKey"] == "Bad_Key" || i["agentKey"] == "broken"), "invalid items are skipped");
+    let metrics = reqwest::get(format!("http://{}/metrics", running.metrics_addr)).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("fleet_agents_skipped_total 2"), "{metrics}");
+
+    // With nothing changed, the CP answers 304 to the controller's If-None-Match.
+    let before = (dk.calls("list_agents"), dk.calls("list_agents_304"));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(dk.calls("list_agents_304") > before.1, "the ETag is used");
+    assert_eq!(dk.calls("list_agents"), before.0, "no full read of an unchanged list");
+    let desired = eventually(15, "desired has five agents", || async {
+        let (_, d) = node.desired(None, 0).await;
+        (d["agents"].as_array()?.len() == 5).then_some(d)
+    })
+    .await;
+
+    // The CP goes down and the controller restarts: the stored list keeps everything placed.
+    dk.set_faults(Faults { cp_down: true, ..Default::default() });
+    running.shutdown().await;
+    let mut cfg2 = cfg.clone();
+    cfg2.listen = "127.0.0.1:0".parse().unwrap();
+    let running = fleet_controller::server::start(cfg2).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let admin = Admin::new(&url, admin.token.clone());
+    node.url = url.clone();
+    assert!(node.report(&[]).await.is_success());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let p = admin.placements().await;
+    let placed: Vec<_> =
+        p.iter().filter(|i| i["status"] == "placed").map(|i| i["agentKey"].as_str().unwrap()).collect();
+    assert_eq!(placed, keys, "last known list used while the CP is down");
+    let (_, d) = node.desired(None, 0).await;
+    assert_eq!(d, desired, "the node's desired state is unchanged");
+    running.shutdown().await;
+}
