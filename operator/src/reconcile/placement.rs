@@ -40,8 +40,11 @@ pub struct Demand {
     pub memory_mb: Option<u64>,
 }
 
+/// One replica: (agent key, replica index).
+pub type ReplicaKey = (Arc<str>, u32);
+
 /// (agent key, replica index) → node id.
-pub type Bindings = BTreeMap<(Arc<str>, u32), Arc<str>>;
+pub type Bindings = BTreeMap<ReplicaKey, Arc<str>>;
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Outcome {
@@ -208,7 +211,7 @@ pub fn place(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> Ou
 
     let mut out = Outcome::default();
     // Bindings are collected in a vector and bulk-built into the map at the end.
-    let mut bound: Vec<((Arc<str>, u32), Arc<str>)> = Vec::with_capacity(previous.len());
+    let mut bound: Vec<(ReplicaKey, Arc<str>)> = Vec::with_capacity(previous.len());
     let mut unbound: Vec<(usize, u32, Option<u32>)> = Vec::new(); // (demand, replica, previous node)
 
     // 1. Sticky replicas keep their node when it still fits after those before them.
