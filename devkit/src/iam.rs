@@ -117,20 +117,38 @@ async fn issue_pat(
     if let Err(r) = gate(&dk, &headers, "iam", |f| f.iam_down).await {
         return r;
     }
+    let (status, answer, delay) = match issue_locked(&dk, &headers, &t, &id, &body) {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+    (status, Json(answer)).into_response()
+}
+
+/// The decision under the lock; the answer-delay fault is applied by the caller.
+fn issue_locked(
+    dk: &Devkit,
+    headers: &HeaderMap,
+    t: &str,
+    id: &str,
+    body: &Value,
+) -> Result<(StatusCode, Value, u64), Response> {
     let mut st = dk.state.lock();
-    if t != st.tenant || !st.principal_agent.contains_key(&id) {
-        return err(StatusCode::NOT_FOUND, "not_found", "unknown tenant or principal");
+    if t != st.tenant || !st.principal_agent.contains_key(id) {
+        return Err(err(StatusCode::NOT_FOUND, "not_found", "unknown tenant or principal"));
     }
     if st.faults.iam_forbidden {
-        return err(StatusCode::FORBIDDEN, "forbidden", "the service account lacks iam:agents");
+        return Err(err(StatusCode::FORBIDDEN, "forbidden", "the service account lacks iam:agents"));
     }
-    let Some(key) = idem(&headers) else {
-        return err(StatusCode::BAD_REQUEST, "invalid_request", "Idempotency-Key is required");
+    let Some(key) = idem(headers) else {
+        return Err(err(StatusCode::BAD_REQUEST, "invalid_request", "Idempotency-Key is required"));
     };
     if let Some(&i) = st.pat_by_key.get(&key) {
+        st.count("issue_pat_replay");
         let p = &st.pats[i];
-        return (StatusCode::OK, Json(json!({"id": p.id, "token": p.token, "expiresAt": p.expires_at})))
-            .into_response();
+        return Ok((StatusCode::OK, json!({"id": p.id, "token": p.token, "expiresAt": p.expires_at}), 0));
     }
     let strings = |f: &str| -> Option<Vec<String>> {
         body.get(f)?.as_array()?.iter().map(|v| v.as_str().map(str::to_string)).collect()
@@ -138,18 +156,18 @@ async fn issue_pat(
     let (Some(audiences), Some(scopes), Some(ttl)) =
         (strings("audiences"), strings("scopeCeiling"), body.get("expiresInSeconds").and_then(|v| v.as_u64()))
     else {
-        return err(
+        return Err(err(
             StatusCode::BAD_REQUEST,
             "invalid_request",
             "audiences, scopeCeiling and expiresInSeconds are required",
-        );
+        ));
     };
     if ttl > st.max_ttl_seconds {
-        return err(StatusCode::UNPROCESSABLE_ENTITY, "expiry_too_long", "agent PATs live at most 7 days");
+        return Err(err(StatusCode::UNPROCESSABLE_ENTITY, "expiry_too_long", "agent PATs live at most 7 days"));
     }
     for a in &audiences {
         if !st.controller_audiences.contains(a) {
-            return err(StatusCode::FORBIDDEN, "forbidden", "audience beyond the controller's grants");
+            return Err(err(StatusCode::FORBIDDEN, "forbidden", "audience beyond the controller's grants"));
         }
     }
     for s in &scopes {
@@ -161,14 +179,18 @@ async fn issue_pat(
             && st.audience_scopes.get(&aud).is_some_and(|l| l.contains(&scope))
             && st.controller_scopes.contains(&scope);
         if !admitted {
-            return err(StatusCode::UNPROCESSABLE_ENTITY, "invalid_scope_ceiling", &format!("no audience admits {s}"));
+            return Err(err(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_scope_ceiling",
+                &format!("no audience admits {s}"),
+            ));
         }
     }
-    let exp = now() + ttl as i64;
+    let exp = now() + st.faults.pat_lifetime_seconds.unwrap_or(ttl) as i64;
     let rec = PatRecord {
         id: format!("cred_{}", uuid::Uuid::new_v4().simple()),
-        principal_id: id.clone(),
-        agent_key: st.principal_agent.get(&id).cloned(),
+        principal_id: id.to_string(),
+        agent_key: st.principal_agent.get(id).cloned(),
         token: random_token("pat_"),
         audiences,
         scope_ceiling: scopes,
@@ -183,7 +205,7 @@ async fn issue_pat(
     let i = st.pats.len() - 1;
     st.pat_by_key.insert(key, i);
     st.count("issue_pat");
-    (StatusCode::CREATED, Json(answer)).into_response()
+    Ok((StatusCode::CREATED, answer, st.faults.pat_answer_delay_ms))
 }
 
 async fn revoke_pat(

@@ -16,6 +16,11 @@ pub struct Faults {
     pub cp_down: bool,
     /// Added to every CP and IAM answer.
     pub latency_ms: u64,
+    /// A new PAT is recorded at once but answered this much later (a crash in between
+    /// leaves a PAT the controller never stored).
+    pub pat_answer_delay_ms: u64,
+    /// IAM grants PATs this lifetime whatever was asked (IAM may cap lifetimes).
+    pub pat_lifetime_seconds: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -18,7 +18,11 @@ async fn join_key_command_feeds_a_running_controller() {
     let env = env_for(&dk, dir.path(), free_port(), free_port());
     let ctl = ControllerProcess::spawn(env.clone(), dir.path().join("c.log")).await;
 
-    let out = bin().args(["join-key", "--ttl", "120", "--note", "worker-1"]).env("FLEET_DATA_DIR", dir.path()).output().unwrap();
+    let out = bin()
+        .args(["join-key", "--ttl", "120", "--note", "worker-1"])
+        .env("FLEET_DATA_DIR", dir.path())
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let key = String::from_utf8(out.stdout).unwrap().trim().to_string();
     assert!(key.starts_with("fjk_"), "{key}");
@@ -49,11 +53,19 @@ async fn join_key_command_feeds_a_running_controller() {
 
 #[test]
 fn serve_lists_every_missing_variable_and_bad_value() {
-    let out = bin().arg("serve").env_clear().env("FLEET_IAM_URL", "http://iam").env("FLEET_TOKEN_TTL_SECONDS", "99").output().unwrap();
+    let out = bin()
+        .arg("serve")
+        .env_clear()
+        .env("FLEET_IAM_URL", "http://iam")
+        .env("FLEET_TOKEN_TTL_SECONDS", "99")
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("missing required variables: FLEET_CONTROL_PLANE_URL, FLEET_IAM_ISSUER, FLEET_IAM_TENANT, FLEET_JWKS_URL"),
+        err.contains(
+            "missing required variables: FLEET_CONTROL_PLANE_URL, FLEET_IAM_ISSUER, FLEET_IAM_TENANT, FLEET_JWKS_URL"
+        ),
         "{err}"
     );
     assert!(err.contains("FLEET_TOKEN_TTL_SECONDS=\"99\""), "{err}");

@@ -29,9 +29,11 @@ pub enum WorkKey {
 /// Concurrent work items: enough to hide IAM latency, few enough not to flood it.
 pub const WORKERS: usize = 16;
 
-/// When a PAT is due for rotation: less than min(2 days, TTL/3) before expiry.
+/// When a PAT is due for rotation: less than min(2 days, TTL/3) before expiry. TTL is the
+/// lifetime IAM actually granted when that is shorter than the one asked for (IAM may cap).
 pub fn rotate_at_ms(c: &Cred, ttl_ms: i64) -> i64 {
-    let margin = (2 * 86_400_000i64).min(ttl_ms / 3);
+    let granted = (c.expires_ms - c.issued_ms).max(0);
+    let margin = (2 * 86_400_000i64).min(ttl_ms.min(granted) / 3);
     c.expires_ms - margin
 }
 

@@ -306,3 +306,15 @@ pub fn in_process_config(dk: &Devkit, data: &Path) -> fleet_controller::config::
     cfg.metrics_listen = "127.0.0.1:0".parse::<SocketAddr>().unwrap();
     cfg
 }
+
+/// Keeps `nodes` online: each reports (no replicas) every 500 ms until the task is aborted.
+pub fn keep_reporting(nodes: Vec<TestNode>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            for n in &nodes {
+                let _ = tokio::time::timeout(Duration::from_secs(2), n.report(&[])).await;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+}
