@@ -119,7 +119,7 @@ async fn issue_pat(
     }
     let (status, answer, delay) = match issue_locked(&dk, &headers, &t, &id, &body) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if delay > 0 {
         tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -134,16 +134,16 @@ fn issue_locked(
     t: &str,
     id: &str,
     body: &Value,
-) -> Result<(StatusCode, Value, u64), Response> {
+) -> Result<(StatusCode, Value, u64), Box<Response>> {
     let mut st = dk.state.lock();
     if t != st.tenant || !st.principal_agent.contains_key(id) {
-        return Err(err(StatusCode::NOT_FOUND, "not_found", "unknown tenant or principal"));
+        return Err(Box::new(err(StatusCode::NOT_FOUND, "not_found", "unknown tenant or principal")));
     }
     if st.faults.iam_forbidden {
-        return Err(err(StatusCode::FORBIDDEN, "forbidden", "the service account lacks iam:agents"));
+        return Err(Box::new(err(StatusCode::FORBIDDEN, "forbidden", "the service account lacks iam:agents")));
     }
     let Some(key) = idem(headers) else {
-        return Err(err(StatusCode::BAD_REQUEST, "invalid_request", "Idempotency-Key is required"));
+        return Err(Box::new(err(StatusCode::BAD_REQUEST, "invalid_request", "Idempotency-Key is required")));
     };
     if let Some(&i) = st.pat_by_key.get(&key) {
         st.count("issue_pat_replay");
@@ -156,18 +156,18 @@ fn issue_locked(
     let (Some(audiences), Some(scopes), Some(ttl)) =
         (strings("audiences"), strings("scopeCeiling"), body.get("expiresInSeconds").and_then(|v| v.as_u64()))
     else {
-        return Err(err(
+        return Err(Box::new(err(
             StatusCode::BAD_REQUEST,
             "invalid_request",
             "audiences, scopeCeiling and expiresInSeconds are required",
         ));
     };
     if ttl > st.max_ttl_seconds {
-        return Err(err(StatusCode::UNPROCESSABLE_ENTITY, "expiry_too_long", "agent PATs live at most 7 days"));
+        return Err(Box::new(err(StatusCode::UNPROCESSABLE_ENTITY, "expiry_too_long", "agent PATs live at most 7 days")));
     }
     for a in &audiences {
         if !st.controller_audiences.contains(a) {
-            return Err(err(StatusCode::FORBIDDEN, "forbidden", "audience beyond the controller's grants"));
+            return Err(Box::new(err(StatusCode::FORBIDDEN, "forbidden", "audience beyond the controller's grants")));
         }
     }
     for s in &scopes {
@@ -179,7 +179,7 @@ fn issue_locked(
             && st.audience_scopes.get(&aud).is_some_and(|l| l.contains(&scope))
             && st.controller_scopes.contains(&scope);
         if !admitted {
-            return Err(err(
+            return Err(Box::new(err(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid_scope_ceiling",
                 &format!("no audience admits {s}"),
