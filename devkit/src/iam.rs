@@ -160,10 +160,14 @@ fn issue_locked(
             StatusCode::BAD_REQUEST,
             "invalid_request",
             "audiences, scopeCeiling and expiresInSeconds are required",
-        ));
+        )));
     };
     if ttl > st.max_ttl_seconds {
-        return Err(Box::new(err(StatusCode::UNPROCESSABLE_ENTITY, "expiry_too_long", "agent PATs live at most 7 days")));
+        return Err(Box::new(err(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "expiry_too_long",
+            "agent PATs live at most 7 days",
+        )));
     }
     for a in &audiences {
         if !st.controller_audiences.contains(a) {
@@ -183,7 +187,7 @@ fn issue_locked(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid_scope_ceiling",
                 &format!("no audience admits {s}"),
-            ));
+            )));
         }
     }
     let exp = now() + st.faults.pat_lifetime_seconds.unwrap_or(ttl) as i64;

@@ -7,7 +7,6 @@ mod support;
 
 use fleet_devkit::Faults;
 use serde_json::{json, Value};
-use std::time::Duration;
 use support::*;
 
 fn cred_of(desired: &Value, agent: &str) -> Option<String> {
