@@ -16,6 +16,11 @@ pub fn generate_keypair() -> ([u8; 32], [u8; 32]) {
     (sk.to_bytes(), *pk.as_bytes())
 }
 
+/// The public key of an X25519 secret key.
+pub fn public_of(secret_key: &[u8; 32]) -> [u8; 32] {
+    *SecretKey::from(*secret_key).public_key().as_bytes()
+}
+
 /// Decodes a base64 X25519 public key.
 pub fn decode_public_key(b64: &str) -> Option<[u8; 32]> {
     let bytes = B64.decode(b64.trim()).ok()?;

@@ -1,1 +1,11 @@
 #![forbid(unsafe_code)]
+//! fleet-node: joins the fleet with a one-time key, pulls its desired state, reports what it
+//! has, and runs the agents' containers through the Docker Engine API by the container rules
+//! of SPEC §6.4. `main.rs` is a thin shell over [`daemon`].
+
+pub mod client;
+pub mod config;
+pub mod plan;
+pub mod runtime;
+pub mod state;
+pub mod supervisor;

@@ -1,0 +1,135 @@
+//! The node's side of the node protocol (SPEC §4): join, desired-state long-poll, observed
+//! report. Errors are classified the way the loops act on them (SPEC §6.3).
+
+use fleet_api::{ErrorBody, JoinRequest, JoinResponse, ObservedReport};
+use reqwest::StatusCode;
+use std::path::Path;
+use std::time::Duration;
+
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum ClientError {
+    /// `401`: the key or the node's credential is not accepted.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// `400`: the controller names what is wrong.
+    #[error("{0}")]
+    BadRequest(String),
+    /// `409`: a node of this name exists.
+    #[error("{0}")]
+    Conflict(String),
+    /// Network errors, `5xx` and `429`: try again later.
+    #[error("{0}")]
+    Retry(String),
+    #[error("unexpected answer {0}: {1}")]
+    Other(u16, String),
+}
+
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+}
+
+/// Backoff of the pull loop and of join retries: 2, 5, 10, 30, 60, 60… s.
+pub fn retry_delay(attempt: u32) -> Duration {
+    const STEPS: [u64; 5] = [2, 5, 10, 30, 60];
+    Duration::from_secs(STEPS[(attempt as usize).min(STEPS.len() - 1)])
+}
+
+async fn classify(resp: reqwest::Response) -> ClientError {
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    let msg = serde_json::from_str::<ErrorBody>(&text)
+        .map(|e| format!("{}: {}", e.error, e.message))
+        .unwrap_or_else(|_| text.chars().take(300).collect());
+    match status {
+        StatusCode::UNAUTHORIZED => ClientError::Unauthorized(msg),
+        StatusCode::BAD_REQUEST => ClientError::BadRequest(msg),
+        StatusCode::CONFLICT => ClientError::Conflict(msg),
+        s if s.is_server_error() || s == StatusCode::TOO_MANY_REQUESTS => ClientError::Retry(format!("{s}: {msg}")),
+        s => ClientError::Other(s.as_u16(), msg),
+    }
+}
+
+fn net(e: reqwest::Error) -> ClientError {
+    ClientError::Retry(format!("cannot reach the controller: {e}"))
+}
+
+impl Client {
+    pub fn new(base: &str, ca_file: Option<&Path>) -> anyhow::Result<Client> {
+        let mut b = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .user_agent(concat!("fleet-node/", env!("CARGO_PKG_VERSION")));
+        if let Some(ca) = ca_file {
+            let pem = std::fs::read(ca).map_err(|e| anyhow::anyhow!("caFile {}: {e}", ca.display()))?;
+            for cert in reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| anyhow::anyhow!("caFile {}: {e}", ca.display()))?
+            {
+                b = b.add_root_certificate(cert);
+            }
+        }
+        Ok(Client { http: b.build()?, base: base.trim_end_matches('/').to_string() })
+    }
+
+    pub async fn join(&self, req: &JoinRequest) -> Result<JoinResponse, ClientError> {
+        let resp = self
+            .http
+            .post(format!("{}/api/v1/nodes:join", self.base))
+            .timeout(Duration::from_secs(30))
+            .json(req)
+            .send()
+            .await
+            .map_err(net)?;
+        if resp.status() == StatusCode::CREATED {
+            return resp.json().await.map_err(|e| ClientError::Retry(format!("unreadable join answer: {e}")));
+        }
+        Err(classify(resp).await)
+    }
+
+    /// The desired state when its generation differs from `since` (raw JSON), `None` on `304`.
+    pub async fn desired(&self, token: &str, since: Option<u64>, wait: u64) -> Result<Option<Vec<u8>>, ClientError> {
+        let mut q = vec![("wait", wait.to_string())];
+        if let Some(s) = since {
+            q.push(("since", s.to_string()));
+        }
+        let resp = self
+            .http
+            .get(format!("{}/api/v1/nodes/me/desired", self.base))
+            .query(&q)
+            .bearer_auth(token)
+            .timeout(Duration::from_secs(wait + 30))
+            .send()
+            .await
+            .map_err(net)?;
+        match resp.status() {
+            StatusCode::OK => resp.bytes().await.map(|b| Some(b.to_vec())).map_err(net),
+            StatusCode::NOT_MODIFIED => Ok(None),
+            _ => Err(classify(resp).await),
+        }
+    }
+
+    pub async fn observed(&self, token: &str, report: &ObservedReport) -> Result<(), ClientError> {
+        let resp = self
+            .http
+            .put(format!("{}/api/v1/nodes/me/observed", self.base))
+            .bearer_auth(token)
+            .timeout(Duration::from_secs(30))
+            .json(report)
+            .send()
+            .await
+            .map_err(net)?;
+        if resp.status() == StatusCode::NO_CONTENT || resp.status().is_success() {
+            return Ok(());
+        }
+        Err(classify(resp).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn backoff_sequence() {
+        let s: Vec<u64> = (0..7).map(|i| super::retry_delay(i).as_secs()).collect();
+        assert_eq!(s, vec![2, 5, 10, 30, 60, 60, 60]);
+    }
+}

@@ -1,0 +1,182 @@
+//! From the desired state to what each replica should be (SPEC §6.4–§6.7): a container spec
+//! with its `fleet.spec` hash, or a refusal that costs nothing (no container, no restarts).
+
+use crate::config::NodeConfig;
+use crate::runtime::{Bind, ContainerSpec, LABEL_AGENT, LABEL_MANAGED, LABEL_NODE, LABEL_REPLICA, LABEL_SPEC};
+use crate::state::StateDir;
+use fleet_api::images::AllowList;
+use fleet_api::{names, DesiredAgent, DesiredState};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+use std::time::Duration;
+
+/// Stop timeout of containers whose agent left the desired state entirely.
+pub const VANISHED_STOP: Duration = Duration::from_secs(30);
+/// The longest drain the node honours.
+pub const MAX_DRAIN: Duration = Duration::from_secs(3600);
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Plan {
+    Run(Box<ContainerSpec>),
+    Refuse(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Wanted {
+    pub agent: String,
+    pub replica: u32,
+    pub revision: u64,
+    pub drain: Duration,
+    pub plan: Plan,
+}
+
+/// The whole plan for one desired state.
+#[derive(Debug, Clone, Default)]
+pub struct NodePlan {
+    pub wanted: Vec<Wanted>,
+    /// Drain of every agent in the desired state (for replicas lowered away).
+    pub drains: HashMap<String, Duration>,
+}
+
+pub fn container_name(prefix: &str, agent: &str, replica: u32) -> String {
+    format!("{prefix}-{agent}-{replica}")
+}
+
+pub fn volume_name(prefix: &str, agent: &str, replica: u32) -> String {
+    format!("{prefix}-{agent}-{replica}-data")
+}
+
+/// Secret names announced: files of `secretsDir` matching the name rule, never `agent-pat`.
+pub fn read_secrets(dir: &Path) -> BTreeSet<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return BTreeSet::new() };
+    entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file() || t.is_symlink()))
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| names::is_secret_name(n))
+        .collect()
+}
+
+pub fn image_not_allowed(image: &str, kind: &str) -> String {
+    format!("image_not_allowed: image {image} is not allowed for executor kind {kind}")
+}
+
+pub const CREDENTIAL_UNOPENABLE: &str = "credential cannot be opened with this node's key";
+
+fn refusal(a: &DesiredAgent, cfg: &NodeConfig, secrets: &BTreeSet<String>) -> Result<String, String> {
+    let kind = a.executor.kind.as_str();
+    let Some(exec) = cfg.executors.get(kind) else {
+        return Err(format!("executor kind {kind} is not configured on this node"));
+    };
+    let image = match &a.executor.image {
+        Some(img) => {
+            let allowed = AllowList::parse(&exec.images).map(|l| l.admits(img)).unwrap_or(false);
+            if !allowed {
+                return Err(image_not_allowed(img, kind));
+            }
+            img.clone()
+        }
+        None => exec.image.clone(),
+    };
+    for s in &a.secrets {
+        if !names::is_secret_name(s) || !secrets.contains(s) {
+            return Err(format!("secret {s} is missing on this node"));
+        }
+    }
+    Ok(image)
+}
+
+/// Builds the plan; opens and writes each agent's PAT (0600) as a side effect.
+pub fn plan(desired: &DesiredState, cfg: &NodeConfig, state: &StateDir, secret_key: &[u8; 32]) -> NodePlan {
+    let secrets = read_secrets(&cfg.secrets_dir);
+    let mut out = NodePlan::default();
+    for a in &desired.agents {
+        if !names::is_agent_key(&a.agent_key) {
+            tracing::error!(agent = %a.agent_key, "desired agent has an invalid key; skipped");
+            continue;
+        }
+        let drain = Duration::from_secs(a.drain_seconds).min(MAX_DRAIN);
+        out.drains.insert(a.agent_key.clone(), drain);
+        let mut replicas: Vec<u32> = a.replica_indexes.clone();
+        replicas.sort_unstable();
+        replicas.dedup();
+        let planned = refusal(a, cfg, &secrets).and_then(|image| {
+            let pat = fleet_api::seal::open(secret_key, &a.identity.credential.ciphertext)
+                .map_err(|_| CREDENTIAL_UNOPENABLE.to_string())?;
+            state.write_pat(&a.agent_key, &pat).map_err(|e| format!("cannot write the PAT: {e}"))?;
+            Ok(image)
+        });
+        for r in replicas {
+            let plan = match &planned {
+                Ok(image) => Plan::Run(Box::new(spec(a, r, image, cfg))),
+                Err(msg) => Plan::Refuse(msg.clone()),
+            };
+            out.wanted.push(Wanted { agent: a.agent_key.clone(), replica: r, revision: a.revision, drain, plan });
+        }
+    }
+    out
+}
+
+/// The container of one replica. `fleet.spec` hashes exactly what forces a recreate: image,
+/// final environment, secret names and mount sources, PAT credential id, resources, network,
+/// dataPath and the container name.
+pub fn spec(a: &DesiredAgent, replica: u32, image: &str, cfg: &NodeConfig) -> ContainerSpec {
+    let exec = &cfg.executors[&a.executor.kind];
+    let prefix = &cfg.container_prefix;
+    let name = container_name(prefix, &a.agent_key, replica);
+    let mut env: BTreeMap<String, String> = cfg.agent_env.clone();
+    env.extend(exec.env.clone());
+    env.insert("CONTROL_PLANE_AGENT_KEY".into(), a.agent_key.clone());
+    env.insert("IAM_PRINCIPAL".into(), a.identity.principal_id.clone());
+    env.insert("CONTROL_PLANE_IAM_TENANT".into(), a.identity.tenant_id.clone());
+    env.insert("FLEET_REPLICA".into(), replica.to_string());
+    let env: Vec<String> = env.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let host_state = cfg.host_state_dir();
+    let host_secrets = cfg.host_secrets_dir();
+    let mut binds = vec![Bind {
+        source: host_state.join("agents").join(&a.agent_key).join("agent-pat").display().to_string(),
+        target: "/run/secrets/agent-pat".into(),
+    }];
+    let mut secrets = a.secrets.clone();
+    secrets.sort();
+    secrets.dedup();
+    for s in &secrets {
+        binds.push(Bind { source: host_secrets.join(s).display().to_string(), target: format!("/run/secrets/{s}") });
+    }
+    let volume = exec.data_path.as_ref().map(|p| (volume_name(prefix, &a.agent_key, replica), p.clone()));
+    let nano_cpus = a.resources.cpus.filter(|c| c.is_finite() && *c > 0.0).map(|c| (c * 1e9) as i64);
+    let memory_bytes = a.resources.memory_mb.map(|m| (m as i64).saturating_mul(1024 * 1024));
+    let mut s = ContainerSpec {
+        name,
+        image: image.to_string(),
+        env,
+        labels: BTreeMap::new(),
+        binds,
+        volume,
+        nano_cpus,
+        memory_bytes,
+        network: cfg.network.clone(),
+    };
+    let digest = {
+        let mut h = Sha256::new();
+        h.update(serde_json::to_vec(&s).unwrap_or_default());
+        h.update(a.identity.credential.credential_id.as_bytes());
+        h.finalize()
+    };
+    let hash: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
+    s.labels = [
+        (LABEL_MANAGED, "1".to_string()),
+        (LABEL_NODE, cfg.name.clone()),
+        (LABEL_AGENT, a.agent_key.clone()),
+        (LABEL_REPLICA, replica.to_string()),
+        (LABEL_SPEC, hash),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    s
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,149 @@
+use super::*;
+use fleet_api::{DesiredIdentity, Executor, Resources, SealedCredential};
+
+fn cfg(dir: &Path) -> NodeConfig {
+    let text = format!(
+        "controllerUrl: http://c\nname: w1\ncapacity: {{slots: 4}}\nexecutors:\n  k: {{image: base:1, dataPath: /data, env: {{SHARED: kind, KIND_ONLY: x}}, images: [reg/obs:1.*]}}\nstateDir: {s}\nhostStateDir: /host/state\nsecretsDir: {x}\nhostSecretsDir: /host/secrets\nagentEnv: {{SHARED: agent, AGENT_ONLY: y}}\nnetwork: fleet-agents\n",
+        s = dir.join("state").display(),
+        x = dir.join("secrets").display()
+    );
+    NodeConfig::parse(&text, "t", &|_| None).unwrap()
+}
+
+fn agent(pk: &[u8; 32], image: Option<&str>, secrets: &[&str]) -> DesiredAgent {
+    DesiredAgent {
+        agent_key: "coder".into(),
+        revision: 3,
+        replica_indexes: vec![1, 0],
+        executor: Executor { kind: "k".into(), image: image.map(str::to_string) },
+        secrets: secrets.iter().map(|s| s.to_string()).collect(),
+        resources: Resources { cpus: Some(1.5), memory_mb: Some(512) },
+        drain_seconds: 60,
+        identity: DesiredIdentity {
+            principal_id: "prn_1".into(),
+            tenant_id: "t1".into(),
+            credential: SealedCredential {
+                credential_id: "cred_1".into(),
+                ciphertext: fleet_api::seal::seal(pk, b"pat_secret"),
+                expires_at: "2030-01-01T00:00:00Z".into(),
+            },
+        },
+    }
+}
+
+fn setup() -> (tempfile::TempDir, NodeConfig, StateDir, [u8; 32], [u8; 32]) {
+    let t = tempfile::tempdir().unwrap();
+    let c = cfg(t.path());
+    std::fs::create_dir_all(&c.secrets_dir).unwrap();
+    let st = StateDir::open(&c.state_dir).unwrap();
+    let (sk, pk) = fleet_api::seal::generate_keypair();
+    (t, c, st, sk, pk)
+}
+
+#[test]
+fn container_spec_per_spec_6_5() {
+    let (_t, c, st, sk, pk) = setup();
+    std::fs::write(c.secrets_dir.join("github-token"), "x").unwrap();
+    let d = DesiredState { generation: 1, agents: vec![agent(&pk, None, &["github-token"])] };
+    let p = plan(&d, &c, &st, &sk);
+    assert_eq!(p.wanted.len(), 2);
+    assert_eq!(p.wanted[0].replica, 0, "replicas in order");
+    let Plan::Run(s) = &p.wanted[1].plan else { panic!("{:?}", p.wanted[1].plan) };
+    assert_eq!(s.name, "fleet-coder-1");
+    assert_eq!(s.image, "base:1");
+    assert_eq!(
+        s.env,
+        vec![
+            "AGENT_ONLY=y",
+            "CONTROL_PLANE_AGENT_KEY=coder",
+            "CONTROL_PLANE_IAM_TENANT=t1",
+            "FLEET_REPLICA=1",
+            "IAM_PRINCIPAL=prn_1",
+            "KIND_ONLY=x",
+            "SHARED=kind",
+        ],
+        "the kind's env beats agentEnv; Fleet's own beat both"
+    );
+    assert_eq!(
+        s.binds[0],
+        Bind { source: "/host/state/agents/coder/agent-pat".into(), target: "/run/secrets/agent-pat".into() }
+    );
+    assert_eq!(
+        s.binds[1],
+        Bind { source: "/host/secrets/github-token".into(), target: "/run/secrets/github-token".into() }
+    );
+    assert_eq!(s.volume, Some(("fleet-coder-1-data".into(), "/data".into())));
+    assert_eq!((s.nano_cpus, s.memory_bytes), (Some(1_500_000_000), Some(512 * 1024 * 1024)));
+    assert_eq!(s.network.as_deref(), Some("fleet-agents"));
+    for (k, v) in [("fleet.managed", "1"), ("fleet.node", "w1"), ("fleet.agent", "coder"), ("fleet.replica", "1")] {
+        assert_eq!(s.labels[k], v);
+    }
+    assert_eq!(std::fs::read(st.pat_path("coder")).unwrap(), b"pat_secret", "the PAT is opened to the state dir");
+}
+
+#[test]
+fn spec_hash_covers_exactly_what_forces_a_recreate() {
+    let (_t, c, _st, _sk, pk) = setup();
+    let base = agent(&pk, None, &[]);
+    let h = |a: &DesiredAgent, c: &NodeConfig| spec(a, 0, "base:1", c).hash().to_string();
+    let h0 = h(&base, &c);
+    let mut rev = base.clone();
+    rev.revision = 4;
+    rev.drain_seconds = 5;
+    rev.identity.credential.ciphertext = "other".into();
+    assert_eq!(h(&rev, &c), h0, "revision, drain and the ciphertext alone do not recreate");
+    let mut cred = base.clone();
+    cred.identity.credential.credential_id = "cred_2".into();
+    assert_ne!(h(&cred, &c), h0, "a new PAT credential recreates");
+    let mut res = base.clone();
+    res.resources.memory_mb = Some(1024);
+    assert_ne!(h(&res, &c), h0);
+    let mut sec = base.clone();
+    sec.secrets = vec!["a".into()];
+    assert_ne!(h(&sec, &c), h0);
+    assert_ne!(spec(&base, 0, "base:2", &c).hash(), h0, "image");
+    assert_ne!(spec(&base, 1, "base:1", &c).hash(), h0, "name");
+    let mut c2 = c.clone();
+    c2.network = None;
+    assert_ne!(h(&base, &c2), h0, "network");
+    let mut c3 = c.clone();
+    c3.agent_env.insert("NEW".into(), "1".into());
+    assert_ne!(h(&base, &c3), h0, "environment");
+    let mut c4 = c.clone();
+    c4.executors.get_mut("k").unwrap().data_path = Some("/other".into());
+    assert_ne!(h(&base, &c4), h0, "dataPath");
+}
+
+#[test]
+fn refusals_cost_nothing_and_say_why() {
+    let (_t, c, st, sk, pk) = setup();
+    let refuse = |a: DesiredAgent, key: &[u8; 32]| {
+        let p = plan(&DesiredState { generation: 1, agents: vec![a] }, &c, &st, key);
+        match &p.wanted[0].plan {
+            Plan::Refuse(m) => m.clone(),
+            other => panic!("{other:?}"),
+        }
+    };
+    let mut kind = agent(&pk, None, &[]);
+    kind.executor.kind = "other".into();
+    assert_eq!(refuse(kind, &sk), "executor kind other is not configured on this node");
+    assert_eq!(
+        refuse(agent(&pk, Some("reg/evil:1"), &[]), &sk),
+        "image_not_allowed: image reg/evil:1 is not allowed for executor kind k"
+    );
+    assert_eq!(refuse(agent(&pk, None, &["missing"]), &sk), "secret missing is missing on this node");
+    let (other_sk, _) = fleet_api::seal::generate_keypair();
+    assert_eq!(refuse(agent(&pk, None, &[]), &other_sk), CREDENTIAL_UNOPENABLE);
+    let p = plan(&DesiredState { generation: 1, agents: vec![agent(&pk, Some("reg/obs:1.4"), &[])] }, &c, &st, &sk);
+    assert!(matches!(&p.wanted[0].plan, Plan::Run(s) if s.image == "reg/obs:1.4"), "an admitted agent image runs");
+}
+
+#[test]
+fn secrets_announced_by_the_name_rule() {
+    let t = tempfile::tempdir().unwrap();
+    for f in ["github-token", "README", "agent.pat", "agent-pat", "ok-2"] {
+        std::fs::write(t.path().join(f), "x").unwrap();
+    }
+    std::fs::create_dir(t.path().join("subdir")).unwrap();
+    assert_eq!(read_secrets(t.path()).into_iter().collect::<Vec<_>>(), vec!["github-token", "ok-2"]);
+}

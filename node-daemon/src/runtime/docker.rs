@@ -1,0 +1,194 @@
+//! The bollard implementation. The API version is negotiated with the engine (through
+//! `/version`) on first contact, so an older engine works.
+
+use super::{Bind, ContainerSpec, RtError, RunInfo, Runtime, Seen, LABEL_MANAGED, LABEL_NODE};
+use bollard::models::{
+    ContainerCreateBody, HostConfig, Mount, MountType, RestartPolicy, RestartPolicyNameEnum, VolumeCreateRequest,
+};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+    StopContainerOptionsBuilder,
+};
+use bollard::{Docker, API_DEFAULT_VERSION};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Calls other than stop must answer within this.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Clone)]
+pub struct DockerRuntime {
+    docker: Arc<Mutex<Docker>>,
+    negotiated: Arc<std::sync::atomic::AtomicBool>,
+    node: String,
+}
+
+fn map(e: bollard::errors::Error) -> RtError {
+    use bollard::errors::Error as E;
+    match e {
+        E::DockerResponseServerError { status_code: 404, .. } => RtError::NotFound,
+        E::DockerResponseServerError { status_code, message } => {
+            RtError::Failed(format!("Docker answered {status_code}: {message}"))
+        }
+        E::HyperResponseError { .. } | E::IOError { .. } | E::SocketNotFoundError(_) | E::RequestTimeoutError => {
+            RtError::Unreachable(e.to_string())
+        }
+        other => RtError::Failed(other.to_string()),
+    }
+}
+
+async fn timed<T>(f: impl std::future::Future<Output = Result<T, bollard::errors::Error>>) -> Result<T, RtError> {
+    match tokio::time::timeout(CALL_TIMEOUT, f).await {
+        Ok(r) => r.map_err(map),
+        Err(_) => Err(RtError::Unreachable("Docker did not answer in time".into())),
+    }
+}
+
+impl DockerRuntime {
+    /// `url` is `unix://PATH` or `tcp://HOST:PORT`. Connecting does not contact the engine.
+    pub fn connect(url: &str, node: &str) -> Result<DockerRuntime, RtError> {
+        // Stops may take as long as an agent's drain: the client's own limit is generous and
+        // every other call has its own shorter one.
+        let client_timeout = 3700;
+        let docker = if let Some(path) = url.strip_prefix("unix://") {
+            Docker::connect_with_unix(path, client_timeout, API_DEFAULT_VERSION)
+        } else if url.starts_with("tcp://") {
+            Docker::connect_with_http(url, client_timeout, API_DEFAULT_VERSION)
+        } else {
+            return Err(RtError::Failed(format!("dockerUrl {url:?} must be unix:// or tcp://")));
+        };
+        // A missing socket is not fatal at start: the node reports degraded and keeps trying.
+        let docker = match docker {
+            Ok(d) => d,
+            Err(bollard::errors::Error::SocketNotFoundError(_)) => {
+                Docker::connect_with_unix(url.trim_start_matches("unix://"), client_timeout, API_DEFAULT_VERSION)
+                    .or_else(|_| Docker::connect_with_http("tcp://127.0.0.1:1", client_timeout, API_DEFAULT_VERSION))
+                    .map_err(map)?
+            }
+            Err(e) => return Err(map(e)),
+        };
+        Ok(DockerRuntime {
+            docker: Arc::new(Mutex::new(docker)),
+            negotiated: Default::default(),
+            node: node.to_string(),
+        })
+    }
+
+    fn client(&self) -> Docker {
+        self.docker.lock().clone()
+    }
+
+    async fn negotiate(&self) -> Result<(), RtError> {
+        if self.negotiated.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
+        }
+        let d = timed(self.client().negotiate_version()).await?;
+        *self.docker.lock() = d;
+        self.negotiated.store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl Runtime for DockerRuntime {
+    async fn ping(&self) -> Result<(), RtError> {
+        self.negotiate().await?;
+        timed(self.client().ping()).await.map(|_| ())
+    }
+
+    async fn list(&self) -> Result<Vec<Seen>, RtError> {
+        self.negotiate().await?;
+        let mut filters: HashMap<&str, Vec<String>> = HashMap::new();
+        filters.insert("label", vec![format!("{LABEL_MANAGED}=1"), format!("{LABEL_NODE}={}", self.node)]);
+        let opts = ListContainersOptionsBuilder::new().all(true).filters(&filters).build();
+        let list = timed(self.client().list_containers(Some(opts))).await?;
+        Ok(list
+            .into_iter()
+            .filter_map(|c| {
+                let name = c.names?.first()?.trim_start_matches('/').to_string();
+                let labels = c.labels.unwrap_or_default().into_iter().collect();
+                let running = matches!(c.state, Some(bollard::models::ContainerSummaryStateEnum::RUNNING));
+                Some(Seen { id: c.id?, name, labels, running })
+            })
+            .collect())
+    }
+
+    async fn inspect(&self, id: &str) -> Result<RunInfo, RtError> {
+        let i = timed(self.client().inspect_container(id, None)).await?;
+        let st = i.state.unwrap_or_default();
+        Ok(RunInfo { running: st.running.unwrap_or(false), exit_code: st.exit_code })
+    }
+
+    async fn create(&self, spec: &ContainerSpec) -> Result<String, RtError> {
+        self.negotiate().await?;
+        let mut mounts: Vec<Mount> = spec
+            .binds
+            .iter()
+            .map(|Bind { source, target }| Mount {
+                target: Some(target.clone()),
+                source: Some(source.clone()),
+                typ: Some(MountType::BIND),
+                read_only: Some(true),
+                ..Default::default()
+            })
+            .collect();
+        if let Some((vol, target)) = &spec.volume {
+            let labels = [(LABEL_MANAGED.to_string(), "1".to_string()), (LABEL_NODE.to_string(), self.node.clone())];
+            timed(self.client().create_volume(VolumeCreateRequest {
+                name: Some(vol.clone()),
+                labels: Some(labels.into_iter().collect()),
+                ..Default::default()
+            }))
+            .await?;
+            mounts.push(Mount {
+                target: Some(target.clone()),
+                source: Some(vol.clone()),
+                typ: Some(MountType::VOLUME),
+                read_only: Some(false),
+                ..Default::default()
+            });
+        }
+        let host = HostConfig {
+            init: Some(true),
+            restart_policy: Some(RestartPolicy { name: Some(RestartPolicyNameEnum::NO), maximum_retry_count: None }),
+            mounts: Some(mounts),
+            nano_cpus: spec.nano_cpus,
+            memory: spec.memory_bytes,
+            network_mode: spec.network.clone(),
+            ..Default::default()
+        };
+        let body = ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            env: Some(spec.env.clone()),
+            labels: Some(spec.labels.clone().into_iter().collect()),
+            host_config: Some(host),
+            ..Default::default()
+        };
+        let opts = CreateContainerOptionsBuilder::new().name(&spec.name).build();
+        Ok(timed(self.client().create_container(Some(opts), body)).await?.id)
+    }
+
+    async fn start(&self, id: &str) -> Result<(), RtError> {
+        timed(self.client().start_container(id, None)).await
+    }
+
+    async fn stop(&self, id: &str, timeout: Duration) -> Result<(), RtError> {
+        let opts = StopContainerOptionsBuilder::new().t(timeout.as_secs().min(3600) as i32).build();
+        match self.client().stop_container(id, Some(opts)).await.map_err(map) {
+            Ok(()) | Err(RtError::NotFound) => Ok(()),
+            // 304: already stopped
+            Err(RtError::Failed(m)) if m.contains("304") => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), RtError> {
+        // Data volumes are never removed: `v` stays false.
+        let opts = RemoveContainerOptionsBuilder::new().force(true).v(false).build();
+        match timed(self.client().remove_container(id, Some(opts))).await {
+            Ok(()) | Err(RtError::NotFound) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}

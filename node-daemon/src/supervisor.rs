@@ -1,0 +1,320 @@
+//! The per-replica state machine of SPEC §6.4, driven by ticks: each tick lists this node's
+//! containers once and moves every wanted replica a step — create, adopt, restart after an
+//! exit (at once for 0/75, at most once per 10 s; else after 5, 10, 20 … 300 s, `crashloop`
+//! after three failures in a row), drain and recreate on a changed spec, refuse at no cost.
+//! Stops always run in the background; while a replica's old container drains its name is
+//! taken and it reports `draining`.
+
+use crate::plan::{container_name, Plan, Wanted, VANISHED_STOP};
+use crate::runtime::{RtError, Runtime, Seen, LABEL_AGENT, LABEL_SPEC};
+use fleet_api::{ReplicaReport, ReplicaState};
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// A run this long clears the failure count.
+pub const STABLE_RUN: Duration = Duration::from_secs(600);
+/// Immediate restarts after exit 0/75 are at most this frequent.
+pub const MIN_RESTART_GAP: Duration = Duration::from_secs(10);
+pub const CRASHLOOP_AFTER: u32 = 3;
+
+/// Delay before the next try after `failures` failures in a row: 5, 10, 20 … 300 s.
+pub fn backoff(failures: u32) -> Duration {
+    let secs = 5u64.saturating_mul(1 << failures.saturating_sub(1).min(16));
+    Duration::from_secs(secs.min(300))
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaStatus {
+    pub state: ReplicaState,
+    pub restarts: u32,
+    pub last_exit_code: Option<i64>,
+    pub message: Option<String>,
+}
+
+#[derive(Debug)]
+struct Record {
+    status: ReplicaStatus,
+    /// The spec hash this record's counters belong to; a new one is tried at once.
+    spec_hash: Option<String>,
+    container: Option<String>,
+    failures: u32,
+    next_attempt: Option<Instant>,
+    last_start: Option<Instant>,
+    running_since: Option<Instant>,
+    /// We believe the container runs: seeing it exited is a new exit.
+    watching: bool,
+}
+
+impl Record {
+    fn new() -> Record {
+        Record {
+            status: ReplicaStatus { state: ReplicaState::Starting, restarts: 0, last_exit_code: None, message: None },
+            spec_hash: None,
+            container: None,
+            failures: 0,
+            next_attempt: None,
+            last_start: None,
+            running_since: None,
+            watching: false,
+        }
+    }
+
+    fn fail(&mut self, now: Instant, message: String) {
+        self.failures += 1;
+        self.next_attempt = Some(now + backoff(self.failures));
+        self.status.state =
+            if self.failures >= CRASHLOOP_AFTER { ReplicaState::Crashloop } else { ReplicaState::Starting };
+        self.status.message = Some(message);
+    }
+
+    fn running_state(&self) -> ReplicaState {
+        if self.failures >= CRASHLOOP_AFTER {
+            ReplicaState::Crashloop
+        } else {
+            ReplicaState::Running
+        }
+    }
+}
+
+pub struct Supervisor<R: Runtime> {
+    rt: R,
+    records: HashMap<(String, u32), Record>,
+    /// Names of containers being stopped in the background.
+    stopping: Arc<Mutex<HashSet<String>>>,
+    /// Woken when a background stop finishes, so the replacement starts promptly.
+    pub wake: Arc<Notify>,
+}
+
+impl<R: Runtime> Supervisor<R> {
+    pub fn new(rt: R) -> Self {
+        Supervisor { rt, records: HashMap::new(), stopping: Default::default(), wake: Arc::new(Notify::new()) }
+    }
+
+    pub fn runtime(&self) -> &R {
+        &self.rt
+    }
+
+    /// The reported state of every wanted replica.
+    pub fn reports(&self, wanted: &[Wanted]) -> Vec<ReplicaReport> {
+        wanted
+            .iter()
+            .map(|w| {
+                let s = self.records.get(&(w.agent.clone(), w.replica)).map(|r| r.status.clone()).unwrap_or(
+                    ReplicaStatus { state: ReplicaState::Starting, restarts: 0, last_exit_code: None, message: None },
+                );
+                ReplicaReport {
+                    agent_key: w.agent.clone(),
+                    revision: w.revision,
+                    replica: w.replica,
+                    state: s.state,
+                    restarts: s.restarts,
+                    last_exit_code: s.last_exit_code,
+                    message: s.message,
+                }
+            })
+            .collect()
+    }
+
+    /// Stops and removes a container in the background.
+    fn stop_in_background(&self, c: &Seen, timeout: Duration, why: &str) {
+        if !self.stopping.lock().insert(c.name.clone()) {
+            return;
+        }
+        tracing::info!(container = %c.name, timeout_seconds = timeout.as_secs(), reason = why, "stopping");
+        let (rt, id, name, stopping, wake) =
+            (self.rt.clone(), c.id.clone(), c.name.clone(), self.stopping.clone(), self.wake.clone());
+        tokio::spawn(async move {
+            if let Err(e) = rt.stop(&id, timeout).await {
+                tracing::warn!(container = %name, error = %e, "stop failed; removing anyway");
+            }
+            if let Err(e) = rt.remove(&id).await {
+                tracing::warn!(container = %name, error = %e, "remove failed; the next tick retries");
+            } else {
+                tracing::info!(container = %name, "stopped and removed");
+            }
+            stopping.lock().remove(&name);
+            wake.notify_one();
+        });
+    }
+
+    /// One step for every replica. `Err` means Docker is unreachable (health degraded).
+    pub async fn tick(
+        &mut self,
+        wanted: &[Wanted],
+        drains: &HashMap<String, Duration>,
+        prefix: &str,
+    ) -> Result<(), RtError> {
+        let seen = self.rt.list().await?;
+        let now = Instant::now();
+        let by_name: HashMap<&str, &Seen> = seen.iter().map(|s| (s.name.as_str(), s)).collect();
+        let mut wanted_names: HashSet<String> = HashSet::new();
+        for w in wanted {
+            let name = container_name(prefix, &w.agent, w.replica);
+            wanted_names.insert(name.clone());
+            let key = (w.agent.clone(), w.replica);
+            let existing = by_name.get(name.as_str()).copied();
+            let draining = self.stopping.lock().contains(&name);
+            let rec = self.records.entry(key).or_insert_with(Record::new);
+            let spec = match &w.plan {
+                Plan::Refuse(msg) => {
+                    if let Some(c) = existing {
+                        let timeout = if c.running { w.drain } else { Duration::ZERO };
+                        let c = c.clone();
+                        self.stop_in_background(&c, timeout, msg);
+                    }
+                    let rec = self.records.get_mut(&(w.agent.clone(), w.replica)).expect("inserted above");
+                    *rec = Record::new();
+                    rec.status.state = ReplicaState::Stopped;
+                    rec.status.message = Some(msg.clone());
+                    continue;
+                }
+                Plan::Run(spec) => spec,
+            };
+            if rec.spec_hash.as_deref() != Some(spec.hash()) {
+                // A changed spec is tried at once, with fresh counters.
+                *rec = Record::new();
+                rec.spec_hash = Some(spec.hash().to_string());
+            }
+            if draining {
+                rec.status.state = ReplicaState::Draining;
+                continue;
+            }
+            match existing {
+                Some(c) if c.labels.get(LABEL_SPEC).map(String::as_str) != Some(spec.hash()) => {
+                    rec.status.state = ReplicaState::Draining;
+                    let c = c.clone();
+                    self.stop_in_background(&c, w.drain, "spec changed");
+                }
+                Some(c) if c.running => {
+                    if rec.container.as_deref() != Some(c.id.as_str()) {
+                        tracing::info!(container = %c.name, "adopted running container");
+                        rec.container = Some(c.id.clone());
+                        rec.running_since = Some(now);
+                    }
+                    rec.watching = true;
+                    if rec.running_since.is_some_and(|t| now.duration_since(t) >= STABLE_RUN) && rec.failures > 0 {
+                        rec.failures = 0;
+                        rec.status.message = None;
+                    }
+                    rec.status.state = rec.running_state();
+                }
+                Some(c) => {
+                    let (id, cname) = (c.id.clone(), c.name.clone());
+                    self.exited(w, &id, &cname, now).await;
+                }
+                None => {
+                    if rec.next_attempt.is_none_or(|t| t <= now) {
+                        self.create(w, spec, now).await;
+                    }
+                }
+            }
+        }
+        // Containers no longer wanted: agent's drain when it is still desired, else 30 s.
+        for c in &seen {
+            if wanted_names.contains(&c.name) {
+                continue;
+            }
+            let timeout = c.labels.get(LABEL_AGENT).and_then(|a| drains.get(a)).copied().unwrap_or(VANISHED_STOP);
+            let timeout = if c.running { timeout } else { Duration::ZERO };
+            self.stop_in_background(c, timeout, "no longer wanted");
+        }
+        let keep: HashSet<(String, u32)> = wanted.iter().map(|w| (w.agent.clone(), w.replica)).collect();
+        self.records.retain(|k, _| keep.contains(k));
+        Ok(())
+    }
+
+    async fn exited(&mut self, w: &Wanted, id: &str, name: &str, now: Instant) {
+        let key = (w.agent.clone(), w.replica);
+        let new_exit = {
+            let rec = self.records.get(&key).expect("record exists");
+            rec.watching || rec.container.as_deref() != Some(id)
+        };
+        if new_exit {
+            let code = match self.rt.inspect(id).await {
+                Ok(info) if info.running => return, // started between list and inspect
+                Ok(info) => info.exit_code,
+                Err(e) => {
+                    tracing::warn!(container = %name, error = %e, "cannot inspect exited container");
+                    return;
+                }
+            };
+            let rec = self.records.get_mut(&key).expect("record exists");
+            rec.watching = false;
+            rec.container = Some(id.to_string());
+            rec.status.last_exit_code = code;
+            if rec.running_since.is_some_and(|t| now.duration_since(t) >= STABLE_RUN) {
+                rec.failures = 0;
+            }
+            match code {
+                Some(0) | Some(75) => {
+                    rec.failures = 0;
+                    rec.status.message = None;
+                    rec.status.state = ReplicaState::Starting;
+                    let earliest = rec.last_start.map(|t| t + MIN_RESTART_GAP).unwrap_or(now);
+                    rec.next_attempt = Some(earliest.max(now));
+                    tracing::info!(container = %name, code = ?code, "exited; restarting");
+                }
+                other => {
+                    let c = other.map(|c| c.to_string()).unwrap_or_else(|| "unknown".into());
+                    rec.fail(now, format!("exited with code {c}"));
+                    tracing::warn!(container = %name, code = %c, failures = rec.failures, retry_in = ?backoff(rec.failures), "exited with a failure");
+                }
+            }
+        }
+        let rec = self.records.get_mut(&key).expect("record exists");
+        if rec.next_attempt.is_some_and(|t| t <= now) {
+            match self.rt.start(id).await {
+                Ok(()) => {
+                    rec.status.restarts += 1;
+                    rec.last_start = Some(now);
+                    rec.running_since = Some(now);
+                    rec.watching = true;
+                    rec.next_attempt = None;
+                    rec.status.state = rec.running_state();
+                    tracing::info!(container = %name, restarts = rec.status.restarts, "restarted");
+                }
+                Err(e) => rec.fail(now, format!("start failed: {e}")),
+            }
+        }
+    }
+
+    async fn create(&mut self, w: &Wanted, spec: &crate::runtime::ContainerSpec, now: Instant) {
+        let key = (w.agent.clone(), w.replica);
+        let result = async {
+            let id = self.rt.create(spec).await?;
+            if let Err(e) = self.rt.start(&id).await {
+                let _ = self.rt.remove(&id).await;
+                return Err(e);
+            }
+            Ok(id)
+        }
+        .await;
+        let rec = self.records.get_mut(&key).expect("record exists");
+        match result {
+            Ok(id) => {
+                tracing::info!(agent = %w.agent, replica = w.replica, "started {}", spec.name);
+                rec.container = Some(id);
+                rec.status.restarts = 0;
+                rec.last_start = Some(now);
+                rec.running_since = Some(now);
+                rec.watching = true;
+                rec.next_attempt = None;
+                rec.status.state = rec.running_state();
+                if rec.failures < CRASHLOOP_AFTER {
+                    rec.status.message = None;
+                }
+            }
+            Err(e) => {
+                rec.fail(now, format!("start failed: {e}"));
+                tracing::warn!(agent = %w.agent, replica = w.replica, error = %e, failures = rec.failures, "cannot start the container");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,318 @@
+//! One test per row of SPEC §6.4, on the fake runtime and tokio's paused clock.
+
+use super::*;
+use crate::runtime::fake::FakeRuntime;
+use crate::runtime::{ContainerSpec, LABEL_MANAGED, LABEL_NODE, LABEL_REPLICA};
+use std::collections::BTreeMap;
+
+const PREFIX: &str = "fleet";
+
+fn spec(agent: &str, replica: u32, image: &str) -> ContainerSpec {
+    let labels: BTreeMap<String, String> = [
+        (LABEL_MANAGED, "1".to_string()),
+        (LABEL_NODE, "w1".to_string()),
+        (LABEL_AGENT, agent.to_string()),
+        (LABEL_REPLICA, replica.to_string()),
+        (LABEL_SPEC, format!("hash-{image}")),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    ContainerSpec {
+        name: container_name(PREFIX, agent, replica),
+        image: image.into(),
+        env: vec![],
+        labels,
+        binds: vec![],
+        volume: None,
+        nano_cpus: None,
+        memory_bytes: None,
+        network: None,
+    }
+}
+
+fn run(agent: &str, replica: u32, image: &str) -> Wanted {
+    Wanted {
+        agent: agent.into(),
+        replica,
+        revision: 1,
+        drain: Duration::from_secs(60),
+        plan: Plan::Run(Box::new(spec(agent, replica, image))),
+    }
+}
+
+fn drains(w: &[Wanted]) -> HashMap<String, Duration> {
+    w.iter().map(|w| (w.agent.clone(), w.drain)).collect()
+}
+
+async fn tick(s: &mut Supervisor<FakeRuntime>, w: &[Wanted]) {
+    s.tick(w, &drains(w), PREFIX).await.unwrap();
+    settle().await;
+}
+
+async fn settle() {
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+}
+
+fn state(s: &Supervisor<FakeRuntime>, w: &[Wanted]) -> ReplicaReport {
+    s.reports(w).remove(0)
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_container_creates_and_starts() {
+    let rt = FakeRuntime::default();
+    let mut s = Supervisor::new(rt.clone());
+    let w = vec![run("a", 0, "img:1")];
+    tick(&mut s, &w).await;
+    let c = rt.by_name("fleet-a-0").unwrap();
+    assert!(c.running && c.starts == 1);
+    let r = state(&s, &w);
+    assert_eq!((r.state, r.restarts), (ReplicaState::Running, 0));
+    tick(&mut s, &w).await;
+    assert_eq!(rt.count("create"), 1, "a running replica is left alone");
+}
+
+#[tokio::test(start_paused = true)]
+async fn new_revision_only_changes_nothing() {
+    let rt = FakeRuntime::default();
+    let mut s = Supervisor::new(rt.clone());
+    let mut w = vec![run("a", 0, "img:1")];
+    tick(&mut s, &w).await;
+    let id = rt.by_name("fleet-a-0").unwrap().id;
+    w[0].revision = 2;
+    tick(&mut s, &w).await;
+    assert_eq!(rt.by_name("fleet-a-0").unwrap().id, id);
+    assert_eq!(rt.count("stop"), 0);
+    assert_eq!(state(&s, &w).revision, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn changed_spec_drains_in_background_then_recreates() {
+    let rt = FakeRuntime::default();
+    let mut s = Supervisor::new(rt.clone());
+    tick(&mut s, &[run("a", 0, "img:1")]).await;
+    let old = rt.by_name("fleet-a-0").unwrap().id;
+    rt.state.lock().containers.get_mut(&old).unwrap().ignores_term = true;
+    let w = vec![run("a", 0, "img:2")];
+    s.tick(&w, &drains(&w), PREFIX).await.unwrap();
+    settle().await;
+    assert_eq!(state(&s, &w).state, ReplicaState::Draining);
+    assert!(rt.calls().contains(&format!("stop {old} 60s")), "stopped with the agent's drainSeconds: {:?}", rt.calls());
+    tokio::time::advance(Duration::from_secs(30)).await;
+    tick(&mut s, &w).await;
+    assert_eq!(state(&s, &w).state, ReplicaState::Draining, "the name is taken while draining");
+    assert_eq!(rt.count("create"), 1);
+    tokio::time::advance(Duration::from_secs(31)).await;
+    settle().await;
+    tick(&mut s, &w).await;
+    let new = rt.by_name("fleet-a-0").unwrap();
+    assert_ne!(new.id, old);
+    assert_eq!(new.spec.image, "img:2");
+    assert_eq!(state(&s, &w).state, ReplicaState::Running);
+}
+
+#[tokio::test(start_paused = true)]
+async fn exit_0_and_75_restart_at_once_at_most_every_10s() {
+    let rt = FakeRuntime::default();
+    let mut s = Supervisor::new(rt.clone());
+    let w = vec![run("a", 0, "img:1")];
+    tick(&mut s, &w).await;
+    tokio::time::advance(Duration::from_secs(30)).await;
+    rt.exit("fleet-a-0", 75);
+    tick(&mut s, &w).await;
+    let r = state(&s, &w);
+    assert_eq!((r.state, r.restarts, r.last_exit_code), (ReplicaState::Running, 1, Some(75)), "restarted at once");
+    assert_eq!(rt.by_name("fleet-a-0").unwrap().starts, 2, "the same container is started again");
+    // Exiting again at once: the next start waits until 10 s after the last.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    rt.exit("fleet-a-0", 0);
+    tick(&mut s, &w).await;
+    assert_eq!(state(&s, &w).state, ReplicaState::Starting);
+    tokio::time::advance(Duration::from_secs(8)).await;
+    tick(&mut s, &w).await;
+    assert_eq!(state(&s, &w).restarts, 1, "not before 10 s");
+    tokio::time::advance(Duration::from_secs(1)).await;
+    tick(&mut s, &w).await;
+    assert_eq!(state(&s, &w).restarts, 2);
+    assert_eq!(state(&s, &w).state, ReplicaState::Running);
+}
+
+/// Ticks every second until the replica restarts; returns how long that took.
+async fn time_to_restart(s: &mut Supervisor<FakeRuntime>, w: &[Wanted]) -> u64 {
+    let before = state(s, w).restarts;
+    for secs in 1..=400 {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        tick(s, w).await;
+        if state(s, w).restarts > before {
+            return secs;
+        }
+    }
+    panic!("no restart within 400 s");
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_back_off_5_10_20_to_300_and_crashloop_after_three() {
+    let rt = FakeRuntime::default();
+    let mut s = Supervisor::new(rt.clone());
+    let w = vec![run("a", 0, "img:1")];
+    tick(&mut s, &w).await;
+    let mut waits = vec![];
+    let mut states = vec![];
+    for _ in 0..8 {
+        rt.exit("fleet-a-0", 1);
+        tick(&mut s, &w).await;
+        states.push(state(&s, &w).state);
+        waits.push(time_to_restart(&mut s, &w).await);
+    }
+    assert_eq!(waits, vec![5, 10, 20, 40, 80, 160, 300, 300]);
+    assert_eq!(&states[..3], &[ReplicaState::Starting, ReplicaState::Starting, ReplicaState::Crashloop]);
+    let r = state(&s, &w);
+    assert_eq!(r.state, ReplicaState::Crashloop, "crashloop persists while it keeps failing");
+    assert_eq!((r.restarts, r.last_exit_code), (8, Some(1)));
+    assert_eq!(r.message.as_deref(), Some("exited with code 1"));
+    assert_eq!(rt.count("create"), 1, "restarts reuse the container");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_10_minute_run_or_an_exit_75_clears_crashloop() {
+    let rt = FakeRuntime::default();
+    let mut s = Supervisor::new(rt.clone());
+    let w = vec![run("a", 0, "img:1")];
+    tick(&mut s, &w).await;
+    for _ in 0..3 {
+        rt.exit("fleet-a-0", 2);
+        tick(&mut s, &w).await;
+        time_to_restart(&mut s, &w).await;
+    }
+    assert_eq!(state(&s, &w).state, ReplicaState::Crashloop);
+    tokio::time::advance(Duration::from_secs(600)).await;
+    tick(&mut s, &w).await;
+    assert_eq!(state(&s, &w).state, ReplicaState::Running, "a 10-minute run resets the count");
+    rt.exit("fleet-a-0", 2);
+    tick(&mut s, &w).await;
+    assert_eq!(time_to_restart(&mut s, &w).await, 5, "the count starts over");
+    for _ in 0..2 {
+        rt.exit("fleet-a-0", 2);
+        tick(&mut s, &w).await;
+        time_to_restart(&mut s, &w).await;
+    }
+    assert_eq!(state(&s, &w).state, ReplicaState::Crashloop);
+    tokio::time::advance(Duration::from_secs(11)).await;
+    rt.exit("fleet-a-0", 75);
+    tick(&mut s, &w).await;
+    let r = state(&s, &w);
+    assert_eq!((r.state, r.message), (ReplicaState::Running, None), "exit 75 clears crashloop and restarts at once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn refusals_cost_nothing_however_often_repeated() {
+    let rt = FakeRuntime::default();
+    let mut s = Supervisor::new(rt.clone());
+    let msg = "image_not_allowed: image evil:1 is not allowed for executor kind k".to_string();
+    let w = vec![Wanted { plan: Plan::Refuse(msg.clone()), ..run("a", 0, "evil:1") }];
+    for _ in 0..50 {
+        tick(&mut s, &w).await;
+        tokio::time::advance(Duration::from_secs(1)).await;
+    }
+    let r = state(&s, &w);
+    assert_eq!((r.state, r.restarts, r.message), (ReplicaState::Stopped, 0, Some(msg)));
+    assert!(rt.calls().is_empty(), "no Docker call at all: {:?}", rt.calls());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_running_container_whose_image_became_disallowed_is_drained() {
+    let rt = FakeRuntime::default();
+    let mut s = Supervisor::new(rt.clone());
+    tick(&mut s, &[run("a", 0, "img:1")]).await;
+    let id = rt.by_name("fleet-a-0").unwrap().id;
+    let msg = "image_not_allowed: image img:1 is not allowed for executor kind k".to_string();
+    let w = vec![Wanted { plan: Plan::Refuse(msg.clone()), ..run("a", 0, "img:1") }];
+    tick(&mut s, &w).await;
+    assert!(rt.calls().contains(&format!("stop {id} 60s")), "{:?}", rt.calls());
+    assert!(rt.by_name("fleet-a-0").is_none(), "removed");
+    assert_eq!(state(&s, &w).state, ReplicaState::Stopped);
+    assert_eq!(state(&s, &w).message, Some(msg));
+}
+
+#[tokio::test(start_paused = true)]
+async fn start_failures_back_off_then_crashloop_and_a_new_spec_is_tried_at_once() {
+    let rt = FakeRuntime::default();
+    rt.state.lock().fail_create = Some("No such image: img:1".into());
+    let mut s = Supervisor::new(rt.clone());
+    let w = vec![run("a", 0, "img:1")];
+    tick(&mut s, &w).await;
+    let r = state(&s, &w);
+    assert_eq!((r.state, r.message.as_deref()), (ReplicaState::Starting, Some("start failed: No such image: img:1")));
+    let mut gaps = vec![];
+    let mut last = rt.count("create");
+    let mut t = 0;
+    while gaps.len() < 3 {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        t += 1;
+        tick(&mut s, &w).await;
+        if rt.count("create") > last {
+            gaps.push(t);
+            t = 0;
+            last = rt.count("create");
+        }
+    }
+    assert_eq!(gaps, vec![5, 10, 20]);
+    assert_eq!(state(&s, &w).state, ReplicaState::Crashloop);
+    assert!(state(&s, &w).message.unwrap().starts_with("start failed: "));
+    // Another image is tried at once.
+    rt.state.lock().fail_create = None;
+    let w2 = vec![run("a", 0, "img:2")];
+    tick(&mut s, &w2).await;
+    assert_eq!(state(&s, &w2).state, ReplicaState::Running);
+}
+
+#[tokio::test(start_paused = true)]
+async fn unwanted_replicas_stop_with_drain_and_vanished_agents_with_30s() {
+    let rt = FakeRuntime::default();
+    let mut s = Supervisor::new(rt.clone());
+    let all = vec![run("a", 0, "img:1"), run("a", 1, "img:1"), run("b", 0, "img:1")];
+    tick(&mut s, &all).await;
+    let a1 = rt.by_name("fleet-a-1").unwrap().id;
+    let b0 = rt.by_name("fleet-b-0").unwrap().id;
+    // a lowered to one replica, b gone entirely.
+    let w = vec![run("a", 0, "img:1")];
+    tick(&mut s, &w).await;
+    let calls = rt.calls();
+    assert!(calls.contains(&format!("stop {a1} 60s")), "lowered: the agent's drain: {calls:?}");
+    assert!(calls.contains(&format!("stop {b0} 30s")), "vanished: 30 s: {calls:?}");
+    assert!(rt.by_name("fleet-a-1").is_none() && rt.by_name("fleet-b-0").is_none());
+    assert_eq!(s.reports(&w).len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restarted_node_adopts_its_running_containers() {
+    let rt = FakeRuntime::default();
+    let w = vec![run("a", 0, "img:1")];
+    let mut first = Supervisor::new(rt.clone());
+    tick(&mut first, &w).await;
+    let id = rt.by_name("fleet-a-0").unwrap().id;
+    drop(first);
+    let mut second = Supervisor::new(rt.clone());
+    tick(&mut second, &w).await;
+    assert_eq!(rt.by_name("fleet-a-0").unwrap().id, id);
+    assert_eq!(rt.count("create"), 1);
+    assert_eq!(rt.count("stop"), 0);
+    assert_eq!(state(&second, &w).state, ReplicaState::Running);
+}
+
+#[tokio::test(start_paused = true)]
+async fn docker_unreachable_is_an_error_for_health() {
+    let rt = FakeRuntime::default();
+    rt.state.lock().down = true;
+    let mut s = Supervisor::new(rt.clone());
+    let w = vec![run("a", 0, "img:1")];
+    assert!(matches!(s.tick(&w, &drains(&w), PREFIX).await, Err(RtError::Unreachable(_))));
+}
+
+#[test]
+fn backoff_sequence() {
+    let b: Vec<u64> = (1..=8).map(|f| backoff(f).as_secs()).collect();
+    assert_eq!(b, vec![5, 10, 20, 40, 80, 160, 300, 300]);
+}
