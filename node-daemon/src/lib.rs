@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod config;
+pub mod daemon;
 pub mod plan;
 pub mod runtime;
 pub mod state;

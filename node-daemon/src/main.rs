@@ -1,1 +1,73 @@
-fn main() {}
+#![forbid(unsafe_code)]
+//! `fleet-node`: a thin shell over the library.
+
+use clap::{Parser, Subcommand};
+use fleet_node::config::NodeConfig;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "fleet-node",
+    version,
+    about = "Runs a machine's share of the fleet: joins with a one-time key, pulls its desired state and runs the agents' containers through Docker."
+)]
+struct Cli {
+    /// node.yaml (SPEC §6.1).
+    #[arg(long, global = true, env = "FLEET_NODE_CONFIG", default_value = "/etc/fleet-node/node.yaml")]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the node (the default).
+    Run,
+    /// Validate the configuration, print what the node would announce, and exit.
+    Check,
+}
+
+fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if std::env::var("FLEET_LOG_FORMAT").as_deref() == Ok("json") {
+        b.json().init();
+    } else {
+        b.init();
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let cfg = match NodeConfig::load(&cli.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("fleet-node: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match cli.command.unwrap_or(Command::Run) {
+        Command::Check => {
+            println!("{}: ok", cli.config.display());
+            println!("node {} → {}", cfg.name, cfg.controller_url);
+            println!("kinds: {}", cfg.kinds().join(", "));
+            println!("labels: {}", cfg.sorted_labels().join(", "));
+            let secrets: Vec<String> = fleet_node::plan::read_secrets(&cfg.secrets_dir).into_iter().collect();
+            println!("secrets: {}", secrets.join(", "));
+            ExitCode::SUCCESS
+        }
+        Command::Run => {
+            init_logs();
+            match fleet_node::daemon::run(cfg).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("{e}");
+                    eprintln!("fleet-node: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! Two loops over one state (SPEC §6.2–§6.3): **pull** long-polls the desired state, saves it
+//! to `desired.json` and hands it to the supervisor; **report** sends what the node has every
+//! `observeSeconds`. The supervisor loop converges containers on every new desired state and
+//! every second. At start the node applies `desired.json` from disk before the controller
+//! answers, so without the controller it keeps working.
+
+use crate::client::{retry_delay, Client, ClientError};
+use crate::config::NodeConfig;
+use crate::plan::{self, NodePlan};
+use crate::runtime::docker::DockerRuntime;
+use crate::runtime::Runtime;
+use crate::state::{Identity, StateDir};
+use crate::supervisor::Supervisor;
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine;
+use fleet_api::{DesiredState, Health, JoinRequest, ObservedReport, ReplicaReport};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+pub const NOT_JOINED: &str = "node is not joined and no join key file is configured";
+pub const CREDENTIAL_REJECTED: &str = "the controller no longer accepts this node's credential";
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Ends the process with a message and a non-zero exit.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Fatal(pub String);
+
+impl From<crate::state::StateError> for Fatal {
+    fn from(e: crate::state::StateError) -> Self {
+        Fatal(e.to_string())
+    }
+}
+
+/// What the loops share.
+#[derive(Default)]
+pub struct Shared {
+    pub reports: Mutex<Vec<ReplicaReport>>,
+    pub degraded: AtomicBool,
+    pub applied_generation: AtomicU64,
+}
+
+pub async fn run(cfg: NodeConfig) -> Result<(), Fatal> {
+    let state = StateDir::open(&cfg.state_dir)?;
+    let client = Client::new(&cfg.controller_url, cfg.ca_file.as_deref()).map_err(|e| Fatal(e.to_string()))?;
+    let identity = match state.identity()? {
+        Some(i) => i,
+        None => join(&cfg, &state, &client).await?,
+    };
+    let rt = DockerRuntime::connect(&cfg.docker_url, &cfg.name).map_err(|e| Fatal(e.to_string()))?;
+    run_with(Arc::new(cfg), state, client, identity, rt).await
+}
+
+fn join_request(cfg: &NodeConfig, key: &str, public_key: &[u8; 32]) -> JoinRequest {
+    JoinRequest {
+        join_key: key.to_string(),
+        name: cfg.name.clone(),
+        public_key: B64.encode(public_key),
+        labels: cfg.sorted_labels(),
+        executor_kinds: cfg.kinds(),
+        executor_images: cfg.images(),
+        capacity: cfg.capacity(),
+        secrets: plan::read_secrets(&cfg.secrets_dir).into_iter().collect(),
+        version: VERSION.to_string(),
+    }
+}
+
+async fn join(cfg: &NodeConfig, state: &StateDir, client: &Client) -> Result<Identity, Fatal> {
+    let Some(key_file) = &cfg.join_key_file else {
+        return Err(Fatal(NOT_JOINED.into()));
+    };
+    let key = std::fs::read_to_string(key_file)
+        .map_err(|e| Fatal(format!("joinKeyFile {}: {e}", key_file.display())))?
+        .trim()
+        .to_string();
+    // The key pair is saved before joining: a crash after the join keeps the key the
+    // controller seals to.
+    let secret_key = match state.saved_secret_key()? {
+        Some(k) => k,
+        None => {
+            let (sk, _) = fleet_api::seal::generate_keypair();
+            state.save_keys(&sk)?;
+            sk
+        }
+    };
+    let public_key = fleet_api::seal::public_of(&secret_key);
+    let req = join_request(cfg, &key, &public_key);
+    let mut attempt = 0;
+    loop {
+        match client.join(&req).await {
+            Ok(resp) => {
+                state.save_identity(&resp.node_id, &resp.node_token)?;
+                tracing::info!("joined the fleet as {}", resp.node_id);
+                return Ok(Identity { node_id: resp.node_id, token: resp.node_token, secret_key, public_key });
+            }
+            Err(ClientError::Unauthorized(m) | ClientError::BadRequest(m) | ClientError::Conflict(m)) => {
+                return Err(Fatal(format!("the controller refused the join: {m}")));
+            }
+            Err(e) => {
+                let d = retry_delay(attempt);
+                tracing::warn!(error = %e, retry_in = ?d, "cannot join yet");
+                tokio::time::sleep(d).await;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+fn parse_desired(bytes: &[u8]) -> Result<DesiredState, String> {
+    serde_json::from_slice(bytes).map_err(|e| e.to_string())
+}
+
+pub async fn run_with<R: Runtime>(
+    cfg: Arc<NodeConfig>,
+    state: StateDir,
+    client: Client,
+    identity: Identity,
+    rt: R,
+) -> Result<(), Fatal> {
+    let initial = match state.desired()? {
+        Some(text) => match parse_desired(text.as_bytes()) {
+            Ok(d) => {
+                tracing::info!(generation = d.generation, agents = d.agents.len(), "applying the saved desired state");
+                Some(Arc::new(d))
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the saved desired.json is unreadable; waiting for the controller");
+                None
+            }
+        },
+        None => None,
+    };
+    let (tx, rx) = watch::channel(initial);
+    let (fatal_tx, mut fatal_rx) = mpsc::channel::<Fatal>(4);
+    let shared = Arc::new(Shared::default());
+    let identity = Arc::new(identity);
+
+    let pull = tokio::spawn(pull_loop(client.clone(), identity.clone(), state.clone(), tx, fatal_tx.clone()));
+    let report = tokio::spawn(report_loop(cfg.clone(), client, identity.clone(), shared.clone(), fatal_tx));
+    let sup = tokio::spawn(supervise(cfg, state, identity, rt, rx, shared));
+    let result = tokio::select! {
+        f = fatal_rx.recv() => Err(f.unwrap_or_else(|| Fatal("internal: loops ended".into()))),
+        _ = shutdown_signal() => {
+            tracing::info!("shutting down; agent containers keep running");
+            Ok(())
+        }
+    };
+    pull.abort();
+    report.abort();
+    sup.abort();
+    result
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term.recv() => {} }
+}
+
+async fn pull_loop(
+    client: Client,
+    identity: Arc<Identity>,
+    state: StateDir,
+    tx: watch::Sender<Option<Arc<DesiredState>>>,
+    fatal: mpsc::Sender<Fatal>,
+) {
+    let mut since = tx.borrow().as_ref().map(|d| d.generation);
+    let mut attempt = 0;
+    loop {
+        match client.desired(&identity.token, since, 60).await {
+            Ok(Some(bytes)) => {
+                attempt = 0;
+                match parse_desired(&bytes) {
+                    Ok(d) => {
+                        if let Err(e) = state.save_desired(&bytes) {
+                            tracing::error!(error = %e, "cannot save desired.json");
+                        }
+                        tracing::info!(generation = d.generation, agents = d.agents.len(), "new desired state");
+                        since = Some(d.generation);
+                        let _ = tx.send(Some(Arc::new(d)));
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "the controller sent a desired state this node cannot read");
+                        tokio::time::sleep(retry_delay(attempt)).await;
+                        attempt += 1;
+                    }
+                }
+            }
+            Ok(None) => attempt = 0,
+            Err(ClientError::Unauthorized(_)) => {
+                let _ = fatal.send(Fatal(CREDENTIAL_REJECTED.into())).await;
+                return;
+            }
+            Err(e) => {
+                let d = retry_delay(attempt);
+                tracing::warn!(error = %e, retry_in = ?d, "desired-state poll failed");
+                tokio::time::sleep(d).await;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+async fn report_loop(
+    cfg: Arc<NodeConfig>,
+    client: Client,
+    identity: Arc<Identity>,
+    shared: Arc<Shared>,
+    fatal: mpsc::Sender<Fatal>,
+) {
+    let boot_id = uuid::Uuid::new_v4().simple().to_string();
+    let mut seq = 0u64;
+    let mut tick = tokio::time::interval(Duration::from_secs(u64::from(cfg.observe_seconds)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Let the supervisor look at Docker once before the first report.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    loop {
+        tick.tick().await;
+        seq += 1;
+        let report = ObservedReport {
+            applied_generation: shared.applied_generation.load(Ordering::SeqCst),
+            health: if shared.degraded.load(Ordering::SeqCst) { Health::Degraded } else { Health::Ok },
+            labels: cfg.sorted_labels(),
+            executor_kinds: cfg.kinds(),
+            executor_images: cfg.images(),
+            capacity: cfg.capacity(),
+            secrets: plan::read_secrets(&cfg.secrets_dir).into_iter().collect(),
+            replicas: shared.reports.lock().clone(),
+            version: VERSION.to_string(),
+            boot_id: Some(boot_id.clone()),
+            seq: Some(seq),
+            observe_seconds: Some(cfg.observe_seconds),
+        };
+        match client.observed(&identity.token, &report).await {
+            Ok(()) => {}
+            Err(ClientError::Unauthorized(_)) => {
+                let _ = fatal.send(Fatal(CREDENTIAL_REJECTED.into())).await;
+                return;
+            }
+            Err(ClientError::BadRequest(m)) => {
+                tracing::error!(message = %m, "the controller refused the report (upgrade the controller before the nodes)")
+            }
+            Err(e) => tracing::warn!(error = %e, "report failed; the next period tries again"),
+        }
+    }
+}
+
+async fn supervise<R: Runtime>(
+    cfg: Arc<NodeConfig>,
+    state: StateDir,
+    identity: Arc<Identity>,
+    rt: R,
+    mut rx: watch::Receiver<Option<Arc<DesiredState>>>,
+    shared: Arc<Shared>,
+) {
+    let mut sup = Supervisor::new(rt);
+    let wake = sup.wake.clone();
+    let replan_every = Duration::from_secs(u64::from(cfg.observe_seconds));
+    let mut current = rx.borrow_and_update().clone();
+    let mut node_plan = NodePlan::default();
+    let mut planned_at: Option<tokio::time::Instant> = None;
+    let mut planned_gen: Option<u64> = None;
+    loop {
+        // Re-plan on a new desired state, and every report period (secrets come and go).
+        let gen = current.as_ref().map(|d| d.generation);
+        if gen != planned_gen || planned_at.is_none_or(|t| t.elapsed() >= replan_every) {
+            if let Some(d) = &current {
+                node_plan = plan::plan(d, &cfg, &state, &identity.secret_key);
+                let keep: std::collections::HashSet<&str> = d.agents.iter().map(|a| a.agent_key.as_str()).collect();
+                for gone in state.prune_pats(&|a| keep.contains(a)) {
+                    tracing::info!(agent = %gone, "deleted the opened PAT of a departed agent");
+                }
+            }
+            planned_gen = gen;
+            planned_at = Some(tokio::time::Instant::now());
+        }
+        if current.is_some() {
+            match sup.tick(&node_plan.wanted, &node_plan.drains, &cfg.container_prefix).await {
+                Ok(()) => {
+                    if shared.degraded.swap(false, Ordering::SeqCst) {
+                        tracing::info!("Docker is reachable again");
+                    }
+                    shared.applied_generation.store(gen.unwrap_or(0), Ordering::SeqCst);
+                }
+                Err(e) => {
+                    if !shared.degraded.swap(true, Ordering::SeqCst) {
+                        tracing::error!(error = %e, "Docker is unreachable; health degraded, retrying");
+                    }
+                }
+            }
+            *shared.reports.lock() = sup.reports(&node_plan.wanted);
+        } else if let Err(e) = sup.runtime().ping().await {
+            if !shared.degraded.swap(true, Ordering::SeqCst) {
+                tracing::error!(error = %e, "Docker is unreachable; health degraded, retrying");
+            }
+        } else {
+            shared.degraded.store(false, Ordering::SeqCst);
+        }
+        tokio::select! {
+            changed = rx.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                current = rx.borrow_and_update().clone();
+            }
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! The supervisor and the bollard runtime against the real Docker engine, with locally built
+//! FROM-scratch test images. Every scenario runs twice: on the engine's socket, and through a
+//! restricting proxy owned by the test that admits only the endpoints of SPEC §6.5 and
+//! records anything else.
+
+use fleet_api::{
+    DesiredAgent, DesiredIdentity, DesiredState, Executor, ReplicaReport, ReplicaState, Resources, SealedCredential,
+};
+use fleet_e2e::{cleanup, docker_available, ensure_test_images, image, inspect};
+use fleet_node::config::NodeConfig;
+use fleet_node::plan;
+use fleet_node::runtime::docker::DockerRuntime;
+use fleet_node::state::StateDir;
+use fleet_node::supervisor::Supervisor;
+use serde_json::Value;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    cfg: NodeConfig,
+    state: StateDir,
+    sk: [u8; 32],
+    pk: [u8; 32],
+    sup: Supervisor<DockerRuntime>,
+    prefix: String,
+}
+
+impl Harness {
+    fn new(docker_url: &str, prefix: &str) -> Harness {
+        cleanup(prefix);
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "controllerUrl: http://127.0.0.1:1\nname: {prefix}-node\ncapacity: {{slots: 4}}\n\
+             executors:\n  k: {{image: \"{img}\", dataPath: /data, env: {{SHARED: kind, KIND_ONLY: x}},\n      images: [\"fleet-test-agent:sleep*\", \"fleet-test-agent:exit*\"]}}\n\
+             stateDir: {d}/state\nsecretsDir: {d}/secrets\nagentEnv: {{SHARED: agent, AGENT_ONLY: y}}\n\
+             dockerUrl: {docker_url}\ncontainerPrefix: {prefix}\n",
+            img = image("sleep"),
+            d = dir.path().display()
+        );
+        let cfg = NodeConfig::parse(&text, "test", &|_| None).unwrap();
+        std::fs::create_dir_all(&cfg.secrets_dir).unwrap();
+        let state = StateDir::open(&cfg.state_dir).unwrap();
+        let (sk, pk) = fleet_api::seal::generate_keypair();
+        let rt = DockerRuntime::connect(docker_url, &cfg.name).unwrap();
+        Harness { _dir: dir, cfg, state, sk, pk, sup: Supervisor::new(rt), prefix: prefix.to_string() }
+    }
+
+    fn agent(&self, key: &str, image: Option<&str>, secrets: &[&str], cred: &str) -> DesiredAgent {
+        DesiredAgent {
+            agent_key: key.into(),
+            revision: 1,
+            replica_indexes: vec![0],
+            executor: Executor { kind: "k".into(), image: image.map(str::to_string) },
+            secrets: secrets.iter().map(|s| s.to_string()).collect(),
+            resources: Resources { cpus: Some(0.5), memory_mb: Some(64) },
+            drain_seconds: 5,
+            identity: DesiredIdentity {
+                principal_id: "prn_test".into(),
+                tenant_id: "tenant".into(),
+                credential: SealedCredential {
+                    credential_id: cred.into(),
+                    ciphertext: fleet_api::seal::seal(&self.pk, format!("pat-for-{key}").as_bytes()),
+                    expires_at: "2030-01-01T00:00:00Z".into(),
+                },
+            },
+        }
+    }
+
+    async fn tick(&mut self, d: &DesiredState) -> Vec<ReplicaReport> {
+        let p = plan::plan(d, &self.cfg, &self.state, &self.sk);
+        self.sup.tick(&p.wanted, &p.drains, &self.prefix).await.unwrap();
+        self.sup.reports(&p.wanted)
+    }
+
+    /// Ticks every 500 ms until `pred` holds for the first replica, or fails after `secs`.
+    async fn until(
+        &mut self,
+        d: &DesiredState,
+        secs: u64,
+        what: &str,
+        pred: impl Fn(&ReplicaReport) -> bool,
+    ) -> ReplicaReport {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let r = self.tick(d).await.remove(0);
+            if pred(&r) {
+                return r;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; last report {r:?}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        cleanup(&self.prefix);
+    }
+}
+
+fn doc(name: &str) -> Value {
+    serde_json::from_str::<Value>(&inspect(name).unwrap_or_else(|| panic!("{name} exists"))).unwrap()[0].clone()
+}
+
+fn state(d: Vec<DesiredAgent>) -> DesiredState {
+    DesiredState { generation: 1, agents: d }
+}
+
+async fn scenarios(url: &str, tag: &str) {
+    // §6.5 exactly, as `docker inspect` shows it.
+    let mut h = Harness::new(url, &format!("fte{tag}a"));
+    std::fs::write(h.cfg.secrets_dir.join("github-token"), "gh-secret").unwrap();
+    let d = state(vec![h.agent("coder", None, &["github-token"], "cred-1")]);
+    let r = h.until(&d, 30, "running", |r| r.state == ReplicaState::Running).await;
+    assert_eq!(r.restarts, 0);
+    let name = format!("{}-coder-0", h.prefix);
+    let c = doc(&name);
+    assert_eq!(c["Config"]["Image"], image("sleep"));
+    let env: Vec<&str> = c["Config"]["Env"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    for e in [
+        "SHARED=kind",
+        "AGENT_ONLY=y",
+        "KIND_ONLY=x",
+        "CONTROL_PLANE_AGENT_KEY=coder",
+        "IAM_PRINCIPAL=prn_test",
+        "CONTROL_PLANE_IAM_TENANT=tenant",
+        "FLEET_REPLICA=0",
+    ] {
+        assert!(env.contains(&e), "{e} in {env:?}");
+    }
+    let labels = &c["Config"]["Labels"];
+    assert_eq!(labels["fleet.managed"], "1");
+    assert_eq!(labels["fleet.node"], h.cfg.name.as_str());
+    assert_eq!((labels["fleet.agent"].as_str(), labels["fleet.replica"].as_str()), (Some("coder"), Some("0")));
+    assert_eq!(labels["fleet.spec"].as_str().unwrap().len(), 24);
+    assert_eq!(c["HostConfig"]["Init"], true);
+    assert_eq!(c["HostConfig"]["RestartPolicy"]["Name"], "no");
+    assert_eq!(c["HostConfig"]["NanoCpus"], 500_000_000);
+    assert_eq!(c["HostConfig"]["Memory"], 64 * 1024 * 1024);
+    let mounts = c["Mounts"].as_array().unwrap().clone();
+    let m = |dest: &str| {
+        mounts.iter().find(|m| m["Destination"] == dest).unwrap_or_else(|| panic!("mount {dest}: {mounts:?}")).clone()
+    };
+    let pat = m("/run/secrets/agent-pat");
+    assert_eq!((pat["Type"].as_str(), pat["RW"].as_bool()), (Some("bind"), Some(false)));
+    assert_eq!(pat["Source"], h.state.pat_path("coder").display().to_string());
+    let sec = m("/run/secrets/github-token");
+    assert_eq!((sec["Type"].as_str(), sec["RW"].as_bool()), (Some("bind"), Some(false)));
+    let data = m("/data");
+    let vol = format!("{name}-data");
+    assert_eq!(
+        (data["Type"].as_str(), data["RW"].as_bool(), data["Name"].as_str()),
+        (Some("volume"), Some(true), Some(vol.as_str()))
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let logs = std::process::Command::new("docker").args(["logs", &name]).output().unwrap();
+        if String::from_utf8_lossy(&logs.stdout).contains("pat=pat-for-coder") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the agent reads its PAT: {}", String::from_utf8_lossy(&logs.stdout));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A restarted node adopts its running container: same id, not restarted.
+    let id = c["Id"].as_str().unwrap().to_string();
+    let started = c["State"]["StartedAt"].as_str().unwrap().to_string();
+    h.sup = Supervisor::new(DockerRuntime::connect(url, &h.cfg.name).unwrap());
+    let r = h.until(&d, 10, "adopted", |r| r.state == ReplicaState::Running).await;
+    assert_eq!(r.restarts, 0);
+    let c = doc(&name);
+    assert_eq!((c["Id"].as_str().unwrap(), c["State"]["StartedAt"].as_str().unwrap()), (id.as_str(), started.as_str()));
+
+    // Image change: drain, then recreate; the data volume survives.
+    let d2 = state(vec![h.agent("coder", Some(&image("sleep2")), &["github-token"], "cred-1")]);
+    let r = h.tick(&d2).await.remove(0);
+    assert_eq!(r.state, ReplicaState::Draining);
+    h.until(&d2, 30, "recreated", |r| r.state == ReplicaState::Running).await;
+    let c = doc(&name);
+    assert_ne!(c["Id"].as_str().unwrap(), id);
+    assert_eq!(c["Config"]["Image"], image("sleep2"));
+    assert!(inspect(&vol).is_some(), "data volume kept");
+
+    // Replica no longer wanted: stopped and removed; the volume stays.
+    let p = plan::plan(&state(vec![]), &h.cfg, &h.state, &h.sk);
+    h.sup.tick(&p.wanted, &p.drains, &h.prefix).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while inspect(&name).is_some() {
+        assert!(Instant::now() < deadline, "container removed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(inspect(&vol).is_some(), "data volumes are never deleted by the node");
+    drop(h);
+
+    // Exit 75: restarted at once, the same container.
+    let mut h = Harness::new(url, &format!("fte{tag}b"));
+    let d = state(vec![h.agent("quick", Some(&image("exit75")), &[], "c")]);
+    let r = h.until(&d, 30, "a restart after exit 75", |r| r.restarts >= 1).await;
+    assert_eq!(r.last_exit_code, Some(75));
+    assert_ne!(r.state, ReplicaState::Crashloop);
+    drop(h);
+
+    // Exit 1 three times in a row: crashloop.
+    let mut h = Harness::new(url, &format!("fte{tag}c"));
+    let d = state(vec![h.agent("crashy", Some(&image("exit1")), &[], "c")]);
+    let r = h.until(&d, 60, "crashloop", |r| r.state == ReplicaState::Crashloop).await;
+    assert_eq!((r.last_exit_code, r.message.as_deref()), (Some(1), Some("exited with code 1")));
+    assert!(r.restarts >= 2);
+    drop(h);
+
+    // A disallowed image: no container, zero restarts, the reason in the message.
+    let mut h = Harness::new(url, &format!("fte{tag}d"));
+    let d = state(vec![h.agent("evil", Some("fleet-test-agent-other:1"), &[], "c")]);
+    for _ in 0..3 {
+        let r = h.tick(&d).await.remove(0);
+        assert_eq!((r.state, r.restarts), (ReplicaState::Stopped, 0));
+        assert_eq!(
+            r.message.as_deref(),
+            Some("image_not_allowed: image fleet-test-agent-other:1 is not allowed for executor kind k")
+        );
+    }
+    assert!(inspect(&format!("{}-evil-0", h.prefix)).is_none());
+    drop(h);
+
+    // An allowed but missing image: start failed, retried with backoff.
+    let mut h = Harness::new(url, &format!("fte{tag}e"));
+    let d = state(vec![h.agent("ghost", Some("fleet-test-agent:sleep-missing"), &[], "c")]);
+    let r = h.tick(&d).await.remove(0);
+    assert_eq!(r.state, ReplicaState::Starting);
+    assert!(r.message.as_deref().unwrap().starts_with("start failed: "), "{r:?}");
+    drop(h);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_rules_on_the_engine() {
+    if !docker_available() {
+        return;
+    }
+    ensure_test_images();
+    scenarios("unix:///var/run/docker.sock", "u").await;
+}
+
+/// Is this request one the node may make (SPEC §6.5)?
+fn allowed(path: &str) -> bool {
+    let p = path.split('?').next().unwrap_or(path);
+    // Strip a version segment such as `/v1.41`.
+    let p = match p.strip_prefix("/v") {
+        Some(rest) => match rest.find('/') {
+            Some(i) if i > 0 && rest[..i].bytes().all(|c| c.is_ascii_digit() || c == b'.') => &rest[i..],
+            _ => p,
+        },
+        None => p,
+    };
+    p == "/_ping" || p == "/version" || p.starts_with("/containers/") || p.starts_with("/volumes")
+}
+
+/// A TCP→unix proxy that admits only the allowed endpoints; refusals are recorded.
+async fn restricting_proxy(violations: Arc<Mutex<Vec<String>>>) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut client, _)) = listener.accept().await else { return };
+            let violations = violations.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match client.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&head).to_string();
+                let mut first = text.lines().next().unwrap_or("").split_whitespace();
+                let (method, path) = (first.next().unwrap_or(""), first.next().unwrap_or(""));
+                if !allowed(path) {
+                    violations.lock().unwrap().push(format!("{method} {path}"));
+                    let _ = client
+                        .write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                        .await;
+                    return;
+                }
+                let Ok(mut engine) = tokio::net::UnixStream::connect("/var/run/docker.sock").await else { return };
+                if engine.write_all(&head).await.is_err() {
+                    return;
+                }
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut engine).await;
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_rules_through_a_restricting_proxy() {
+    if !docker_available() {
+        return;
+    }
+    ensure_test_images();
+    let violations = Arc::new(Mutex::new(Vec::new()));
+    let port = restricting_proxy(violations.clone()).await;
+    scenarios(&format!("tcp://127.0.0.1:{port}"), "p").await;
+    let v = violations.lock().unwrap().clone();
+    assert!(v.is_empty(), "the node used endpoints outside §6.5: {v:?}");
+}
+
+#[test]
+fn the_proxy_rule_admits_only_spec_endpoints() {
+    assert!(allowed("/v1.41/containers/json?all=true"));
+    assert!(allowed("/v1.41/volumes/create"));
+    assert!(allowed("/_ping"));
+    assert!(allowed("/version"));
+    assert!(!allowed("/v1.41/images/create?fromImage=x"));
+    assert!(!allowed("/v1.41/networks/create"));
+    assert!(!allowed("/v1.41/exec/abc/start"));
+    assert!(!allowed("/v1.41/events"));
+    assert!(allowed("/volumes/create"), "unversioned paths are matched too");
+    assert!(!allowed("/vx/containers/json"));
+}
