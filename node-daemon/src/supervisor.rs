@@ -214,8 +214,11 @@ impl<R: Runtime> Supervisor<R> {
             }
         }
         // Containers no longer wanted: agent's drain when it is still desired, else 30 s.
+        // Only names under this node's prefix are touched: nodes sharing an engine may even
+        // share a name across fleets.
+        let own = format!("{prefix}-");
         for c in &seen {
-            if wanted_names.contains(&c.name) {
+            if wanted_names.contains(&c.name) || !c.name.starts_with(&own) {
                 continue;
             }
             let timeout = c.labels.get(LABEL_AGENT).and_then(|a| drains.get(a)).copied().unwrap_or(VANISHED_STOP);

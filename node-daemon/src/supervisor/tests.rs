@@ -316,3 +316,16 @@ fn backoff_sequence() {
     let b: Vec<u64> = (1..=8).map(|f| backoff(f).as_secs()).collect();
     assert_eq!(b, vec![5, 10, 20, 40, 80, 160, 300, 300]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn containers_outside_the_prefix_are_never_touched() {
+    let rt = FakeRuntime::default();
+    let mut foreign = spec("a", 0, "img:1");
+    foreign.name = "otherfleet-a-0".into();
+    let id = rt.create(&foreign).await.unwrap();
+    rt.start(&id).await.unwrap();
+    let mut s = Supervisor::new(rt.clone());
+    tick(&mut s, &[]).await;
+    assert_eq!(rt.count("stop"), 0, "{:?}", rt.calls());
+    assert!(rt.by_name("otherfleet-a-0").unwrap().running);
+}

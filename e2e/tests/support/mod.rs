@@ -1,0 +1,331 @@
+//! The end-to-end harness: devkit in-process; the controller and every node as real
+//! processes of the workspace's binaries, against the real Docker engine. Faults are real:
+//! `SIGKILL`, restarts, a TCP proxy the test controls, a dead `dockerUrl`.
+#![allow(dead_code)]
+
+use fleet_devkit::{Devkit, DevkitConfig};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A workspace binary, built if this test run did not build it.
+pub fn bin(name: &str) -> PathBuf {
+    let dir = std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().to_path_buf();
+    let path = dir.join(name);
+    if !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let st = Command::new(cargo).args(["build", "--bin", name]).status().unwrap();
+        assert!(st.success(), "cargo build --bin {name}");
+    }
+    path
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {secs} s waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+pub struct Proc {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(bin: &Path, args: &[&str], env: &HashMap<String, String>, log: &Path) -> Proc {
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+        let child = Command::new(bin)
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(env)
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        Proc { child, log: log.to_path_buf() }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Exit status once the process has ended by itself.
+    pub async fn exited(&mut self, secs: u64) -> std::process::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "process did not exit; log:\n{}", self.log_text());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// devkit + the controller process.
+pub struct Fleet {
+    pub dir: tempfile::TempDir,
+    pub devkit: Devkit,
+    pub env: HashMap<String, String>,
+    pub controller: Option<Proc>,
+    pub url: String,
+    pub http: reqwest::Client,
+    pub admin_token: String,
+    pub prefix: String,
+}
+
+impl Fleet {
+    pub async fn start(prefix: &str) -> Fleet {
+        fleet_e2e::cleanup(prefix);
+        let devkit = Devkit::start(DevkitConfig::default(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let c = &devkit.config;
+        let env: HashMap<String, String> = [
+            ("FLEET_LISTEN", format!("127.0.0.1:{port}")),
+            ("FLEET_METRICS_LISTEN", format!("127.0.0.1:{}", free_port())),
+            ("FLEET_DATA_DIR", dir.path().join("controller").display().to_string()),
+            ("FLEET_CONTROL_PLANE_URL", devkit.url.clone()),
+            ("FLEET_IAM_URL", devkit.url.clone()),
+            ("FLEET_IAM_ISSUER", devkit.issuer()),
+            ("FLEET_IAM_TENANT", c.tenant.clone()),
+            ("FLEET_JWKS_URL", devkit.jwks_url()),
+            ("FLEET_CLIENT_ID", c.client_id.clone()),
+            ("FLEET_CLIENT_SECRET", c.client_secret.clone()),
+            ("FLEET_TOKEN_SCOPES", "control-plane:read".into()),
+            ("FLEET_RECONCILE_SECONDS", "2".into()),
+            ("FLEET_NODE_OFFLINE_SECONDS", "3".into()),
+            ("FLEET_TOKEN_REVOKE_GRACE_SECONDS", "2".into()),
+            ("RUST_LOG", "info".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let admin_token = devkit.mint("fleet", &["fleet:admin"], 3600);
+        let mut f = Fleet {
+            dir,
+            devkit,
+            env,
+            controller: None,
+            url: format!("http://127.0.0.1:{port}"),
+            http: reqwest::Client::new(),
+            admin_token,
+            prefix: prefix.to_string(),
+        };
+        f.start_controller().await;
+        f
+    }
+
+    pub async fn start_controller(&mut self) {
+        let log = self.dir.path().join("controller.log");
+        self.controller = Some(Proc::spawn(&bin("fleet-controller"), &["serve"], &self.env, &log));
+        let url = self.url.clone();
+        let http = self.http.clone();
+        eventually(30, "controller healthy", || async {
+            http.get(format!("{url}/healthz")).send().await.ok().filter(|r| r.status() == 200)
+        })
+        .await;
+    }
+
+    pub fn kill_controller(&mut self) {
+        if let Some(mut c) = self.controller.take() {
+            c.kill9();
+        }
+    }
+
+    pub fn controller_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("controller.log")).unwrap_or_default()
+    }
+
+    pub async fn admin_get(&self, path: &str) -> Value {
+        self.http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(&self.admin_token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap_or(Value::Null)
+    }
+
+    pub async fn join_key(&self) -> String {
+        let v: Value = self
+            .http
+            .post(format!("{}/api/v1/join-keys", self.url))
+            .bearer_auth(&self.admin_token)
+            .json(&json!({"ttlSeconds": 600}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v["joinKey"].as_str().unwrap().to_string()
+    }
+
+    pub async fn node_view(&self, name: &str) -> Option<Value> {
+        self.admin_get("/api/v1/nodes").await["items"].as_array()?.iter().find(|n| n["name"] == name).cloned()
+    }
+
+    /// A node directory with node.yaml; not started.
+    /// `short` becomes the fleet-unique node name `<prefix>-<short>`.
+    pub async fn node(&self, short: &str, extra: &str) -> NodeDir {
+        let name = format!("{}-{short}", self.prefix);
+        let name = name.as_str();
+        let root = self.dir.path().join(short);
+        std::fs::create_dir_all(root.join("secrets")).unwrap();
+        let key = self.join_key().await;
+        std::fs::write(root.join("join-key"), &key).unwrap();
+        let yaml = format!(
+            "controllerUrl: {url}\nname: {name}\ncapacity: {{slots: 4}}\n\
+             executors:\n  k: {{image: \"{img}\", dataPath: /data, images: [\"fleet-test-agent:*\"]}}\n\
+             stateDir: {root}/state\nsecretsDir: {root}/secrets\njoinKeyFile: {root}/join-key\n\
+             observeSeconds: 5\ncontainerPrefix: {name}\n{extra}",
+            url = self.url,
+            img = fleet_e2e::image("sleep"),
+            root = root.display(),
+        );
+        std::fs::write(root.join("node.yaml"), yaml).unwrap();
+        NodeDir { root, name: name.to_string(), prefix: name.to_string(), proc: None }
+    }
+
+    /// The last status the CP accepted for `agent`, once `pred` holds.
+    pub async fn status_where(&self, agent: &str, secs: u64, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        eventually(secs, what, || async { self.devkit.status(agent).filter(|s| pred(s)) }).await
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        fleet_e2e::cleanup(&self.prefix);
+    }
+}
+
+pub struct NodeDir {
+    pub root: PathBuf,
+    pub name: String,
+    pub prefix: String,
+    pub proc: Option<Proc>,
+}
+
+impl NodeDir {
+    pub fn config(&self) -> PathBuf {
+        self.root.join("node.yaml")
+    }
+
+    pub fn start(&mut self) {
+        let env: HashMap<String, String> = [("RUST_LOG".to_string(), "info".to_string())].into();
+        let cfg = self.config().display().to_string();
+        self.proc = Some(Proc::spawn(&bin("fleet-node"), &["--config", &cfg], &env, &self.root.join("node.log")));
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.kill9();
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.root.join("node.log")).unwrap_or_default()
+    }
+
+    pub fn container(&self, agent: &str, replica: u32) -> String {
+        format!("{}-{agent}-{replica}", self.prefix)
+    }
+}
+
+/// `docker inspect` of a container: (id, running, started-at, image, restart count unused).
+pub fn container(name: &str) -> Option<Value> {
+    fleet_e2e::inspect(name).and_then(|s| serde_json::from_str::<Value>(&s).ok()).map(|v| v[0].clone())
+}
+
+pub fn logs(name: &str) -> String {
+    let o = Command::new("docker").args(["logs", name]).output().unwrap();
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+/// The PAT an agent container printed at its latest start.
+pub fn pat_seen_by(name: &str) -> Option<String> {
+    logs(name).lines().rev().find_map(|l| l.strip_prefix("pat=").map(str::to_string))
+}
+
+pub fn agent(key: &str, replicas: u32) -> Value {
+    json!({"key": key, "revision": 1, "state": "running", "identity": {"kind": "agent"},
+           "executor": {"kind": "k", "image": null},
+           "placement": {"replicas": replicas, "requires": [], "secrets": []}, "drainSeconds": 2})
+}
+
+/// A TCP proxy the test can cut: while `open` is false it refuses and drops connections.
+pub struct Partition {
+    pub port: u16,
+    pub open: Arc<AtomicBool>,
+}
+
+impl Partition {
+    pub async fn start(target: String) -> Partition {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let open = Arc::new(AtomicBool::new(true));
+        let o = open.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut c, _)) = listener.accept().await else { return };
+                if !o.load(Ordering::SeqCst) {
+                    drop(c);
+                    continue;
+                }
+                let target = target.clone();
+                let o = o.clone();
+                tokio::spawn(async move {
+                    let Ok(mut s) = tokio::net::TcpStream::connect(&target).await else { return };
+                    // Cut established connections too when the partition starts.
+                    let cut = async {
+                        while o.load(Ordering::SeqCst) {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut c, &mut s) => {}
+                        _ = cut => {}
+                    }
+                });
+            }
+        });
+        Partition { port, open }
+    }
+
+    pub fn set(&self, open: bool) {
+        self.open.store(open, Ordering::SeqCst);
+    }
+}
