@@ -7,6 +7,10 @@ bb=/bin/busybox
 trap 'echo "got SIGTERM"; exit 0' TERM
 echo "agent ${CONTROL_PLANE_AGENT_KEY:-?} replica ${FLEET_REPLICA:-?} behaviour ${BEHAVIOR:-sleep}"
 if [ -r /run/secrets/agent-pat ]; then echo "pat=$($bb cat /run/secrets/agent-pat)"; fi
+for f in /run/secrets/*; do
+  n=${f##*/}
+  if [ -f "$f" ] && [ "$n" != agent-pat ]; then echo "secret $n=$($bb cat "$f")"; fi
+done
 case "${BEHAVIOR:-sleep}" in
   exit:*)
     $bb sleep "${DELAY:-0}"

@@ -98,3 +98,26 @@ pub fn cleanup(prefix: &str) {
         }
     }
 }
+
+/// Builds `fleet-controller:e2e` and `fleet-node:e2e` (static binaries, FROM scratch) with
+/// `scripts/build-images.sh`, once per process, unless both exist already (CI builds them
+/// before the tests).
+pub fn ensure_fleet_images() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let have =
+            |i: &str| Command::new("docker").args(["image", "inspect", i]).output().is_ok_and(|o| o.status.success());
+        if have("fleet-controller:e2e") && have("fleet-node:e2e") && std::env::var("FLEET_E2E_REBUILD").is_err() {
+            return;
+        }
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let st = Command::new("bash")
+            .arg(root.join("scripts/build-images.sh"))
+            .arg("e2e")
+            .env("FLEET_IMAGE_PROFILE", std::env::var("FLEET_IMAGE_PROFILE").unwrap_or_else(|_| "dev".into()))
+            .current_dir(root)
+            .status()
+            .expect("scripts/build-images.sh runs");
+        assert!(st.success(), "building the fleet images failed");
+    });
+}
