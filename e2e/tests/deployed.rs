@@ -185,3 +185,36 @@ async fn through_a_tls_proxy_that_strips_the_prefix() {
     let r = reqwest::Client::new().get(format!("{public}/healthz")).send().await;
     assert!(r.is_err(), "an untrusted certificate is refused");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_with_node_starts_containers_in_one_command() {
+    if !docker_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let node = "e2edev";
+    fleet_e2e::cleanup(node);
+    let (api, met, dk) = (free_port(), free_port(), free_port());
+    let mut dev = std::process::Command::new(bin("fleet-controller"))
+        .args(["dev", "--with-node", "--node-name", node, "--dir"])
+        .arg(dir.path())
+        .args(["--listen", &format!("127.0.0.1:{api}"), "--metrics-listen", &format!("127.0.0.1:{met}")])
+        .args(["--devkit-listen", &format!("127.0.0.1:{dk}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let http = reqwest::Client::new();
+    let status = eventually(90, "coder running in the dev fleet's CP", || async {
+        let v: serde_json::Value =
+            http.get(format!("http://127.0.0.1:{dk}/devkit/statuses/coder")).send().await.ok()?.json().await.ok()?;
+        (v["phase"] == "running").then_some(v)
+    })
+    .await;
+    assert_eq!(status["node"], node);
+    let log = logs(&format!("{node}-coder-0"));
+    assert!(log.contains("agent coder replica 0") && log.contains("bytes in /run/secrets/agent-pat"), "{log}");
+    let _ = dev.kill();
+    let _ = dev.wait();
+    fleet_e2e::cleanup(node);
+}

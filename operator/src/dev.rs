@@ -30,13 +30,78 @@ pub struct DevArgs {
     #[arg(long, default_value = "claude-code")]
     pub executor_kind: String,
     /// Image the printed node.yaml runs for that kind.
-    #[arg(long, default_value = "fleet-dev-agent:latest")]
+    #[arg(long, default_value = DEFAULT_IMAGE)]
     pub image: String,
+    /// Name of the node `--with-node` starts; also the prefix of its containers.
+    #[arg(long, default_value = "dev-node")]
+    pub node_name: String,
+    /// Also build a small local agent image and start a `fleet-node` on this machine's Docker.
+    #[arg(long)]
+    pub with_node: bool,
     /// Exit after printing (for scripts and tests) instead of serving until Ctrl-C.
     #[arg(long, hide = true)]
     pub print_and_exit: bool,
 }
 
+/// The example agent: prints its identity and PAT, runs until SIGTERM.
+const DEV_AGENT_SCRIPT: &str = r#"bb=/bin/busybox
+trap 'echo "agent $CONTROL_PLANE_AGENT_KEY: got SIGTERM, bye"; exit 0' TERM
+echo "agent $CONTROL_PLANE_AGENT_KEY replica $FLEET_REPLICA (principal $IAM_PRINCIPAL) started"
+[ -r /run/secrets/agent-pat ] && echo "PAT: $($bb wc -c < /run/secrets/agent-pat) bytes in /run/secrets/agent-pat"
+while true; do $bb sleep 3600 & wait $!; done
+"#;
+
+/// Builds `image` FROM scratch around a static busybox (the engine may have no registry).
+fn build_dev_image(image: &str) -> anyhow::Result<()> {
+    let busybox = std::path::Path::new("/bin/busybox");
+    anyhow::ensure!(
+        busybox.exists(),
+        "--with-node builds its example agent image around a static busybox: apt-get install busybox-static"
+    );
+    let dir = std::env::temp_dir().join(format!("fleet-dev-image-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::copy(busybox, dir.join("busybox"))?;
+    std::fs::write(dir.join("agent.sh"), DEV_AGENT_SCRIPT)?;
+    std::fs::write(
+        dir.join("Dockerfile"),
+        "FROM scratch\nCOPY busybox /bin/busybox\nCOPY agent.sh /agent.sh\nENTRYPOINT [\"/bin/busybox\", \"sh\", \"/agent.sh\"]\n",
+    )?;
+    let out = std::process::Command::new("docker")
+        .args(["build", "-q", "-t", image])
+        .arg(&dir)
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .map_err(|e| anyhow::anyhow!("cannot run docker: {e}"))?;
+    let _ = std::fs::remove_dir_all(&dir);
+    anyhow::ensure!(out.status.success(), "docker build {image}: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(())
+}
+
+/// The `fleet-node` binary: beside this one, on PATH, or built with cargo in this workspace.
+fn node_binary() -> anyhow::Result<PathBuf> {
+    let beside = std::env::current_exe()?.with_file_name("fleet-node");
+    if beside.exists() {
+        return Ok(beside);
+    }
+    if let Ok(out) = std::process::Command::new("which").arg("fleet-node").output() {
+        let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if out.status.success() && !p.is_empty() {
+            return Ok(PathBuf::from(p));
+        }
+    }
+    eprintln!("building fleet-node (cargo build -p fleet-node)…");
+    let st = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "-q", "-p", "fleet-node"])
+        .status()
+        .map_err(|e| anyhow::anyhow!("fleet-node is not built and cargo cannot run: {e}"))?;
+    anyhow::ensure!(
+        st.success() && beside.exists(),
+        "cannot build fleet-node; build it with: cargo build -p fleet-node"
+    );
+    Ok(beside)
+}
+
+pub const DEFAULT_IMAGE: &str = "fleet-dev-agent:latest";
 pub const DEV_TOKEN_AUDIENCES: &str = "notification-service";
 pub const DEV_TOKEN_SCOPES: &str = "control-plane:read control-plane:write notification-service=notifications:send";
 
@@ -55,7 +120,18 @@ fn abs(p: &Path) -> PathBuf {
 
 pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
     let dir = abs(&args.dir);
+    anyhow::ensure!(
+        fleet_api::names::is_node_name(&args.node_name),
+        "--node-name {:?} is not a node name",
+        args.node_name
+    );
     std::fs::create_dir_all(&dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+    // The embedded CP and IAM live in memory: every dev run starts from a fresh store and
+    // node state, so nothing refers to principals of an earlier run.
+    for stale in ["fleet.sqlite", "fleet.sqlite-wal", "fleet.sqlite-shm"] {
+        let _ = std::fs::remove_file(dir.join(stale));
+    }
+    let _ = std::fs::remove_dir_all(dir.join("node-state"));
     let dk_cfg = DevkitConfig::default();
     let devkit = Devkit::start(dk_cfg.clone(), args.devkit_listen)
         .await
@@ -106,7 +182,8 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
     let yaml = format!(
         "# Written by `fleet-controller dev`: a node on this machine's Docker.\n\
          controllerUrl: http://{addr}\n\
-         name: dev-node\n\
+         name: {node}\n\
+         containerPrefix: {node}\n\
          labels: []\n\
          capacity: {{slots: 4}}\n\
          executors:\n  {kind}: {{image: \"{image}\", dataPath: /data}}\n\
@@ -115,6 +192,7 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
          joinKeyFile: {key}\n\
          observeSeconds: 5\n",
         addr = controller.addr,
+        node = args.node_name,
         kind = args.executor_kind,
         image = args.image,
         dir = dir.display(),
@@ -125,6 +203,9 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
+    if args.with_node && args.image == DEFAULT_IMAGE {
+        build_dev_image(&args.image)?;
+    }
     let fleet = start(&args).await?;
     let api = format!("http://{}", fleet.controller.addr);
     println!();
@@ -138,15 +219,38 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     println!();
     println!("Join key (one use, 1 h): {}", fleet.join_key);
     println!();
-    println!("Start a node on this machine's Docker:");
-    println!("  cargo run -p fleet-node -- --config {}", fleet.node_yaml.display());
+    let mut node = None;
+    if args.with_node {
+        let bin = node_binary()?;
+        let log = abs(&args.dir).join("node.log");
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
+        let child = tokio::process::Command::new(&bin)
+            .arg("--config")
+            .arg(&fleet.node_yaml)
+            .stderr(out)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("cannot start {}: {e}", bin.display()))?;
+        println!("Node {} started on this machine's Docker (log: {})", args.node_name, log.display());
+        println!("  docker ps --filter label=fleet.node={}", args.node_name);
+        println!("  curl -s {}/devkit/statuses/coder", fleet.devkit.url);
+        node = Some(child);
+    } else {
+        println!("Start a node on this machine's Docker:");
+        println!("  cargo run -p fleet-node -- --config {}", fleet.node_yaml.display());
+        println!("(or run `fleet-controller dev --with-node` to have it started for you)");
+    }
     println!();
     if args.print_and_exit {
         fleet.controller.shutdown().await;
         return Ok(());
     }
-    println!("Serving; Ctrl-C stops.");
+    println!("Serving; Ctrl-C stops. Agent containers keep running after the node stops;");
+    println!("remove them with: docker rm -f $(docker ps -aq --filter label=fleet.node={})", args.node_name);
     let _ = tokio::signal::ctrl_c().await;
+    if let Some(mut n) = node {
+        let _ = n.kill().await;
+    }
     fleet.controller.shutdown().await;
     Ok(())
 }

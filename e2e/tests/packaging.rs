@@ -1,0 +1,109 @@
+//! What operators install: the example node.yaml validates, the compose files parse, and the
+//! controller image runs as uid 10001 with its binary's own healthcheck.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use support::*;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
+}
+
+#[test]
+fn example_node_yaml_validates_and_names_unset_variables() {
+    let cfg = repo().join("deploy/node/node.yaml");
+    let out = Command::new(bin("fleet-node")).args(["check", "--config"]).arg(&cfg).env_clear().output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "unset environment variables: FLEET_CONTROLLER_URL, FLEET_NODE_NAME, FLEET_STATE_DIR, FLEET_SECRETS_DIR"
+        ),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(bin("fleet-node"))
+        .args(["check", "--config"])
+        .arg(&cfg)
+        .env_clear()
+        .env("FLEET_CONTROLLER_URL", "https://platform.example.com/fleet")
+        .env("FLEET_NODE_NAME", "worker-1")
+        .env("FLEET_STATE_DIR", "/var/lib/fleet-node")
+        .env("FLEET_SECRETS_DIR", "/etc/fleet-node/secrets")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("kinds: claude-code, observer"));
+}
+
+#[test]
+fn compose_files_parse() {
+    if Command::new("docker-compose").arg("version").output().is_err() {
+        assert!(std::env::var("FLEET_E2E").as_deref() != Ok("1"), "FLEET_E2E=1 but docker-compose is missing");
+        return;
+    }
+    let node = Command::new("docker-compose")
+        .args(["-f"])
+        .arg(repo().join("deploy/node/compose.yaml"))
+        .args(["config", "-q"])
+        .output()
+        .unwrap();
+    assert!(node.status.success(), "{}", String::from_utf8_lossy(&node.stderr));
+    let mut c = Command::new("docker-compose");
+    c.args(["-f"]).arg(repo().join("deploy/controller/compose.yaml")).args(["config"]);
+    for v in ["FLEET_CONTROL_PLANE_URL", "FLEET_IAM_URL", "FLEET_IAM_ISSUER", "FLEET_IAM_TENANT", "FLEET_JWKS_URL"] {
+        c.env(v, "http://example");
+    }
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("128m") || text.contains("134217728"), "the 128 MiB default memory limit: {text}");
+    let proxy = std::fs::read_to_string(repo().join("deploy/node/compose.yaml")).unwrap();
+    for denied in ["EXEC: 0", "IMAGES: 0", "NETWORKS: 0", "BUILD: 0"] {
+        assert!(proxy.contains(denied), "the socket proxy denies {denied}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_image_runs_as_10001_and_reports_healthy() {
+    if !fleet_e2e::docker_available() {
+        return;
+    }
+    fleet_e2e::ensure_fleet_images();
+    let devkit = fleet_devkit::Devkit::start(Default::default(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let port = free_port();
+    let name = "e2e-controller-image";
+    let _ = Command::new("docker").args(["rm", "-f", name]).output();
+    let c = &devkit.config;
+    let env = [
+        format!("FLEET_LISTEN=127.0.0.1:{port}"),
+        format!("FLEET_METRICS_LISTEN=127.0.0.1:{}", free_port()),
+        format!("FLEET_CONTROL_PLANE_URL={}", devkit.url),
+        format!("FLEET_IAM_URL={}", devkit.url),
+        format!("FLEET_IAM_ISSUER={}", devkit.issuer()),
+        format!("FLEET_IAM_TENANT={}", c.tenant),
+        format!("FLEET_JWKS_URL={}", devkit.jwks_url()),
+        format!("FLEET_CLIENT_ID={}", c.client_id),
+        format!("FLEET_CLIENT_SECRET={}", c.client_secret),
+    ];
+    let mut cmd = Command::new("docker");
+    cmd.args(["run", "-d", "--name", name, "--network", "host", "--tmpfs", "/data:uid=10001"]);
+    for e in &env {
+        cmd.args(["-e", e]);
+    }
+    let out = cmd.arg("fleet-controller:e2e").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let health = eventually(60, "docker reports the controller healthy", || async {
+        let o = Command::new("docker").args(["inspect", "-f", "{{.State.Health.Status}}", name]).output().ok()?;
+        let s = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        (s == "healthy").then_some(s)
+    })
+    .await;
+    assert_eq!(health, "healthy");
+    let user = Command::new("docker").args(["inspect", "-f", "{{.Config.User}}", name]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&user.stdout).trim(), "10001:10001");
+    let r = reqwest::get(format!("http://127.0.0.1:{port}/healthz")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let _ = Command::new("docker").args(["rm", "-f", name]).output();
+}
