@@ -101,59 +101,10 @@ async fn through_a_tls_proxy_that_strips_the_prefix() {
         return;
     }
     let f = Fleet::start("e2ei").await;
-    let d = f.dir.path().join("tls");
-    std::fs::create_dir_all(&d).unwrap();
+    let d = f.dir.path().join("tls-own");
+    let proxy = TlsProxy::start(&d, f.url.trim_start_matches("http://"));
     let p = |n: &str| d.join(n).display().to_string();
-    run(Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=fleet-test-ca"])
-        .args(["-keyout", &p("ca.key"), "-out", &p("ca.pem")]));
-    run(Command::new("openssl").args(["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1"]).args([
-        "-keyout",
-        &p("srv.key"),
-        "-out",
-        &p("srv.csr"),
-    ]));
-    std::fs::write(
-        d.join("ext.cnf"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    run(Command::new("openssl")
-        .args(["x509", "-req", "-days", "2", "-in", &p("srv.csr"), "-CA", &p("ca.pem"), "-CAkey", &p("ca.key")])
-        .args(["-CAcreateserial", "-out", &p("srv.pem"), "-extfile", &p("ext.cnf")]));
-    let port = free_port();
-    let upstream = f.url.trim_start_matches("http://");
-    std::fs::write(
-        d.join("nginx.conf"),
-        format!(
-            "daemon off;\nworker_processes 1;\npid {pid};\nerror_log {err};\nevents {{}}\nhttp {{\n  access_log off;\n  client_body_temp_path {t}/body;\n  proxy_temp_path {t}/proxy;\n\
-             server {{\n    listen 127.0.0.1:{port} ssl;\n    ssl_certificate {crt};\n    ssl_certificate_key {key};\n\
-             location /fleet/ {{\n      proxy_pass http://{upstream}/;\n      proxy_http_version 1.1;\n      proxy_read_timeout 120s;\n      proxy_buffering off;\n    }}\n  }}\n}}\n",
-            pid = p("nginx.pid"),
-            err = p("error.log"),
-            t = d.display(),
-            crt = p("srv.pem"),
-            key = p("srv.key"),
-        ),
-    )
-    .unwrap();
-    let nginx = Command::new("nginx")
-        .args(["-c", &p("nginx.conf"), "-p", &d.display().to_string()])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    // SIGTERM lets the master take its workers down (SIGKILL would orphan them).
-    struct StopNginx(std::process::Child);
-    impl Drop for StopNginx {
-        fn drop(&mut self) {
-            let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
-            let _ = self.0.wait();
-        }
-    }
-    let _nginx = StopNginx(nginx);
-    let public = format!("https://127.0.0.1:{port}/fleet");
+    let public = proxy.url.clone();
     let mut n = f.node("tls", &format!("caFile: {}\n", p("ca.pem"))).await;
     let yaml = std::fs::read_to_string(n.config())
         .unwrap()
@@ -214,7 +165,11 @@ async fn dev_with_node_starts_containers_in_one_command() {
     assert_eq!(status["node"], node);
     let log = logs(&format!("{node}-coder-0"));
     assert!(log.contains("agent coder replica 0") && log.contains("bytes in /run/secrets/agent-pat"), "{log}");
-    let _ = dev.kill();
-    let _ = dev.wait();
+    // SIGTERM: dev stops the node it started (a SIGKILL would orphan it).
+    let _ = Command::new("kill").args(["-TERM", &dev.id().to_string()]).status();
+    let st = dev.wait().unwrap();
+    assert!(st.success(), "dev exits cleanly on SIGTERM");
     fleet_e2e::cleanup(node);
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert!(container(&format!("{node}-coder-0")).is_none(), "no orphaned node recreated the containers");
 }

@@ -59,10 +59,12 @@ async fn a_partition_moves_the_replica_and_healing_stops_the_old_copy() {
     }
     ensure_test_images();
     let mut f = Fleet::start("e2ed").await;
-    let target = f.url.trim_start_matches("http://").to_string();
-    let cut = Partition::start(target).await;
+    // The cut sits between the node and whatever it talks to (the controller, or the TLS proxy).
+    let public = f.public_url.clone();
+    let host_port = public.split("://").nth(1).unwrap().split('/').next().unwrap().to_string();
+    let cut = Partition::start(host_port.clone()).await;
     let mut a = f.node("a", "").await;
-    let yaml = std::fs::read_to_string(a.config()).unwrap().replace(&f.url, &format!("http://127.0.0.1:{}", cut.port));
+    let yaml = std::fs::read_to_string(a.config()).unwrap().replace(&host_port, &format!("127.0.0.1:{}", cut.port));
     std::fs::write(a.config(), yaml).unwrap();
     a.start();
     eventually(30, "a online", || async { f.node_view(&a.name).await.filter(|n| n["status"] == "online") }).await;

@@ -247,7 +247,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     }
     println!("Serving; Ctrl-C stops. Agent containers keep running after the node stops;");
     println!("remove them with: docker rm -f $(docker ps -aq --filter label=fleet.node={})", args.node_name);
-    let _ = tokio::signal::ctrl_c().await;
+    // Ctrl-C or SIGTERM: stop the node this command started, then the controller.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term.recv() => {} }
     if let Some(mut n) = node {
         let _ = n.kill().await;
     }

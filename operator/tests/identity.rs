@@ -93,10 +93,14 @@ async fn pats_are_scoped_sealed_rotated_revoked_and_idempotent() {
     dk.set_faults(Faults { iam_down: true, ..Default::default() });
     dk.put_agent(agent("late", "k", 1));
     let st = eventually(20, "late is identity_pending in the CP", || async {
-        dk.status("late").filter(|s| s["phase"] == "pending" && s["reason"]["code"] == "identity_pending")
+        dk.status("late").filter(|s| s["reason"]["message"].as_str().is_some_and(|m| m.contains("IAM answered 503")))
     })
     .await;
-    assert!(st["reason"]["message"].as_str().unwrap().contains("IAM"), "{st}");
+    assert_eq!(
+        (st["phase"].as_str(), st["reason"]["code"].as_str()),
+        (Some("pending"), Some("identity_pending")),
+        "{st}"
+    );
     let (_, d) = a.desired(None, 0).await;
     assert_eq!(cred_of(&d, "kept"), Some(kept.clone()), "running agents keep their credentials");
     dk.set_faults(Faults::default());

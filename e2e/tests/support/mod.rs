@@ -92,8 +92,82 @@ impl Drop for Proc {
     }
 }
 
+/// nginx terminating TLS with a self-signed CA and stripping `/fleet`, in front of `upstream`.
+pub struct TlsProxy {
+    pub url: String,
+    pub ca: PathBuf,
+    child: Child,
+}
+
+impl TlsProxy {
+    pub fn start(dir: &Path, upstream: &str) -> TlsProxy {
+        std::fs::create_dir_all(dir).unwrap();
+        let p = |n: &str| dir.join(n).display().to_string();
+        let run = |c: &mut Command| {
+            let o = c.output().unwrap();
+            assert!(o.status.success(), "{c:?}: {}", String::from_utf8_lossy(&o.stderr));
+        };
+        run(Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=fleet-test-ca"])
+            .args(["-keyout", &p("ca.key"), "-out", &p("ca.pem")]));
+        run(Command::new("openssl").args(["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1"]).args([
+            "-keyout",
+            &p("srv.key"),
+            "-out",
+            &p("srv.csr"),
+        ]));
+        std::fs::write(
+            dir.join("ext.cnf"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        run(Command::new("openssl")
+            .args(["x509", "-req", "-days", "2", "-in", &p("srv.csr"), "-CA", &p("ca.pem"), "-CAkey", &p("ca.key")])
+            .args(["-CAcreateserial", "-out", &p("srv.pem"), "-extfile", &p("ext.cnf")]));
+        let port = free_port();
+        std::fs::write(
+            dir.join("nginx.conf"),
+            format!(
+                "daemon off;\nworker_processes 1;\npid {pid};\nerror_log {err};\nevents {{}}\nhttp {{\n  access_log off;\n  client_body_temp_path {t}/body;\n  proxy_temp_path {t}/proxy;\n\
+                 server {{\n    listen 127.0.0.1:{port} ssl;\n    ssl_certificate {crt};\n    ssl_certificate_key {key};\n\
+                 location /fleet/ {{\n      proxy_pass http://{upstream}/;\n      proxy_http_version 1.1;\n      proxy_read_timeout 120s;\n      proxy_buffering off;\n    }}\n  }}\n}}\n",
+                pid = p("nginx.pid"),
+                err = p("error.log"),
+                t = dir.display(),
+                crt = p("srv.pem"),
+                key = p("srv.key"),
+            ),
+        )
+        .unwrap();
+        let child = Command::new("nginx")
+            .args(["-c", &p("nginx.conf"), "-p", &dir.display().to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx runs (apt-get install nginx-light)");
+        TlsProxy { url: format!("https://127.0.0.1:{port}/fleet"), ca: dir.join("ca.pem"), child }
+    }
+}
+
+impl Drop for TlsProxy {
+    fn drop(&mut self) {
+        // SIGTERM lets the master take its workers down (SIGKILL would orphan them).
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether nodes reach the controller through the TLS proxy (`FLEET_E2E_TLS=1`).
+pub fn via_tls() -> bool {
+    std::env::var("FLEET_E2E_TLS").as_deref() == Ok("1")
+}
+
 /// devkit + the controller process.
 pub struct Fleet {
+    /// What nodes use as `controllerUrl`: the controller, or the TLS proxy in front of it.
+    pub public_url: String,
+    pub tls: Option<TlsProxy>,
     pub dir: tempfile::TempDir,
     pub devkit: Devkit,
     pub env: HashMap<String, String>,
@@ -132,12 +206,16 @@ impl Fleet {
         .map(|(k, v)| (k.to_string(), v))
         .collect();
         let admin_token = devkit.mint("fleet", &["fleet:admin"], 3600);
+        let url = format!("http://127.0.0.1:{port}");
+        let tls = via_tls().then(|| TlsProxy::start(&dir.path().join("tls"), url.trim_start_matches("http://")));
         let mut f = Fleet {
+            public_url: tls.as_ref().map(|t| t.url.clone()).unwrap_or_else(|| url.clone()),
+            tls,
             dir,
             devkit,
             env,
             controller: None,
-            url: format!("http://127.0.0.1:{port}"),
+            url,
             http: reqwest::Client::new(),
             admin_token,
             prefix: prefix.to_string(),
@@ -211,8 +289,9 @@ impl Fleet {
             "controllerUrl: {url}\nname: {name}\ncapacity: {{slots: 4}}\n\
              executors:\n  k: {{image: \"{img}\", dataPath: /data, images: [\"fleet-test-agent:*\"]}}\n\
              stateDir: {root}/state\nsecretsDir: {root}/secrets\njoinKeyFile: {root}/join-key\n\
-             observeSeconds: 5\ncontainerPrefix: {name}\n{extra}",
-            url = self.url,
+             observeSeconds: 5\ncontainerPrefix: {name}\n{ca}{extra}",
+            url = self.public_url,
+            ca = self.tls.as_ref().map(|t| format!("caFile: {}\n", t.ca.display())).unwrap_or_default(),
             img = fleet_e2e::image("sleep"),
             root = root.display(),
         );
