@@ -17,15 +17,6 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
-fn live_pat(f: &Fleet, agent: &str) -> Vec<String> {
-    f.devkit
-        .pats()
-        .into_iter()
-        .filter(|p| p.agent_key.as_deref() == Some(agent) && !p.revoked)
-        .map(|p| p.token)
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_in_a_container_with_host_paths() {
     if !docker_available() {

@@ -9,10 +9,6 @@ use fleet_e2e::{docker_available, ensure_test_images};
 use std::time::Duration;
 use support::*;
 
-fn live(f: &Fleet, agent: &str) -> Vec<fleet_devkit::PatRecord> {
-    f.devkit.pats().into_iter().filter(|p| p.agent_key.as_deref() == Some(agent) && !p.revoked).collect()
-}
-
 fn running(name: &str) -> Option<serde_json::Value> {
     container(name).filter(|c| c["State"]["Running"] == true)
 }
@@ -44,7 +40,7 @@ async fn killed_node_loses_its_agent_and_stops_the_stale_copy_on_return() {
         f.devkit.pats().iter().any(|p| p.token == old_pat && p.revoked).then_some(())
     })
     .await;
-    assert_eq!(live(&f, "mover").len(), 1);
+    assert_eq!(live_pats(&f, "mover").len(), 1);
     assert!(running(&on_a).is_some(), "a's copy still runs: nobody told a yet");
     // a comes back: it learns the agent moved and stops its stale copy.
     a.start();
@@ -121,7 +117,7 @@ async fn controller_and_node_restarts_lose_nothing() {
     let placements = f.admin_get("/api/v1/placements").await;
     assert_eq!(placements["items"].as_array().unwrap().iter().filter(|p| p["status"] == "placed").count(), 2);
     for agent in ["one", "two"] {
-        assert_eq!(live(&f, agent).len(), 1, "{agent}: exactly one live PAT");
+        assert_eq!(live_pats(&f, agent).len(), 1, "{agent}: exactly one live PAT");
     }
     let again: Vec<_> = names.iter().map(|n| running(n).unwrap()["State"]["StartedAt"].clone()).collect();
     assert_eq!(before, again);

@@ -8,15 +8,6 @@ use fleet_e2e::{docker_available, ensure_test_images, image};
 use serde_json::json;
 use support::*;
 
-fn live_pat(f: &Fleet, agent: &str) -> Vec<String> {
-    f.devkit
-        .pats()
-        .into_iter()
-        .filter(|p| p.agent_key.as_deref() == Some(agent) && !p.revoked)
-        .map(|p| p.token)
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn join_run_revise_reimage_and_scale() {
     if !docker_available() {

@@ -359,6 +359,16 @@ pub fn pat_seen_by(name: &str) -> Option<String> {
     logs(name).lines().rev().find_map(|l| l.strip_prefix("pat=").map(str::to_string))
 }
 
+/// Live (not revoked) PATs IAM issued for `agent`.
+pub fn live_pats(f: &Fleet, agent: &str) -> Vec<fleet_devkit::PatRecord> {
+    f.devkit.pats().into_iter().filter(|p| p.agent_key.as_deref() == Some(agent) && !p.revoked).collect()
+}
+
+/// The tokens of those PATs.
+pub fn live_pat(f: &Fleet, agent: &str) -> Vec<String> {
+    live_pats(f, agent).into_iter().map(|p| p.token).collect()
+}
+
 pub fn agent(key: &str, replicas: u32) -> Value {
     json!({"key": key, "revision": 1, "state": "running", "identity": {"kind": "agent"},
            "executor": {"kind": "k", "image": null},
