@@ -1,0 +1,54 @@
+//! Observability (SPEC §3.8): JSON logs when asked, one event per state change with the node
+//! and agent as fields, and the metric families on their own port.
+
+mod support;
+
+use serde_json::json;
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_and_metric_families() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let metrics_port = free_port();
+    let mut env = env_for(&dk, dir.path(), free_port(), metrics_port);
+    env.insert("FLEET_LOG_FORMAT".into(), "json".into());
+    let log = dir.path().join("c.log");
+    let ctl = ControllerProcess::spawn(env, log.clone()).await;
+    let admin = Admin::new(&ctl.url, dk.mint("fleet", &["fleet:admin"], 600));
+    let mut n = TestNode::new(&ctl.url, "obs-1", json!({"executorKinds": ["k"], "capacity": {"slots": 2}}));
+    n.join(&admin.join_key().await).await;
+    dk.put_agent(agent("watched", "k", 1));
+    eventually(20, "a PAT issued", || async { dk.pats().first().map(|_| ()) }).await;
+    assert_eq!(n.report(&[("watched", 0, "running", 1)]).await, 204);
+
+    let text = eventually(10, "the placement logged", || async {
+        let t = std::fs::read_to_string(&log).ok()?;
+        t.contains("replica placed").then_some(t)
+    })
+    .await;
+    let events: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    assert!(events.len() >= 3 && events.len() == text.lines().count(), "every line is JSON");
+    let placed = events.iter().find(|e| e["fields"]["message"] == "replica placed").expect("a placement event");
+    assert_eq!(placed["fields"]["agent"], "watched");
+    assert_eq!(placed["fields"]["node"], "obs-1");
+    assert_eq!(placed["fields"]["replica"], 0);
+
+    let m = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics")).await.unwrap().text().await.unwrap();
+    for family in [
+        "fleet_nodes{",
+        "fleet_placements{",
+        "fleet_pass_duration_seconds_bucket",
+        "fleet_passes_total",
+        "fleet_longpolls_held",
+        "fleet_reports_total{outcome=\"accepted\"}",
+        "fleet_platform_calls_total{",
+        "fleet_pats_total{event=\"issued\"}",
+        "fleet_work_queue_depth",
+        "fleet_joins_total{outcome=\"joined\"}",
+    ] {
+        assert!(m.contains(family), "{family} missing from:\n{m}");
+    }
+    let api = reqwest::get(format!("{}/metrics", ctl.url)).await.unwrap();
+    assert_eq!(api.status(), 404, "metrics stay off the public port");
+}
