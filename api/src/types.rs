@@ -4,22 +4,23 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use utoipa::ToSchema;
 
 /// `{"error": "<code>", "message": "<human text>"}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
     pub error: String,
     pub message: String,
 }
 
 /// `{items: [...]}` envelope of list routes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct List<T> {
     pub items: Vec<T>,
 }
 
 /// What a node offers: slots always; cpus and memory only where set.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Capacity {
     pub slots: u32,
@@ -30,7 +31,7 @@ pub struct Capacity {
 }
 
 /// `POST /api/v1/nodes:join` body (§4.1).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JoinRequest {
     pub join_key: String,
@@ -49,7 +50,7 @@ pub struct JoinRequest {
     pub version: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JoinResponse {
     pub node_id: String,
@@ -57,7 +58,7 @@ pub struct JoinResponse {
 }
 
 /// `POST /api/v1/join-keys` body.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JoinKeyRequest {
     #[serde(default)]
@@ -66,7 +67,7 @@ pub struct JoinKeyRequest {
     pub note: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JoinKeyResponse {
     pub join_key: String,
@@ -78,14 +79,14 @@ pub const JOIN_KEY_TTL_MIN: u64 = 60;
 pub const JOIN_KEY_TTL_MAX: u64 = 604_800;
 pub const JOIN_KEY_TTL_DEFAULT: u64 = 3600;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DesiredState {
     pub generation: u64,
     pub agents: Vec<DesiredAgent>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DesiredAgent {
     pub agent_key: String,
@@ -100,7 +101,7 @@ pub struct DesiredAgent {
     pub identity: DesiredIdentity,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Executor {
     pub kind: String,
@@ -108,7 +109,7 @@ pub struct Executor {
     pub image: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Resources {
     #[serde(default)]
@@ -117,7 +118,7 @@ pub struct Resources {
     pub memory_mb: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DesiredIdentity {
     pub principal_id: String,
@@ -125,7 +126,7 @@ pub struct DesiredIdentity {
     pub credential: SealedCredential,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SealedCredential {
     pub credential_id: String,
@@ -134,7 +135,7 @@ pub struct SealedCredential {
     pub expires_at: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Health {
     Ok,
@@ -150,7 +151,7 @@ impl Health {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ReplicaState {
     Starting,
@@ -163,7 +164,7 @@ pub enum ReplicaState {
 }
 
 /// One replica in an observed report (§4.2).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReplicaReport {
     pub agent_key: String,
@@ -179,7 +180,7 @@ pub struct ReplicaReport {
 }
 
 /// `PUT /api/v1/nodes/me/observed` body.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ObservedReport {
     pub applied_generation: u64,
@@ -205,7 +206,7 @@ pub struct ObservedReport {
     pub observe_seconds: Option<u32>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum NodeStatus {
     Online,
@@ -213,7 +214,7 @@ pub enum NodeStatus {
 }
 
 /// One node in `GET /api/v1/nodes`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeView {
     pub id: String,
@@ -230,7 +231,7 @@ pub struct NodeView {
 }
 
 /// `GET /api/v1/nodes/{id}`: the node with what it last reported.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeDetail {
     #[serde(flatten)]
@@ -240,7 +241,7 @@ pub struct NodeDetail {
     pub replicas: Vec<ReplicaReport>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PlacementStatus {
     Placed,
@@ -249,7 +250,7 @@ pub enum PlacementStatus {
 }
 
 /// One item of `GET /api/v1/placements`: `replicas` is a count.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlacementView {
     pub agent_key: String,
@@ -260,7 +261,7 @@ pub struct PlacementView {
     pub reason: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Healthz {
     pub status: String,
 }

@@ -29,6 +29,8 @@ enum Command {
     },
     /// Exit 0 when /healthz answers on the port of FLEET_LISTEN at 127.0.0.1.
     Healthcheck,
+    /// Print the API contract (OpenAPI 3.1 JSON), as checked in at openapi/fleet.json.
+    Openapi,
     /// Run a whole fleet on this machine: controller, in-memory CP and IAM, example agents.
     Dev(dev::DevArgs),
 }
@@ -49,6 +51,10 @@ async fn main() -> ExitCode {
         Command::Serve => serve().await,
         Command::JoinKey { ttl, note } => join_key(ttl, &note).await,
         Command::Healthcheck => healthcheck().await,
+        Command::Openapi => {
+            print!("{}", fleet_controller::http::openapi::document());
+            Ok(())
+        }
         Command::Dev(args) => {
             init_logs(LogFormat::Text);
             dev::run(args).await

@@ -10,12 +10,18 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use fleet_api::{
-    JoinKeyRequest, JoinKeyResponse, List, NodeDetail, NodeView, PlacementView, JOIN_KEY_TTL_DEFAULT, JOIN_KEY_TTL_MAX,
-    JOIN_KEY_TTL_MIN,
+    ErrorBody, JoinKeyRequest, JoinKeyResponse, List, NodeDetail, NodeView, PlacementView, JOIN_KEY_TTL_DEFAULT,
+    JOIN_KEY_TTL_MAX, JOIN_KEY_TTL_MIN,
 };
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Issue a one-time join key.
+#[utoipa::path(post, path = "/api/v1/join-keys", tag = "admin", security(("admin" = ["fleet:admin"])),
+    request_body(content = JoinKeyRequest, description = "ttlSeconds 60…604800 (default 3600); an empty body takes the defaults"),
+    responses((status = 201, description = "the key, shown once", body = JoinKeyResponse),
+              (status = 400, description = "invalid_request", body = ErrorBody),
+              (status = 413, description = "payload_too_large", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn create_join_key(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -38,6 +44,9 @@ pub async fn create_join_key(
     Ok((StatusCode::CREATED, Json(JoinKeyResponse { join_key: key, expires_at: clock::rfc3339_ms(expires) })))
 }
 
+/// Every node with its announced attributes and liveness.
+#[utoipa::path(get, path = "/api/v1/nodes", tag = "admin", security(("admin" = ["fleet:read"])),
+    responses((status = 200, body = List<NodeView>), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn list_nodes(State(app): State<Arc<App>>, headers: HeaderMap) -> Result<Json<List<NodeView>>, ApiError> {
     app.jwks.admin(&headers, SCOPE_READ).await?;
     let now = clock::now_ms();
@@ -47,6 +56,10 @@ pub async fn list_nodes(State(app): State<Arc<App>>, headers: HeaderMap) -> Resu
     Ok(Json(List { items }))
 }
 
+/// One node with the replicas it last reported.
+#[utoipa::path(get, path = "/api/v1/nodes/{id}", tag = "admin", security(("admin" = ["fleet:read"])),
+    params(("id" = String, Path, description = "node id")),
+    responses((status = 200, body = NodeDetail), (status = 404, description = "not_found", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn get_node(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -63,6 +76,9 @@ pub async fn get_node(
     }))
 }
 
+/// Placements: one item per (agent, node) with a replica count, plus pending and stopped items.
+#[utoipa::path(get, path = "/api/v1/placements", tag = "admin", security(("admin" = ["fleet:read"])),
+    responses((status = 200, body = List<PlacementView>), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn list_placements(
     State(app): State<Arc<App>>,
     headers: HeaderMap,

@@ -6,6 +6,7 @@ pub mod auth;
 pub mod body;
 pub mod error;
 pub mod node;
+pub mod openapi;
 
 use crate::context::Ctx;
 use crate::metrics::Metrics;
@@ -78,7 +79,9 @@ async fn configured_gate(State(app): State<Arc<App>>, req: Request, next: Next) 
     next.run(req).await
 }
 
-async fn healthz() -> Json<fleet_api::Healthz> {
+/// Liveness: answers even when not configured.
+#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, body = fleet_api::Healthz)))]
+pub async fn healthz() -> Json<fleet_api::Healthz> {
     Json(fleet_api::Healthz { status: "ok".into() })
 }
 
@@ -89,6 +92,7 @@ async fn not_found() -> ApiError {
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/openapi.json", get(openapi::serve))
         .route("/api/v1/join-keys", post(admin::create_join_key))
         .route("/api/v1/nodes", get(admin::list_nodes))
         .route("/api/v1/nodes/{id}", get(admin::get_node))

@@ -12,7 +12,7 @@ use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use fleet_api::{codes, validate, JoinRequest, ObservedReport};
+use fleet_api::{codes, validate, DesiredState, ErrorBody, JoinRequest, JoinResponse, ObservedReport};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +20,15 @@ use std::time::Duration;
 /// Longest a desired-state poll may be held.
 pub const MAX_WAIT_SECONDS: u64 = 60;
 
+/// Join with a one-time key (§4.1). The node token is shown once.
+#[utoipa::path(post, path = "/api/v1/nodes:join", tag = "node", request_body = JoinRequest,
+    responses((status = 201, body = JoinResponse),
+              (status = 400, description = "invalid_request", body = ErrorBody),
+              (status = 401, description = "join_key_invalid", body = ErrorBody),
+              (status = 409, description = "node_name_taken", body = ErrorBody),
+              (status = 413, description = "payload_too_large", body = ErrorBody),
+              (status = 429, description = "too_many_requests: more than 20 failed joins a second", body = ErrorBody),
+              (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn join(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     if app.joins_throttled() {
         app.metrics.joins.get_or_create(&labels(&[("outcome", "throttled")])).inc();
@@ -66,6 +75,13 @@ fn desired_response(body: String) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
+/// The node's desired state; held until the generation differs from `since` or `wait` runs out.
+#[utoipa::path(get, path = "/api/v1/nodes/me/desired", tag = "node", security(("node" = [])),
+    params(("since" = Option<u64>, Query, description = "the generation the node has"),
+           ("wait" = Option<u64>, Query, description = "seconds to hold, 0…60 (default 0)")),
+    responses((status = 200, body = DesiredState), (status = 304, description = "unchanged"),
+              (status = 400, description = "invalid_request", body = ErrorBody),
+              (status = 429, description = "too_many_requests: more than 4 held polls", body = ErrorBody), (status = 401, description = "node_token_invalid", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn desired(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -111,6 +127,11 @@ pub async fn desired(
     }
 }
 
+/// What the node has (§4.2). Unknown fields are refused, naming the field.
+#[utoipa::path(put, path = "/api/v1/nodes/me/observed", tag = "node", security(("node" = [])), request_body = ObservedReport,
+    responses((status = 204, description = "accepted (or ignored as stale)"),
+              (status = 400, description = "invalid_request", body = ErrorBody),
+              (status = 413, description = "payload_too_large", body = ErrorBody), (status = 401, description = "node_token_invalid", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn observed(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Result<StatusCode, ApiError> {
     let node = auth::node(&app.store, &headers)?;
     let parsed = async {

@@ -1,0 +1,60 @@
+//! The API contract, generated from the handlers' annotations and the wire types, checked in
+//! as `openapi/fleet.json` (a test fails on drift) and served at `/openapi.json`.
+
+use axum::http::header;
+use axum::response::IntoResponse;
+use std::sync::OnceLock;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Fleet controller API",
+        description = "Admin API (bearer JWT from IAM, scopes fleet:read / fleet:admin) and node protocol (bearer node token). Errors are {\"error\": code, \"message\": text}. Mounted publicly under /fleet by a prefix-stripping proxy."
+    ),
+    paths(
+        super::healthz,
+        super::admin::create_join_key,
+        super::admin::list_nodes,
+        super::admin::get_node,
+        super::admin::list_placements,
+        super::node::join,
+        super::node::desired,
+        super::node::observed,
+    ),
+    modifiers(&Security)
+)]
+pub struct ApiDoc;
+
+struct Security;
+
+impl Modify for Security {
+    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        let c = api.components.get_or_insert_with(Default::default);
+        c.add_security_scheme(
+            "admin",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format("JWT").build()),
+        );
+        c.add_security_scheme(
+            "node",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format("node token").build()),
+        );
+    }
+}
+
+/// The document as checked in: pretty JSON with a trailing newline.
+pub fn document() -> &'static str {
+    static DOC: OnceLock<String> = OnceLock::new();
+    DOC.get_or_init(|| {
+        let mut api = ApiDoc::openapi();
+        api.info.version = env!("CARGO_PKG_VERSION").to_string();
+        let mut s = api.to_pretty_json().expect("the OpenAPI document serialises");
+        s.push('\n');
+        s
+    })
+}
+
+pub async fn serve() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], document())
+}
