@@ -126,6 +126,18 @@ fn env_name_ok(k: &str) -> bool {
     !k.is_empty() && !k.as_bytes()[0].is_ascii_digit() && k.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
+/// Problems of one environment map: names that are not variable names, or that Fleet sets.
+fn env_problems(field: &str, env: &BTreeMap<String, String>, p: &mut Vec<String>) {
+    for k in env.keys() {
+        if !env_name_ok(k) {
+            p.push(format!("{field}: {k:?} is not an environment variable name"));
+        }
+        if FLEET_ENV.contains(&k.as_str()) {
+            p.push(format!("{field}: {k} is set by Fleet itself"));
+        }
+    }
+}
+
 /// Names Fleet sets itself in every agent container; node.yaml may not set them.
 pub const FLEET_ENV: [&str; 4] =
     ["CONTROL_PLANE_AGENT_KEY", "IAM_PRINCIPAL", "CONTROL_PLANE_IAM_TENANT", "FLEET_REPLICA"];
@@ -189,28 +201,14 @@ impl NodeConfig {
                     p.push(format!("{f}.images: {err}"));
                 }
             }
-            for k in e.env.keys() {
-                if !env_name_ok(k) {
-                    p.push(format!("{f}.env: {k:?} is not an environment variable name"));
-                }
-                if FLEET_ENV.contains(&k.as_str()) {
-                    p.push(format!("{f}.env: {k} is set by Fleet itself"));
-                }
-            }
+            env_problems(&format!("{f}.env"), &e.env, &mut p);
             if let Some(d) = &e.data_path {
                 if !d.starts_with('/') {
                     p.push(format!("{f}.dataPath: {d:?} must be an absolute path"));
                 }
             }
         }
-        for k in self.agent_env.keys() {
-            if !env_name_ok(k) {
-                p.push(format!("agentEnv: {k:?} is not an environment variable name"));
-            }
-            if FLEET_ENV.contains(&k.as_str()) {
-                p.push(format!("agentEnv: {k} is set by Fleet itself"));
-            }
-        }
+        env_problems("agentEnv", &self.agent_env, &mut p);
         for (field, dir) in [
             ("stateDir", Some(&self.state_dir)),
             ("secretsDir", Some(&self.secrets_dir)),

@@ -148,32 +148,13 @@ pub async fn observed(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
             return Err(e);
         }
     };
-    let (was_online, material) = {
-        let st = app.store.state.read();
-        let n = st.nodes.get(&node);
-        let was_online = n.is_some_and(|n| n.online(clock::now_ms(), app.offline_after));
-        let material = n.is_none_or(|n| {
-            n.info.labels != report.labels
-                || n.info.executor_kinds != report.executor_kinds
-                || n.info.capacity != report.capacity
-                || n.info.secrets != report.secrets
-                || n.info
-                    .executor_images
-                    .iter()
-                    .filter(|(_, v)| !v.is_empty())
-                    .ne(report.executor_images.iter().filter(|(_, v)| !v.is_empty()))
-                || n.info.replicas != report.replicas
-                || n.info.health != Some(report.health)
-        });
-        (was_online, material)
-    };
-    match app.store.report(&node, report, clock::now_ms()) {
-        ReportOutcome::Accepted => {
+    match app.store.report(&node, report, clock::now_ms(), app.offline_after) {
+        ReportOutcome::Accepted { changed, was_online } => {
             app.metrics.reports.get_or_create(&labels(&[("outcome", "accepted")])).inc();
             if !was_online {
                 tracing::info!(node = %node, "node is online again");
             }
-            if material || !was_online {
+            if changed || !was_online {
                 app.kick();
             }
         }

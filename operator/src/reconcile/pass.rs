@@ -279,7 +279,6 @@ pub async fn pass(ctx: &Ctx) -> Result<Option<i64>, crate::store::db::DbError> {
 
     // PATs no longer needed are retired: revoked after the drain window, or at once when
     // their node is offline (nothing there can use it for a draining run).
-    let active_agents: HashMap<&str, &Agent> = by_key.clone();
     let mut retired: Vec<(String, i64)> = Vec::new();
     for (pair, c) in &creds {
         if needed.contains(pair) {
@@ -288,7 +287,7 @@ pub async fn pass(ctx: &Ctx) -> Result<Option<i64>, crate::store::db::DbError> {
         let delay = if !online.get(&pair.1).copied().unwrap_or(false) {
             Duration::ZERO
         } else {
-            match active_agents.get(&*pair.0) {
+            match by_key.get(&*pair.0) {
                 Some(a) => Duration::from_secs(a.drain_seconds),
                 None => VANISHED_DRAIN,
             }

@@ -155,13 +155,6 @@ pub fn place(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> Ou
         rank[i as usize] = r as u32;
     }
     let by_id: HashMap<&str, u32> = nodes.iter().enumerate().map(|(i, n)| (&*n.id, i as u32)).collect();
-    // Previous bindings usually share the node ids' allocations: look them up by pointer
-    // first, by content only when that misses.
-    let by_ptr: HashMap<usize, u32> =
-        nodes.iter().enumerate().map(|(i, n)| (Arc::as_ptr(&n.id) as *const u8 as usize, i as u32)).collect();
-    let node_index = |id: &Arc<str>| -> Option<u32> {
-        by_ptr.get(&(Arc::as_ptr(id) as *const u8 as usize)).copied().or_else(|| by_id.get(&**id).copied())
-    };
     let mut room: Vec<Room> = nodes
         .iter()
         .map(|n| Room { slots: n.capacity.slots, cpus: n.capacity.cpus.map(milli), mem: n.capacity.memory_mb })
@@ -229,7 +222,7 @@ pub fn place(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> Ou
                 break;
             }
             if (*r as usize) < prev_nodes.len() {
-                prev_nodes[*r as usize] = node_index(n);
+                prev_nodes[*r as usize] = by_id.get(&***n).copied();
             }
             prev_iter.next();
         }

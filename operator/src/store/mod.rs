@@ -206,7 +206,9 @@ pub enum JoinError {
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum ReportOutcome {
-    Accepted,
+    /// `changed`: something placement or status depends on differs from the last report;
+    /// `was_online`: the node was online before this report.
+    Accepted { changed: bool, was_online: bool },
     /// Same boot, sequence not above the last one: ignored.
     Stale,
 }
@@ -361,7 +363,7 @@ impl Store {
     }
 
     /// Takes an observed report (validated). Memory first; the flusher persists it.
-    pub fn report(&self, node: &Id, r: ObservedReport, now: i64) -> ReportOutcome {
+    pub fn report(&self, node: &Id, r: ObservedReport, now: i64, offline_after: Duration) -> ReportOutcome {
         let mut st = self.state.write();
         let Some(rec) = st.nodes.get_mut(node) else { return ReportOutcome::Stale };
         if let (Some(b), Some(seq), Some(old_b), Some(old_seq)) = (&r.boot_id, r.seq, &rec.info.boot_id, rec.info.seq) {
@@ -386,10 +388,20 @@ impl Store {
             boot_id: r.boot_id,
             seq: r.seq,
         };
+        // Compared after normalising, so list order alone is never a change.
+        let old = &rec.info;
+        let changed = old.labels != info.labels
+            || old.executor_kinds != info.executor_kinds
+            || old.executor_images != info.executor_images
+            || old.capacity != info.capacity
+            || old.secrets != info.secrets
+            || old.replicas != info.replicas
+            || old.health != info.health;
+        let was_online = rec.online(now, offline_after);
         rec.last_seen_ms = now.max(rec.last_seen_ms);
         rec.set_info(info);
         st.dirty_nodes.insert(node.clone());
-        ReportOutcome::Accepted
+        ReportOutcome::Accepted { changed, was_online }
     }
 
     /// Persists reported node state; called periodically and at shutdown.
@@ -424,4 +436,73 @@ fn sorted(v: &[String]) -> Vec<String> {
     v.sort();
     v.dedup();
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleet_api::ReplicaState;
+
+    fn report(labels: &[&str], secrets: &[&str], seq: u64) -> ObservedReport {
+        ObservedReport {
+            applied_generation: 1,
+            health: Health::Ok,
+            labels: labels.iter().map(|s| s.to_string()).collect(),
+            executor_kinds: vec!["k".into()],
+            executor_images: BTreeMap::new(),
+            capacity: Capacity { slots: 2, cpus: None, memory_mb: None },
+            secrets: secrets.iter().map(|s| s.to_string()).collect(),
+            replicas: vec![],
+            version: "t".into(),
+            boot_id: Some("b".into()),
+            seq: Some(seq),
+            observe_seconds: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_report_changes_something_only_after_normalising() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&format!("sqlite://{}/s.sqlite", dir.path().display())).await.unwrap();
+        let (key, _) = store.issue_join_key(Duration::from_secs(60), "").await.unwrap();
+        let (_, pk) = fleet_api::seal::generate_keypair();
+        use base64::Engine;
+        let req = JoinRequest {
+            join_key: key,
+            name: "n".into(),
+            public_key: base64::engine::general_purpose::STANDARD.encode(pk),
+            labels: vec!["b".into(), "a".into()],
+            executor_kinds: vec!["k".into()],
+            executor_images: BTreeMap::new(),
+            capacity: Capacity { slots: 2, cpus: None, memory_mb: None },
+            secrets: vec![],
+            version: "t".into(),
+        };
+        let id: Id = store.join(&req).await.unwrap().node_id.into();
+        let now = clock::now_ms();
+        let ttl = Duration::from_secs(60);
+        let got = store.report(&id, report(&["b", "a", "a"], &[], 1), now, ttl);
+        assert_eq!(
+            got,
+            ReportOutcome::Accepted { changed: false, was_online: true },
+            "order and duplicates are no change"
+        );
+        let got = store.report(&id, report(&["a"], &[], 2), now, ttl);
+        assert_eq!(got, ReportOutcome::Accepted { changed: true, was_online: true });
+        let mut r = report(&["a"], &[], 3);
+        r.replicas.push(fleet_api::ReplicaReport {
+            agent_key: "x".into(),
+            revision: 1,
+            replica: 0,
+            state: ReplicaState::Running,
+            restarts: 0,
+            last_exit_code: None,
+            message: None,
+        });
+        assert_eq!(store.report(&id, r, now, ttl), ReportOutcome::Accepted { changed: true, was_online: true });
+        assert_eq!(store.report(&id, report(&["a"], &[], 3), now, ttl), ReportOutcome::Stale);
+        let later = now + 61_000;
+        let got = store.report(&id, report(&["a"], &[], 4), later, ttl);
+        assert_eq!(got, ReportOutcome::Accepted { changed: true, was_online: false });
+    }
 }
