@@ -8,6 +8,7 @@ pub mod config;
 pub mod context;
 pub mod dev;
 pub mod http;
+pub mod k8s;
 pub mod metrics;
 pub mod model;
 pub mod platform;

@@ -31,6 +31,8 @@ enum Command {
     Healthcheck,
     /// Print the API contract (OpenAPI 3.1 JSON), as checked in at openapi/fleet.json.
     Openapi,
+    /// Print the FleetNode and FleetPlacement CRD YAML, as checked in under crds/.
+    Crds,
     /// Run a whole fleet on this machine: controller, in-memory CP and IAM, example agents.
     Dev(dev::DevArgs),
 }
@@ -53,6 +55,10 @@ async fn main() -> ExitCode {
         Command::Healthcheck => healthcheck().await,
         Command::Openapi => {
             print!("{}", fleet_controller::http::openapi::document());
+            Ok(())
+        }
+        Command::Crds => {
+            print!("{}", fleet_controller::k8s::crd::crds_yaml());
             Ok(())
         }
         Command::Dev(args) => {

@@ -26,6 +26,7 @@ pub struct Metrics {
     pub work_retries: Counter,
     pub agents_skipped: Counter,
     pub joins: Family<Labels, Counter>,
+    pub mirror_writes: Family<Labels, Counter>,
 }
 
 pub fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -49,6 +50,7 @@ impl Default for Metrics {
             work_retries: Counter::default(),
             agents_skipped: Counter::default(),
             joins: Family::default(),
+            mirror_writes: Family::default(),
             registry: Registry::default(),
         };
         registry.register("nodes", "Nodes by status and health", m.nodes.clone());
@@ -64,6 +66,11 @@ impl Default for Metrics {
         registry.register("work_retries", "Work items retried after a failure", m.work_retries.clone());
         registry.register("agents_skipped", "CP agent items skipped as invalid", m.agents_skipped.clone());
         registry.register("joins", "Join attempts by outcome", m.joins.clone());
+        registry.register(
+            "mirror_writes",
+            "Kubernetes mirror writes by kind, operation and outcome",
+            m.mirror_writes.clone(),
+        );
         Metrics { registry, ..m }
     }
 }

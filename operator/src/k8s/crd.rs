@@ -1,0 +1,147 @@
+//! The two custom resources the mirror writes (SPEC §7): `FleetNode` and `FleetPlacement`,
+//! group `fleet.taimen.dev`, version `v1alpha1`, namespaced, with a status subresource.
+//! The spec only names what is mirrored; everything shown lives in `status`, which only the
+//! controller writes. `crds/` is generated from these types (`fleet-controller crds`).
+
+// kube-derive takes one `printcolumn(...)` per column; their repeated `type_ = ...` are not
+// duplicates.
+#![allow(clippy::duplicated_attributes)]
+
+use kube::core::CustomResourceExt;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub const GROUP: &str = "fleet.taimen.dev";
+pub const VERSION: &str = "v1alpha1";
+
+/// Which store node a `FleetNode` mirrors.
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "fleet.taimen.dev",
+    version = "v1alpha1",
+    kind = "FleetNode",
+    namespaced,
+    status = "FleetNodeStatus",
+    shortname = "fnode",
+    category = "fleet",
+    doc = "A Docker host joined to Fleet, mirrored from the controller's store (read-only: edits are put back).",
+    printcolumn(name = "Status", type_ = "string", json_path = ".status.status", description = "online or offline"),
+    printcolumn(
+        name = "Health",
+        type_ = "string",
+        json_path = ".status.health",
+        description = "ok or degraded, as the node reports"
+    ),
+    printcolumn(
+        name = "Slots",
+        type_ = "string",
+        json_path = ".status.slots",
+        description = "replica slots used/total"
+    ),
+    printcolumn(name = "Version", type_ = "string", json_path = ".status.version", description = "fleet-node version"),
+    printcolumn(
+        name = "Last Seen",
+        type_ = "date",
+        json_path = ".status.lastSeenAt",
+        description = "last report (refreshed at most once a minute)"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetNodeSpec {
+    /// The node's id in the controller's store.
+    pub node_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetNodeStatus {
+    /// The node's name (node.yaml `name`).
+    pub name: String,
+    pub labels: Vec<String>,
+    pub executor_kinds: Vec<String>,
+    pub capacity: MirrorCapacity,
+    /// `ok` or `degraded`.
+    pub health: String,
+    /// `online` or `offline`.
+    pub status: String,
+    /// RFC 3339; refreshed at most once a minute when nothing else changed.
+    pub last_seen_at: String,
+    pub version: String,
+    /// Replicas placed on this node.
+    pub placed_replicas: u32,
+    /// `used/total` slots, for the printer column.
+    pub slots: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MirrorCapacity {
+    pub slots: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+}
+
+/// Which agent a `FleetPlacement` belongs to; one object per item of `GET /api/v1/placements`.
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "fleet.taimen.dev",
+    version = "v1alpha1",
+    kind = "FleetPlacement",
+    namespaced,
+    status = "FleetPlacementStatus",
+    shortname = "fplace",
+    category = "fleet",
+    doc = "Replicas of one agent on one node (or pending / stopped), mirrored from the controller's store (read-only: edits are put back).",
+    printcolumn(name = "Agent", type_ = "string", json_path = ".status.agentKey"),
+    printcolumn(name = "Node", type_ = "string", json_path = ".status.node"),
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.replicas"),
+    printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = ".status.status",
+        description = "placed, pending or stopped"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.reason",
+        description = "why replicas wait (SPEC §5.1 codes)"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetPlacementSpec {
+    pub agent_key: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetPlacementStatus {
+    pub agent_key: String,
+    /// The agent revision this placement was computed for.
+    pub revision: u64,
+    /// The node's name; absent for pending and stopped items.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    pub replicas: u32,
+    /// `placed`, `pending` or `stopped`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The CRD YAML for both resources, as `fleet-controller crds` prints it and `crds/` holds it.
+pub fn crds_yaml() -> String {
+    let mut out = String::from("# Generated by `fleet-controller crds` from operator/src/k8s/crd.rs. Do not edit.\n");
+    for crd in [FleetNode::crd(), FleetPlacement::crd()] {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd).expect("a CRD always serialises"));
+    }
+    out
+}

@@ -1,0 +1,147 @@
+//! What the mirrors should show, computed from the store's registry in one short read: one
+//! `FleetNode` per node, one `FleetPlacement` per placement item. Each object carries hashes
+//! of its spec and of its status without `lastSeenAt`, so the mirror can tell a real change
+//! from the once-a-minute refresh of the last-seen time.
+
+use super::crd::{FleetNodeSpec, FleetNodeStatus, FleetPlacementSpec, FleetPlacementStatus, MirrorCapacity};
+use super::names;
+use crate::store::State;
+use fleet_api::{NodeView, PlacementStatus, PlacementView};
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use serde_json::Value;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One mirror object as it should be.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Want {
+    pub name: String,
+    pub spec: Value,
+    pub status: Value,
+    pub spec_hash: u64,
+    /// Hash of the status with `lastSeenAt` left out.
+    pub status_hash: u64,
+    pub last_seen: Option<String>,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct Wanted {
+    pub nodes: Vec<Want>,
+    pub placements: Vec<Want>,
+}
+
+pub fn hash_json(v: &Value) -> u64 {
+    let mut h = rustc_hash::FxHasher::default();
+    v.to_string().hash(&mut h);
+    h.finish()
+}
+
+/// The hashes and last-seen time of a status value; the same function runs on what the
+/// controller wants and on what a watch event shows, so the two compare.
+pub fn status_key(status: &Value) -> (u64, Option<String>) {
+    let mut s = status.clone();
+    let last_seen = s.as_object_mut().and_then(|o| o.remove("lastSeenAt")).and_then(|v| v.as_str().map(str::to_string));
+    (hash_json(&s), last_seen)
+}
+
+fn want<S: Serialize, T: Serialize>(name: String, spec: &S, status: &T) -> Want {
+    let spec = serde_json::to_value(spec).expect("mirror specs serialise");
+    let status = serde_json::to_value(status).expect("mirror statuses serialise");
+    let (status_hash, last_seen) = status_key(&status);
+    Want { name, spec_hash: hash_json(&spec), spec, status, status_hash, last_seen }
+}
+
+/// Canonical form of a spec/status read back from the API server: parsed into the typed
+/// structs and serialised again, so field order and defaults match what `want` produces. A
+/// value that does not parse (edited by hand into another shape) canonicalises to `Null`,
+/// which never matches and so is put back.
+pub fn canonical<T: serde::de::DeserializeOwned + Serialize>(v: Option<&Value>) -> Value {
+    v.and_then(|v| serde_json::from_value::<T>(v.clone()).ok())
+        .and_then(|t| serde_json::to_value(t).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// What the mirror needs from the registry, copied under its read lock; the JSON and the
+/// hashing happen after the lock is released.
+pub struct Snapshot {
+    pub nodes: Vec<NodeView>,
+    pub views: Arc<Vec<PlacementView>>,
+}
+
+pub fn snapshot(st: &State, now_ms: i64, offline_after: Duration) -> Snapshot {
+    Snapshot { nodes: st.nodes.values().map(|n| n.view(now_ms, offline_after)).collect(), views: st.views.clone() }
+}
+
+pub fn wanted(snap: Snapshot) -> Wanted {
+    let views = snap.views.as_slice();
+    let names: FxHashMap<&str, &str> = snap.nodes.iter().map(|n| (n.id.as_str(), n.name.as_str())).collect();
+    let mut placed: FxHashMap<&str, u32> = FxHashMap::default();
+    for v in views {
+        if v.status == PlacementStatus::Placed {
+            if let Some(n) = &v.node_id {
+                *placed.entry(n.as_str()).or_default() += v.replicas;
+            }
+        }
+    }
+    let mut nodes: Vec<Want> = snap
+        .nodes
+        .iter()
+        .map(|view| {
+            let used = placed.get(view.id.as_str()).copied().unwrap_or(0);
+            let status = FleetNodeStatus {
+                slots: format!("{used}/{}", view.capacity.slots),
+                name: view.name.clone(),
+                labels: view.labels.clone(),
+                executor_kinds: view.executor_kinds.clone(),
+                capacity: MirrorCapacity {
+                    slots: view.capacity.slots,
+                    cpus: view.capacity.cpus,
+                    memory_mb: view.capacity.memory_mb,
+                },
+                health: view.health.as_str().to_string(),
+                status: word(&view.status),
+                last_seen_at: view.last_seen_at.clone(),
+                version: view.version.clone(),
+                placed_replicas: used,
+            };
+            want(names::node_object(&view.name), &FleetNodeSpec { node_id: view.id.clone() }, &status)
+        })
+        .collect();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut placements: Vec<Want> = views
+        .iter()
+        .map(|v| {
+            let node_name = v.node_id.as_deref().and_then(|id| names.get(id)).map(|n| n.to_string());
+            let status_word = word(&v.status);
+            // A placement on a node is named after the node; pending and stopped items after
+            // their status (a node that vanished in between also counts as pending here).
+            let where_ = node_name.clone().unwrap_or_else(|| status_word.clone());
+            let status = FleetPlacementStatus {
+                agent_key: v.agent_key.clone(),
+                revision: v.revision,
+                node: node_name,
+                node_id: v.node_id.clone(),
+                replicas: v.replicas,
+                status: status_word,
+                reason: v.reason.clone(),
+            };
+            want(
+                names::placement_object(&v.agent_key, &where_),
+                &FleetPlacementSpec { agent_key: v.agent_key.clone() },
+                &status,
+            )
+        })
+        .collect();
+    placements.sort_by(|a, b| a.name.cmp(&b.name));
+    // Two items share a name only in corner cases (a node literally named `pending`); the
+    // mirror is a summary, so the first is kept.
+    placements.dedup_by(|b, a| a.name == b.name);
+    Wanted { nodes, placements }
+}
+
+/// The wire word of a unit enum (`online`, `placed`, …).
+fn word<T: Serialize>(v: &T) -> String {
+    serde_json::to_value(v).ok().and_then(|s| s.as_str().map(str::to_string)).unwrap_or_default()
+}
