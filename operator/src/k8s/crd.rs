@@ -25,6 +25,7 @@ pub const VERSION: &str = "v1alpha1";
     status = "FleetNodeStatus",
     shortname = "fnode",
     category = "fleet",
+    annotation("helm.sh/resource-policy", "keep"),
     doc = "A Docker host joined to Fleet, mirrored from the controller's store (read-only: edits are put back).",
     printcolumn(name = "Status", type_ = "string", json_path = ".status.status", description = "online or offline"),
     printcolumn(
@@ -95,6 +96,7 @@ pub struct MirrorCapacity {
     status = "FleetPlacementStatus",
     shortname = "fplace",
     category = "fleet",
+    annotation("helm.sh/resource-policy", "keep"),
     doc = "Replicas of one agent on one node (or pending / stopped), mirrored from the controller's store (read-only: edits are put back).",
     printcolumn(name = "Agent", type_ = "string", json_path = ".status.agentKey"),
     printcolumn(name = "Node", type_ = "string", json_path = ".status.node"),

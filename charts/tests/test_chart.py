@@ -1,0 +1,236 @@
+"""Chart tests with real Helm (PyPI's helm-python-sdk bundles Helm as a library).
+
+Lint in strict mode, render for the value sets an operator uses and assert on the objects,
+check that the schema refuses bad values, and that the chart's CRDs are the checked-in ones.
+Run: python3 -m unittest discover -s charts/tests -v
+"""
+
+import copy
+import os
+import unittest
+
+import helm_python
+import yaml
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+CHART = os.path.join(ROOT, "charts", "fleet-controller")
+with open(os.path.join(CHART, "ci", "test-values.yaml")) as f:
+    BASE = yaml.safe_load(f)
+
+
+def merged(extra=None):
+    v = copy.deepcopy(BASE)
+    for k, val in (extra or {}).items():
+        if isinstance(val, dict) and isinstance(v.get(k), dict):
+            v[k] = {**v[k], **val}
+        else:
+            v[k] = val
+    return v
+
+
+def render(extra=None, namespace="fleet"):
+    chart = helm_python.Chart.load(CHART)
+    try:
+        out = chart.render(merged(extra), name="fleet", namespace=namespace, is_install=True)
+    finally:
+        chart.close()
+    objs = {}
+    notes = ""
+    for path, text in out.items():
+        if path.endswith("NOTES.txt"):
+            notes = text
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                objs[(doc["kind"], doc["metadata"]["name"])] = doc
+    return objs, notes
+
+
+def kinds(objs):
+    return sorted({k for k, _ in objs})
+
+
+def env_of(objs):
+    c = objs[("Deployment", "fleet-fleet-controller")]["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e for e in c["env"]}, c
+
+
+class Lint(unittest.TestCase):
+    def test_strict_lint_is_clean(self):
+        report = helm_python.lint(CHART, merged(), strict=True, namespace="fleet")
+        problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+        self.assertEqual(problems, [], report)
+
+    def test_strict_lint_is_clean_with_every_option_on(self):
+        report = helm_python.lint(
+            CHART,
+            merged({"mirror": {"enabled": True}, "ingress": {"enabled": True}, "serviceMonitor": {"enabled": True}}),
+            strict=True,
+            namespace="fleet",
+        )
+        problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+        self.assertEqual(problems, [], report)
+
+
+class Render(unittest.TestCase):
+    def test_defaults(self):
+        objs, notes = render()
+        self.assertEqual(
+            kinds(objs),
+            ["CustomResourceDefinition", "Deployment", "PersistentVolumeClaim", "Secret", "Service", "ServiceAccount"],
+        )
+        dep = objs[("Deployment", "fleet-fleet-controller")]
+        self.assertEqual(dep["spec"]["replicas"], 1)
+        self.assertEqual(dep["spec"]["strategy"]["type"], "Recreate")
+        pod = dep["spec"]["template"]["spec"]
+        self.assertEqual(pod["securityContext"]["runAsUser"], 10001)
+        self.assertTrue(pod["securityContext"]["runAsNonRoot"])
+        self.assertFalse(pod["automountServiceAccountToken"], "no API token in the pod when the mirror is off")
+        env, c = env_of(objs)
+        self.assertTrue(c["securityContext"]["readOnlyRootFilesystem"])
+        self.assertFalse(c["securityContext"]["allowPrivilegeEscalation"])
+        self.assertEqual(c["resources"]["limits"]["memory"], "128Mi")
+        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+            self.assertEqual(c[probe]["httpGet"], {"path": "/healthz", "port": "api"}, probe)
+        self.assertEqual({p["name"]: p["containerPort"] for p in c["ports"]}, {"api": 8040, "metrics": 9040})
+        # Every SPEC §3.1 variable is set (FLEET_DATABASE_URL only when given; the
+        # namespace only with the mirror).
+        for name in [
+            "FLEET_LISTEN", "FLEET_METRICS_LISTEN", "FLEET_DATA_DIR", "FLEET_CONTROL_PLANE_URL", "FLEET_IAM_URL",
+            "FLEET_IAM_ISSUER", "FLEET_IAM_TENANT", "FLEET_JWKS_URL", "FLEET_CLIENT_ID", "FLEET_CLIENT_SECRET",
+            "FLEET_AUDIENCE", "FLEET_TOKEN_AUDIENCES", "FLEET_TOKEN_SCOPES", "FLEET_TOKEN_TTL_SECONDS",
+            "FLEET_RECONCILE_SECONDS", "FLEET_NODE_OFFLINE_SECONDS", "FLEET_TOKEN_REVOKE_GRACE_SECONDS",
+            "FLEET_KUBERNETES_MIRROR", "FLEET_LOG_FORMAT", "RUST_LOG",
+        ]:
+            self.assertIn(name, env)
+        self.assertEqual(env["FLEET_CONTROL_PLANE_URL"]["value"], "https://cp.example.com")
+        self.assertEqual(env["FLEET_TOKEN_TTL_SECONDS"]["value"], "604800")
+        self.assertEqual(env["FLEET_KUBERNETES_MIRROR"]["value"], "false")
+        self.assertEqual(env["FLEET_DATA_DIR"]["value"], "/data")
+        self.assertEqual(
+            env["FLEET_CLIENT_SECRET"]["valueFrom"]["secretKeyRef"],
+            {"name": "fleet-fleet-controller-credentials", "key": "client-secret"},
+        )
+        secret = objs[("Secret", "fleet-fleet-controller-credentials")]
+        self.assertEqual(sorted(secret["data"]), ["client-id", "client-secret"])
+        self.assertNotIn("s3cret", yaml.safe_dump(dep), "the secret never appears in the Deployment")
+        vols = {v["name"]: v for v in pod["volumes"]}
+        self.assertEqual(vols["data"]["persistentVolumeClaim"]["claimName"], "fleet-fleet-controller-data")
+        pvc = objs[("PersistentVolumeClaim", "fleet-fleet-controller-data")]
+        self.assertEqual(pvc["spec"]["resources"]["requests"]["storage"], "1Gi")
+        svc = objs[("Service", "fleet-fleet-controller")]
+        self.assertEqual({p["name"]: p["port"] for p in svc["spec"]["ports"]}, {"api": 8040, "metrics": 9040})
+        for (kind, name), o in objs.items():
+            labels = o["metadata"].get("labels", {})
+            if kind != "CustomResourceDefinition":
+                for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+                          "app.kubernetes.io/managed-by"):
+                    self.assertIn(k, labels, f"{kind}/{name}")
+        self.assertIn("fleet-controller join-key --ttl 3600", notes)
+        self.assertIn("kubectl -n fleet exec deploy/fleet-fleet-controller", notes)
+        self.assertNotIn("get fleetnodes", notes)
+        self.assertNotIn(("Role", "fleet-fleet-controller-mirror"), objs, "no RBAC while the mirror is off")
+
+    def test_mirror_on(self):
+        objs, notes = render({"mirror": {"enabled": True}})
+        role = objs[("Role", "fleet-fleet-controller-mirror")]
+        self.assertEqual(role["metadata"]["namespace"], "fleet")
+        resources = {r for rule in role["rules"] for r in rule["resources"]}
+        self.assertEqual(resources, {"fleetnodes", "fleetplacements", "fleetnodes/status", "fleetplacements/status"})
+        binding = objs[("RoleBinding", "fleet-fleet-controller-mirror")]
+        self.assertEqual(binding["subjects"], [{"kind": "ServiceAccount", "name": "fleet-fleet-controller", "namespace": "fleet"}])
+        env, _ = env_of(objs)
+        self.assertEqual(env["FLEET_KUBERNETES_MIRROR"]["value"], "true")
+        self.assertEqual(env["FLEET_KUBERNETES_NAMESPACE"]["value"], "fleet")
+        pod = objs[("Deployment", "fleet-fleet-controller")]["spec"]["template"]["spec"]
+        self.assertTrue(pod["automountServiceAccountToken"])
+        self.assertIn("kubectl -n fleet get fleetnodes", notes)
+        # Mirrors in another namespace: the Role goes there.
+        objs, _ = render({"mirror": {"enabled": True, "namespace": "fleet-mirror"}})
+        self.assertEqual(objs[("Role", "fleet-fleet-controller-mirror")]["metadata"]["namespace"], "fleet-mirror")
+
+    def test_ingress_on(self):
+        objs, notes = render({"ingress": {"enabled": True, "className": "nginx", "hosts": [{"host": "fleet.corp", "paths": [{"path": "/", "pathType": "Prefix"}]}],
+                                          "tls": [{"hosts": ["fleet.corp"], "secretName": "fleet-tls"}]}})
+        ing = objs[("Ingress", "fleet-fleet-controller")]
+        self.assertEqual(ing["spec"]["ingressClassName"], "nginx")
+        rule = ing["spec"]["rules"][0]
+        self.assertEqual(rule["host"], "fleet.corp")
+        self.assertEqual(rule["http"]["paths"][0]["backend"]["service"], {"name": "fleet-fleet-controller", "port": {"name": "api"}})
+        self.assertEqual(ing["spec"]["tls"][0]["secretName"], "fleet-tls")
+        self.assertIn("https://fleet.corp", notes)
+
+    def test_existing_secret(self):
+        objs, _ = render({"credentials": {"existingSecret": "platform-creds", "clientIdKey": "id", "clientSecretKey": "secret",
+                                          "clientId": "", "clientSecret": ""}})
+        self.assertNotIn("Secret", kinds(objs))
+        env, _ = env_of(objs)
+        self.assertEqual(env["FLEET_CLIENT_ID"]["valueFrom"]["secretKeyRef"], {"name": "platform-creds", "key": "id"})
+        self.assertEqual(env["FLEET_CLIENT_SECRET"]["valueFrom"]["secretKeyRef"], {"name": "platform-creds", "key": "secret"})
+
+    def test_no_credentials_warns_in_notes(self):
+        objs, notes = render({"credentials": {"clientId": "", "clientSecret": ""}})
+        env, _ = env_of(objs)
+        self.assertNotIn("FLEET_CLIENT_ID", env)
+        self.assertIn("503 not_configured", notes)
+
+    def test_persistence_off(self):
+        objs, _ = render({"persistence": {"enabled": False}})
+        self.assertNotIn("PersistentVolumeClaim", kinds(objs))
+        pod = objs[("Deployment", "fleet-fleet-controller")]["spec"]["template"]["spec"]
+        self.assertEqual({v["name"]: v for v in pod["volumes"]}["data"], {"name": "data", "emptyDir": {}})
+
+    def test_service_monitor_and_crds_optional(self):
+        objs, _ = render({"serviceMonitor": {"enabled": True, "interval": "15s"}, "crds": {"install": False}})
+        sm = objs[("ServiceMonitor", "fleet-fleet-controller")]
+        self.assertEqual(sm["spec"]["endpoints"], [{"port": "metrics", "path": "/metrics", "interval": "15s"}])
+        self.assertNotIn("CustomResourceDefinition", kinds(objs))
+
+    def test_required_values_are_named(self):
+        v = merged()
+        v["controlPlane"] = {"url": ""}
+        chart = helm_python.Chart.load(CHART)
+        try:
+            with self.assertRaises(helm_python.HelmError) as e:
+                chart.render(v, name="fleet", namespace="fleet")
+        finally:
+            chart.close()
+        self.assertIn("controlPlane.url is required", str(e.exception))
+
+
+class Schema(unittest.TestCase):
+    def refused(self, extra, needle):
+        chart = helm_python.Chart.load(CHART)
+        try:
+            with self.assertRaises(helm_python.HelmError, msg=str(extra)) as e:
+                chart.render(merged(extra), name="fleet", namespace="fleet")
+        finally:
+            chart.close()
+        self.assertIn(needle, str(e.exception))
+
+    def test_bad_values_are_refused(self):
+        self.refused({"token": {"ttlSeconds": 60}}, "ttlSeconds")
+        self.refused({"log": {"format": "xml"}}, "format")
+        self.refused({"mirror": {"enabled": "yes"}}, "enabled")
+        self.refused({"service": {"port": 70000}}, "port")
+        self.refused({"persistence": {"size": "lots"}}, "size")
+        self.refused({"controlPlane": {"url": "cp.example.com"}}, "url")
+        self.refused({"replicas": 3}, "replicas")
+
+
+class Crds(unittest.TestCase):
+    def test_chart_crds_are_the_checked_in_ones(self):
+        with open(os.path.join(ROOT, "crds", "fleet.taimen.dev.yaml")) as f:
+            checked_in = f.read()
+        with open(os.path.join(CHART, "files", "crds", "fleet.taimen.dev.yaml")) as f:
+            self.assertEqual(f.read(), checked_in, "copy crds/fleet.taimen.dev.yaml to charts/fleet-controller/files/crds/")
+        objs, _ = render()
+        rendered = sorted(name for kind, name in objs if kind == "CustomResourceDefinition")
+        self.assertEqual(rendered, ["fleetnodes.fleet.taimen.dev", "fleetplacements.fleet.taimen.dev"])
+        want = [d for d in yaml.safe_load_all(checked_in) if d]
+        for d in want:
+            self.assertEqual(objs[("CustomResourceDefinition", d["metadata"]["name"])], d)
+
+
+if __name__ == "__main__":
+    unittest.main()
