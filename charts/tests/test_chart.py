@@ -126,7 +126,7 @@ class Render(unittest.TestCase):
                 for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
                           "app.kubernetes.io/managed-by"):
                     self.assertIn(k, labels, f"{kind}/{name}")
-        self.assertIn("fleet-controller join-key --ttl 3600", notes)
+        self.assertIn("exec deploy/fleet-fleet-controller -- /fleet-controller join-key --ttl 3600", notes)
         self.assertIn("kubectl -n fleet exec deploy/fleet-fleet-controller", notes)
         self.assertNotIn("get fleetnodes", notes)
         self.assertNotIn(("Role", "fleet-fleet-controller-mirror"), objs, "no RBAC while the mirror is off")
