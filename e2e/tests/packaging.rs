@@ -66,7 +66,7 @@ fn compose_files_parse() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn controller_image_runs_as_10001_and_reports_healthy() {
+async fn controller_image_runs_as_10001_read_only_and_reports_healthy() {
     if !fleet_e2e::docker_available() {
         return;
     }
@@ -88,7 +88,8 @@ async fn controller_image_runs_as_10001_and_reports_healthy() {
         format!("FLEET_CLIENT_SECRET={}", c.client_secret),
     ];
     let mut cmd = Command::new("docker");
-    cmd.args(["run", "-d", "--name", name, "--network", "host", "--tmpfs", "/data:uid=10001"]);
+    // As the Helm chart runs it: read-only root filesystem, the store on its own volume.
+    cmd.args(["run", "-d", "--read-only", "--name", name, "--network", "host", "--tmpfs", "/data:uid=10001"]);
     for e in &env {
         cmd.args(["-e", e]);
     }
@@ -105,5 +106,12 @@ async fn controller_image_runs_as_10001_and_reports_healthy() {
     assert_eq!(String::from_utf8_lossy(&user.stdout).trim(), "10001:10001");
     let r = reqwest::get(format!("http://127.0.0.1:{port}/healthz")).await.unwrap();
     assert_eq!(r.status(), 200);
+    // The chart's install notes issue join keys this way (`kubectl exec … -- /fleet-controller join-key`).
+    let key = Command::new("docker")
+        .args(["exec", name, "/fleet-controller", "join-key", "--ttl", "120", "--note", "worker-1"])
+        .output()
+        .unwrap();
+    assert!(key.status.success(), "{}", String::from_utf8_lossy(&key.stderr));
+    assert!(String::from_utf8_lossy(&key.stdout).starts_with("fjk_"), "{}", String::from_utf8_lossy(&key.stdout));
     let _ = Command::new("docker").args(["rm", "-f", name]).output();
 }

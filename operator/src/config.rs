@@ -39,6 +39,9 @@ pub struct Config {
     pub kubernetes_mirror: bool,
     pub kubernetes_namespace: Option<String>,
     pub log_format: LogFormat,
+    /// Header-read and idle timeouts of both listeners ([ext] `FLEET_HTTP_HEADER_READ_SECONDS`,
+    /// `FLEET_HTTP_IDLE_SECONDS`).
+    pub http_timeouts: crate::http::serve::Timeouts,
 }
 
 #[derive(Clone, PartialEq, Eq)]
@@ -72,6 +75,12 @@ pub mod defaults {
     pub const RECONCILE_SECONDS: u64 = 5;
     pub const NODE_OFFLINE_SECONDS: u64 = 60;
     pub const TOKEN_REVOKE_GRACE_SECONDS: u64 = 600;
+    /// hyper also runs this timer while a keep-alive connection waits for its next request,
+    /// so it is the keep-alive limit too: above the nodes' 20 s report period, so a node's
+    /// connection is reused rather than reopened for every report.
+    pub const HTTP_HEADER_READ_SECONDS: u64 = 30;
+    /// Above the longest long-poll (60 s), which sends nothing while it waits.
+    pub const HTTP_IDLE_SECONDS: u64 = 300;
 }
 
 struct Reader<'a> {
@@ -179,6 +188,15 @@ impl Config {
             Duration::from_secs(r.seconds("FLEET_RECONCILE_SECONDS", defaults::RECONCILE_SECONDS, 1, day));
         let node_offline_after =
             Duration::from_secs(r.seconds("FLEET_NODE_OFFLINE_SECONDS", defaults::NODE_OFFLINE_SECONDS, 1, day));
+        let http_timeouts = crate::http::serve::Timeouts {
+            header_read: Duration::from_secs(r.seconds(
+                "FLEET_HTTP_HEADER_READ_SECONDS",
+                defaults::HTTP_HEADER_READ_SECONDS,
+                1,
+                300,
+            )),
+            idle: Duration::from_secs(r.seconds("FLEET_HTTP_IDLE_SECONDS", defaults::HTTP_IDLE_SECONDS, 1, day)),
+        };
         let token_revoke_grace = Duration::from_secs(r.seconds(
             "FLEET_TOKEN_REVOKE_GRACE_SECONDS",
             defaults::TOKEN_REVOKE_GRACE_SECONDS,
@@ -231,6 +249,7 @@ impl Config {
             kubernetes_mirror,
             kubernetes_namespace,
             log_format,
+            http_timeouts,
         })
     }
 }

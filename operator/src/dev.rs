@@ -172,6 +172,7 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
         kubernetes_mirror: false,
         kubernetes_namespace: None,
         log_format: LogFormat::Text,
+        http_timeouts: Default::default(),
     };
     let controller = server::start(cfg).await?;
     let admin_token = devkit.mint("fleet", &["fleet:admin"], 86_400);

@@ -100,17 +100,10 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     };
     let router = http::router(app);
     let rx = stop_rx.clone();
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(api, router).with_graceful_shutdown(shutdown(rx)).await {
-            tracing::error!(error = %e, "API server stopped");
-        }
-    }));
+    let timeouts = cfg.http_timeouts;
+    tasks.push(tokio::spawn(http::serve::serve(api, router, timeouts, shutdown(rx))));
     let mrouter = http::metrics_router(metrics);
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(met, mrouter).with_graceful_shutdown(shutdown(stop_rx)).await {
-            tracing::error!(error = %e, "metrics server stopped");
-        }
-    }));
+    tasks.push(tokio::spawn(http::serve::serve(met, mrouter, timeouts, shutdown(stop_rx))));
     tracing::info!(%addr, %metrics_addr, configured = ctx.is_some(), "fleet-controller serving");
     Ok(Running { addr, metrics_addr, store, ctx, stop, tasks })
 }

@@ -7,6 +7,7 @@ pub mod body;
 pub mod error;
 pub mod node;
 pub mod openapi;
+pub mod serve;
 
 use crate::context::Ctx;
 use crate::metrics::Metrics;

@@ -1,0 +1,136 @@
+//! The listener loop for both ports: HTTP/1.1 connections served by hyper with a header-read
+//! timeout (a client that trickles its request headers — slowloris — is cut off; hyper also
+//! runs it while a keep-alive connection waits for its next request, so it bounds idle
+//! keep-alives too) and an idle timeout for everything else (a request body that stalls, a
+//! response nobody reads, a peer gone in a partition: no byte either way for that long closes
+//! the connection). The idle timeout is well above the longest long-poll (60 s), which sends
+//! nothing while it waits.
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::{Instant, Sleep};
+
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// Whole request head must arrive within this.
+    pub header_read: Duration,
+    /// No byte read or written for this long closes the connection.
+    pub idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            header_read: Duration::from_secs(crate::config::defaults::HTTP_HEADER_READ_SECONDS),
+            idle: Duration::from_secs(crate::config::defaults::HTTP_IDLE_SECONDS),
+        }
+    }
+}
+
+/// A TCP stream that fails with `TimedOut` once it has been idle for `idle`.
+struct IdleStream {
+    inner: TcpStream,
+    idle: Duration,
+    deadline: Pin<Box<Sleep>>,
+}
+
+impl IdleStream {
+    fn new(inner: TcpStream, idle: Duration) -> Self {
+        IdleStream { inner, idle, deadline: Box::pin(tokio::time::sleep(idle)) }
+    }
+
+    fn touched(&mut self) {
+        self.deadline.as_mut().reset(Instant::now() + self.idle);
+    }
+
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        self.deadline.as_mut().poll(cx).is_ready()
+    }
+}
+
+fn timed_out() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "connection idle")
+}
+
+impl AsyncRead for IdleStream {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Ready(r) => {
+                if buf.filled().len() > before {
+                    self.touched();
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending if self.expired(cx) => Poll::Ready(Err(timed_out())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl AsyncWrite for IdleStream {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write(cx, data) {
+            Poll::Ready(r) => {
+                if matches!(r, Ok(n) if n > 0) {
+                    self.touched();
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending if self.expired(cx) => Poll::Ready(Err(timed_out())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Serves `router` on `listener` until `stop` resolves, then lets open requests finish.
+pub async fn serve(listener: TcpListener, router: Router, timeouts: Timeouts, stop: impl Future<Output = ()>) {
+    let graceful = GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(timeouts.header_read).keep_alive(true);
+    tokio::pin!(stop);
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a little instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = &mut stop => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let io = TokioIo::new(IdleStream::new(stream, timeouts.idle));
+        let svc = TowerToHyperService::new(router.clone());
+        let conn = builder.serve_connection(io, svc);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "connection closed");
+            }
+        });
+    }
+    drop(listener);
+    // Held long-polls may take up to a minute; do not wait for them forever.
+    let _ = tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await;
+}
