@@ -109,7 +109,8 @@ async fn join(cfg: &NodeConfig, state: &StateDir, client: &Client) -> Result<Ide
     }
 }
 
-fn parse_desired(bytes: &[u8]) -> Result<DesiredState, String> {
+/// The desired-state decoder: public for the fuzz target.
+pub fn parse_desired(bytes: &[u8]) -> Result<DesiredState, String> {
     serde_json::from_slice(bytes).map_err(|e| e.to_string())
 }
 

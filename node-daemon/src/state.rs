@@ -73,6 +73,17 @@ impl StateDir {
     /// Opens (creating, 0700) the state directory.
     pub fn open(root: &Path) -> Result<StateDir, StateError> {
         ensure_dir(root)?;
+        // A write interrupted by a crash leaves its temp file (the target is untouched):
+        // sweep them, nothing else in the directory has this shape.
+        for d in [root.to_path_buf(), root.join("agents")] {
+            for e in fs::read_dir(&d).into_iter().flatten().flatten() {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                if name.starts_with('.') && name.contains(".tmp-") {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
         ensure_dir(&root.join("agents"))?;
         Ok(StateDir { root: root.to_path_buf() })
     }

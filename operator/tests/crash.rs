@@ -1,0 +1,110 @@
+//! Crash safety of the controller (hardening): `SIGKILL` during bursts of joins and reports,
+//! 20 times over one data directory. Every join the controller acknowledged (201) is there
+//! after the restart with a working token, no node name appears twice, no more nodes exist
+//! than joins were attempted, and SQLite's integrity check passes at the end.
+
+mod support;
+
+use serde_json::json;
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+use support::*;
+
+async fn try_join(http: &reqwest::Client, n: &TestNode, key: &str) -> Option<(String, String)> {
+    let r = http.post(format!("{}/api/v1/nodes:join", n.url)).json(&n.join_body(key)).send().await.ok()?;
+    if r.status() != 201 {
+        return None;
+    }
+    let v: serde_json::Value = r.json().await.ok()?;
+    Some((v["nodeId"].as_str()?.to_string(), v["nodeToken"].as_str()?.to_string()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_join_and_report_bursts_loses_no_join() {
+    let dk = devkit().await;
+    dk.put_agent(agent("coder", "claude-code", 3));
+    let dir = tempfile::tempdir().unwrap();
+    let env = env_for(&dk, dir.path(), free_port(), free_port());
+    let log = dir.path().join("c.log");
+    let mut ctl = ControllerProcess::spawn(env.clone(), log.clone()).await;
+    let token = dk.mint("fleet", &["fleet:admin"], 3600);
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    let announce = json!({"labels": [], "executorKinds": ["claude-code"], "capacity": {"slots": 2}, "secrets": []});
+    let mut acknowledged: Vec<TestNode> = Vec::new();
+    let mut attempted = 0;
+    for round in 0..20u64 {
+        let admin = Admin::new(&ctl.url, token.clone());
+        let mut burst = Vec::new();
+        for i in 0..6 {
+            let key = admin.join_key().await;
+            burst.push((TestNode::new(&ctl.url, &format!("r{round}-n{i}"), announce.clone()), key));
+        }
+        attempted += burst.len();
+        // Joins and reports race the kill.
+        let joins = burst.into_iter().map(|(mut n, key)| {
+            let http = http.clone();
+            tokio::spawn(async move {
+                let got = try_join(&http, &n, &key).await;
+                got.map(|(id, token)| {
+                    n.id = id;
+                    n.token = token;
+                    n
+                })
+            })
+        });
+        let joins: Vec<_> = joins.collect();
+        let reporters: Vec<_> = acknowledged
+            .iter()
+            .map(|n| {
+                let n = TestNode { http: http.clone(), ..n.clone() };
+                tokio::spawn(async move {
+                    for _ in 0..5 {
+                        let _ = n.report(&[]).await;
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(5 + (round * 23) % 60)).await;
+        ctl.kill9();
+        for j in joins {
+            if let Some(n) = j.await.unwrap() {
+                acknowledged.push(n);
+            }
+        }
+        for r in reporters {
+            let _ = r.await;
+        }
+        ctl = ControllerProcess::spawn(env.clone(), log.clone()).await;
+        let admin = Admin::new(&ctl.url, token.clone());
+        let nodes = admin.nodes().await;
+        let mut names = HashSet::new();
+        for n in &nodes {
+            assert!(names.insert(n["name"].as_str().unwrap().to_string()), "round {round}: duplicate node {n}");
+        }
+        assert!(nodes.len() <= attempted, "round {round}: {} nodes from {attempted} joins", nodes.len());
+        let ids: HashMap<&str, &serde_json::Value> = nodes.iter().map(|n| (n["id"].as_str().unwrap(), n)).collect();
+        for n in &acknowledged {
+            let stored =
+                ids.get(n.id.as_str()).unwrap_or_else(|| panic!("round {round}: acknowledged join of {} lost", n.name));
+            assert_eq!(stored["name"], n.name.as_str());
+        }
+    }
+    // Every acknowledged node's token still works after 20 kills.
+    let ctl_url = ctl.url.clone();
+    for n in &acknowledged {
+        let n = TestNode { url: ctl_url.clone(), ..n.clone() };
+        assert_eq!(n.report(&[]).await, 204, "{} reports with its token", n.name);
+    }
+    eprintln!("acknowledged {} of {attempted} joins", acknowledged.len());
+    assert!(acknowledged.len() >= 20, "the bursts got joins through: {}", acknowledged.len());
+    assert!(acknowledged.len() < attempted, "the kills landed inside bursts: some joins went unanswered");
+    ctl.kill9();
+    let db =
+        sqlx::SqlitePool::connect(&format!("sqlite://{}", dir.path().join("fleet.sqlite").display())).await.unwrap();
+    let (check,): (String,) = sqlx::query_as("PRAGMA integrity_check").fetch_one(&db).await.unwrap();
+    assert_eq!(check, "ok");
+    let (count,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM nodes").fetch_one(&db).await.unwrap();
+    let (distinct,): (i64,) = sqlx::query_as("SELECT COUNT(DISTINCT name) FROM nodes").fetch_one(&db).await.unwrap();
+    assert_eq!(count, distinct, "no duplicate node rows");
+    assert!(count as usize >= acknowledged.len());
+}
