@@ -34,5 +34,10 @@ pub async fn read_json<T: DeserializeOwned>(headers: &HeaderMap, body: Body, emp
         }
     })?;
     let bytes: &[u8] = if empty_ok && bytes.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &bytes };
+    // Every body is a JSON object; serde would also build a struct from an array of its
+    // fields in order (`[null, null]`), which the contract does not allow.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::invalid_request("invalid body: expected a JSON object"));
+    }
     serde_json::from_slice(bytes).map_err(|e| ApiError::invalid_request(format!("invalid body: {e}")))
 }

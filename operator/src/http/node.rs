@@ -77,8 +77,8 @@ fn desired_response(body: String) -> Response {
 
 /// The node's desired state; held until the generation differs from `since` or `wait` runs out.
 #[utoipa::path(get, path = "/api/v1/nodes/me/desired", tag = "node", security(("node" = [])),
-    params(("since" = Option<u64>, Query, description = "the generation the node has"),
-           ("wait" = Option<u64>, Query, description = "seconds to hold, 0…60 (default 0)")),
+    params(("since" = Option<i64>, Query, description = "the generation the node has", minimum = 0),
+           ("wait" = Option<u64>, Query, description = "seconds to hold, 0…60 (default 0)", minimum = 0, maximum = 60)),
     responses((status = 200, body = DesiredState), (status = 304, description = "unchanged"),
               (status = 400, description = "invalid_request", body = ErrorBody),
               (status = 429, description = "too_many_requests: more than 4 held polls", body = ErrorBody), (status = 401, description = "node_token_invalid", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
@@ -90,7 +90,11 @@ pub async fn desired(
     let node = auth::node(&app.store, &headers)?;
     let since = match q.get("since").filter(|s| !s.is_empty()) {
         None => None,
-        Some(s) => Some(s.parse::<u64>().map_err(|_| ApiError::invalid_request("since: must be a generation number"))?),
+        // Generations are stored as SQLite integers: 0 … 2^63-1, as the contract says.
+        Some(s) => match s.parse::<i64>() {
+            Ok(g) if g >= 0 => Some(g as u64),
+            _ => return Err(ApiError::invalid_request("since: must be a generation number (0 … 2^63-1)")),
+        },
     };
     let wait = match q.get("wait").filter(|s| !s.is_empty()) {
         None => 0,
