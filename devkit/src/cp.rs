@@ -75,6 +75,10 @@ async fn list_agents(
         return StatusCode::NOT_MODIFIED.into_response();
     }
     st.count("list_agents");
+    if cursor.is_none() {
+        let v = st.version;
+        st.version_served_at.entry(v).or_insert_with(std::time::Instant::now);
+    }
     let start = cursor.unwrap_or(0);
     let items: Vec<Value> = st.agents.values().skip(start).take(st.page_size).cloned().collect();
     let next = start + items.len();

@@ -43,6 +43,9 @@ pub struct DevState {
     pub agents: BTreeMap<String, serde_json::Value>,
     /// Bumped on every agent change; the list's ETag.
     pub version: u64,
+    /// When a list version was first served (first page, 200): the earliest moment the
+    /// controller could know of a change. The simulator measures wake latency from here.
+    pub version_served_at: HashMap<u64, std::time::Instant>,
     pub statuses: HashMap<String, Vec<serde_json::Value>>,
     pub identities: HashMap<String, serde_json::Value>,
     /// Idempotency key → principal id.
@@ -78,6 +81,7 @@ impl DevState {
         DevState {
             agents: BTreeMap::new(),
             version: 1,
+            version_served_at: HashMap::new(),
             statuses: HashMap::new(),
             identities: HashMap::new(),
             principals: HashMap::new(),

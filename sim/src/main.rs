@@ -1,0 +1,472 @@
+#![forbid(unsafe_code)]
+//! `fleet-sim`: the scale instrument of issue #7. Starts devkit (CP + IAM in memory) with M
+//! agents and the controller as its own process, then N simulated nodes as tokio tasks in this
+//! process (join, long-poll, report `running` on a jittered period), and measures:
+//! cold convergence, steady pass duration (controller metrics), long-poll wake latency after an
+//! agent change, sustained and burst report throughput, controller peak RSS and CPU, and
+//! recovery when a share of the nodes goes silent. Prints a table and JSON.
+//!
+//! Defaults reproduce the target run (10,000 nodes, 20,000 agents × 5 = 100,000 replicas);
+//! flags shrink it: `fleet-sim --nodes 500 --agents 1000`.
+
+mod measure;
+mod node;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use fleet_devkit::{Devkit, DevkitConfig};
+use node::{Shared, SimNode};
+use parking_lot::Mutex;
+use rand::Rng;
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "fleet-sim",
+    version,
+    about = "Simulate a large fleet against a real fleet-controller process and measure it"
+)]
+struct Args {
+    /// Simulated nodes.
+    #[arg(long, default_value_t = 10_000)]
+    nodes: usize,
+    /// Agents in the CP.
+    #[arg(long, default_value_t = 20_000)]
+    agents: usize,
+    /// Replicas per agent.
+    #[arg(long, default_value_t = 5)]
+    replicas: u32,
+    /// Slots per node.
+    #[arg(long, default_value_t = 12)]
+    slots: u32,
+    /// Report period of every node (jittered ±10 %).
+    #[arg(long, default_value_t = 20)]
+    report_seconds: u64,
+    /// Length of the steady window (pass duration, CPU at the steady report rate).
+    #[arg(long, default_value_t = 60)]
+    steady_seconds: u64,
+    /// Agent changes whose wake latency is measured.
+    #[arg(long, default_value_t = 30)]
+    wake_samples: usize,
+    /// Nodes that report back-to-back in the throughput probe.
+    #[arg(long, default_value_t = 500)]
+    burst_nodes: usize,
+    #[arg(long, default_value_t = 10)]
+    burst_seconds: u64,
+    /// Share of nodes that go silent in the recovery phase, percent.
+    #[arg(long, default_value_t = 10)]
+    silent_percent: usize,
+    /// FLEET_NODE_OFFLINE_SECONDS for the controller.
+    #[arg(long, default_value_t = 60)]
+    offline_seconds: u64,
+    /// Give up on a phase after this long.
+    #[arg(long, default_value_t = 600)]
+    phase_timeout_seconds: u64,
+    /// The controller binary (default: fleet-controller next to this program).
+    #[arg(long)]
+    controller: Option<PathBuf>,
+    /// Also write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Keep the controller's data directory and log here instead of a temporary directory.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+fn agent_item(i: usize, replicas: u32) -> Value {
+    let kind = if i % 10 == 9 { "observer" } else { "claude-code" };
+    let mut requires = vec![];
+    if i.is_multiple_of(5) {
+        requires.push("gpu".to_string());
+    }
+    if i.is_multiple_of(8) {
+        requires.push(format!("zone=z{}", i % 4));
+    }
+    let secrets: Vec<&str> = if i.is_multiple_of(7) { vec!["github-token"] } else { vec![] };
+    json!({"key": format!("agent-{i:05}"), "revision": 1, "state": "running",
+           "identity": {"kind": "agent", "iam": {"audiences": ["notification-service"], "scopeCeiling": ["control-plane:read"]}},
+           "executor": {"kind": kind, "image": null},
+           "placement": {"replicas": replicas, "requires": requires, "secrets": secrets},
+           "drainSeconds": 10})
+}
+
+struct Controller {
+    child: std::process::Child,
+    url: String,
+    metrics_url: String,
+    log: PathBuf,
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn start_controller(args: &Args, dk: &Devkit, dir: &std::path::Path) -> anyhow::Result<Controller> {
+    let bin = match &args.controller {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?.with_file_name("fleet-controller"),
+    };
+    let (port, mport) = (free_port(), free_port());
+    let log = dir.join("controller.log");
+    let c = &dk.config;
+    let child = std::process::Command::new(&bin)
+        .arg("serve")
+        .env_clear()
+        .env("FLEET_LISTEN", format!("127.0.0.1:{port}"))
+        .env("FLEET_METRICS_LISTEN", format!("127.0.0.1:{mport}"))
+        .env("FLEET_DATA_DIR", dir)
+        .env("FLEET_CONTROL_PLANE_URL", &dk.url)
+        .env("FLEET_IAM_URL", &dk.url)
+        .env("FLEET_IAM_ISSUER", dk.issuer())
+        .env("FLEET_IAM_TENANT", &c.tenant)
+        .env("FLEET_JWKS_URL", dk.jwks_url())
+        .env("FLEET_CLIENT_ID", &c.client_id)
+        .env("FLEET_CLIENT_SECRET", &c.client_secret)
+        .env("FLEET_TOKEN_AUDIENCES", "notification-service")
+        .env("FLEET_TOKEN_SCOPES", "control-plane:read notification-service=notifications:send")
+        .env("FLEET_NODE_OFFLINE_SECONDS", args.offline_seconds.to_string())
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()
+        .with_context(|| {
+            format!("cannot start {} (build it: cargo build --release -p fleet-controller)", bin.display())
+        })?;
+    Ok(Controller {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+        metrics_url: format!("http://127.0.0.1:{mport}/metrics"),
+        log,
+    })
+}
+
+async fn wait_until<F: FnMut() -> bool>(limit: Duration, what: &str, mut f: F) -> anyhow::Result<Duration> {
+    let t = Instant::now();
+    loop {
+        if f() {
+            return Ok(t.elapsed());
+        }
+        if t.elapsed() > limit {
+            bail!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Agents whose CP status says running with every replica ready.
+fn agents_running(dk: &Devkit, replicas: u32) -> usize {
+    let st = dk.state.lock();
+    st.statuses
+        .values()
+        .filter(|h| {
+            h.last().is_some_and(|s| s["phase"] == "running" && s["readyReplicas"].as_u64() == Some(replicas as u64))
+        })
+        .count()
+}
+
+#[derive(Default)]
+struct Placements {
+    placed: u64,
+    pending: u64,
+    /// Replicas placed per node id.
+    by_node: HashMap<String, u64>,
+}
+
+async fn placements(http: &reqwest::Client, url: &str, token: &str) -> anyhow::Result<Placements> {
+    let v: Value = http.get(format!("{url}/api/v1/placements")).bearer_auth(token).send().await?.json().await?;
+    let mut p = Placements::default();
+    for it in v["items"].as_array().into_iter().flatten() {
+        let n = it["replicas"].as_u64().unwrap_or(0);
+        match it["status"].as_str() {
+            Some("placed") => {
+                p.placed += n;
+                *p.by_node.entry(it["nodeId"].as_str().unwrap_or_default().to_string()).or_default() += n;
+            }
+            Some("pending") => p.pending += n,
+            _ => {}
+        }
+    }
+    Ok(p)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let total = args.agents as u64 * args.replicas as u64;
+    if (args.nodes as u64) * (args.slots as u64) < total {
+        bail!("{} nodes × {} slots cannot hold {total} replicas", args.nodes, args.slots);
+    }
+    let tmp = tempfile::tempdir()?;
+    let dir = args.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    std::fs::create_dir_all(&dir)?;
+
+    let dk = Devkit::start(DevkitConfig { page_size: 500, ..Default::default() }, "127.0.0.1:0".parse()?).await?;
+    dk.put_agents((0..args.agents).map(|i| agent_item(i, args.replicas)).collect());
+    let ctl = start_controller(&args, &dk, &dir)?;
+    let pid = ctl.child.id();
+    let http = reqwest::Client::builder().pool_max_idle_per_host(4096).build()?;
+    wait_until(Duration::from_secs(30), "the controller's /healthz", || {
+        std::net::TcpStream::connect(ctl.url.trim_start_matches("http://")).is_ok()
+    })
+    .await?;
+    let admin = dk.mint("fleet", &["fleet:admin"], 24 * 3600);
+    eprintln!(
+        "fleet-sim: controller pid {pid} at {} (log {}), {} agents × {} replicas, {} nodes",
+        ctl.url,
+        ctl.log.display(),
+        args.agents,
+        args.replicas,
+        args.nodes
+    );
+
+    // Join keys first: issuing them is admin work, not part of convergence.
+    let mut keys = Vec::with_capacity(args.nodes);
+    for chunk in (0..args.nodes).collect::<Vec<_>>().chunks(64) {
+        let futs = chunk.iter().map(|_| {
+            let http = http.clone();
+            let (url, admin) = (ctl.url.clone(), admin.clone());
+            async move {
+                let v: Value = http
+                    .post(format!("{url}/api/v1/join-keys"))
+                    .bearer_auth(admin)
+                    .json(&json!({"ttlSeconds": 7200}))
+                    .send()
+                    .await?
+                    .json()
+                    .await?;
+                anyhow::Ok(v["joinKey"].as_str().unwrap_or_default().to_string())
+            }
+        });
+        for k in futures_join(futs).await {
+            keys.push(k?);
+        }
+    }
+
+    let shared = Arc::new(Shared {
+        http: http.clone(),
+        url: ctl.url.clone(),
+        report_period: Duration::from_secs(args.report_seconds),
+        reports_ok: AtomicU64::new(0),
+        reports_failed: AtomicU64::new(0),
+        joined: AtomicU64::new(0),
+        received: Mutex::new(HashMap::new()),
+    });
+    let nodes: Vec<Arc<SimNode>> = (0..args.nodes).map(|i| Arc::new(SimNode::new(i, args.slots))).collect();
+    let cpu0 = measure::cpu_seconds(pid).unwrap_or(0.0);
+    let t0 = Instant::now();
+    for (n, k) in nodes.iter().zip(keys) {
+        tokio::spawn(node::run(n.clone(), shared.clone(), k));
+    }
+
+    // Phase 1: cold convergence.
+    let limit = Duration::from_secs(args.phase_timeout_seconds);
+    let mut t_placed = None;
+    let mut last_print = Instant::now();
+    let t_converged = loop {
+        let p = placements(&http, &ctl.url, &admin).await.unwrap_or_default();
+        if t_placed.is_none() && p.placed == total && p.pending == 0 {
+            t_placed = Some(t0.elapsed());
+        }
+        let running = agents_running(&dk, args.replicas);
+        if t_placed.is_some() && running == args.agents {
+            break t0.elapsed();
+        }
+        if last_print.elapsed() > Duration::from_secs(5) {
+            eprintln!(
+                "  {:>5.1}s joined {} placed {}/{} running agents {}/{} rss {:.0} MiB",
+                t0.elapsed().as_secs_f64(),
+                shared.joined.load(Ordering::Relaxed),
+                p.placed,
+                total,
+                running,
+                args.agents,
+                measure::rss_mib(pid).unwrap_or(0.0)
+            );
+            last_print = Instant::now();
+        }
+        if t0.elapsed() > limit {
+            bail!(
+                "cold convergence did not finish in {limit:?}: placed {}/{total}, running {running}/{}",
+                p.placed,
+                args.agents
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let cold_cpu = measure::cpu_seconds(pid).unwrap_or(0.0) - cpu0;
+    let live_pats = dk.pats().iter().filter(|p| !p.revoked).count();
+    eprintln!("fleet-sim: converged in {:.1}s ({live_pats} live PATs)", t_converged.as_secs_f64());
+
+    // Phase 2: steady state at the fleet's natural report rate.
+    let metrics = |http: reqwest::Client, url: String| async move {
+        let text = http.get(url).send().await.ok()?.text().await.ok()?;
+        Some(measure::Histogram::parse(&text, "fleet_pass_duration_seconds"))
+    };
+    tokio::time::sleep(Duration::from_secs(args.report_seconds)).await; // let the post-convergence reports settle
+    let h0 = metrics(http.clone(), ctl.metrics_url.clone()).await.unwrap_or_default();
+    let (c0, r0, s0) =
+        (measure::cpu_seconds(pid).unwrap_or(0.0), shared.reports_ok.load(Ordering::Relaxed), Instant::now());
+    tokio::time::sleep(Duration::from_secs(args.steady_seconds)).await;
+    let h1 = metrics(http.clone(), ctl.metrics_url.clone()).await.unwrap_or_default();
+    let secs = s0.elapsed().as_secs_f64();
+    let steady_cpu = (measure::cpu_seconds(pid).unwrap_or(0.0) - c0) / secs * 100.0;
+    let steady_rate = (shared.reports_ok.load(Ordering::Relaxed) - r0) as f64 / secs;
+    let passes = h1.since(&h0);
+    eprintln!(
+        "fleet-sim: steady {steady_rate:.0} reports/s, controller {steady_cpu:.1}% of a core, {} passes",
+        passes.count
+    );
+
+    // Phase 3: wake latency after agent changes.
+    let mut wake_ms = Vec::new();
+    let mut e2e_ms = Vec::new();
+    for _ in 0..args.wake_samples {
+        let key = format!("agent-{:05}", rand::thread_rng().gen_range(0..args.agents));
+        let mut rev = 0;
+        dk.edit_agent(&key, |a| {
+            rev = a["revision"].as_u64().unwrap_or(1) + 1;
+            a["revision"] = json!(rev);
+        });
+        let version = dk.state.lock().version;
+        let t_edit = Instant::now();
+        wait_until(Duration::from_secs(30), "a node to receive the changed agent", || {
+            shared.received.lock().contains_key(&(key.clone(), rev))
+        })
+        .await?;
+        let recv = shared.received.lock()[&(key.clone(), rev)];
+        let served = dk.state.lock().version_served_at.get(&version).copied();
+        if let Some(served) = served {
+            wake_ms.push(recv.saturating_duration_since(served).as_secs_f64() * 1000.0);
+        }
+        e2e_ms.push(recv.saturating_duration_since(t_edit).as_secs_f64() * 1000.0);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    wake_ms.sort_by(f64::total_cmp);
+    e2e_ms.sort_by(f64::total_cmp);
+
+    // Phase 4: report throughput, some nodes reporting back-to-back.
+    let (r0, b0) = (shared.reports_ok.load(Ordering::Relaxed), Instant::now());
+    let c0 = measure::cpu_seconds(pid).unwrap_or(0.0);
+    let burst_stop = Arc::new(AtomicBool::new(false));
+    let mut bursters = Vec::new();
+    for n in nodes.iter().take(args.burst_nodes) {
+        let (n, sh, stop) = (n.clone(), shared.clone(), burst_stop.clone());
+        bursters.push(tokio::spawn(node::burst(n, sh, stop)));
+    }
+    tokio::time::sleep(Duration::from_secs(args.burst_seconds)).await;
+    burst_stop.store(true, Ordering::Relaxed);
+    for b in bursters {
+        let _ = b.await;
+    }
+    let burst_secs = b0.elapsed().as_secs_f64();
+    let burst_rate = (shared.reports_ok.load(Ordering::Relaxed) - r0) as f64 / burst_secs;
+    let burst_cpu = (measure::cpu_seconds(pid).unwrap_or(0.0) - c0) / burst_secs * 100.0;
+    eprintln!("fleet-sim: burst {burst_rate:.0} reports/s at {burst_cpu:.0}% of a core");
+
+    // Phase 5: a share of the nodes goes silent; everything moves and runs again.
+    let ids: HashMap<String, String> = {
+        let v: Value = http.get(format!("{}/api/v1/nodes", ctl.url)).bearer_auth(&admin).send().await?.json().await?;
+        v["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|n| {
+                (n["name"].as_str().unwrap_or_default().to_string(), n["id"].as_str().unwrap_or_default().to_string())
+            })
+            .collect()
+    };
+    let silent: HashSet<String> = nodes
+        .iter()
+        .filter(|n| n.index.is_multiple_of(100 / args.silent_percent.max(1)))
+        .filter_map(|n| {
+            n.silent.store(true, Ordering::Relaxed);
+            ids.get(&n.name).cloned()
+        })
+        .collect();
+    let silent_replicas: usize =
+        nodes.iter().filter(|n| n.silent.load(Ordering::Relaxed)).map(|n| n.replica_count()).sum();
+    let t_silent = Instant::now();
+    eprintln!("fleet-sim: {} nodes silent holding {silent_replicas} replicas", silent.len());
+    let recovery = loop {
+        let p = placements(&http, &ctl.url, &admin).await.unwrap_or_default();
+        let moved = p.placed == total && p.pending == 0 && !p.by_node.keys().any(|id| silent.contains(id));
+        if moved && agents_running(&dk, args.replicas) == args.agents {
+            break t_silent.elapsed();
+        }
+        if t_silent.elapsed() > limit {
+            bail!("recovery did not finish in {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let peak_rss = measure::peak_rss_mib(pid).unwrap_or(0.0);
+
+    let results = json!({
+        "nodes": args.nodes, "agents": args.agents, "replicas": total,
+        "coldConvergenceSeconds": t_converged.as_secs_f64(),
+        "allPlacedSeconds": t_placed.map(|d| d.as_secs_f64()),
+        "coldCpuSeconds": cold_cpu,
+        "livePats": live_pats,
+        "steadyPassP50Ms": passes.quantile_ms(0.5), "steadyPassP99Ms": passes.quantile_ms(0.99), "steadyPasses": passes.count,
+        "wakeP50Ms": measure::percentile(&wake_ms, 0.5), "wakeP99Ms": measure::percentile(&wake_ms, 0.99),
+        "cpEditToNodeP50Ms": measure::percentile(&e2e_ms, 0.5), "cpEditToNodeP99Ms": measure::percentile(&e2e_ms, 0.99),
+        "steadyReportsPerSecond": steady_rate, "steadyCpuPercent": steady_cpu,
+        "burstReportsPerSecond": burst_rate, "burstCpuPercent": burst_cpu,
+        "peakRssMiB": peak_rss,
+        "silentNodes": silent.len(), "silentReplicas": silent_replicas,
+        "recoverySeconds": recovery.as_secs_f64(), "offlineThresholdSeconds": args.offline_seconds,
+        "reportsFailed": shared.reports_failed.load(Ordering::Relaxed),
+    });
+    print_table(&results);
+    println!("{}", serde_json::to_string_pretty(&results)?);
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_string_pretty(&results)?)?;
+    }
+    Ok(())
+}
+
+async fn futures_join<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let handles: Vec<_> = futs.collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for f in handles {
+        out.push(f.await);
+    }
+    out
+}
+
+fn print_table(r: &Value) {
+    let f = |k: &str| match &r[k] {
+        Value::Number(n) => format!("{:.1}", n.as_f64().unwrap_or(0.0)),
+        Value::Null => "-".into(),
+        v => v.to_string(),
+    };
+    let rows = [
+        ("cold convergence (placed, PATs, running in CP)", f("coldConvergenceSeconds") + " s", "≤ 60 s"),
+        ("  all replicas placed", f("allPlacedSeconds") + " s", ""),
+        ("steady pass p50 (bucket bound)", f("steadyPassP50Ms") + " ms", ""),
+        ("steady pass p99 (bucket bound)", f("steadyPassP99Ms") + " ms", "≤ 50 ms"),
+        ("wake p50 (CP list served → node has it)", f("wakeP50Ms") + " ms", ""),
+        ("wake p99", f("wakeP99Ms") + " ms", "≤ 100 ms"),
+        ("  CP edit → node p99 (incl. 2 s CP poll)", f("cpEditToNodeP99Ms") + " ms", ""),
+        ("reports/s, steady", f("steadyReportsPerSecond"), ""),
+        ("controller CPU at steady rate", f("steadyCpuPercent") + " %", "≤ 25 % at 500/s"),
+        ("reports/s, burst", f("burstReportsPerSecond"), "≥ 5000"),
+        ("controller peak RSS", f("peakRssMiB") + " MiB", "≤ 128 MiB"),
+        ("recovery after 10 % silent (incl. offline threshold)", f("recoverySeconds") + " s", ""),
+    ];
+    println!("{:<52} {:>14}  target", "measure", "value");
+    for (m, v, t) in rows {
+        println!("{m:<52} {v:>14}  {t}");
+    }
+}

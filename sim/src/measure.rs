@@ -1,0 +1,88 @@
+//! What the simulator reads off the controller: its process's CPU time and peak RSS from
+//! `/proc`, and the pass-duration histogram from its Prometheus metrics.
+
+use std::collections::BTreeMap;
+
+/// Peak resident set (VmHWM) in MiB.
+pub fn peak_rss_mib(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+/// Current resident set (VmRSS) in MiB.
+pub fn rss_mib(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+/// User + system CPU seconds used so far.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0) // USER_HZ is 100 on Linux
+}
+
+/// A cumulative Prometheus histogram: upper bound (seconds) → count.
+#[derive(Debug, Clone, Default)]
+pub struct Histogram {
+    pub buckets: BTreeMap<u64, f64>, // bound in µs → cumulative count
+    pub count: f64,
+}
+
+impl Histogram {
+    pub fn parse(metrics: &str, name: &str) -> Histogram {
+        let mut h = Histogram::default();
+        for line in metrics.lines() {
+            if let Some(rest) = line.strip_prefix(&format!("{name}_bucket{{le=\"")) {
+                let (le, v) = rest.split_once("\"}").unwrap_or(("", ""));
+                let bound = if le == "+Inf" { u64::MAX } else { (le.parse::<f64>().unwrap_or(0.0) * 1e6) as u64 };
+                h.buckets.insert(bound, v.trim().parse().unwrap_or(0.0));
+            } else if let Some(v) = line.strip_prefix(&format!("{name}_count ")) {
+                h.count = v.trim().parse().unwrap_or(0.0);
+            }
+        }
+        h
+    }
+
+    /// Observations between `earlier` and `self`.
+    pub fn since(&self, earlier: &Histogram) -> Histogram {
+        Histogram {
+            buckets: self
+                .buckets
+                .iter()
+                .map(|(b, c)| (*b, c - earlier.buckets.get(b).copied().unwrap_or(0.0)))
+                .collect(),
+            count: self.count - earlier.count,
+        }
+    }
+
+    /// The upper bound (ms) of the bucket holding quantile `q`: a bound, not an interpolation.
+    pub fn quantile_ms(&self, q: f64) -> Option<f64> {
+        if self.count <= 0.0 {
+            return None;
+        }
+        let want = q * self.count;
+        self.buckets.iter().find(|(_, c)| **c >= want).map(|(b, _)| {
+            if *b == u64::MAX {
+                f64::INFINITY
+            } else {
+                *b as f64 / 1000.0
+            }
+        })
+    }
+}
+
+pub fn percentile(sorted_ms: &[f64], q: f64) -> Option<f64> {
+    if sorted_ms.is_empty() {
+        return None;
+    }
+    let i = ((q * sorted_ms.len() as f64).ceil() as usize).clamp(1, sorted_ms.len()) - 1;
+    Some(sorted_ms[i])
+}

@@ -1,0 +1,246 @@
+//! One simulated node: joins with its key, long-polls its desired state, and reports every
+//! replica it was given as `running` on a jittered period (and soon after each change), as a
+//! real fleet-node does once its containers run. Thousands run as tokio tasks in one process
+//! over one shared HTTP client.
+
+use parking_lot::Mutex;
+use rand::Rng;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+pub struct Shared {
+    pub http: reqwest::Client,
+    pub url: String,
+    pub report_period: Duration,
+    pub reports_ok: AtomicU64,
+    pub reports_failed: AtomicU64,
+    pub joined: AtomicU64,
+    /// First moment any node received (agent, revision).
+    pub received: Mutex<HashMap<(String, u64), Instant>>,
+}
+
+#[derive(Default)]
+struct Desired {
+    generation: u64,
+    /// (agentKey, revision, replica indexes)
+    agents: Vec<(String, u64, Vec<u64>)>,
+}
+
+pub struct SimNode {
+    pub index: usize,
+    pub name: String,
+    pub labels: Vec<String>,
+    pub secrets: Vec<String>,
+    pub slots: u32,
+    pub silent: AtomicBool,
+    desired: Mutex<Desired>,
+    changed: Notify,
+    token: Mutex<String>,
+    seq: AtomicU64,
+}
+
+impl SimNode {
+    pub fn new(index: usize, slots: u32) -> SimNode {
+        let mut labels = vec![format!("zone=z{}", index % 4)];
+        if index.is_multiple_of(2) {
+            labels.push("gpu".into());
+        }
+        let secrets = if index.is_multiple_of(3) { vec!["github-token".to_string()] } else { vec![] };
+        SimNode {
+            index,
+            name: format!("sim-{index:05}"),
+            labels,
+            secrets,
+            slots,
+            silent: AtomicBool::new(false),
+            desired: Mutex::new(Desired::default()),
+            changed: Notify::new(),
+            token: Mutex::new(String::new()),
+            seq: AtomicU64::new(0),
+        }
+    }
+
+    /// Replicas this node was given.
+    pub fn replica_count(&self) -> usize {
+        self.desired.lock().agents.iter().map(|a| a.2.len()).sum()
+    }
+
+    fn announce(&self) -> Value {
+        json!({"labels": self.labels, "executorKinds": ["claude-code", "observer"], "executorImages": {},
+               "capacity": {"slots": self.slots}, "secrets": self.secrets})
+    }
+}
+
+pub async fn run(node: Arc<SimNode>, sh: Arc<Shared>, join_key: String) {
+    use base64::Engine;
+    let (_sk, pk) = fleet_api::seal::generate_keypair();
+    let mut body = node.announce();
+    body["joinKey"] = json!(join_key);
+    body["name"] = json!(node.name);
+    body["publicKey"] = json!(base64::engine::general_purpose::STANDARD.encode(pk));
+    body["version"] = json!("sim");
+    loop {
+        match sh.http.post(format!("{}/api/v1/nodes:join", sh.url)).json(&body).send().await {
+            Ok(r) if r.status() == 201 => {
+                let v: Value = r.json().await.unwrap_or_default();
+                *node.token.lock() = v["nodeToken"].as_str().unwrap_or_default().to_string();
+                break;
+            }
+            Ok(r) if r.status().is_client_error() && r.status() != 429 => {
+                eprintln!("{}: join refused: {} {}", node.name, r.status(), r.text().await.unwrap_or_default());
+                return;
+            }
+            _ => {
+                let ms = 500 + rand::thread_rng().gen_range(0..500);
+                tokio::time::sleep(Duration::from_millis(ms)).await
+            }
+        }
+    }
+    sh.joined.fetch_add(1, Ordering::Relaxed);
+    let poller = tokio::spawn(poll(node.clone(), sh.clone()));
+    report_loop(node, sh).await;
+    poller.abort();
+}
+
+async fn poll(node: Arc<SimNode>, sh: Arc<Shared>) {
+    let token = node.token.lock().clone();
+    loop {
+        if node.silent.load(Ordering::Relaxed) {
+            return;
+        }
+        let since = node.desired.lock().generation;
+        let r = sh
+            .http
+            .get(format!("{}/api/v1/nodes/me/desired", sh.url))
+            .query(&[("since", since.to_string()), ("wait", "30".into())])
+            .bearer_auth(&token)
+            .timeout(Duration::from_secs(40))
+            .send()
+            .await;
+        match r {
+            Ok(r) if r.status() == 200 => {
+                let Ok(v) = r.json::<Value>().await else { continue };
+                let now = Instant::now();
+                let agents: Vec<(String, u64, Vec<u64>)> = v["agents"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .map(|a| {
+                                (
+                                    a["agentKey"].as_str().unwrap_or_default().to_string(),
+                                    a["revision"].as_u64().unwrap_or(0),
+                                    a["replicaIndexes"]
+                                        .as_array()
+                                        .map(|i| i.iter().filter_map(Value::as_u64).collect())
+                                        .unwrap_or_default(),
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                {
+                    let mut seen = sh.received.lock();
+                    for (k, rev, _) in &agents {
+                        seen.entry((k.clone(), *rev)).or_insert(now);
+                    }
+                }
+                *node.desired.lock() = Desired { generation: v["generation"].as_u64().unwrap_or(0), agents };
+                node.changed.notify_one();
+            }
+            Ok(r) if r.status() == 304 => {}
+            _ => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+}
+
+async fn report_loop(node: Arc<SimNode>, sh: Arc<Shared>) {
+    let token = node.token.lock().clone();
+    let boot = format!("boot-{}", node.index);
+    let period = sh.report_period;
+    // Spread the fleet's reports evenly over the period.
+    let first = rand::thread_rng().gen_range(0..period.as_millis() as u64);
+    tokio::time::sleep(Duration::from_millis(first)).await;
+    loop {
+        if node.silent.load(Ordering::Relaxed) {
+            return;
+        }
+        let body = {
+            let d = node.desired.lock();
+            let replicas: Vec<Value> = d
+                .agents
+                .iter()
+                .flat_map(|(k, rev, idx)| {
+                    idx.iter().map(move |i| {
+                        json!({"agentKey": k, "replica": i, "state": "running", "revision": rev,
+                               "restarts": 0, "lastExitCode": null, "message": null})
+                    })
+                })
+                .collect();
+            let mut b = node.announce();
+            b["appliedGeneration"] = json!(d.generation);
+            b["health"] = json!("ok");
+            b["version"] = json!("sim");
+            b["bootId"] = json!(boot);
+            b["seq"] = json!(node.seq.fetch_add(1, Ordering::Relaxed) + 1);
+            b["observeSeconds"] = json!(period.as_secs());
+            b["replicas"] = json!(replicas);
+            b
+        };
+        let r = sh
+            .http
+            .put(format!("{}/api/v1/nodes/me/observed", sh.url))
+            .bearer_auth(&token)
+            .json(&body)
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await;
+        match r {
+            Ok(r) if r.status().is_success() => sh.reports_ok.fetch_add(1, Ordering::Relaxed),
+            _ => sh.reports_failed.fetch_add(1, Ordering::Relaxed),
+        };
+        // ±10 % jitter; a change is reported within half a second, as a node that just
+        // started its containers would.
+        let jitter = rand::thread_rng().gen_range(0.9..1.1);
+        tokio::select! {
+            _ = tokio::time::sleep(period.mul_f64(jitter)) => {}
+            _ = node.changed.notified() => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+/// The throughput probe: this node reports back-to-back until `stop`.
+pub async fn burst(node: Arc<SimNode>, sh: Arc<Shared>, stop: Arc<AtomicBool>) {
+    let token = node.token.lock().clone();
+    while !stop.load(Ordering::Relaxed) {
+        let body = {
+            let d = node.desired.lock();
+            let replicas: Vec<Value> = d
+                .agents
+                .iter()
+                .flat_map(|(k, rev, idx)| {
+                    idx.iter().map(move |i| {
+                        json!({"agentKey": k, "replica": i, "state": "running", "revision": rev,
+                               "restarts": 0, "lastExitCode": null, "message": null})
+                    })
+                })
+                .collect();
+            let mut b = node.announce();
+            b["appliedGeneration"] = json!(d.generation);
+            b["health"] = json!("ok");
+            b["version"] = json!("sim");
+            b["bootId"] = json!(format!("boot-{}", node.index));
+            b["seq"] = json!(node.seq.fetch_add(1, Ordering::Relaxed) + 1);
+            b["observeSeconds"] = json!(sh.report_period.as_secs());
+            b["replicas"] = json!(replicas);
+            b
+        };
+        match sh.http.put(format!("{}/api/v1/nodes/me/observed", sh.url)).bearer_auth(&token).json(&body).send().await {
+            Ok(r) if r.status().is_success() => sh.reports_ok.fetch_add(1, Ordering::Relaxed),
+            _ => sh.reports_failed.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+}
