@@ -30,7 +30,9 @@ enum Command {
 
 fn init_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours only on a terminal: logs written to files and collectors stay plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     if std::env::var("FLEET_LOG_FORMAT").as_deref() == Ok("json") {
         b.json().init();
     } else {

@@ -76,6 +76,13 @@ struct Args {
     /// Keep the controller's data directory and log here instead of a temporary directory.
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Extra environment for the controller, NAME=VALUE (repeatable), e.g. RUST_LOG=info.
+    #[arg(long = "controller-env", value_parser = parse_env)]
+    controller_env: Vec<(String, String)>,
+}
+
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("{s:?} is not NAME=VALUE"))
 }
 
 fn agent_item(i: usize, replicas: u32) -> Value {
@@ -103,7 +110,16 @@ struct Controller {
 }
 
 impl Drop for Controller {
+    /// SIGTERM first (the controller flushes and exits; a profiler wrapping it writes its
+    /// output), SIGKILL after 10 s.
     fn drop(&mut self) {
+        let _ = std::process::Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        for _ in 0..100 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -138,6 +154,7 @@ fn start_controller(args: &Args, dk: &Devkit, dir: &std::path::Path) -> anyhow::
         .env("FLEET_TOKEN_SCOPES", "control-plane:read notification-service=notifications:send")
         .env("FLEET_NODE_OFFLINE_SECONDS", args.offline_seconds.to_string())
         .env("RUST_LOG", "warn")
+        .envs(args.controller_env.iter().cloned())
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(&log)?)
         .spawn()

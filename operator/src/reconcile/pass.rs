@@ -15,8 +15,8 @@ use crate::platform::cp::AgentsFetch;
 use crate::store::db::PassWrite;
 use crate::store::{DesiredRec, Id};
 use fleet_api::{DesiredAgent, DesiredIdentity, Executor, SealedCredential};
-use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet, FxHasher as DefaultHasher};
+use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -127,17 +127,27 @@ fn demand(a: &Agent) -> Option<Demand> {
 
 /// Hash of what a node's desired state is built from: when it is unchanged the body is too,
 /// and the pass skips serialising it.
-fn input_hash(entries: &[(&Agent, &[u32], &crate::store::Cred)]) -> u64 {
-    let mut h = DefaultHasher::new();
+/// One agent on one node: the agent, its replica indexes there, the pair's credential.
+type Entry<'a> = (&'a Agent, &'a [u32], &'a crate::store::Cred);
+
+fn input_hash(entries: &[Entry], fingerprints: &HashMap<&str, u64>) -> u64 {
+    let mut h = DefaultHasher::default();
     for (a, reps, c) in entries {
         a.key.hash(&mut h);
-        a.revision.hash(&mut h);
+        fingerprints.get(a.key.as_str()).hash(&mut h);
         reps.hash(&mut h);
         c.id.hash(&mut h);
-        a.executor.hash(&mut h);
-        serde_json::to_string(&a.placement).unwrap_or_default().hash(&mut h);
-        a.drain_seconds.hash(&mut h);
     }
+    h.finish()
+}
+
+/// Everything of an agent that goes into a desired state.
+fn agent_fingerprint(a: &Agent) -> u64 {
+    let mut h = DefaultHasher::default();
+    a.revision.hash(&mut h);
+    a.executor.hash(&mut h);
+    serde_json::to_string(&a.placement).unwrap_or_default().hash(&mut h);
+    a.drain_seconds.hash(&mut h);
     h.finish()
 }
 
@@ -166,12 +176,14 @@ fn desired_agent(a: &Agent, reps: &[u32], c: &crate::store::Cred, tenant: &str) 
 /// One pass. Returns the instant (ms) the next online node would go offline, if any.
 pub async fn pass(ctx: &Ctx) -> Result<Option<i64>, crate::store::db::DbError> {
     let mut w = PassWrite::default();
+    let mut phases = Phases::new();
     refresh_agents(ctx, &mut w).await;
+    phases.mark("agents");
     let now = clock::now_ms();
     let offline_after = ctx.cfg.node_offline_after;
 
     // Snapshot what the pure parts need; no lock is held past this block.
-    let (agents, facts, previous, creds, identities, identity_errors, desired_inputs, statuses_sent) = {
+    let (agents, facts, previous, creds, desired_inputs) = {
         let st = ctx.store.state.read();
         let facts: Vec<NodeFacts> = st
             .nodes
@@ -187,19 +199,11 @@ pub async fn pass(ctx: &Ctx) -> Result<Option<i64>, crate::store::db::DbError> {
                 capacity: n.info.capacity.clone(),
             })
             .collect();
-        let creds: HashMap<(Id, Id), crate::store::Cred> =
+        let creds: HashMap<(Id, Id), Arc<crate::store::Cred>> =
             st.active.iter().filter_map(|(pair, id)| st.creds.get(id).map(|c| (pair.clone(), c.clone()))).collect();
         let desired_inputs: HashMap<Id, u64> = st.desired.iter().map(|(k, v)| (k.clone(), v.generation)).collect();
-        (
-            st.agents.clone(),
-            facts,
-            st.outcome.bindings.clone(),
-            creds,
-            st.identities.clone(),
-            st.identity_errors.clone(),
-            desired_inputs,
-            st.statuses_sent.clone(),
-        )
+        // The last outcome is shared, not copied: this pass builds a new one.
+        (st.agents.clone(), facts, st.outcome.clone(), creds, desired_inputs)
     };
     let online: HashMap<Id, bool> = facts.iter().map(|f| (f.id.clone(), f.online)).collect();
     let next_offline = {
@@ -212,26 +216,34 @@ pub async fn pass(ctx: &Ctx) -> Result<Option<i64>, crate::store::db::DbError> {
     };
     let names: HashMap<Id, Id> = facts.iter().map(|f| (f.id.clone(), f.name.clone())).collect();
 
+    phases.mark("snapshot");
     // Place.
     let demands: Vec<Demand> = agents.iter().filter_map(demand).collect();
-    let outcome = placement::place(&demands, &facts, &previous);
-    log_moves(&previous, &outcome, &names);
-    diff_bindings(&previous, &outcome.bindings, &mut w);
+    let outcome = placement::place(&demands, &facts, &previous.bindings);
+    diff_bindings(&previous.bindings, &outcome, &names, &mut w);
+    drop(previous);
 
+    phases.mark("place");
     // Identities and PATs: collect what is missing or due; queued after publishing, since
     // the workers check the published placements.
     let mut work: Vec<WorkKey> = Vec::new();
     let by_key: HashMap<&str, &Agent> = agents.iter().map(|a| (a.key.as_str(), a)).collect();
-    for a in agents.iter() {
-        if a.identity.kind != IdentityKind::Agent {
-            continue;
-        }
-        if !identities.get(a.key.as_str()).is_some_and(|i| i.bound) {
-            work.push(WorkKey::Identity(a.key.as_str().into()));
+    {
+        let st = ctx.store.state.read();
+        for a in agents.iter() {
+            if a.identity.kind != IdentityKind::Agent {
+                continue;
+            }
+            if !st.identities.get(a.key.as_str()).is_some_and(|i| i.bound) {
+                work.push(WorkKey::Identity(a.key.as_str().into()));
+            }
         }
     }
-    let mut needed: HashSet<(Id, Id)> = HashSet::new();
-    let mut per_node: HashMap<Id, BTreeMap<Id, Vec<u32>>> = HashMap::new();
+    // What each agent contributes to a desired state, hashed once per pass rather than once
+    // per (agent, node).
+    let fingerprints: HashMap<&str, u64> = agents.iter().map(|a| (a.key.as_str(), agent_fingerprint(a))).collect();
+    let mut needed: HashSet<(Id, Id)> = HashSet::default();
+    let mut per_node: HashMap<Id, BTreeMap<Id, Vec<u32>>> = HashMap::default();
     for ((agent, r), node) in &outcome.bindings {
         needed.insert((agent.clone(), node.clone()));
         per_node.entry(node.clone()).or_default().entry(agent.clone()).or_default().push(*r);
@@ -244,39 +256,56 @@ pub async fn pass(ctx: &Ctx) -> Result<Option<i64>, crate::store::db::DbError> {
         }
     }
 
+    phases.mark("identity work");
     // Desired states: only nodes whose inputs changed are serialised and compared.
     let mut new_desired: Vec<(Id, DesiredRec)> = Vec::new();
     let node_ids: Vec<Id> = facts.iter().map(|f| f.id.clone()).collect();
-    let old_hashes: HashMap<Id, u64> = ctx.store.state.read().desired_hashes.clone();
-    let mut new_hashes: Vec<(Id, u64)> = Vec::new();
-    for node in &node_ids {
-        let empty = BTreeMap::new();
-        let placed = per_node.get(node).unwrap_or(&empty);
-        let entries: Vec<(&Agent, &[u32], &crate::store::Cred)> = placed
-            .iter()
-            .filter_map(|(agent, reps)| {
-                let a = by_key.get(&**agent)?;
-                let c = creds.get(&(agent.clone(), node.clone()))?;
-                Some((*a, reps.as_slice(), c))
+    // Hash every node's inputs without a lock, then keep the nodes whose hash moved.
+    let hashed: Vec<(Id, u64, Vec<Entry>)> = node_ids
+        .iter()
+        .map(|node| {
+            let entries: Vec<Entry> = per_node
+                .get(node)
+                .into_iter()
+                .flatten()
+                .filter_map(|(agent, reps)| {
+                    let a = by_key.get(&**agent)?;
+                    let c = creds.get(&(agent.clone(), node.clone()))?;
+                    Some((*a, reps.as_slice(), &**c))
+                })
+                .collect();
+            let h = input_hash(&entries, &fingerprints);
+            (node.clone(), h, entries)
+        })
+        .collect();
+    // (node, new hash, entries, the body it has now)
+    type Changed<'a> = (Id, u64, Vec<Entry<'a>>, Option<Arc<str>>);
+    let changed: Vec<Changed> = {
+        let st = ctx.store.state.read();
+        hashed
+            .into_iter()
+            .filter(|(node, h, _)| st.desired_hashes.get(node) != Some(h))
+            .map(|(node, h, e)| {
+                let current = st.desired.get(&node).map(|d| d.agents.clone());
+                (node, h, e, current)
             })
-            .collect();
-        let h = input_hash(&entries);
-        if old_hashes.get(node) == Some(&h) {
-            continue;
-        }
+            .collect()
+    };
+    let mut new_hashes: Vec<(Id, u64)> = Vec::with_capacity(changed.len());
+    for (node, h, entries, current) in changed {
         new_hashes.push((node.clone(), h));
         let body: Vec<DesiredAgent> =
             entries.iter().map(|(a, reps, c)| desired_agent(a, reps, c, &ctx.cfg.iam_tenant)).collect();
         let json: Arc<str> = serde_json::to_string(&body).unwrap_or_else(|_| "[]".into()).into();
-        let current = ctx.store.state.read().desired.get(node).map(|d| d.agents.clone());
         if current.as_deref() != Some(&*json) {
-            let generation = desired_inputs.get(node).copied().unwrap_or(0) + 1;
-            tracing::info!(node = %names.get(node).map(|n| &**n).unwrap_or("?"), generation, agents = body.len(), "desired state changed");
+            let generation = desired_inputs.get(&node).copied().unwrap_or(0) + 1;
+            tracing::info!(node = %names.get(&node).map(|n| &**n).unwrap_or("?"), generation, agents = body.len(), "desired state changed");
             w.desired.push((node.to_string(), generation, json.to_string()));
             new_desired.push((node.clone(), DesiredRec { generation, agents: json }));
         }
     }
 
+    phases.mark("desired");
     // PATs no longer needed are retired: revoked after the drain window, or at once when
     // their node is offline (nothing there can use it for a draining run).
     let mut retired: Vec<(String, i64)> = Vec::new();
@@ -298,11 +327,14 @@ pub async fn pass(ctx: &Ctx) -> Result<Option<i64>, crate::store::db::DbError> {
         w.retire.push((c.id.clone(), at));
     }
 
+    phases.mark("retire");
     // Statuses.
-    let statuses = compute_statuses(&agents, &outcome, &online, &names, &creds, &identities, &identity_errors, ctx);
+    let statuses = compute_statuses(&agents, &outcome, &online, &names, &creds, ctx);
 
+    phases.mark("statuses");
     // Persist, then publish.
     ctx.store.db.apply_pass(&w).await?;
+    phases.mark("persist");
     let views = placement_views(&agents, &outcome);
     set_gauges(ctx, &views, now);
     let mut to_send = Vec::new();
@@ -316,7 +348,7 @@ pub async fn pass(ctx: &Ctx) -> Result<Option<i64>, crate::store::db::DbError> {
             st.desired_hashes.insert(node, h);
         }
         for (id, at) in retired {
-            if let Some(c) = st.creds.get_mut(&id) {
+            if let Some(c) = st.creds.get_mut(&id).map(Arc::make_mut) {
                 c.revoke_ms = Some(at);
                 let pair = (c.agent.clone(), c.node.clone());
                 if st.active.get(&pair) == Some(&id) {
@@ -330,7 +362,7 @@ pub async fn pass(ctx: &Ctx) -> Result<Option<i64>, crate::store::db::DbError> {
         st.views = Arc::new(views);
         st.statuses_want.clear();
         for (key, body) in statuses {
-            if statuses_sent.get(&key) != Some(&body) {
+            if st.statuses_sent.get(&key) != Some(&body) {
                 to_send.push(key.clone());
                 st.statuses_want.insert(key, body);
             }
@@ -342,21 +374,51 @@ pub async fn pass(ctx: &Ctx) -> Result<Option<i64>, crate::store::db::DbError> {
     for key in to_send {
         ctx.queue.add(WorkKey::Status(key));
     }
+    phases.mark("publish");
+    phases.log();
     Ok(next_offline)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Where a pass spends its time, logged at debug level
+/// (`RUST_LOG=fleet_controller::reconcile::pass=debug`): the first thing to read when passes
+/// are slow.
+struct Phases {
+    last: Instant,
+    start: Instant,
+    marks: Vec<(&'static str, Duration)>,
+}
+
+impl Phases {
+    fn new() -> Phases {
+        let now = Instant::now();
+        Phases { last: now, start: now, marks: Vec::with_capacity(10) }
+    }
+
+    fn mark(&mut self, phase: &'static str) {
+        let now = Instant::now();
+        self.marks.push((phase, now - self.last));
+        self.last = now;
+    }
+
+    fn log(&self) {
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let parts: Vec<String> =
+                self.marks.iter().map(|(p, d)| format!("{p} {:.1}ms", d.as_secs_f64() * 1e3)).collect();
+            tracing::debug!(total_ms = self.start.elapsed().as_secs_f64() * 1e3, phases = %parts.join(", "), "pass timing");
+        }
+    }
+}
+
 fn compute_statuses(
     agents: &[Agent],
     outcome: &Outcome,
     online: &HashMap<Id, bool>,
     names: &HashMap<Id, Id>,
-    creds: &HashMap<(Id, Id), crate::store::Cred>,
-    identities: &HashMap<Id, crate::store::IdentityRec>,
-    identity_errors: &HashMap<Id, String>,
+    creds: &HashMap<(Id, Id), Arc<crate::store::Cred>>,
     ctx: &Ctx,
 ) -> Vec<(Id, StatusBody)> {
     let st = ctx.store.state.read();
+    let (identities, identity_errors) = (&st.identities, &st.identity_errors);
     let mut out = Vec::new();
     for a in agents.iter().filter(|a| a.gets_status()) {
         let key: Id = a.key.as_str().into();
@@ -364,20 +426,25 @@ fn compute_statuses(
         let stopped = a.state == AgentState::Stopped;
         let mut replicas = Vec::with_capacity(desired as usize);
         let mut pending_pat: Option<String> = None;
-        for r in 0..desired {
-            let bound = outcome.bindings.get(&(key.clone(), r));
+        // One range walk over this agent's bindings instead of a lookup per replica.
+        let mut bound_to: Vec<Option<&Id>> = vec![None; desired as usize];
+        for ((_, r), n) in outcome.bindings.range((key.clone(), 0)..(key.clone(), desired)) {
+            bound_to[*r as usize] = Some(n);
+        }
+        for (r, bound) in (0..desired).zip(bound_to) {
             let node =
                 bound.map(|n| (names.get(n).map(|x| &**x).unwrap_or("?"), online.get(n).copied().unwrap_or(false)));
             let report = bound
                 .and_then(|n| st.nodes.get(n))
                 .and_then(|n| n.info.replicas.iter().find(|p| p.agent_key == a.key && p.replica == r));
             if let Some(n) = bound {
-                if !creds.contains_key(&(key.clone(), n.clone())) && pending_pat.is_none() {
+                if pending_pat.is_none() && !creds.contains_key(&(key.clone(), n.clone())) {
                     pending_pat =
                         Some(format!("issuing the PAT for node {}", names.get(n).map(|x| &**x).unwrap_or("?")));
                 }
             }
-            replicas.push(ReplicaInput { replica: r, node, stuck: outcome.stuck.contains(&(key.clone(), r)), report });
+            let stuck = !outcome.stuck.is_empty() && outcome.stuck.contains(&(key.clone(), r));
+            replicas.push(ReplicaInput { replica: r, node, stuck, report });
         }
         let identity_ready = identities.get(&key).is_some_and(|i| i.bound);
         let identity_pending = match (identity_errors.get(&key), identity_ready, pending_pat) {
@@ -397,41 +464,47 @@ fn compute_statuses(
     out
 }
 
-fn diff_bindings(prev: &Bindings, next: &Bindings, w: &mut PassWrite) {
-    for (k, n) in next {
-        if prev.get(k) != Some(n) {
-            w.bind.push((k.0.to_string(), k.1, n.to_string()));
-        }
-    }
-    for k in prev.keys() {
-        if !next.contains_key(k) {
-            w.unbind.push((k.0.to_string(), k.1));
-        }
-    }
-}
-
-fn log_moves(prev: &Bindings, next: &Outcome, names: &HashMap<Id, Id>) {
+/// Walks the previous and the new bindings together (both ordered by (agent, replica)):
+/// records what to store and logs every placement decision, in one linear merge.
+fn diff_bindings(prev: &Bindings, next: &Outcome, names: &HashMap<Id, Id>, w: &mut PassWrite) {
+    use std::cmp::Ordering;
     let name = |id: &Id| names.get(id).map(|n| n.to_string()).unwrap_or_else(|| id.to_string());
-    for ((agent, r), node) in &next.bindings {
-        match prev.get(&(agent.clone(), *r)) {
-            None => tracing::info!(agent = %agent, replica = r, node = %name(node), "replica placed"),
-            Some(old) if old != node => {
-                tracing::info!(agent = %agent, replica = r, from = %name(old), to = %name(node), "replica moved")
+    let mut a = prev.iter().peekable();
+    let mut b = next.bindings.iter().peekable();
+    loop {
+        let ord = match (a.peek(), b.peek()) {
+            (None, None) => break,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some((ka, _)), Some((kb, _))) => ka.cmp(kb),
+        };
+        match ord {
+            Ordering::Less => {
+                let ((agent, r), node) = a.next().expect("peeked");
+                let why = next.waiting.get(agent).map(|w| w.1).unwrap_or("no longer wanted");
+                tracing::info!(agent = %agent, replica = r, node = %name(node), reason = why, "replica unbound");
+                w.unbind.push((agent.to_string(), *r));
             }
-            _ => {}
-        }
-    }
-    for ((agent, r), node) in prev {
-        if !next.bindings.contains_key(&(agent.clone(), *r)) {
-            let why = next.waiting.get(agent).map(|w| w.1).unwrap_or("no longer wanted");
-            tracing::info!(agent = %agent, replica = r, node = %name(node), reason = why, "replica unbound");
+            Ordering::Greater => {
+                let ((agent, r), node) = b.next().expect("peeked");
+                tracing::info!(agent = %agent, replica = r, node = %name(node), "replica placed");
+                w.bind.push((agent.to_string(), *r, node.to_string()));
+            }
+            Ordering::Equal => {
+                let (_, old) = a.next().expect("peeked");
+                let ((agent, r), node) = b.next().expect("peeked");
+                if old != node {
+                    tracing::info!(agent = %agent, replica = r, from = %name(old), to = %name(node), "replica moved");
+                    w.bind.push((agent.to_string(), *r, node.to_string()));
+                }
+            }
         }
     }
 }
 
 fn set_gauges(ctx: &Ctx, views: &[fleet_api::PlacementView], now: i64) {
     let st = ctx.store.state.read();
-    let mut nodes: HashMap<(&str, &str), i64> = HashMap::new();
+    let mut nodes: HashMap<(&str, &str), i64> = HashMap::default();
     for n in st.nodes.values() {
         let status = if n.online(now, ctx.cfg.node_offline_after) { "online" } else { "offline" };
         let health = n.info.health.unwrap_or(fleet_api::Health::Ok).as_str();
@@ -442,14 +515,17 @@ fn set_gauges(ctx: &Ctx, views: &[fleet_api::PlacementView], now: i64) {
     for ((s, h), v) in nodes {
         ctx.metrics.nodes.get_or_create(&labels(&[("status", s), ("health", h)])).set(v);
     }
-    let mut pl: HashMap<(String, String), i64> = HashMap::new();
+    let mut pl: HashMap<(&str, &str), i64> = HashMap::default();
     for v in views {
-        let status =
-            serde_json::to_value(v.status).ok().and_then(|s| s.as_str().map(str::to_string)).unwrap_or_default();
-        *pl.entry((status, v.reason.clone().unwrap_or_default())).or_default() += v.replicas as i64;
+        let status = match v.status {
+            fleet_api::PlacementStatus::Placed => "placed",
+            fleet_api::PlacementStatus::Pending => "pending",
+            fleet_api::PlacementStatus::Stopped => "stopped",
+        };
+        *pl.entry((status, v.reason.as_deref().unwrap_or_default())).or_default() += v.replicas as i64;
     }
     ctx.metrics.placements.clear();
     for ((s, r), v) in pl {
-        ctx.metrics.placements.get_or_create(&labels(&[("status", &s), ("reason", &r)])).set(v);
+        ctx.metrics.placements.get_or_create(&labels(&[("status", s), ("reason", r)])).set(v);
     }
 }

@@ -14,7 +14,7 @@ pub fn placement_views(agents: &[Agent], outcome: &Outcome) -> Vec<PlacementView
     // bindings are ordered by (agent, replica): walk them once per agent via a range.
     let mut per_agent: BTreeMap<&str, BTreeMap<(&str, bool), u32>> = BTreeMap::new();
     for ((key, r), node) in &outcome.bindings {
-        let stuck = outcome.stuck.contains(&(key.clone(), *r));
+        let stuck = !outcome.stuck.is_empty() && outcome.stuck.contains(&(key.clone(), *r));
         *per_agent.entry(key).or_default().entry((node, stuck)).or_default() += 1;
     }
     for a in agents {

@@ -231,11 +231,11 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
     {
         let mut st = ctx.store.state.write();
         if let Some((old, at)) = &retire {
-            if let Some(c) = st.creds.get_mut(old) {
+            if let Some(c) = st.creds.get_mut(old).map(Arc::make_mut) {
                 c.revoke_ms = Some(*at);
             }
         }
-        st.creds.insert(cred.id.clone(), cred.clone());
+        st.creds.insert(cred.id.clone(), Arc::new(cred.clone()));
         st.active.insert((agent.clone(), node.clone()), cred.id.clone());
         st.pairs.insert((agent.clone(), node.clone()), PairRec { next_n: n + 1, pending_n: None });
     }

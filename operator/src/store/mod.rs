@@ -151,12 +151,13 @@ pub struct State {
     pub agents_etag: Option<String>,
     pub outcome: Arc<Outcome>,
     /// (agent, node) pairs with at least one bound replica, from the last pass.
-    pub placed_pairs: HashSet<(Id, Id)>,
+    pub placed_pairs: rustc_hash::FxHashSet<(Id, Id)>,
     pub views: Arc<Vec<PlacementView>>,
     pub identities: HashMap<Id, IdentityRec>,
     pub identity_errors: HashMap<Id, String>,
     pub pairs: HashMap<(Id, Id), PairRec>,
-    pub creds: HashMap<String, Cred>,
+    /// Shared so a pass can snapshot them without copying ciphertexts.
+    pub creds: HashMap<String, Arc<Cred>>,
     /// The live credential of each (agent, node) pair.
     pub active: HashMap<(Id, Id), String>,
     pub desired: HashMap<Id, DesiredRec>,
@@ -270,7 +271,7 @@ impl Store {
             if c.revoke_ms.is_none() {
                 st.active.insert((c.agent.clone(), c.node.clone()), c.id.clone());
             }
-            st.creds.insert(c.id.clone(), c);
+            st.creds.insert(c.id.clone(), Arc::new(c));
         }
         for (node, generation, agents) in snap.desired {
             st.desired.insert(node.into(), DesiredRec { generation: generation as u64, agents: agents.into() });
