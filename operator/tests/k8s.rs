@@ -143,6 +143,19 @@ fn kubeconfig(dir: &Path, server: &str) -> String {
     p.display().to_string()
 }
 
+/// Runs `fleet-controller serve` with `env`, expects it to exit with an error, returns stderr.
+async fn serve_fails(env: &std::collections::HashMap<String, String>) -> String {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet-controller"))
+        .arg("serve")
+        .env_clear()
+        .envs(env)
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mirror_on_refuses_to_start_without_the_crds() {
     let dk = devkit().await;
@@ -151,29 +164,13 @@ async fn mirror_on_refuses_to_start_without_the_crds() {
     let mut env = env_for(&dk, dir.path(), free_port(), free_port());
     env.insert("FLEET_KUBERNETES_MIRROR".into(), "true".into());
     env.insert("KUBECONFIG".into(), kubeconfig(dir.path(), &url));
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet-controller"))
-        .arg("serve")
-        .env_clear()
-        .envs(&env)
-        .output()
-        .await
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = serve_fails(&env).await;
     assert!(err.contains("the FleetNode CRD (fleetnodes.fleet.taimen.dev) is not installed in the cluster"), "{err}");
 
     // And with no cluster at all, the error says so instead of a stack of kube internals.
     env.insert("KUBECONFIG".into(), dir.path().join("none").display().to_string());
     env.insert("HOME".into(), dir.path().display().to_string());
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet-controller"))
-        .arg("serve")
-        .env_clear()
-        .envs(&env)
-        .output()
-        .await
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = serve_fails(&env).await;
     assert!(err.contains("FLEET_KUBERNETES_MIRROR=true but no Kubernetes API is reachable"), "{err}");
 }
 

@@ -168,28 +168,7 @@ async fn report_loop(node: Arc<SimNode>, sh: Arc<Shared>) {
         if node.silent.load(Ordering::Relaxed) {
             return;
         }
-        let body = {
-            let d = node.desired.lock();
-            let replicas: Vec<Value> = d
-                .agents
-                .iter()
-                .flat_map(|(k, rev, idx)| {
-                    idx.iter().map(move |i| {
-                        json!({"agentKey": k, "replica": i, "state": "running", "revision": rev,
-                               "restarts": 0, "lastExitCode": null, "message": null})
-                    })
-                })
-                .collect();
-            let mut b = node.announce();
-            b["appliedGeneration"] = json!(d.generation);
-            b["health"] = json!("ok");
-            b["version"] = json!("sim");
-            b["bootId"] = json!(boot);
-            b["seq"] = json!(node.seq.fetch_add(1, Ordering::Relaxed) + 1);
-            b["observeSeconds"] = json!(period.as_secs());
-            b["replicas"] = json!(replicas);
-            b
-        };
+        let body = report_body(&node, &sh, &boot);
         let r = sh
             .http
             .put(format!("{}/api/v1/nodes/me/observed", sh.url))
@@ -212,32 +191,35 @@ async fn report_loop(node: Arc<SimNode>, sh: Arc<Shared>) {
     }
 }
 
+/// What a node reports: every replica it was given, `running` at its revision.
+fn report_body(node: &SimNode, sh: &Shared, boot: &str) -> Value {
+    let d = node.desired.lock();
+    let replicas: Vec<Value> = d
+        .agents
+        .iter()
+        .flat_map(|(k, rev, idx)| {
+            idx.iter().map(move |i| {
+                json!({"agentKey": k, "replica": i, "state": "running", "revision": rev,
+                       "restarts": 0, "lastExitCode": null, "message": null})
+            })
+        })
+        .collect();
+    let mut b = node.announce();
+    b["appliedGeneration"] = json!(d.generation);
+    b["health"] = json!("ok");
+    b["version"] = json!("sim");
+    b["bootId"] = json!(boot);
+    b["seq"] = json!(node.seq.fetch_add(1, Ordering::Relaxed) + 1);
+    b["observeSeconds"] = json!(sh.report_period.as_secs());
+    b["replicas"] = json!(replicas);
+    b
+}
+
 /// The throughput probe: this node reports back-to-back until `stop`.
 pub async fn burst(node: Arc<SimNode>, sh: Arc<Shared>, stop: Arc<AtomicBool>) {
     let token = node.token.lock().clone();
     while !stop.load(Ordering::Relaxed) {
-        let body = {
-            let d = node.desired.lock();
-            let replicas: Vec<Value> = d
-                .agents
-                .iter()
-                .flat_map(|(k, rev, idx)| {
-                    idx.iter().map(move |i| {
-                        json!({"agentKey": k, "replica": i, "state": "running", "revision": rev,
-                               "restarts": 0, "lastExitCode": null, "message": null})
-                    })
-                })
-                .collect();
-            let mut b = node.announce();
-            b["appliedGeneration"] = json!(d.generation);
-            b["health"] = json!("ok");
-            b["version"] = json!("sim");
-            b["bootId"] = json!(format!("boot-{}", node.index));
-            b["seq"] = json!(node.seq.fetch_add(1, Ordering::Relaxed) + 1);
-            b["observeSeconds"] = json!(sh.report_period.as_secs());
-            b["replicas"] = json!(replicas);
-            b
-        };
+        let body = report_body(&node, &sh, &format!("boot-{}", node.index));
         match sh.http.put(format!("{}/api/v1/nodes/me/observed", sh.url)).bearer_auth(&token).json(&body).send().await {
             Ok(r) if r.status().is_success() => sh.reports_ok.fetch_add(1, Ordering::Relaxed),
             _ => sh.reports_failed.fetch_add(1, Ordering::Relaxed),
