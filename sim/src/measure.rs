@@ -86,3 +86,56 @@ pub fn percentile(sorted_ms: &[f64], q: f64) -> Option<f64> {
     let i = ((q * sorted_ms.len() as f64).ceil() as usize).clamp(1, sorted_ms.len()) - 1;
     Some(sorted_ms[i])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const METRICS: &str = "# TYPE fleet_pass_duration_seconds histogram
+fleet_pass_duration_seconds_sum 3.5
+fleet_pass_duration_seconds_count 10
+fleet_pass_duration_seconds_bucket{le=\"0.01\"} 2
+fleet_pass_duration_seconds_bucket{le=\"0.05\"} 9
+fleet_pass_duration_seconds_bucket{le=\"1.0\"} 10
+fleet_pass_duration_seconds_bucket{le=\"+Inf\"} 10
+";
+
+    #[test]
+    fn histogram_quantiles_are_bucket_bounds_over_a_window() {
+        let h = Histogram::parse(METRICS, "fleet_pass_duration_seconds");
+        assert_eq!(h.count, 10.0);
+        assert_eq!(h.quantile_ms(0.2), Some(10.0));
+        assert_eq!(h.quantile_ms(0.5), Some(50.0));
+        assert_eq!(h.quantile_ms(0.99), Some(1000.0));
+        let earlier = Histogram::parse(
+            &METRICS
+                .replace("} 2\n", "} 1\n")
+                .replace("count 10", "count 5")
+                .replace("} 9\n", "} 5\n")
+                .replace("} 10\n", "} 5\n"),
+            "fleet_pass_duration_seconds",
+        );
+        let w = h.since(&earlier);
+        assert_eq!(w.count, 5.0);
+        // In the window: 1 pass ≤ 10 ms, 3 more ≤ 50 ms, 1 more ≤ 1 s.
+        assert_eq!(w.quantile_ms(0.5), Some(50.0));
+        assert_eq!(w.quantile_ms(0.99), Some(1000.0));
+        assert_eq!(Histogram::default().quantile_ms(0.5), None);
+    }
+
+    #[test]
+    fn percentiles_of_samples() {
+        let s = [1.0, 2.0, 3.0, 4.0, 100.0];
+        assert_eq!(percentile(&s, 0.5), Some(3.0));
+        assert_eq!(percentile(&s, 0.99), Some(100.0));
+        assert_eq!(percentile(&[], 0.5), None);
+    }
+
+    #[test]
+    fn own_process_figures_are_read_from_proc() {
+        let me = std::process::id();
+        assert!(rss_mib(me).unwrap() > 0.0);
+        assert!(peak_rss_mib(me).unwrap() >= rss_mib(me).unwrap() - 1.0);
+        assert!(cpu_seconds(me).unwrap() >= 0.0);
+    }
+}
