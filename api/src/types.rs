@@ -213,6 +213,15 @@ pub enum NodeStatus {
     Offline,
 }
 
+impl NodeStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeStatus::Online => "online",
+            NodeStatus::Offline => "offline",
+        }
+    }
+}
+
 /// One node in `GET /api/v1/nodes`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -249,6 +258,16 @@ pub enum PlacementStatus {
     Stopped,
 }
 
+impl PlacementStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlacementStatus::Placed => "placed",
+            PlacementStatus::Pending => "pending",
+            PlacementStatus::Stopped => "stopped",
+        }
+    }
+}
+
 /// One item of `GET /api/v1/placements`: `replicas` is a count.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -269,6 +288,20 @@ pub struct Healthz {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn as_str_is_the_wire_word() {
+        let wire = |v: serde_json::Value| v.as_str().unwrap().to_string();
+        for h in [Health::Ok, Health::Degraded] {
+            assert_eq!(h.as_str(), wire(serde_json::to_value(h).unwrap()));
+        }
+        for n in [NodeStatus::Online, NodeStatus::Offline] {
+            assert_eq!(n.as_str(), wire(serde_json::to_value(n).unwrap()));
+        }
+        for p in [PlacementStatus::Placed, PlacementStatus::Pending, PlacementStatus::Stopped] {
+            assert_eq!(p.as_str(), wire(serde_json::to_value(p).unwrap()));
+        }
+    }
 
     #[test]
     fn observed_rejects_unknown_field_by_name() {

@@ -94,32 +94,13 @@ async fn api_server(State(s): State<Arc<Mutex<FakeApi>>>, req: Request) -> axum:
         (axum::http::StatusCode::from_u16(code).unwrap(), [("content-type", "application/json")], v.to_string())
             .into_response()
     };
-    if missing {
-        return json(
-            404,
-            json!({"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404,"message":"the server could not find the requested resource"}),
-        );
+    if watch && !missing {
+        // A watch that stays quiet for a while, as a real one does when nothing changes.
+        tokio::time::sleep(std::time::Duration::from_secs(20)).await;
+        return json(200, Value::Null);
     }
-    match method.as_str() {
-        "GET" if watch => {
-            // A watch that stays quiet for a while, as a real one does when nothing changes.
-            tokio::time::sleep(std::time::Duration::from_secs(20)).await;
-            json(200, Value::Null)
-        }
-        "GET" => json(
-            200,
-            json!({"apiVersion":"fleet.taimen.dev/v1alpha1","kind":"List","metadata":{"resourceVersion":"1"},"items":[]}),
-        ),
-        "DELETE" => json(200, json!({"kind":"Status","apiVersion":"v1","status":"Success","code":200})),
-        _ => {
-            let name = path.split('/').nth(8).unwrap_or_default().to_string();
-            let mut obj = body;
-            obj["metadata"]["name"] = json!(name);
-            obj["metadata"]["namespace"] = json!("fleet");
-            obj["metadata"]["resourceVersion"] = json!("2");
-            json(200, obj)
-        }
-    }
+    let (code, answer) = kube_answer(&method, &path, body, missing.then_some(404));
+    json(code, answer)
 }
 
 async fn fake_api(missing: bool) -> (String, Arc<Mutex<FakeApi>>) {

@@ -5,6 +5,8 @@
 //! after a delete or an edit by hand, delete of vanished objects, backoff, the rate bound,
 //! and the start-up check of the CRDs.
 
+mod support;
+
 use fleet_api::{Capacity, Health, NodeStatus, NodeView, PlacementStatus, PlacementView};
 use fleet_controller::k8s::desired::{self, Snapshot, Wanted};
 use fleet_controller::k8s::mirror::{Kind, Mirror, Seen, WRITE_BURST};
@@ -66,26 +68,7 @@ fn mirror() -> (Mirror, Arc<Mutex<Server>>) {
                 s.calls.push(call.clone());
                 s.fail_with
             };
-            let (code, answer) = match fail {
-                Some(code) => (
-                    code,
-                    json!({"kind":"Status","apiVersion":"v1","status":"Failure","message":"injected","reason":"Injected","code":code}),
-                ),
-                None if call.method == "GET" => (
-                    200,
-                    json!({"apiVersion":"fleet.taimen.dev/v1alpha1","kind":"FleetNodeList","metadata":{},"items":[]}),
-                ),
-                None if call.method == "DELETE" => {
-                    (200, json!({"kind":"Status","apiVersion":"v1","status":"Success","code":200}))
-                }
-                None => {
-                    let name = call.path.split('/').nth(8).unwrap_or_default().to_string();
-                    let mut obj = body;
-                    obj["metadata"]["name"] = json!(name);
-                    obj["metadata"]["namespace"] = json!("fleet");
-                    (200, obj)
-                }
-            };
+            let (code, answer) = support::kube_answer(&call.method, &call.path, body, fail);
             send.send_response(
                 Response::builder().status(code).body(Body::from(serde_json::to_vec(&answer).unwrap())).unwrap(),
             );

@@ -266,7 +266,8 @@ async fn main() -> anyhow::Result<()> {
                 anyhow::Ok(v["joinKey"].as_str().unwrap_or_default().to_string())
             }
         });
-        for k in futures_join(futs).await {
+        // 64 requests in flight at a time.
+        for k in futures::future::join_all(futs).await {
             keys.push(k?);
         }
     }
@@ -451,15 +452,6 @@ async fn main() -> anyhow::Result<()> {
         std::fs::write(p, serde_json::to_string_pretty(&results)?)?;
     }
     Ok(())
-}
-
-async fn futures_join<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
-    let handles: Vec<_> = futs.collect();
-    let mut out = Vec::with_capacity(handles.len());
-    for f in handles {
-        out.push(f.await);
-    }
-    out
 }
 
 fn print_table(r: &Value) {

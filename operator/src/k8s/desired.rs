@@ -101,7 +101,7 @@ pub fn wanted(snap: Snapshot) -> Wanted {
                     memory_mb: view.capacity.memory_mb,
                 },
                 health: view.health.as_str().to_string(),
-                status: word(&view.status),
+                status: view.status.as_str().to_string(),
                 last_seen_at: view.last_seen_at.clone(),
                 version: view.version.clone(),
                 placed_replicas: used,
@@ -114,7 +114,7 @@ pub fn wanted(snap: Snapshot) -> Wanted {
         .iter()
         .map(|v| {
             let node_name = v.node_id.as_deref().and_then(|id| names.get(id)).map(|n| n.to_string());
-            let status_word = word(&v.status);
+            let status_word = v.status.as_str().to_string();
             // A placement on a node is named after the node; pending and stopped items after
             // their status (a node that vanished in between also counts as pending here).
             let where_ = node_name.clone().unwrap_or_else(|| status_word.clone());
@@ -139,9 +139,4 @@ pub fn wanted(snap: Snapshot) -> Wanted {
     // mirror is a summary, so the first is kept.
     placements.dedup_by(|b, a| a.name == b.name);
     Wanted { nodes, placements }
-}
-
-/// The wire word of a unit enum (`online`, `placed`, …).
-fn word<T: Serialize>(v: &T) -> String {
-    serde_json::to_value(v).ok().and_then(|s| s.as_str().map(str::to_string)).unwrap_or_default()
 }

@@ -216,22 +216,13 @@ impl Mirror {
                 let Some(name) = obj.metadata.name.clone() else { return };
                 let (spec, status) = kind.canonical(&obj);
                 let (status_hash, last_seen) = status_key(&status);
-                let shown = Shown { spec: hash_json(&spec), status: status_hash, last_seen, at: now };
                 if let Some(r) = b.relisted.as_mut() {
                     r.insert(name.clone());
                 }
-                match b.shown.get_mut(&name) {
-                    Some(old)
-                        if old.spec == shown.spec && old.status == shown.status && old.last_seen == shown.last_seen => {
-                    }
-                    Some(old) => {
-                        let at = old.at;
-                        *old = Shown { at, ..shown };
-                    }
-                    None => {
-                        b.shown.insert(name, shown);
-                    }
-                }
+                // `at` paces lastSeenAt refreshes from the last write, so an object already
+                // believed keeps its own.
+                let at = b.shown.get(&name).map_or(now, |old| old.at);
+                b.shown.insert(name, Shown { spec: hash_json(&spec), status: status_hash, last_seen, at });
             }
             Seen::Deleted(name) => {
                 b.shown.remove(&name);
@@ -336,16 +327,22 @@ impl Mirror {
             }
             r?;
         }
-        let (old_status, old_seen, old_at) = match self.belief(kind).shown.get(&w.name) {
-            Some(s) => (s.status, s.last_seen.clone(), s.at),
-            None => (0, None, Instant::now()),
-        };
-        let shown = if status {
-            Shown { spec: w.spec_hash, status: w.status_hash, last_seen: w.last_seen.clone(), at: Instant::now() }
-        } else {
-            Shown { spec: w.spec_hash, status: old_status, last_seen: old_seen, at: old_at }
-        };
-        self.belief(kind).shown.insert(w.name.clone(), shown);
+        let b = self.belief(kind);
+        match b.shown.get_mut(&w.name) {
+            // Only the spec was written: the status stays as believed.
+            Some(s) if !status => s.spec = w.spec_hash,
+            _ => {
+                let written = Shown {
+                    spec: w.spec_hash,
+                    status: w.status_hash,
+                    last_seen: w.last_seen.clone(),
+                    at: Instant::now(),
+                };
+                // A status not written is not known: 0 never matches, so the next round writes it.
+                let shown = if status { written } else { Shown { status: 0, last_seen: None, ..written } };
+                b.shown.insert(w.name.clone(), shown);
+            }
+        }
         tracing::debug!(kind = kind.name(), object = %w.name, spec, status, "mirror written");
         Ok(())
     }

@@ -183,7 +183,7 @@ pub async fn pass(ctx: &Ctx) -> Result<Option<i64>, crate::store::db::DbError> {
     let offline_after = ctx.cfg.node_offline_after;
 
     // Snapshot what the pure parts need; no lock is held past this block.
-    let (agents, facts, previous, creds, desired_inputs) = {
+    let (agents, facts, previous, creds) = {
         let st = ctx.store.state.read();
         let facts: Vec<NodeFacts> = st
             .nodes
@@ -201,9 +201,8 @@ pub async fn pass(ctx: &Ctx) -> Result<Option<i64>, crate::store::db::DbError> {
             .collect();
         let creds: HashMap<(Id, Id), Arc<crate::store::Cred>> =
             st.active.iter().filter_map(|(pair, id)| st.creds.get(id).map(|c| (pair.clone(), c.clone()))).collect();
-        let desired_inputs: HashMap<Id, u64> = st.desired.iter().map(|(k, v)| (k.clone(), v.generation)).collect();
         // The last outcome is shared, not copied: this pass builds a new one.
-        (st.agents.clone(), facts, st.outcome.clone(), creds, desired_inputs)
+        (st.agents.clone(), facts, st.outcome.clone(), creds)
     };
     let online: HashMap<Id, bool> = facts.iter().map(|f| (f.id.clone(), f.online)).collect();
     let next_offline = {
@@ -278,15 +277,15 @@ pub async fn pass(ctx: &Ctx) -> Result<Option<i64>, crate::store::db::DbError> {
             (node.clone(), h, entries)
         })
         .collect();
-    // (node, new hash, entries, the body it has now)
-    type Changed<'a> = (Id, u64, Vec<Entry<'a>>, Option<Arc<str>>);
+    // (node, new hash, entries, the desired state it has now)
+    type Changed<'a> = (Id, u64, Vec<Entry<'a>>, Option<DesiredRec>);
     let changed: Vec<Changed> = {
         let st = ctx.store.state.read();
         hashed
             .into_iter()
             .filter(|(node, h, _)| st.desired_hashes.get(node) != Some(h))
             .map(|(node, h, e)| {
-                let current = st.desired.get(&node).map(|d| d.agents.clone());
+                let current = st.desired.get(&node).cloned();
                 (node, h, e, current)
             })
             .collect()
@@ -297,8 +296,8 @@ pub async fn pass(ctx: &Ctx) -> Result<Option<i64>, crate::store::db::DbError> {
         let body: Vec<DesiredAgent> =
             entries.iter().map(|(a, reps, c)| desired_agent(a, reps, c, &ctx.cfg.iam_tenant)).collect();
         let json: Arc<str> = serde_json::to_string(&body).unwrap_or_else(|_| "[]".into()).into();
-        if current.as_deref() != Some(&*json) {
-            let generation = desired_inputs.get(&node).copied().unwrap_or(0) + 1;
+        if current.as_ref().map(|d| &*d.agents) != Some(&*json) {
+            let generation = current.map_or(0, |d| d.generation) + 1;
             tracing::info!(node = %names.get(&node).map(|n| &**n).unwrap_or("?"), generation, agents = body.len(), "desired state changed");
             w.desired.push((node.to_string(), generation, json.to_string()));
             new_desired.push((node.clone(), DesiredRec { generation, agents: json }));
@@ -517,12 +516,7 @@ fn set_gauges(ctx: &Ctx, views: &[fleet_api::PlacementView], now: i64) {
     }
     let mut pl: HashMap<(&str, &str), i64> = HashMap::default();
     for v in views {
-        let status = match v.status {
-            fleet_api::PlacementStatus::Placed => "placed",
-            fleet_api::PlacementStatus::Pending => "pending",
-            fleet_api::PlacementStatus::Stopped => "stopped",
-        };
-        *pl.entry((status, v.reason.as_deref().unwrap_or_default())).or_default() += v.replicas as i64;
+        *pl.entry((v.status.as_str(), v.reason.as_deref().unwrap_or_default())).or_default() += v.replicas as i64;
     }
     ctx.metrics.placements.clear();
     for ((s, r), v) in pl {
