@@ -4,52 +4,11 @@
 
 mod support;
 
-use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use support::*;
-
-type Reported = Arc<Mutex<Vec<(String, u32, String, u64)>>>;
-
-/// Reports every 500 ms while not paused.
-struct Reporter {
-    replicas: Reported,
-    paused: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Reporter {
-    fn start(node: TestNode) -> Reporter {
-        let replicas: Reported = Default::default();
-        let paused = Arc::new(AtomicBool::new(false));
-        let (r, p) = (replicas.clone(), paused.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                if !p.load(Ordering::SeqCst) {
-                    let list = r.lock().clone();
-                    let refs: Vec<(&str, u32, &str, u64)> =
-                        list.iter().map(|(a, i, s, v)| (a.as_str(), *i, s.as_str(), *v)).collect();
-                    let _ = tokio::time::timeout(Duration::from_secs(2), node.report(&refs)).await;
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        });
-        Reporter { replicas, paused, task }
-    }
-
-    fn set(&self, v: &[(&str, u32, &str, u64)]) {
-        *self.replicas.lock() = v.iter().map(|(a, i, s, r)| (a.to_string(), *i, s.to_string(), *r)).collect();
-    }
-}
-
-impl Drop for Reporter {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
 
 /// Placements as (agent, node name or "-", replicas, status, reason) for comparison.
 fn summary(items: &[Value], names: &[(&str, &str)]) -> BTreeSet<(String, String, u64, String, String)> {
@@ -75,11 +34,6 @@ fn summary(items: &[Value], names: &[(&str, &str)]) -> BTreeSet<(String, String,
 
 fn row(a: &str, n: &str, r: u64, s: &str, why: &str) -> (String, String, u64, String, String) {
     (a.into(), n.into(), r, s.into(), why.into())
-}
-
-fn with(mut a: Value, f: impl FnOnce(&mut Value)) -> Value {
-    f(&mut a);
-    a
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

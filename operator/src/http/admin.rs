@@ -85,5 +85,5 @@ pub async fn list_placements(
 ) -> Result<Json<List<PlacementView>>, ApiError> {
     app.jwks.admin(&headers, SCOPE_READ).await?;
     let views = app.store.state.read().views.clone();
-    Ok(Json(List { items: views.as_ref().clone() }))
+    Ok(Json(List { items: views.to_vec() }))
 }

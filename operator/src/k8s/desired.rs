@@ -5,8 +5,9 @@
 
 use super::crd::{FleetNodeSpec, FleetNodeStatus, FleetPlacementSpec, FleetPlacementStatus, MirrorCapacity};
 use super::names;
+use crate::reconcile::views::ViewMap;
 use crate::store::State;
-use fleet_api::{NodeView, PlacementStatus, PlacementView};
+use fleet_api::{NodeView, PlacementStatus};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use serde_json::Value;
@@ -67,7 +68,7 @@ pub fn canonical<T: serde::de::DeserializeOwned + Serialize>(v: Option<&Value>) 
 /// hashing happen after the lock is released.
 pub struct Snapshot {
     pub nodes: Vec<NodeView>,
-    pub views: Arc<Vec<PlacementView>>,
+    pub views: Arc<ViewMap>,
 }
 
 pub fn snapshot(st: &State, now_ms: i64, offline_after: Duration) -> Snapshot {
@@ -75,10 +76,9 @@ pub fn snapshot(st: &State, now_ms: i64, offline_after: Duration) -> Snapshot {
 }
 
 pub fn wanted(snap: Snapshot) -> Wanted {
-    let views = snap.views.as_slice();
     let names: FxHashMap<&str, &str> = snap.nodes.iter().map(|n| (n.id.as_str(), n.name.as_str())).collect();
     let mut placed: FxHashMap<&str, u32> = FxHashMap::default();
-    for v in views {
+    for v in snap.views.iter() {
         if v.status == PlacementStatus::Placed {
             if let Some(n) = &v.node_id {
                 *placed.entry(n.as_str()).or_default() += v.replicas;
@@ -110,7 +110,8 @@ pub fn wanted(snap: Snapshot) -> Wanted {
         })
         .collect();
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut placements: Vec<Want> = views
+    let mut placements: Vec<Want> = snap
+        .views
         .iter()
         .map(|v| {
             let node_name = v.node_id.as_deref().and_then(|id| names.get(id)).map(|n| n.to_string());

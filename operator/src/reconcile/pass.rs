@@ -2,18 +2,27 @@
 //! liveness, places replicas, asks the work queue for identities and PATs, rebuilds each
 //! node's desired state (bumping a generation only when the content changed), retires PATs
 //! no longer needed and computes statuses — queueing a CP write only where one changed.
+//!
+//! It is incremental, because at 10,000 nodes whole-fleet work costs half a second a pass:
+//! [`Memo`] keeps what the last pass computed, and the registry records what changed since
+//! ([`crate::store::Changes`]: node facts and reports, credentials, identities); the agent
+//! list is diffed against the last one and every node's liveness is checked. Placement runs
+//! only when something it reads changed; desired states, statuses, placement items and
+//! retirements are recomputed for the agents and nodes a change touched. The first pass
+//! computes everything. [`audit`] recomputes from scratch and lists where the published
+//! state differs; the tests hold the incremental pass to it.
 
 use super::placement::{self, Bindings, Demand, NodeFacts, Outcome};
 use super::status::{self, ReplicaInput, StatusBody, StatusInput};
-use super::views::placement_views;
+use super::views::{agent_views, placement_views, ViewMap};
 use super::work::{rotate_at_ms, WorkKey};
 use crate::clock;
 use crate::context::Ctx;
 use crate::metrics::labels;
-use crate::model::{Agent, AgentState, IdentityKind};
+use crate::model::{Agent, AgentList, AgentState, IdentityKind};
 use crate::platform::cp::AgentsFetch;
 use crate::store::db::PassWrite;
-use crate::store::{DesiredRec, Id};
+use crate::store::{Cred, DesiredRec, Id, NodeRec};
 use fleet_api::{DesiredAgent, DesiredIdentity, Executor, SealedCredential};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet, FxHasher as DefaultHasher};
 use std::collections::BTreeMap;
@@ -29,6 +38,7 @@ pub async fn run(ctx: Arc<Ctx>) {
     // The earliest instant an online node crosses its offline threshold: a node going silent
     // is no event, so the loop wakes for it. With healthy reports this instant keeps receding.
     let mut next_offline: Option<i64> = None;
+    let mut memo = Memo::default();
     loop {
         let tick = match next_offline {
             Some(at) => ctx.cfg.reconcile_every.min(Duration::from_millis((at - clock::now_ms()).max(0) as u64)),
@@ -41,9 +51,11 @@ pub async fn run(ctx: Arc<Ctx>) {
         // A short settle lets a burst of reports land in one pass.
         tokio::time::sleep(Duration::from_millis(20)).await;
         let started = Instant::now();
-        match pass(&ctx).await {
+        match pass(&ctx, &mut memo).await {
             Ok(at) => next_offline = at,
             Err(e) => {
+                // The memo may be ahead of what was stored: start over with a full pass.
+                memo = Memo::default();
                 ctx.metrics.pass_errors.inc();
                 tracing::error!(error = %e, "reconcile pass failed; the next one retries");
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -125,12 +137,12 @@ fn demand(a: &Agent) -> Option<Demand> {
     })
 }
 
+/// One agent on one node: the agent, its replica indexes there, the pair's credential.
+type Entry<'a> = (&'a Agent, &'a [u32], &'a Cred);
+
 /// Hash of what a node's desired state is built from: when it is unchanged the body is too,
 /// and the pass skips serialising it.
-/// One agent on one node: the agent, its replica indexes there, the pair's credential.
-type Entry<'a> = (&'a Agent, &'a [u32], &'a crate::store::Cred);
-
-fn input_hash(entries: &[Entry], fingerprints: &HashMap<&str, u64>) -> u64 {
+fn input_hash(entries: &[Entry], fingerprints: &HashMap<Id, u64>) -> u64 {
     let mut h = DefaultHasher::default();
     for (a, reps, c) in entries {
         a.key.hash(&mut h);
@@ -151,7 +163,7 @@ fn agent_fingerprint(a: &Agent) -> u64 {
     h.finish()
 }
 
-fn desired_agent(a: &Agent, reps: &[u32], c: &crate::store::Cred, tenant: &str) -> DesiredAgent {
+fn desired_agent(a: &Agent, reps: &[u32], c: &Cred, tenant: &str) -> DesiredAgent {
     let spec = a.placed_spec();
     DesiredAgent {
         agent_key: a.key.clone(),
@@ -173,169 +185,401 @@ fn desired_agent(a: &Agent, reps: &[u32], c: &crate::store::Cred, tenant: &str) 
     }
 }
 
+fn desired_json(entries: &[Entry], tenant: &str) -> Arc<str> {
+    let body: Vec<DesiredAgent> = entries.iter().map(|(a, reps, c)| desired_agent(a, reps, c, tenant)).collect();
+    serde_json::to_string(&body).unwrap_or_else(|_| "[]".into()).into()
+}
+
+/// What placement needs of a node. `online` is filled in by the caller.
+fn facts_of(n: &NodeRec, online: bool) -> NodeFacts {
+    NodeFacts {
+        id: n.id.clone(),
+        name: n.name.clone(),
+        online,
+        kinds: n.info.executor_kinds.clone(),
+        images: n.allow.clone(),
+        labels: n.info.labels.clone(),
+        secrets: n.info.secrets.clone(),
+        capacity: n.info.capacity.clone(),
+    }
+}
+
+/// node → agent → its replica indexes there (sorted).
+type PerNode = HashMap<Id, BTreeMap<Id, Vec<u32>>>;
+
+fn per_node_of(outcome: &Outcome) -> PerNode {
+    let mut per_node: PerNode = HashMap::default();
+    for ((agent, r), node) in &outcome.bindings {
+        per_node.entry(node.clone()).or_default().entry(agent.clone()).or_default().push(*r);
+    }
+    per_node
+}
+
+fn is_placed(per_node: &PerNode, pair: &(Id, Id)) -> bool {
+    per_node.get(&pair.1).is_some_and(|m| m.contains_key(&pair.0))
+}
+
+/// What the pass keeps from one run to the next, so that it recomputes only what the
+/// changes since then touch. The first pass (and the one after a failed pass) starts from
+/// an empty memo and computes everything.
+#[derive(Default)]
+pub struct Memo {
+    primed: bool,
+    /// The agent list the last pass saw, and each key's position in it.
+    agents: AgentList,
+    index: HashMap<Id, usize>,
+    fingerprints: HashMap<Id, u64>,
+    /// Every node's placement facts as of the last pass, online state included.
+    facts: Vec<NodeFacts>,
+    fact_at: HashMap<Id, usize>,
+    per_node: PerNode,
+    /// The live credential of each (agent, node) pair.
+    creds: HashMap<(Id, Id), Arc<Cred>>,
+    views: ViewMap,
+}
+
+impl Memo {
+    fn node(&self, id: &Id) -> Option<&NodeFacts> {
+        self.fact_at.get(id).map(|&i| &self.facts[i])
+    }
+
+    fn name<'a>(&'a self, id: &'a Id) -> &'a str {
+        self.node(id).map(|f| &*f.name).unwrap_or(id)
+    }
+
+    fn agent(&self, key: &str) -> Option<&Agent> {
+        self.index.get(key).map(|&i| &self.agents[i])
+    }
+}
+
 /// One pass. Returns the instant (ms) the next online node would go offline, if any.
-pub async fn pass(ctx: &Ctx) -> Result<Option<i64>, crate::store::db::DbError> {
+pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::store::db::DbError> {
     let mut w = PassWrite::default();
     let mut phases = Phases::new();
     refresh_agents(ctx, &mut w).await;
     phases.mark("agents");
     let now = clock::now_ms();
     let offline_after = ctx.cfg.node_offline_after;
+    let full = !memo.primed;
 
-    // Snapshot what the pure parts need; no lock is held past this block.
-    let (agents, facts, previous, creds) = {
+    // What changed since the last pass; then read what it touched. No lock is held past
+    // these blocks.
+    let changes = std::mem::take(&mut ctx.store.state.write().changes);
+    let mut flips: Vec<Id> = Vec::new();
+    let (agents, previous, next_offline) = {
         let st = ctx.store.state.read();
-        let facts: Vec<NodeFacts> = st
-            .nodes
-            .values()
-            .map(|n| NodeFacts {
-                id: n.id.clone(),
-                name: n.name.clone(),
-                online: n.online(now, offline_after),
-                kinds: n.info.executor_kinds.clone(),
-                images: n.allow.clone(),
-                labels: n.info.labels.clone(),
-                secrets: n.info.secrets.clone(),
-                capacity: n.info.capacity.clone(),
-            })
-            .collect();
-        let creds: HashMap<(Id, Id), Arc<crate::store::Cred>> =
-            st.active.iter().filter_map(|(pair, id)| st.creds.get(id).map(|c| (pair.clone(), c.clone()))).collect();
-        // The last outcome is shared, not copied: this pass builds a new one.
-        (st.agents.clone(), facts, st.outcome.clone(), creds)
-    };
-    let online: HashMap<Id, bool> = facts.iter().map(|f| (f.id.clone(), f.online)).collect();
-    let next_offline = {
-        let st = ctx.store.state.read();
-        st.nodes
-            .values()
-            .filter(|n| n.online(now, offline_after))
-            .map(|n| n.last_seen_ms + n.threshold(offline_after).as_millis() as i64 + 1)
-            .min()
-    };
-    let names: HashMap<Id, Id> = facts.iter().map(|f| (f.id.clone(), f.name.clone())).collect();
-
-    phases.mark("snapshot");
-    // Place.
-    let demands: Vec<Demand> = agents.iter().filter_map(demand).collect();
-    let outcome = placement::place(&demands, &facts, &previous.bindings);
-    diff_bindings(&previous.bindings, &outcome, &names, &mut w);
-    drop(previous);
-
-    phases.mark("place");
-    // Identities and PATs: collect what is missing or due; queued after publishing, since
-    // the workers check the published placements.
-    let mut work: Vec<WorkKey> = Vec::new();
-    let by_key: HashMap<&str, &Agent> = agents.iter().map(|a| (a.key.as_str(), a)).collect();
-    {
-        let st = ctx.store.state.read();
-        for a in agents.iter() {
-            if a.identity.kind != IdentityKind::Agent {
-                continue;
+        if full {
+            // Online starts false so that every online node counts as a flip below.
+            memo.facts = st.nodes.values().map(|n| facts_of(n, false)).collect();
+            memo.fact_at = memo.facts.iter().enumerate().map(|(i, f)| (f.id.clone(), i)).collect();
+            memo.creds =
+                st.active.iter().filter_map(|(pair, id)| st.creds.get(id).map(|c| (pair.clone(), c.clone()))).collect();
+        } else {
+            for id in &changes.facts {
+                let Some(n) = st.nodes.get(id) else { continue };
+                match memo.fact_at.get(id) {
+                    // The online state is kept, so a node that comes back with new facts
+                    // still counts as a flip.
+                    Some(&i) => memo.facts[i] = facts_of(n, memo.facts[i].online),
+                    None => {
+                        memo.fact_at.insert(id.clone(), memo.facts.len());
+                        memo.facts.push(facts_of(n, false));
+                    }
+                }
             }
-            if !st.identities.get(a.key.as_str()).is_some_and(|i| i.bound) {
-                work.push(WorkKey::Identity(a.key.as_str().into()));
+            for pair in &changes.creds {
+                match st.active.get(pair).and_then(|id| st.creds.get(id)) {
+                    Some(c) => memo.creds.insert(pair.clone(), c.clone()),
+                    None => memo.creds.remove(pair),
+                };
+            }
+        }
+        // Liveness is time: every node is checked every pass (no copy, one lookup each).
+        let mut next_offline: Option<i64> = None;
+        for f in memo.facts.iter_mut() {
+            let Some(n) = st.nodes.get(&f.id) else { continue };
+            let online = n.online(now, offline_after);
+            if online != f.online {
+                f.online = online;
+                flips.push(f.id.clone());
+            }
+            if online {
+                let at = n.last_seen_ms + n.threshold(offline_after).as_millis() as i64 + 1;
+                next_offline = Some(next_offline.map_or(at, |x| x.min(at)));
+            }
+        }
+        (st.agents.clone(), st.outcome.clone(), next_offline)
+    };
+
+    // Agents added, removed or edited since the last pass.
+    let mut changed_agents: HashSet<Id> = HashSet::default();
+    let mut demand_changed = full;
+    if full || !Arc::ptr_eq(&memo.agents, &agents) {
+        let old = std::mem::replace(&mut memo.agents, agents.clone());
+        let old_index = std::mem::take(&mut memo.index);
+        memo.index = agents.iter().enumerate().map(|(i, a)| (Id::from(a.key.as_str()), i)).collect();
+        for a in agents.iter() {
+            let before = old_index.get(a.key.as_str()).map(|&i| &old[i]);
+            if before != Some(a) {
+                let key: Id = a.key.as_str().into();
+                demand_changed |= before.map(demand) != Some(demand(a));
+                memo.fingerprints.insert(key.clone(), agent_fingerprint(a));
+                changed_agents.insert(key);
+            }
+        }
+        for (key, &i) in &old_index {
+            if !memo.index.contains_key(key) {
+                demand_changed |= demand(&old[i]).is_some();
+                memo.fingerprints.remove(key);
+                changed_agents.insert(key.clone());
             }
         }
     }
-    // What each agent contributes to a desired state, hashed once per pass rather than once
-    // per (agent, node).
-    let fingerprints: HashMap<&str, u64> = agents.iter().map(|a| (a.key.as_str(), agent_fingerprint(a))).collect();
-    let mut needed: HashSet<(Id, Id)> = HashSet::default();
-    let mut per_node: HashMap<Id, BTreeMap<Id, Vec<u32>>> = HashMap::default();
-    for ((agent, r), node) in &outcome.bindings {
-        needed.insert((agent.clone(), node.clone()));
-        per_node.entry(node.clone()).or_default().entry(agent.clone()).or_default().push(*r);
+    phases.mark("snapshot");
+
+    // Place, when anything placement reads has changed; otherwise the last outcome stands
+    // (placement is a fixed point of its own output).
+    let replaced = full || demand_changed || !changes.facts.is_empty() || !flips.is_empty();
+    let outcome: Arc<Outcome> = if replaced {
+        let demands: Vec<Demand> = agents.iter().filter_map(demand).collect();
+        Arc::new(placement::place(&demands, &memo.facts, &previous.bindings))
+    } else {
+        previous.clone()
+    };
+    // Agents whose bindings, waiting count or stuck replicas changed; nodes that gained or
+    // lost a replica; pairs whose presence may have changed, with whether they were placed.
+    let mut touched_agents: HashSet<Id> = HashSet::default();
+    let mut touched_nodes: HashSet<Id> = HashSet::default();
+    let mut touched_pairs: HashMap<(Id, Id), bool> = HashMap::default();
+    if replaced {
+        let events = diff_bindings(&previous.bindings, &outcome, memo, &mut w);
+        if full {
+            memo.per_node = per_node_of(&outcome);
+        } else {
+            for (agent, r, from, to) in events {
+                touched_agents.insert(agent.clone());
+                if let Some(node) = from {
+                    let pair = (agent.clone(), node.clone());
+                    touched_pairs.entry(pair).or_insert(true);
+                    if let Some(m) = memo.per_node.get_mut(&node) {
+                        if let Some(reps) = m.get_mut(&agent) {
+                            reps.retain(|x| *x != r);
+                            if reps.is_empty() {
+                                m.remove(&agent);
+                            }
+                        }
+                    }
+                    touched_nodes.insert(node);
+                }
+                if let Some(node) = to {
+                    let pair = (agent.clone(), node.clone());
+                    let was = is_placed(&memo.per_node, &pair);
+                    touched_pairs.entry(pair).or_insert(was);
+                    let reps = memo.per_node.entry(node.clone()).or_default().entry(agent.clone()).or_default();
+                    if let Err(at) = reps.binary_search(&r) {
+                        reps.insert(at, r);
+                    }
+                    touched_nodes.insert(node);
+                }
+            }
+            for (key, w) in previous.waiting.iter().chain(outcome.waiting.iter()) {
+                if previous.waiting.get(key) != Some(w) || outcome.waiting.get(key) != Some(w) {
+                    touched_agents.insert(key.clone());
+                }
+            }
+            for k in previous.stuck.symmetric_difference(&outcome.stuck) {
+                touched_agents.insert(k.0.clone());
+            }
+        }
+    }
+    drop(previous);
+
+    phases.mark("place");
+    // Identities and PATs: what is missing or due; queued after publishing, since the
+    // workers check the published placements. Due rotations requeue themselves in the
+    // work queue; a pass looks at new pairs and changed credentials.
+    let mut work: Vec<WorkKey> = Vec::new();
+    {
+        let st = ctx.store.state.read();
+        let needs_identity = |a: &Agent| {
+            a.identity.kind == IdentityKind::Agent && !st.identities.get(a.key.as_str()).is_some_and(|i| i.bound)
+        };
+        if full {
+            work.extend(agents.iter().filter(|a| needs_identity(a)).map(|a| WorkKey::Identity(a.key.as_str().into())));
+        } else {
+            for key in &changed_agents {
+                if memo.agent(key).is_some_and(needs_identity) {
+                    work.push(WorkKey::Identity(key.clone()));
+                }
+            }
+        }
     }
     let ttl_ms = ctx.cfg.token_ttl_seconds as i64 * 1000;
-    for pair in &needed {
-        match creds.get(pair) {
-            Some(c) if now < rotate_at_ms(c, ttl_ms) => {}
-            _ => work.push(WorkKey::Pat(pair.0.clone(), pair.1.clone())),
+    let wants_pat = |memo: &Memo, pair: &(Id, Id)| match memo.creds.get(pair) {
+        Some(c) => now >= rotate_at_ms(c, ttl_ms),
+        None => true,
+    };
+    if full {
+        for (node, m) in &memo.per_node {
+            for agent in m.keys() {
+                let pair = (agent.clone(), node.clone());
+                if wants_pat(memo, &pair) {
+                    work.push(WorkKey::Pat(pair.0, pair.1));
+                }
+            }
+        }
+    } else {
+        for pair in touched_pairs.keys().chain(changes.creds.iter()) {
+            if is_placed(&memo.per_node, pair) && wants_pat(memo, pair) {
+                work.push(WorkKey::Pat(pair.0.clone(), pair.1.clone()));
+            }
         }
     }
 
     phases.mark("identity work");
-    // Desired states: only nodes whose inputs changed are serialised and compared.
+    // Desired states of the nodes a change touched: their inputs are hashed, and only those
+    // whose hash moved are serialised and compared.
+    let dirty_nodes: Vec<Id> = if full {
+        memo.facts.iter().map(|f| f.id.clone()).collect()
+    } else {
+        let mut set = touched_nodes;
+        set.extend(changes.creds.iter().map(|p| p.1.clone()));
+        for key in &changed_agents {
+            for (_, node) in outcome.bindings.range((key.clone(), 0)..=(key.clone(), u32::MAX)) {
+                set.insert(node.clone());
+            }
+        }
+        set.into_iter().collect()
+    };
     let mut new_desired: Vec<(Id, DesiredRec)> = Vec::new();
-    let node_ids: Vec<Id> = facts.iter().map(|f| f.id.clone()).collect();
-    // Hash every node's inputs without a lock, then keep the nodes whose hash moved.
-    let hashed: Vec<(Id, u64, Vec<Entry>)> = node_ids
-        .iter()
-        .map(|node| {
-            let entries: Vec<Entry> = per_node
+    let mut new_hashes: Vec<(Id, u64)> = Vec::new();
+    {
+        let memo = &*memo;
+        let entries_of = |node: &Id| -> Vec<Entry> {
+            memo.per_node
                 .get(node)
                 .into_iter()
                 .flatten()
                 .filter_map(|(agent, reps)| {
-                    let a = by_key.get(&**agent)?;
-                    let c = creds.get(&(agent.clone(), node.clone()))?;
-                    Some((*a, reps.as_slice(), &**c))
+                    let a = memo.agent(agent)?;
+                    let c = memo.creds.get(&(agent.clone(), node.clone()))?;
+                    Some((a, reps.as_slice(), &**c))
                 })
-                .collect();
-            let h = input_hash(&entries, &fingerprints);
-            (node.clone(), h, entries)
-        })
-        .collect();
-    // (node, new hash, entries, the desired state it has now)
-    type Changed<'a> = (Id, u64, Vec<Entry<'a>>, Option<DesiredRec>);
-    let changed: Vec<Changed> = {
-        let st = ctx.store.state.read();
-        hashed
-            .into_iter()
-            .filter(|(node, h, _)| st.desired_hashes.get(node) != Some(h))
-            .map(|(node, h, e)| {
-                let current = st.desired.get(&node).cloned();
-                (node, h, e, current)
+                .collect()
+        };
+        let hashed: Vec<(&Id, u64, Vec<Entry>)> = dirty_nodes
+            .iter()
+            .map(|node| {
+                let entries = entries_of(node);
+                let h = input_hash(&entries, &memo.fingerprints);
+                (node, h, entries)
             })
-            .collect()
-    };
-    let mut new_hashes: Vec<(Id, u64)> = Vec::with_capacity(changed.len());
-    for (node, h, entries, current) in changed {
-        new_hashes.push((node.clone(), h));
-        let body: Vec<DesiredAgent> =
-            entries.iter().map(|(a, reps, c)| desired_agent(a, reps, c, &ctx.cfg.iam_tenant)).collect();
-        let json: Arc<str> = serde_json::to_string(&body).unwrap_or_else(|_| "[]".into()).into();
-        if current.as_ref().map(|d| &*d.agents) != Some(&*json) {
-            let generation = current.map_or(0, |d| d.generation) + 1;
-            tracing::info!(node = %names.get(&node).map(|n| &**n).unwrap_or("?"), generation, agents = body.len(), "desired state changed");
-            w.desired.push((node.to_string(), generation, json.to_string()));
-            new_desired.push((node.clone(), DesiredRec { generation, agents: json }));
+            .collect();
+        // (node, new hash, entries, the desired state it has now)
+        type Changed<'a> = (&'a Id, u64, Vec<Entry<'a>>, Option<DesiredRec>);
+        let changed: Vec<Changed> = {
+            let st = ctx.store.state.read();
+            hashed
+                .into_iter()
+                .filter(|(node, h, _)| st.desired_hashes.get(*node) != Some(h))
+                .map(|(node, h, e)| {
+                    let current = st.desired.get(node).cloned();
+                    (node, h, e, current)
+                })
+                .collect()
+        };
+        for (node, h, entries, current) in changed {
+            new_hashes.push((node.clone(), h));
+            let json = desired_json(&entries, &ctx.cfg.iam_tenant);
+            if current.as_ref().map(|d| &*d.agents) != Some(&*json) {
+                let generation = current.map_or(0, |d| d.generation) + 1;
+                tracing::info!(node = %memo.name(node), generation, agents = entries.len(), "desired state changed");
+                w.desired.push((node.to_string(), generation, json.to_string()));
+                new_desired.push((node.clone(), DesiredRec { generation, agents: json }));
+            }
         }
     }
 
     phases.mark("desired");
     // PATs no longer needed are retired: revoked after the drain window, or at once when
     // their node is offline (nothing there can use it for a draining run).
+    let candidates: Vec<(Id, Id)> = if full {
+        memo.creds.keys().cloned().collect()
+    } else {
+        touched_pairs.keys().chain(changes.creds.iter()).cloned().collect()
+    };
     let mut retired: Vec<(String, i64)> = Vec::new();
-    for (pair, c) in &creds {
-        if needed.contains(pair) {
+    for pair in candidates {
+        if is_placed(&memo.per_node, &pair) {
             continue;
         }
-        let delay = if !online.get(&pair.1).copied().unwrap_or(false) {
+        let Some(c) = memo.creds.remove(&pair) else { continue };
+        let delay = if !memo.node(&pair.1).is_some_and(|f| f.online) {
             Duration::ZERO
         } else {
-            match by_key.get(&*pair.0) {
+            match memo.agent(&pair.0) {
                 Some(a) => Duration::from_secs(a.drain_seconds),
                 None => VANISHED_DRAIN,
             }
         };
         let at = now + delay.as_millis() as i64;
-        tracing::info!(agent = %pair.0, node = %names.get(&pair.1).map(|n| &**n).unwrap_or("?"), credential = %c.id, in_seconds = delay.as_secs(), "PAT no longer needed; revoking after the drain window");
+        tracing::info!(agent = %pair.0, node = %memo.name(&pair.1), credential = %c.id, in_seconds = delay.as_secs(), "PAT no longer needed; revoking after the drain window");
         retired.push((c.id.clone(), at));
         w.retire.push((c.id.clone(), at));
     }
 
     phases.mark("retire");
-    // Statuses.
-    let statuses = compute_statuses(&agents, &outcome, &online, &names, &creds, ctx);
+    // Statuses of the agents a change touched.
+    let status_agents: Vec<Id> = if full {
+        agents.iter().map(|a| Id::from(a.key.as_str())).collect()
+    } else {
+        let mut set = changed_agents.clone();
+        set.extend(touched_agents.iter().cloned());
+        set.extend(changes.identities.iter().cloned());
+        set.extend(changes.creds.iter().map(|p| p.0.clone()));
+        for node in changes.reports.iter().chain(flips.iter()) {
+            if let Some(m) = memo.per_node.get(node) {
+                set.extend(m.keys().cloned());
+            }
+        }
+        set.into_iter().collect()
+    };
+    let statuses: Vec<(Id, Option<StatusBody>)> = {
+        let st = ctx.store.state.read();
+        let lookup = Lookup {
+            node: &|id: &Id| memo.node(id).map(|f| (&*f.name, f.online)),
+            has_cred: &|pair: &(Id, Id)| memo.creds.contains_key(pair),
+        };
+        status_agents
+            .into_iter()
+            .map(|key| {
+                let body =
+                    memo.agent(&key).filter(|a| a.gets_status()).map(|a| agent_status(a, &outcome, &st, &lookup));
+                (key, body)
+            })
+            .collect()
+    };
 
     phases.mark("statuses");
+    // Placement items of the agents whose agent or placement changed.
+    let view_agents: Vec<Id> = if full {
+        memo.views = ViewMap::default();
+        agents.iter().map(|a| Id::from(a.key.as_str())).collect()
+    } else {
+        let mut set = changed_agents;
+        set.extend(touched_agents);
+        set.into_iter().collect()
+    };
+    let views_changed = !view_agents.is_empty();
+    for key in view_agents {
+        let items = memo.agent(&key).map(|a| agent_views(a, &outcome)).unwrap_or_default();
+        memo.views.set(key, items);
+    }
+    let views = views_changed.then(|| Arc::new(memo.views.clone()));
+
     // Persist, then publish.
     ctx.store.db.apply_pass(&w).await?;
     phases.mark("persist");
-    let views = placement_views(&agents, &outcome);
-    set_gauges(ctx, &views, now);
     let mut to_send = Vec::new();
     {
         let mut st = ctx.store.state.write();
@@ -356,14 +600,39 @@ pub async fn pass(ctx: &Ctx) -> Result<Option<i64>, crate::store::db::DbError> {
             }
             ctx.queue.add_after(WorkKey::Revoke(id), Duration::from_millis((at - now).max(0) as u64));
         }
-        st.outcome = Arc::new(outcome);
-        st.placed_pairs = needed;
-        st.views = Arc::new(views);
-        st.statuses_want.clear();
+        if replaced {
+            st.outcome = outcome.clone();
+            if full {
+                st.placed_pairs = memo
+                    .per_node
+                    .iter()
+                    .flat_map(|(node, m)| m.keys().map(move |agent| (agent.clone(), node.clone())))
+                    .collect();
+            } else {
+                for pair in touched_pairs.into_keys() {
+                    if is_placed(&memo.per_node, &pair) {
+                        st.placed_pairs.insert(pair);
+                    } else {
+                        st.placed_pairs.remove(&pair);
+                    }
+                }
+            }
+        }
+        if let Some(v) = &views {
+            st.views = v.clone();
+        }
+        if full {
+            st.statuses_want.clear();
+        }
         for (key, body) in statuses {
-            if st.statuses_sent.get(&key) != Some(&body) {
-                to_send.push(key.clone());
-                st.statuses_want.insert(key, body);
+            match body {
+                Some(body) if st.statuses_sent.get(&key) != Some(&body) => {
+                    to_send.push(key.clone());
+                    st.statuses_want.insert(key, body);
+                }
+                _ => {
+                    st.statuses_want.remove(&key);
+                }
             }
         }
     }
@@ -373,9 +642,193 @@ pub async fn pass(ctx: &Ctx) -> Result<Option<i64>, crate::store::db::DbError> {
     for key in to_send {
         ctx.queue.add(WorkKey::Status(key));
     }
+    if full || !flips.is_empty() || !changes.reports.is_empty() || !changes.facts.is_empty() {
+        set_node_gauges(ctx, memo);
+    }
+    if let Some(v) = &views {
+        set_placement_gauges(ctx, v);
+    }
+    memo.primed = true;
     phases.mark("publish");
-    phases.log();
+    phases.log(full);
     Ok(next_offline)
+}
+
+/// How a status looks up a node (name, online) and whether a pair has its PAT.
+struct Lookup<'a> {
+    node: &'a dyn Fn(&Id) -> Option<(&'a str, bool)>,
+    has_cred: &'a dyn Fn(&(Id, Id)) -> bool,
+}
+
+/// One agent's status from its bindings, the nodes' reports and its identity.
+fn agent_status(a: &Agent, outcome: &Outcome, st: &crate::store::State, lookup: &Lookup) -> StatusBody {
+    let key: Id = a.key.as_str().into();
+    let desired = a.desired_replicas();
+    let stopped = a.state == AgentState::Stopped;
+    let mut replicas = Vec::with_capacity(desired as usize);
+    let mut pending_pat: Option<String> = None;
+    // One range walk over this agent's bindings instead of a lookup per replica.
+    let mut bound_to: Vec<Option<&Id>> = vec![None; desired as usize];
+    for ((_, r), n) in outcome.bindings.range((key.clone(), 0)..(key.clone(), desired)) {
+        bound_to[*r as usize] = Some(n);
+    }
+    for (r, bound) in (0..desired).zip(bound_to) {
+        let node = bound.map(|n| (lookup.node)(n).unwrap_or(("?", false)));
+        let report = bound
+            .and_then(|n| st.nodes.get(n))
+            .and_then(|n| n.info.replicas.iter().find(|p| p.agent_key == a.key && p.replica == r));
+        if let Some(n) = bound {
+            if pending_pat.is_none() && !(lookup.has_cred)(&(key.clone(), n.clone())) {
+                let name = (lookup.node)(n).map(|x| x.0).unwrap_or("?");
+                pending_pat = Some(format!("issuing the PAT for node {name}"));
+            }
+        }
+        let stuck = !outcome.stuck.is_empty() && outcome.stuck.contains(&(key.clone(), r));
+        replicas.push(ReplicaInput { replica: r, node, stuck, report });
+    }
+    let identity_ready = st.identities.get(&key).is_some_and(|i| i.bound);
+    let identity_pending = match (st.identity_errors.get(&key), identity_ready, pending_pat) {
+        (Some(e), _, _) => Some(e.clone()),
+        (None, false, _) => Some("creating the agent's IAM identity".to_string()),
+        (None, true, p) => p,
+    };
+    let input =
+        StatusInput { stopped, desired, replicas, waiting: outcome.waiting.get(&key).map(|w| w.1), identity_pending };
+    status::derive(&input)
+}
+
+/// A replica's move between two passes: (agent, replica, from, to).
+type Event = (Id, u32, Option<Id>, Option<Id>);
+
+/// Walks the previous and the new bindings together (both ordered by (agent, replica)):
+/// records what to store, logs every placement decision and returns the changes, in one
+/// linear merge.
+fn diff_bindings(prev: &Bindings, next: &Outcome, memo: &Memo, w: &mut PassWrite) -> Vec<Event> {
+    use std::cmp::Ordering;
+    let mut events = Vec::new();
+    let mut a = prev.iter().peekable();
+    let mut b = next.bindings.iter().peekable();
+    loop {
+        let ord = match (a.peek(), b.peek()) {
+            (None, None) => break,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some((ka, _)), Some((kb, _))) => ka.cmp(kb),
+        };
+        match ord {
+            Ordering::Less => {
+                let ((agent, r), node) = a.next().expect("peeked");
+                let why = next.waiting.get(agent).map(|w| w.1).unwrap_or("no longer wanted");
+                tracing::info!(agent = %agent, replica = r, node = %memo.name(node), reason = why, "replica unbound");
+                w.unbind.push((agent.to_string(), *r));
+                events.push((agent.clone(), *r, Some(node.clone()), None));
+            }
+            Ordering::Greater => {
+                let ((agent, r), node) = b.next().expect("peeked");
+                tracing::info!(agent = %agent, replica = r, node = %memo.name(node), "replica placed");
+                w.bind.push((agent.to_string(), *r, node.to_string()));
+                events.push((agent.clone(), *r, None, Some(node.clone())));
+            }
+            Ordering::Equal => {
+                let (_, old) = a.next().expect("peeked");
+                let ((agent, r), node) = b.next().expect("peeked");
+                if old != node {
+                    tracing::info!(agent = %agent, replica = r, from = %memo.name(old), to = %memo.name(node), "replica moved");
+                    w.bind.push((agent.to_string(), *r, node.to_string()));
+                    events.push((agent.clone(), *r, Some(old.clone()), Some(node.clone())));
+                }
+            }
+        }
+    }
+    events
+}
+
+fn set_node_gauges(ctx: &Ctx, memo: &Memo) {
+    let st = ctx.store.state.read();
+    let mut nodes: HashMap<(&str, &str), i64> = HashMap::default();
+    for f in &memo.facts {
+        let status = if f.online { "online" } else { "offline" };
+        let health = st.nodes.get(&f.id).and_then(|n| n.info.health).unwrap_or(fleet_api::Health::Ok).as_str();
+        *nodes.entry((status, health)).or_default() += 1;
+    }
+    drop(st);
+    ctx.metrics.nodes.clear();
+    for ((s, h), v) in nodes {
+        ctx.metrics.nodes.get_or_create(&labels(&[("status", s), ("health", h)])).set(v);
+    }
+}
+
+fn set_placement_gauges(ctx: &Ctx, views: &ViewMap) {
+    let mut pl: HashMap<(&str, &str), i64> = HashMap::default();
+    for v in views.iter() {
+        *pl.entry((v.status.as_str(), v.reason.as_deref().unwrap_or_default())).or_default() += v.replicas as i64;
+    }
+    ctx.metrics.placements.clear();
+    for ((s, r), v) in pl {
+        ctx.metrics.placements.get_or_create(&labels(&[("status", s), ("reason", r)])).set(v);
+    }
+}
+
+/// Recomputes what the published state should be from scratch (placement, placed pairs,
+/// every desired state, every status, the placement items, retirements) and lists where
+/// it differs from what the passes published. Empty when the incremental passes kept up;
+/// meant for tests and for debugging, on a quiet fleet (a node crossing its offline
+/// threshold since the last pass is a real difference until the next pass).
+pub fn audit(ctx: &Ctx) -> Vec<String> {
+    let mut diffs = Vec::new();
+    let now = clock::now_ms();
+    let st = ctx.store.state.read();
+    let facts: Vec<NodeFacts> =
+        st.nodes.values().map(|n| facts_of(n, n.online(now, ctx.cfg.node_offline_after))).collect();
+    let by_id: HashMap<&str, &NodeFacts> = facts.iter().map(|f| (&*f.id, f)).collect();
+    let demands: Vec<Demand> = st.agents.iter().filter_map(demand).collect();
+    let outcome = placement::place(&demands, &facts, &st.outcome.bindings);
+    if outcome != *st.outcome {
+        diffs.push("placement: a fresh placement differs from the published outcome".to_string());
+    }
+    let per_node = per_node_of(&st.outcome);
+    let pairs: HashSet<(Id, Id)> = st.outcome.bindings.iter().map(|((a, _), n)| (a.clone(), n.clone())).collect();
+    if pairs != st.placed_pairs {
+        diffs.push(format!("placed pairs: {} computed, {} published", pairs.len(), st.placed_pairs.len()));
+    }
+    let creds: HashMap<(Id, Id), &Cred> =
+        st.active.iter().filter_map(|(pair, id)| st.creds.get(id).map(|c| (pair.clone(), &**c))).collect();
+    for pair in creds.keys() {
+        if !pairs.contains(pair) {
+            diffs.push(format!("credential of {} on {} is live but not needed", pair.0, pair.1));
+        }
+    }
+    for f in &facts {
+        let entries: Vec<Entry> = per_node
+            .get(&f.id)
+            .into_iter()
+            .flatten()
+            .filter_map(|(agent, reps)| {
+                let a = st.agent(agent)?;
+                let c = creds.get(&(agent.clone(), f.id.clone()))?;
+                Some((a, reps.as_slice(), *c))
+            })
+            .collect();
+        let json = desired_json(&entries, &ctx.cfg.iam_tenant);
+        if st.desired.get(&f.id).map(|d| &*d.agents) != Some(&*json) {
+            diffs.push(format!("desired state of node {} is stale", f.name));
+        }
+    }
+    let lookup = Lookup {
+        node: &|id: &Id| by_id.get(&**id).map(|f| (&*f.name, f.online)),
+        has_cred: &|pair: &(Id, Id)| creds.contains_key(pair),
+    };
+    for a in st.agents.iter().filter(|a| a.gets_status()) {
+        let body = agent_status(a, &st.outcome, &st, &lookup);
+        let published = st.statuses_want.get(a.key.as_str()).or_else(|| st.statuses_sent.get(a.key.as_str()));
+        if published != Some(&body) {
+            diffs.push(format!("status of agent {} is stale", a.key));
+        }
+    }
+    if placement_views(&st.agents, &st.outcome) != *st.views {
+        diffs.push("placement items differ from a fresh build".to_string());
+    }
+    diffs
 }
 
 /// Where a pass spends its time, logged at debug level
@@ -399,127 +852,11 @@ impl Phases {
         self.last = now;
     }
 
-    fn log(&self) {
+    fn log(&self, full: bool) {
         if tracing::enabled!(tracing::Level::DEBUG) {
             let parts: Vec<String> =
                 self.marks.iter().map(|(p, d)| format!("{p} {:.1}ms", d.as_secs_f64() * 1e3)).collect();
-            tracing::debug!(total_ms = self.start.elapsed().as_secs_f64() * 1e3, phases = %parts.join(", "), "pass timing");
+            tracing::debug!(total_ms = self.start.elapsed().as_secs_f64() * 1e3, full, phases = %parts.join(", "), "pass timing");
         }
-    }
-}
-
-fn compute_statuses(
-    agents: &[Agent],
-    outcome: &Outcome,
-    online: &HashMap<Id, bool>,
-    names: &HashMap<Id, Id>,
-    creds: &HashMap<(Id, Id), Arc<crate::store::Cred>>,
-    ctx: &Ctx,
-) -> Vec<(Id, StatusBody)> {
-    let st = ctx.store.state.read();
-    let (identities, identity_errors) = (&st.identities, &st.identity_errors);
-    let mut out = Vec::new();
-    for a in agents.iter().filter(|a| a.gets_status()) {
-        let key: Id = a.key.as_str().into();
-        let desired = a.desired_replicas();
-        let stopped = a.state == AgentState::Stopped;
-        let mut replicas = Vec::with_capacity(desired as usize);
-        let mut pending_pat: Option<String> = None;
-        // One range walk over this agent's bindings instead of a lookup per replica.
-        let mut bound_to: Vec<Option<&Id>> = vec![None; desired as usize];
-        for ((_, r), n) in outcome.bindings.range((key.clone(), 0)..(key.clone(), desired)) {
-            bound_to[*r as usize] = Some(n);
-        }
-        for (r, bound) in (0..desired).zip(bound_to) {
-            let node =
-                bound.map(|n| (names.get(n).map(|x| &**x).unwrap_or("?"), online.get(n).copied().unwrap_or(false)));
-            let report = bound
-                .and_then(|n| st.nodes.get(n))
-                .and_then(|n| n.info.replicas.iter().find(|p| p.agent_key == a.key && p.replica == r));
-            if let Some(n) = bound {
-                if pending_pat.is_none() && !creds.contains_key(&(key.clone(), n.clone())) {
-                    pending_pat =
-                        Some(format!("issuing the PAT for node {}", names.get(n).map(|x| &**x).unwrap_or("?")));
-                }
-            }
-            let stuck = !outcome.stuck.is_empty() && outcome.stuck.contains(&(key.clone(), r));
-            replicas.push(ReplicaInput { replica: r, node, stuck, report });
-        }
-        let identity_ready = identities.get(&key).is_some_and(|i| i.bound);
-        let identity_pending = match (identity_errors.get(&key), identity_ready, pending_pat) {
-            (Some(e), _, _) => Some(e.clone()),
-            (None, false, _) => Some("creating the agent's IAM identity".to_string()),
-            (None, true, p) => p,
-        };
-        let input = StatusInput {
-            stopped,
-            desired,
-            replicas,
-            waiting: outcome.waiting.get(&key).map(|w| w.1),
-            identity_pending,
-        };
-        out.push((key, status::derive(&input)));
-    }
-    out
-}
-
-/// Walks the previous and the new bindings together (both ordered by (agent, replica)):
-/// records what to store and logs every placement decision, in one linear merge.
-fn diff_bindings(prev: &Bindings, next: &Outcome, names: &HashMap<Id, Id>, w: &mut PassWrite) {
-    use std::cmp::Ordering;
-    let name = |id: &Id| names.get(id).map(|n| n.to_string()).unwrap_or_else(|| id.to_string());
-    let mut a = prev.iter().peekable();
-    let mut b = next.bindings.iter().peekable();
-    loop {
-        let ord = match (a.peek(), b.peek()) {
-            (None, None) => break,
-            (Some(_), None) => Ordering::Less,
-            (None, Some(_)) => Ordering::Greater,
-            (Some((ka, _)), Some((kb, _))) => ka.cmp(kb),
-        };
-        match ord {
-            Ordering::Less => {
-                let ((agent, r), node) = a.next().expect("peeked");
-                let why = next.waiting.get(agent).map(|w| w.1).unwrap_or("no longer wanted");
-                tracing::info!(agent = %agent, replica = r, node = %name(node), reason = why, "replica unbound");
-                w.unbind.push((agent.to_string(), *r));
-            }
-            Ordering::Greater => {
-                let ((agent, r), node) = b.next().expect("peeked");
-                tracing::info!(agent = %agent, replica = r, node = %name(node), "replica placed");
-                w.bind.push((agent.to_string(), *r, node.to_string()));
-            }
-            Ordering::Equal => {
-                let (_, old) = a.next().expect("peeked");
-                let ((agent, r), node) = b.next().expect("peeked");
-                if old != node {
-                    tracing::info!(agent = %agent, replica = r, from = %name(old), to = %name(node), "replica moved");
-                    w.bind.push((agent.to_string(), *r, node.to_string()));
-                }
-            }
-        }
-    }
-}
-
-fn set_gauges(ctx: &Ctx, views: &[fleet_api::PlacementView], now: i64) {
-    let st = ctx.store.state.read();
-    let mut nodes: HashMap<(&str, &str), i64> = HashMap::default();
-    for n in st.nodes.values() {
-        let status = if n.online(now, ctx.cfg.node_offline_after) { "online" } else { "offline" };
-        let health = n.info.health.unwrap_or(fleet_api::Health::Ok).as_str();
-        *nodes.entry((status, health)).or_default() += 1;
-    }
-    drop(st);
-    ctx.metrics.nodes.clear();
-    for ((s, h), v) in nodes {
-        ctx.metrics.nodes.get_or_create(&labels(&[("status", s), ("health", h)])).set(v);
-    }
-    let mut pl: HashMap<(&str, &str), i64> = HashMap::default();
-    for v in views {
-        *pl.entry((v.status.as_str(), v.reason.as_deref().unwrap_or_default())).or_default() += v.replicas as i64;
-    }
-    ctx.metrics.placements.clear();
-    for ((s, r), v) in pl {
-        ctx.metrics.placements.get_or_create(&labels(&[("status", s), ("reason", r)])).set(v);
     }
 }

@@ -28,7 +28,7 @@ pub struct NodeFacts {
 }
 
 /// One placed agent's demand.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Demand {
     pub key: Arc<str>,
     pub replicas: u32,

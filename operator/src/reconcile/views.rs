@@ -2,59 +2,112 @@
 //! placement outcome: one item per (agent, node) with a count, one `pending` item for the
 //! unplaced replicas, `pending / node_unavailable` for replicas stuck on an offline node,
 //! and one `stopped` item per stopped agent.
+//!
+//! They are kept per agent so a pass rebuilds only the agents it touched; publishing a new
+//! map copies one `Arc` per agent, not the items.
 
 use super::placement::Outcome;
 use crate::model::{Agent, AgentState, IdentityKind, Placement};
+use crate::store::Id;
 use fleet_api::{codes, PlacementStatus, PlacementView};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub fn placement_views(agents: &[Agent], outcome: &Outcome) -> Vec<PlacementView> {
+/// Placement items by agent key; iterating yields them in the API's order
+/// (agent key, node id, status).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ViewMap(BTreeMap<Id, Arc<[PlacementView]>>);
+
+impl ViewMap {
+    /// Groups items (in any order) by agent.
+    pub fn from_views(mut views: Vec<PlacementView>) -> ViewMap {
+        views.sort_by(order);
+        let mut map: BTreeMap<Id, Vec<PlacementView>> = BTreeMap::new();
+        for v in views {
+            map.entry(v.agent_key.as_str().into()).or_default().push(v);
+        }
+        ViewMap(map.into_iter().map(|(k, v)| (k, v.into())).collect())
+    }
+
+    /// Sets one agent's items (none removes the agent).
+    pub fn set(&mut self, agent: Id, views: Vec<PlacementView>) {
+        if views.is_empty() {
+            self.0.remove(&agent);
+        } else {
+            self.0.insert(agent, views.into());
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &PlacementView> {
+        self.0.values().flat_map(|v| v.iter())
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.values().map(|v| v.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn to_vec(&self) -> Vec<PlacementView> {
+        self.iter().cloned().collect()
+    }
+}
+
+fn order(x: &PlacementView, y: &PlacementView) -> std::cmp::Ordering {
+    (&x.agent_key, &x.node_id, x.status).cmp(&(&y.agent_key, &y.node_id, y.status))
+}
+
+/// Whether the agent has placement items at all (identity-only and service agents do not).
+fn listed(a: &Agent) -> bool {
+    a.identity.kind == IdentityKind::Agent && !matches!(a.placement, Placement::None(_))
+}
+
+/// One agent's items, from its range of the bindings.
+pub fn agent_views(a: &Agent, outcome: &Outcome) -> Vec<PlacementView> {
     let mut out = Vec::new();
-    // bindings are ordered by (agent, replica): walk them once per agent via a range.
-    let mut per_agent: BTreeMap<&str, BTreeMap<(&str, bool), u32>> = BTreeMap::new();
-    for ((key, r), node) in &outcome.bindings {
+    if !listed(a) {
+        return out;
+    }
+    let item = |node_id: Option<String>, replicas, status, reason: Option<&str>| PlacementView {
+        agent_key: a.key.clone(),
+        revision: a.revision,
+        node_id,
+        replicas,
+        status,
+        reason: reason.map(str::to_string),
+    };
+    if a.state == AgentState::Stopped {
+        out.push(item(None, 0, PlacementStatus::Stopped, None));
+        return out;
+    }
+    let key: Id = a.key.as_str().into();
+    let mut per_node: BTreeMap<(&str, bool), u32> = BTreeMap::new();
+    for ((_, r), node) in outcome.bindings.range((key.clone(), 0)..=(key.clone(), u32::MAX)) {
         let stuck = !outcome.stuck.is_empty() && outcome.stuck.contains(&(key.clone(), *r));
-        *per_agent.entry(key).or_default().entry((node, stuck)).or_default() += 1;
+        *per_node.entry((node, stuck)).or_default() += 1;
     }
-    for a in agents {
-        if a.identity.kind != IdentityKind::Agent || matches!(a.placement, Placement::None(_)) {
-            continue;
-        }
-        if a.state == AgentState::Stopped {
-            out.push(PlacementView {
-                agent_key: a.key.clone(),
-                revision: a.revision,
-                node_id: None,
-                replicas: 0,
-                status: PlacementStatus::Stopped,
-                reason: None,
-            });
-            continue;
-        }
-        if let Some(nodes) = per_agent.get(a.key.as_str()) {
-            for ((node, stuck), count) in nodes {
-                out.push(PlacementView {
-                    agent_key: a.key.clone(),
-                    revision: a.revision,
-                    node_id: Some(node.to_string()),
-                    replicas: *count,
-                    status: if *stuck { PlacementStatus::Pending } else { PlacementStatus::Placed },
-                    reason: stuck.then(|| codes::NODE_UNAVAILABLE.to_string()),
-                });
-            }
-        }
-        if let Some((count, reason)) = outcome.waiting.get(&Arc::<str>::from(a.key.as_str())) {
-            out.push(PlacementView {
-                agent_key: a.key.clone(),
-                revision: a.revision,
-                node_id: None,
-                replicas: *count,
-                status: PlacementStatus::Pending,
-                reason: Some(reason.to_string()),
-            });
-        }
+    for ((node, stuck), count) in per_node {
+        let (status, reason) = if stuck {
+            (PlacementStatus::Pending, Some(codes::NODE_UNAVAILABLE))
+        } else {
+            (PlacementStatus::Placed, None)
+        };
+        out.push(item(Some(node.to_string()), count, status, reason));
     }
-    out.sort_by(|x, y| (&x.agent_key, &x.node_id, x.status).cmp(&(&y.agent_key, &y.node_id, y.status)));
+    if let Some((count, reason)) = outcome.waiting.get(&key) {
+        out.push(item(None, *count, PlacementStatus::Pending, Some(reason)));
+    }
+    out.sort_by(order);
     out
+}
+
+/// Every agent's items, built from scratch.
+pub fn placement_views(agents: &[Agent], outcome: &Outcome) -> ViewMap {
+    let mut map = ViewMap::default();
+    for a in agents {
+        map.set(a.key.as_str().into(), agent_views(a, outcome));
+    }
+    map
 }

@@ -62,7 +62,14 @@ async fn handle(ctx: &Ctx, key: &WorkKey) -> Outcome {
 }
 
 fn note_error(ctx: &Ctx, agent: &Id, msg: String) {
-    let changed = ctx.store.state.write().identity_errors.insert(agent.clone(), msg.clone()) != Some(msg.clone());
+    let changed = {
+        let mut st = ctx.store.state.write();
+        let changed = st.identity_errors.insert(agent.clone(), msg.clone()) != Some(msg.clone());
+        if changed {
+            st.changes.identities.insert(agent.clone());
+        }
+        changed
+    };
     if changed {
         tracing::warn!(agent = %agent, error = %msg, "identity not ready; retrying with backoff");
         ctx.kick();
@@ -70,7 +77,10 @@ fn note_error(ctx: &Ctx, agent: &Id, msg: String) {
 }
 
 fn clear_error(ctx: &Ctx, agent: &Id) {
-    ctx.store.state.write().identity_errors.remove(agent);
+    let mut st = ctx.store.state.write();
+    if st.identity_errors.remove(agent).is_some() {
+        st.changes.identities.insert(agent.clone());
+    }
 }
 
 async fn identity(ctx: &Ctx, agent: &Id) -> Outcome {
@@ -92,11 +102,10 @@ async fn identity(ctx: &Ctx, agent: &Id) -> Outcome {
                     tracing::error!(agent = %agent, error = %e, "cannot store principal");
                     return Outcome::Failed;
                 }
-                ctx.store
-                    .state
-                    .write()
-                    .identities
-                    .insert(agent.clone(), IdentityRec { principal_id: id.clone(), bound: false });
+                let mut st = ctx.store.state.write();
+                st.identities.insert(agent.clone(), IdentityRec { principal_id: id.clone(), bound: false });
+                st.changes.identities.insert(agent.clone());
+                drop(st);
                 tracing::info!(agent = %agent, principal = %id, "IAM principal ready");
                 id
             }
@@ -114,11 +123,10 @@ async fn identity(ctx: &Ctx, agent: &Id) -> Outcome {
                 tracing::error!(agent = %agent, error = %e, "cannot store identity binding");
                 return Outcome::Failed;
             }
-            ctx.store
-                .state
-                .write()
-                .identities
-                .insert(agent.clone(), IdentityRec { principal_id: principal, bound: true });
+            let mut st = ctx.store.state.write();
+            st.identities.insert(agent.clone(), IdentityRec { principal_id: principal, bound: true });
+            st.changes.identities.insert(agent.clone());
+            drop(st);
             clear_error(ctx, agent);
             tracing::info!(agent = %agent, "identity bound in the CP");
             ctx.kick();
@@ -237,6 +245,7 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
         }
         st.creds.insert(cred.id.clone(), Arc::new(cred.clone()));
         st.active.insert((agent.clone(), node.clone()), cred.id.clone());
+        st.changes.creds.insert((agent.clone(), node.clone()));
         st.pairs.insert((agent.clone(), node.clone()), PairRec { next_n: n + 1, pending_n: None });
     }
     if let Some((old, _)) = retire {
@@ -291,6 +300,7 @@ async fn revoke(ctx: &Ctx, id: &str) -> Outcome {
         let pair = (c.agent.clone(), c.node.clone());
         if st.active.get(&pair).map(String::as_str) == Some(c.id.as_str()) {
             st.active.remove(&pair);
+            st.changes.creds.insert(pair);
         }
     }
     ctx.metrics.pat("revoked");

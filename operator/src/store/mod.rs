@@ -10,11 +10,10 @@ use crate::clock;
 use crate::model::{Agent, AgentList};
 use crate::reconcile::placement::Outcome;
 use crate::reconcile::status::StatusBody;
+use crate::reconcile::views::ViewMap;
 use db::{CredRow, Db, DbError, JoinOutcome, NodeRow};
 use fleet_api::images::AllowList;
-use fleet_api::{
-    Capacity, Health, JoinRequest, JoinResponse, NodeStatus, NodeView, ObservedReport, PlacementView, ReplicaReport,
-};
+use fleet_api::{Capacity, Health, JoinRequest, JoinResponse, NodeStatus, NodeView, ObservedReport, ReplicaReport};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -152,7 +151,7 @@ pub struct State {
     pub outcome: Arc<Outcome>,
     /// (agent, node) pairs with at least one bound replica, from the last pass.
     pub placed_pairs: rustc_hash::FxHashSet<(Id, Id)>,
-    pub views: Arc<Vec<PlacementView>>,
+    pub views: Arc<ViewMap>,
     pub identities: HashMap<Id, IdentityRec>,
     pub identity_errors: HashMap<Id, String>,
     pub pairs: HashMap<(Id, Id), PairRec>,
@@ -168,6 +167,25 @@ pub struct State {
     pub statuses_want: HashMap<Id, StatusBody>,
     /// Nodes whose report is newer than the database copy.
     pub dirty_nodes: HashSet<Id>,
+    /// What changed since the pass last looked, recorded with each change under the same
+    /// lock: the pass recomputes only what these touch.
+    pub changes: Changes,
+}
+
+/// Changes the pass has not seen yet. Each writer of the registry records its change here in
+/// the critical section that makes it, so a pass that takes these and then reads the state
+/// never misses one (a change made in between is read now and recomputed once more later).
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// Nodes that joined or whose placement facts (labels, kinds, images, capacity,
+    /// secrets) changed.
+    pub facts: HashSet<Id>,
+    /// Nodes whose replica reports or health changed.
+    pub reports: HashSet<Id>,
+    /// (agent, node) pairs whose live credential changed.
+    pub creds: HashSet<(Id, Id)>,
+    /// Agents whose identity or identity error changed.
+    pub identities: HashSet<Id>,
 }
 
 impl State {
@@ -357,6 +375,7 @@ impl Store {
             st.by_token.insert(rec.token_hash, idr.clone());
             st.by_name.insert(name, idr.clone());
             st.nodes.insert(idr.clone(), rec);
+            st.changes.facts.insert(idr.clone());
             st.desired.insert(idr.clone(), DesiredRec { generation: 1, agents: "[]".into() });
         }
         self.hub.publish(&idr, 1);
@@ -391,18 +410,23 @@ impl Store {
         };
         // Compared after normalising, so list order alone is never a change.
         let old = &rec.info;
-        let changed = old.labels != info.labels
+        let facts_changed = old.labels != info.labels
             || old.executor_kinds != info.executor_kinds
             || old.executor_images != info.executor_images
             || old.capacity != info.capacity
-            || old.secrets != info.secrets
-            || old.replicas != info.replicas
-            || old.health != info.health;
+            || old.secrets != info.secrets;
+        let reports_changed = old.replicas != info.replicas || old.health != info.health;
         let was_online = rec.online(now, offline_after);
         rec.last_seen_ms = now.max(rec.last_seen_ms);
         rec.set_info(info);
         st.dirty_nodes.insert(node.clone());
-        ReportOutcome::Accepted { changed, was_online }
+        if facts_changed {
+            st.changes.facts.insert(node.clone());
+        }
+        if reports_changed {
+            st.changes.reports.insert(node.clone());
+        }
+        ReportOutcome::Accepted { changed: facts_changed || reports_changed, was_online }
     }
 
     /// Persists reported node state; called periodically and at shutdown.

@@ -307,6 +307,51 @@ pub fn in_process_config(dk: &Devkit, data: &Path) -> fleet_controller::config::
     cfg
 }
 
+pub type Reported = std::sync::Arc<parking_lot::Mutex<Vec<(String, u32, String, u64)>>>;
+
+/// Reports every 500 ms while not paused.
+pub struct Reporter {
+    pub replicas: Reported,
+    pub paused: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Reporter {
+    pub fn start(node: TestNode) -> Reporter {
+        let replicas: Reported = Default::default();
+        let paused = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (r, p) = (replicas.clone(), paused.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                if !p.load(std::sync::atomic::Ordering::SeqCst) {
+                    let list = r.lock().clone();
+                    let refs: Vec<(&str, u32, &str, u64)> =
+                        list.iter().map(|(a, i, s, v)| (a.as_str(), *i, s.as_str(), *v)).collect();
+                    let _ = tokio::time::timeout(Duration::from_secs(2), node.report(&refs)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        });
+        Reporter { replicas, paused, task }
+    }
+
+    pub fn set(&self, v: &[(&str, u32, &str, u64)]) {
+        *self.replicas.lock() = v.iter().map(|(a, i, s, r)| (a.to_string(), *i, s.to_string(), *r)).collect();
+    }
+}
+
+impl Drop for Reporter {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A JSON value edited by `f`.
+pub fn with(mut a: Value, f: impl FnOnce(&mut Value)) -> Value {
+    f(&mut a);
+    a
+}
+
 /// Keeps `nodes` online: each reports (no replicas) every 500 ms until the task is aborted.
 pub fn keep_reporting(nodes: Vec<TestNode>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {

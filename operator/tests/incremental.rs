@@ -1,0 +1,223 @@
+//! The incremental pass held to a from-scratch recompute. After every step of a scripted
+//! fleet history — joins, agents added, edited, stopped and removed, capacity running out,
+//! a node's labels changing, reports of running and crash-looping replicas, a node going
+//! silent and coming back, PATs issued and retired — `pass::audit` (placement, placed pairs,
+//! every desired state, every status, the placement items, live credentials) must find
+//! nothing the passes left stale. Each step also checks the change it made took effect, so
+//! an audit that compares nothing cannot pass.
+
+mod support;
+
+use fleet_controller::context::Ctx;
+use fleet_controller::reconcile::pass::audit;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use support::*;
+
+/// Waits until the audit is clean (the passes may still be catching up); panics with what
+/// it still finds after 20 s.
+async fn audited(ctx: &Ctx, step: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let diffs = audit(ctx);
+        if diffs.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "after {step}: the incremental pass left {diffs:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// (agent, status) → replicas, with the node's name where there is one.
+async fn placed(admin: &Admin, names: &BTreeMap<String, String>) -> BTreeMap<(String, String, String), u64> {
+    admin
+        .placements()
+        .await
+        .iter()
+        .map(|i| {
+            let node = i["nodeId"].as_str().map(|id| names[id].clone()).unwrap_or_else(|| "-".into());
+            let key = (i["agentKey"].as_str().unwrap().to_string(), node, i["status"].as_str().unwrap().to_string());
+            (key, i["replicas"].as_u64().unwrap())
+        })
+        .collect()
+}
+
+/// Makes each node report its desired replicas in `state`.
+async fn report_desired(nodes: &[TestNode], reporters: &[Reporter], state: &str) {
+    for (n, r) in nodes.iter().zip(reporters) {
+        let (_, d) = n.desired(None, 0).await;
+        let mut list = Vec::new();
+        for a in d["agents"].as_array().unwrap() {
+            for i in a["replicaIndexes"].as_array().unwrap() {
+                list.push((
+                    a["agentKey"].as_str().unwrap().to_string(),
+                    i.as_u64().unwrap() as u32,
+                    a["revision"].as_u64().unwrap(),
+                ));
+            }
+        }
+        let refs: Vec<(&str, u32, &str, u64)> = list.iter().map(|(a, i, v)| (a.as_str(), *i, state, *v)).collect();
+        r.set(&refs);
+    }
+}
+
+fn status_phase(dk: &fleet_devkit::Devkit, key: &str) -> Option<String> {
+    dk.status(key).and_then(|s| s["phase"].as_str().map(str::to_string))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incremental_passes_match_a_full_recompute_through_a_fleet_history() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let ctx = running.ctx.clone().unwrap();
+    let url = format!("http://{}", running.addr);
+    let admin = Admin::new(&url, dk.mint("fleet", &["fleet:admin"], 3600));
+
+    // Five nodes: two with gpu, one of another kind, one holding a secret.
+    let specs = [
+        ("n1", json!({"labels": ["gpu"], "executorKinds": ["k"], "capacity": {"slots": 2}, "secrets": []})),
+        ("n2", json!({"labels": ["gpu"], "executorKinds": ["k"], "capacity": {"slots": 2}, "secrets": []})),
+        ("n3", json!({"labels": [], "executorKinds": ["k"], "capacity": {"slots": 2}, "secrets": []})),
+        ("n4", json!({"labels": [], "executorKinds": ["other"], "capacity": {"slots": 2}, "secrets": []})),
+        ("n5", json!({"labels": [], "executorKinds": ["k"], "capacity": {"slots": 1}, "secrets": ["s1"]})),
+    ];
+    let mut nodes = Vec::new();
+    for (name, announce) in specs {
+        let mut n = TestNode::new(&url, name, announce);
+        n.join(&admin.join_key().await).await;
+        nodes.push(n);
+    }
+    let names: BTreeMap<String, String> = nodes.iter().map(|n| (n.id.clone(), n.name.clone())).collect();
+    let mut reporters: Vec<Reporter> = nodes.iter().map(|n| Reporter::start(n.clone())).collect();
+    audited(&ctx, "the joins").await;
+
+    // Agents: 2 + 2 (gpu) + 1 + 3 replicas of kind k on 7 slots, so one replica waits.
+    dk.put_agents(vec![
+        agent("a1", "k", 2),
+        with(agent("a2", "k", 2), |v| v["placement"]["requires"] = json!(["gpu"])),
+        agent("a3", "other", 1),
+        with(agent("a4", "k", 1), |v| v["placement"]["secrets"] = json!(["s1"])),
+        agent("a5", "k", 3),
+    ]);
+    eventually(20, "a5 has one replica waiting for capacity", || async {
+        let p = placed(&admin, &names).await;
+        (p.get(&("a5".into(), "-".into(), "pending".into())) == Some(&1)).then_some(())
+    })
+    .await;
+    audited(&ctx, "adding agents").await;
+    eventually(20, "every PAT issued", || async {
+        let st = ctx.store.state.read();
+        (st.active.len() == st.placed_pairs.len() && !st.active.is_empty()).then_some(())
+    })
+    .await;
+    audited(&ctx, "issuing PATs").await;
+
+    // The nodes report what they were given as running: statuses reach the CP.
+    report_desired(&nodes, &reporters, "running").await;
+    eventually(20, "a1 running in the CP", || async {
+        (status_phase(&dk, "a1").as_deref() == Some("running")).then_some(())
+    })
+    .await;
+    audited(&ctx, "running reports").await;
+
+    // A revision bump (no placement change) reaches a1's nodes with a new generation.
+    let a1_node = nodes
+        .iter()
+        .find(|n| {
+            n.id == ctx
+                .store
+                .state
+                .read()
+                .outcome
+                .bindings
+                .iter()
+                .find(|((a, _), _)| &**a == "a1")
+                .unwrap()
+                .1
+                .to_string()
+        })
+        .unwrap()
+        .clone();
+    let before = a1_node.generation().await;
+    dk.edit_agent("a1", |a| a["revision"] = json!(2));
+    eventually(20, "a1's node gets revision 2", || async {
+        let (_, d) = a1_node.desired(None, 0).await;
+        let rev = d["agents"].as_array()?.iter().find(|a| a["agentKey"] == "a1")?["revision"].as_u64()?;
+        (rev == 2 && d["generation"].as_u64()? > before).then_some(())
+    })
+    .await;
+    audited(&ctx, "a revision bump").await;
+
+    // a2 now requires a label no node has: unplaced, its PATs retired; a5's waiting replica
+    // takes a freed slot.
+    dk.edit_agent("a2", |a| a["placement"]["requires"] = json!(["gpu", "zone=x"]));
+    eventually(20, "a2 waits with no_label and a5 is whole", || async {
+        let p = placed(&admin, &names).await;
+        let a2 = p.get(&("a2".into(), "-".into(), "pending".into())) == Some(&2);
+        let a5_waiting = p.keys().any(|(a, n, _)| a == "a5" && n == "-");
+        (a2 && !a5_waiting).then_some(())
+    })
+    .await;
+    audited(&ctx, "a requirement no node meets").await;
+
+    // Stop a3, remove a4.
+    dk.edit_agent("a3", |a| a["state"] = json!("stopped"));
+    dk.remove_agent("a4");
+    eventually(20, "a3 stopped and a4 gone", || async {
+        let p = placed(&admin, &names).await;
+        let a3 = p.contains_key(&("a3".into(), "-".into(), "stopped".into()));
+        let a4 = p.keys().any(|(a, _, _)| a == "a4");
+        (a3 && !a4).then_some(())
+    })
+    .await;
+    audited(&ctx, "stopping and removing agents").await;
+
+    // n3 now announces zone=x and gpu, and two more slots (its own are taken): a2 fits there.
+    reporters[2].paused.store(true, Ordering::SeqCst);
+    let mut n3 = nodes[2].clone();
+    n3.announce["labels"] = json!(["gpu", "zone=x"]);
+    n3.announce["capacity"] = json!({"slots": 4});
+    reporters[2] = Reporter::start(n3.clone());
+    nodes[2] = n3;
+    eventually(20, "a2 placed on n3", || async {
+        let p = placed(&admin, &names).await;
+        p.keys().any(|(a, n, s)| a == "a2" && n == "n3" && s == "placed").then_some(())
+    })
+    .await;
+    audited(&ctx, "a node's labels changing").await;
+
+    // A replica crash-loops.
+    report_desired(&nodes, &reporters, "running").await;
+    let crash_node = nodes.iter().position(|n| n.name == "n1").unwrap();
+    report_desired(&nodes[crash_node..crash_node + 1], &reporters[crash_node..crash_node + 1], "crashloop").await;
+    let crashing: Vec<String> = reporters[crash_node].replicas.lock().iter().map(|r| r.0.clone()).collect();
+    assert!(!crashing.is_empty(), "n1 runs something");
+    eventually(20, "a crash-looping agent in the CP", || async {
+        crashing.iter().any(|a| status_phase(&dk, a).as_deref() == Some("crash_looping")).then_some(())
+    })
+    .await;
+    audited(&ctx, "a crash loop").await;
+
+    // n1 goes silent: offline after 3 s, its replicas move or wait.
+    report_desired(&nodes, &reporters, "running").await;
+    reporters[crash_node].paused.store(true, Ordering::SeqCst);
+    eventually(20, "nothing placed on n1", || async {
+        let p = placed(&admin, &names).await;
+        (!p.keys().any(|(_, n, s)| n == "n1" && s == "placed")).then_some(())
+    })
+    .await;
+    audited(&ctx, "a node going offline").await;
+
+    // n1 comes back.
+    reporters[crash_node].paused.store(false, Ordering::SeqCst);
+    eventually(20, "n1 online again", || async {
+        let nodes = admin.nodes().await;
+        nodes.iter().any(|n| n["name"] == "n1" && n["status"] == "online").then_some(())
+    })
+    .await;
+    audited(&ctx, "a node coming back").await;
+    running.shutdown().await;
+}
