@@ -83,6 +83,10 @@ async fn list_agents(
     let items: Vec<Value> = st.agents.values().skip(start).take(st.page_size).cloned().collect();
     let next = start + items.len();
     let next_cursor = if next < st.agents.len() { Some(next.to_string()) } else { None };
+    if next_cursor.is_none() {
+        let v = st.version;
+        st.version_listed_at.entry(v).or_insert_with(std::time::Instant::now);
+    }
     ([("etag", etag)], Json(json!({"items": items, "nextCursor": next_cursor}))).into_response()
 }
 

@@ -46,6 +46,8 @@ pub struct DevState {
     /// When a list version was first served (first page, 200): the earliest moment the
     /// controller could know of a change. The simulator measures wake latency from here.
     pub version_served_at: HashMap<u64, std::time::Instant>,
+    /// When the last page of each list version was first served (the reader has it all).
+    pub version_listed_at: HashMap<u64, std::time::Instant>,
     pub statuses: HashMap<String, Vec<serde_json::Value>>,
     pub identities: HashMap<String, serde_json::Value>,
     /// Idempotency key → principal id.
@@ -82,6 +84,7 @@ impl DevState {
             agents: BTreeMap::new(),
             version: 1,
             version_served_at: HashMap::new(),
+            version_listed_at: HashMap::new(),
             statuses: HashMap::new(),
             identities: HashMap::new(),
             principals: HashMap::new(),

@@ -349,6 +349,7 @@ async fn main() -> anyhow::Result<()> {
 
     // Phase 3: wake latency after agent changes.
     let mut wake_ms = Vec::new();
+    let mut listed_ms = Vec::new();
     let mut e2e_ms = Vec::new();
     for _ in 0..args.wake_samples {
         let key = format!("agent-{:05}", rand::thread_rng().gen_range(0..args.agents));
@@ -364,14 +365,21 @@ async fn main() -> anyhow::Result<()> {
         })
         .await?;
         let recv = shared.received.lock()[&(key.clone(), rev)];
-        let served = dk.state.lock().version_served_at.get(&version).copied();
+        let (served, listed) = {
+            let st = dk.state.lock();
+            (st.version_served_at.get(&version).copied(), st.version_listed_at.get(&version).copied())
+        };
         if let Some(served) = served {
             wake_ms.push(recv.saturating_duration_since(served).as_secs_f64() * 1000.0);
+        }
+        if let Some(listed) = listed {
+            listed_ms.push(recv.saturating_duration_since(listed).as_secs_f64() * 1000.0);
         }
         e2e_ms.push(recv.saturating_duration_since(t_edit).as_secs_f64() * 1000.0);
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     wake_ms.sort_by(f64::total_cmp);
+    listed_ms.sort_by(f64::total_cmp);
     e2e_ms.sort_by(f64::total_cmp);
 
     // Phase 4: report throughput, some nodes reporting back-to-back.
@@ -438,6 +446,7 @@ async fn main() -> anyhow::Result<()> {
         "livePats": live_pats,
         "steadyPassP50Ms": passes.quantile_ms(0.5), "steadyPassP99Ms": passes.quantile_ms(0.99), "steadyPasses": passes.count,
         "wakeP50Ms": measure::percentile(&wake_ms, 0.5), "wakeP99Ms": measure::percentile(&wake_ms, 0.99),
+        "listedToNodeP50Ms": measure::percentile(&listed_ms, 0.5), "listedToNodeP99Ms": measure::percentile(&listed_ms, 0.99),
         "cpEditToNodeP50Ms": measure::percentile(&e2e_ms, 0.5), "cpEditToNodeP99Ms": measure::percentile(&e2e_ms, 0.99),
         "steadyReportsPerSecond": steady_rate, "steadyCpuPercent": steady_cpu,
         "burstReportsPerSecond": burst_rate, "burstCpuPercent": burst_cpu,
@@ -467,6 +476,8 @@ fn print_table(r: &Value) {
         ("steady pass p99 (bucket bound)", f("steadyPassP99Ms") + " ms", "≤ 50 ms"),
         ("wake p50 (CP list served → node has it)", f("wakeP50Ms") + " ms", ""),
         ("wake p99", f("wakeP99Ms") + " ms", "≤ 100 ms"),
+        ("  last page of the list served → node p50", f("listedToNodeP50Ms") + " ms", ""),
+        ("  last page of the list served → node p99", f("listedToNodeP99Ms") + " ms", ""),
         ("  CP edit → node p99 (incl. 2 s CP poll)", f("cpEditToNodeP99Ms") + " ms", ""),
         ("reports/s, steady", f("steadyReportsPerSecond"), ""),
         ("controller CPU at steady rate", f("steadyCpuPercent") + " %", "≤ 25 % at 500/s"),

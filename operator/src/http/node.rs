@@ -71,7 +71,7 @@ pub async fn join(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
     }
 }
 
-fn desired_response(body: String) -> Response {
+fn desired_response(body: axum::body::Bytes) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 

@@ -55,6 +55,20 @@ impl IdleStream {
     fn expired(&mut self, cx: &mut Context<'_>) -> bool {
         self.deadline.as_mut().poll(cx).is_ready()
     }
+
+    /// After a write: progress resets the idle clock; a write stuck past it fails.
+    fn wrote(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        match r {
+            Poll::Ready(r) => {
+                if matches!(r, Ok(n) if n > 0) {
+                    self.touched();
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending if self.expired(cx) => Poll::Ready(Err(timed_out())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
 }
 
 fn timed_out() -> io::Error {
@@ -79,16 +93,24 @@ impl AsyncRead for IdleStream {
 
 impl AsyncWrite for IdleStream {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write(cx, data) {
-            Poll::Ready(r) => {
-                if matches!(r, Ok(n) if n > 0) {
-                    self.touched();
-                }
-                Poll::Ready(r)
-            }
-            Poll::Pending if self.expired(cx) => Poll::Ready(Err(timed_out())),
-            Poll::Pending => Poll::Pending,
-        }
+        let r = Pin::new(&mut self.inner).poll_write(cx, data);
+        self.wrote(cx, r)
+    }
+
+    /// Forwarded so hyper sees a vectored writer: it then queues a response body behind the
+    /// head instead of copying it into a per-connection buffer that keeps the size of the
+    /// largest response ever sent (at 10,000 connections that buffer was most of the memory).
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.wrote(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -61,6 +61,7 @@ impl CpClient {
         let mut skipped = Vec::new();
         let mut cursor: Option<String> = None;
         let mut first_etag = None;
+        let started = std::time::Instant::now();
         for page_no in 0..MAX_PAGES {
             let mut req = self.http.get(format!("{}/api/v1/agents", self.base)).bearer_auth(&token);
             let mut query = vec![("status", "active".to_string())];
@@ -99,6 +100,12 @@ impl CpClient {
                     // Duplicate keys across pages would make two agents of one name: keep the first.
                     let mut seen = std::collections::HashSet::new();
                     agents.retain(|a: &Agent| seen.insert(a.key.clone()));
+                    tracing::debug!(
+                        pages = page_no + 1,
+                        agents = agents.len(),
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "agent list read"
+                    );
                     return Ok(AgentsFetch::List { agents, skipped, etag: first_etag });
                 }
             }

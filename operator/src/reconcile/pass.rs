@@ -30,6 +30,10 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How long a triggered pass waits for more triggers to land in it. Short: a pass costs
+/// what changed, so coalescing buys little, and every node's wake waits for it.
+const SETTLE: Duration = Duration::from_millis(5);
+
 /// Revoke delay for a PAT whose agent left the active list entirely.
 pub const VANISHED_DRAIN: Duration = Duration::from_secs(30);
 
@@ -49,7 +53,7 @@ pub async fn run(ctx: Arc<Ctx>) {
             _ = tokio::time::sleep(tick) => {}
         }
         // A short settle lets a burst of reports land in one pass.
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(SETTLE).await;
         let started = Instant::now();
         match pass(&ctx, &mut memo).await {
             Ok(at) => next_offline = at,
@@ -73,15 +77,22 @@ pub async fn run(ctx: Arc<Ctx>) {
 pub const CP_WATCH_EVERY: Duration = Duration::from_secs(2);
 
 /// Watches the CP's agent list and triggers a pass when it changed (the "CP change" trigger).
+/// It is the only reader of the list: a pass works from the copy in the registry, so it
+/// never waits for the CP (reading 20,000 agents takes tens of pages).
 pub async fn watch_cp(ctx: Arc<Ctx>) {
+    let mut first = true;
     loop {
-        tokio::time::sleep(CP_WATCH_EVERY).await;
+        if !std::mem::take(&mut first) {
+            tokio::time::sleep(CP_WATCH_EVERY).await;
+        }
         let mut w = PassWrite::default();
         if refresh_agents(&ctx, &mut w).await {
+            // The pass starts first: the stored list is only a cache of the CP's (a start
+            // reads the CP again), and writing 20,000 agents would delay every node's wake.
+            ctx.kick();
             if let Err(e) = ctx.store.db.apply_pass(&w).await {
                 tracing::error!(error = %e, "cannot store the agent list");
             }
-            ctx.kick();
         }
     }
 }
@@ -256,8 +267,6 @@ impl Memo {
 pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::store::db::DbError> {
     let mut w = PassWrite::default();
     let mut phases = Phases::new();
-    refresh_agents(ctx, &mut w).await;
-    phases.mark("agents");
     let now = clock::now_ms();
     let offline_after = ctx.cfg.node_offline_after;
     let full = !memo.primed;
@@ -491,11 +500,11 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
         for (node, h, entries, current) in changed {
             new_hashes.push((node.clone(), h));
             let json = desired_json(&entries, &ctx.cfg.iam_tenant);
-            if current.as_ref().map(|d| &*d.agents) != Some(&*json) {
+            if current.as_ref().map(DesiredRec::agents) != Some(&*json) {
                 let generation = current.map_or(0, |d| d.generation) + 1;
                 tracing::info!(node = %memo.name(node), generation, agents = entries.len(), "desired state changed");
                 w.desired.push((node.to_string(), generation, json.to_string()));
-                new_desired.push((node.clone(), DesiredRec { generation, agents: json }));
+                new_desired.push((node.clone(), DesiredRec::new(generation, &json)));
             }
         }
     }
@@ -810,7 +819,7 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
             })
             .collect();
         let json = desired_json(&entries, &ctx.cfg.iam_tenant);
-        if st.desired.get(&f.id).map(|d| &*d.agents) != Some(&*json) {
+        if st.desired.get(&f.id).map(DesiredRec::agents) != Some(&*json) {
             diffs.push(format!("desired state of node {} is stale", f.name));
         }
     }

@@ -11,6 +11,7 @@ use crate::model::{Agent, AgentList};
 use crate::reconcile::placement::Outcome;
 use crate::reconcile::status::StatusBody;
 use crate::reconcile::views::ViewMap;
+use axum::body::Bytes;
 use db::{CredRow, Db, DbError, JoinOutcome, NodeRow};
 use fleet_api::images::AllowList;
 use fleet_api::{Capacity, Health, JoinRequest, JoinResponse, NodeStatus, NodeView, ObservedReport, ReplicaReport};
@@ -132,11 +133,39 @@ impl Cred {
     }
 }
 
+/// A node's desired state as served. The whole body is built once per generation and
+/// shared by every response (a clone is a reference count): waking 10,000 long-polls
+/// copies nothing.
 #[derive(Debug, Clone)]
 pub struct DesiredRec {
     pub generation: u64,
-    /// The JSON array of desired agents, exactly as served.
-    pub agents: Arc<str>,
+    /// `{"generation":G,"agents":[…]}`.
+    body: Bytes,
+    /// Where the agents array starts in `body`.
+    agents_at: usize,
+}
+
+impl DesiredRec {
+    /// `agents`: the JSON array of desired agents.
+    pub fn new(generation: u64, agents: &str) -> DesiredRec {
+        let head = format!("{{\"generation\":{generation},\"agents\":");
+        let agents_at = head.len();
+        let mut body = head.into_bytes();
+        body.reserve_exact(agents.len() + 1);
+        body.extend_from_slice(agents.as_bytes());
+        body.push(b'}');
+        DesiredRec { generation, body: body.into(), agents_at }
+    }
+
+    /// The JSON array of desired agents.
+    pub fn agents(&self) -> &str {
+        // Built from a `&str` between ASCII delimiters, so always UTF-8.
+        std::str::from_utf8(&self.body[self.agents_at..self.body.len() - 1]).unwrap_or("[]")
+    }
+
+    pub fn body(&self) -> Bytes {
+        self.body.clone()
+    }
 }
 
 #[derive(Default)]
@@ -292,7 +321,7 @@ impl Store {
             st.creds.insert(c.id.clone(), Arc::new(c));
         }
         for (node, generation, agents) in snap.desired {
-            st.desired.insert(node.into(), DesiredRec { generation: generation as u64, agents: agents.into() });
+            st.desired.insert(node.into(), DesiredRec::new(generation as u64, &agents));
         }
         for (agent, body) in snap.statuses {
             if let Ok(b) = serde_json::from_str(&body) {
@@ -376,7 +405,7 @@ impl Store {
             st.by_name.insert(name, idr.clone());
             st.nodes.insert(idr.clone(), rec);
             st.changes.facts.insert(idr.clone());
-            st.desired.insert(idr.clone(), DesiredRec { generation: 1, agents: "[]".into() });
+            st.desired.insert(idr.clone(), DesiredRec::new(1, "[]"));
         }
         self.hub.publish(&idr, 1);
         Ok(JoinResponse { node_id: id, node_token: token })
@@ -448,11 +477,8 @@ impl Store {
     }
 
     /// The desired body of `node` as served: `{"generation":G,"agents":[…]}`.
-    pub fn desired_body(&self, node: &Id) -> Option<(u64, String)> {
-        let st = self.state.read();
-        st.desired
-            .get(node)
-            .map(|d| (d.generation, format!("{{\"generation\":{},\"agents\":{}}}", d.generation, d.agents)))
+    pub fn desired_body(&self, node: &Id) -> Option<(u64, Bytes)> {
+        self.state.read().desired.get(node).map(|d| (d.generation, d.body()))
     }
 }
 
@@ -483,6 +509,17 @@ mod tests {
             seq: Some(seq),
             observe_seconds: None,
         }
+    }
+
+    #[test]
+    fn a_desired_state_is_served_as_built_and_its_agents_read_back() {
+        let agents = r#"[{"agentKey":"a","note":"é"}]"#;
+        let d = DesiredRec::new(7, agents);
+        assert_eq!(d.agents(), agents);
+        let body: serde_json::Value = serde_json::from_slice(&d.body()).unwrap();
+        assert_eq!(body["generation"], 7);
+        assert_eq!(body["agents"][0]["note"], "é");
+        assert_eq!(DesiredRec::new(1, "[]").agents(), "[]");
     }
 
     #[tokio::test]
