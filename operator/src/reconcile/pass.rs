@@ -23,7 +23,7 @@ use crate::model::{Agent, AgentList, AgentState, IdentityKind};
 use crate::platform::cp::AgentsFetch;
 use crate::store::db::PassWrite;
 use crate::store::{Cred, DesiredRec, Id, NodeRec};
-use fleet_api::{DesiredAgent, DesiredIdentity, Executor, SealedCredential};
+use fleet_api::{DesiredAgent, DesiredIdentity, Executor, PlacementView, SealedCredential};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet, FxHasher as DefaultHasher};
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -85,11 +85,15 @@ pub async fn watch_cp(ctx: Arc<Ctx>) {
         if !std::mem::take(&mut first) {
             tokio::time::sleep(CP_WATCH_EVERY).await;
         }
-        let mut w = PassWrite::default();
-        if refresh_agents(&ctx, &mut w).await {
+        if let Some((agents, etag)) = refresh_agents(&ctx).await {
             // The pass starts first: the stored list is only a cache of the CP's (a start
-            // reads the CP again), and writing 20,000 agents would delay every node's wake.
+            // reads the CP again), and serialising and writing 20,000 agents would delay
+            // every node's wake.
             ctx.kick();
+            let mut w = PassWrite::default();
+            w.kv.push(("agents".into(), serde_json::to_string(&*agents).unwrap_or_else(|_| "[]".into())));
+            w.kv.push(("agents_etag".into(), etag.unwrap_or_default()));
+            drop(agents);
             if let Err(e) = ctx.store.db.apply_pass(&w).await {
                 tracing::error!(error = %e, "cannot store the agent list");
             }
@@ -97,13 +101,14 @@ pub async fn watch_cp(ctx: Arc<Ctx>) {
     }
 }
 
-/// Reads the agent list; returns whether it changed (and stores it in memory; the caller persists `w`).
-async fn refresh_agents(ctx: &Ctx, w: &mut PassWrite) -> bool {
+/// Reads the agent list; when it changed, puts it in the registry and returns it with its
+/// ETag (for the caller to store).
+async fn refresh_agents(ctx: &Ctx) -> Option<(AgentList, Option<String>)> {
     let etag = ctx.store.state.read().agents_etag.clone();
     match ctx.cp.list_agents(etag.as_deref()).await {
         Ok(AgentsFetch::NotModified) => {
             ctx.metrics.call("cp", "list_agents", "not_modified");
-            false
+            None
         }
         Ok(AgentsFetch::List { mut agents, skipped, etag }) => {
             ctx.metrics.call("cp", "list_agents", "ok");
@@ -112,23 +117,28 @@ async fn refresh_agents(ctx: &Ctx, w: &mut PassWrite) -> bool {
                 tracing::error!(agent = s.key.as_deref().unwrap_or("?"), reason = %s.reason, "CP agent item skipped");
             }
             agents.sort_by(|a, b| a.key.cmp(&b.key));
-            let changed = {
+            // Compared outside the lock: the registry's list is shared, not copied.
+            let (current, current_etag) = {
                 let st = ctx.store.state.read();
-                *st.agents != agents || st.agents_etag != etag
+                (st.agents.clone(), st.agents_etag.clone())
             };
-            if changed {
-                w.kv.push(("agents".into(), serde_json::to_string(&agents).unwrap_or_else(|_| "[]".into())));
-                w.kv.push(("agents_etag".into(), etag.clone().unwrap_or_default()));
-                let mut st = ctx.store.state.write();
-                st.set_agents(Arc::new(agents));
-                st.agents_etag = etag;
+            if *current == agents && current_etag == etag {
+                return None;
             }
-            changed
+            let agents = Arc::new(agents);
+            let old = {
+                let mut st = ctx.store.state.write();
+                st.agents_etag = etag.clone();
+                st.set_agents(agents.clone())
+            };
+            // The old list is freed here, outside the lock.
+            drop((old, current));
+            Some((agents, etag))
         }
         Err(e) => {
             ctx.metrics.call("cp", "list_agents", e.outcome());
             tracing::warn!(error = %e, "cannot read agents from the CP; using the last known list");
-            false
+            None
         }
     }
 }
@@ -247,6 +257,8 @@ pub struct Memo {
     /// The live credential of each (agent, node) pair.
     creds: HashMap<(Id, Id), Arc<Cred>>,
     views: ViewMap,
+    /// The placements gauge by (status, reason): replicas and items, kept by delta.
+    placement_gauge: HashMap<(&'static str, String), (i64, i64)>,
 }
 
 impl Memo {
@@ -320,29 +332,45 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
         (st.agents.clone(), st.outcome.clone(), next_offline)
     };
 
-    // Agents added, removed or edited since the last pass.
+    // Agents added, removed or edited since the last pass. The old list is dropped at the
+    // end of the pass, after the nodes have their new desired states.
     let mut changed_agents: HashSet<Id> = HashSet::default();
     let mut demand_changed = full;
+    let mut old_agents: Option<AgentList> = None;
     if full || !Arc::ptr_eq(&memo.agents, &agents) {
         let old = std::mem::replace(&mut memo.agents, agents.clone());
-        let old_index = std::mem::take(&mut memo.index);
-        memo.index = agents.iter().enumerate().map(|(i, a)| (Id::from(a.key.as_str()), i)).collect();
-        for a in agents.iter() {
-            let before = old_index.get(a.key.as_str()).map(|&i| &old[i]);
-            if before != Some(a) {
-                let key: Id = a.key.as_str().into();
-                demand_changed |= before.map(demand) != Some(demand(a));
-                memo.fingerprints.insert(key.clone(), agent_fingerprint(a));
-                changed_agents.insert(key);
+        let mut note = |before: Option<&Agent>, after: Option<&Agent>, memo: &mut Memo| {
+            let key: Id = before.or(after).map(|a| a.key.as_str()).unwrap_or_default().into();
+            demand_changed |= before.and_then(demand) != after.and_then(demand);
+            match after {
+                Some(a) => memo.fingerprints.insert(key.clone(), agent_fingerprint(a)),
+                None => memo.fingerprints.remove(&key),
+            };
+            changed_agents.insert(key);
+        };
+        if !full && crate::store::same_keys(&old, &agents) {
+            // The usual edit: same keys in the same order; compare in place, keep the index.
+            for (before, after) in old.iter().zip(agents.iter()) {
+                if before != after {
+                    note(Some(before), Some(after), memo);
+                }
+            }
+        } else {
+            let old_index = std::mem::take(&mut memo.index);
+            memo.index = agents.iter().enumerate().map(|(i, a)| (Id::from(a.key.as_str()), i)).collect();
+            for a in agents.iter() {
+                let before = old_index.get(a.key.as_str()).map(|&i| &old[i]);
+                if before != Some(a) {
+                    note(before, Some(a), memo);
+                }
+            }
+            for (key, &i) in &old_index {
+                if !memo.index.contains_key(key) {
+                    note(Some(&old[i]), None, memo);
+                }
             }
         }
-        for (key, &i) in &old_index {
-            if !memo.index.contains_key(key) {
-                demand_changed |= demand(&old[i]).is_some();
-                memo.fingerprints.remove(key);
-                changed_agents.insert(key.clone());
-            }
-        }
+        old_agents = Some(old);
     }
     phases.mark("snapshot");
 
@@ -580,8 +608,13 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
         set.into_iter().collect()
     };
     let views_changed = !view_agents.is_empty();
+    if full {
+        memo.placement_gauge.clear();
+    }
     for key in view_agents {
         let items = memo.agent(&key).map(|a| agent_views(a, &outcome)).unwrap_or_default();
+        count_views(&mut memo.placement_gauge, memo.views.get(&key), -1);
+        count_views(&mut memo.placement_gauge, &items, 1);
         memo.views.set(key, items);
     }
     let views = views_changed.then(|| Arc::new(memo.views.clone()));
@@ -654,10 +687,11 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
     if full || !flips.is_empty() || !changes.reports.is_empty() || !changes.facts.is_empty() {
         set_node_gauges(ctx, memo);
     }
-    if let Some(v) = &views {
-        set_placement_gauges(ctx, v);
+    if views.is_some() {
+        set_placement_gauges(ctx, &memo.placement_gauge);
     }
     memo.primed = true;
+    drop(old_agents);
     phases.mark("publish");
     phases.log(full);
     Ok(next_offline)
@@ -767,14 +801,23 @@ fn set_node_gauges(ctx: &Ctx, memo: &Memo) {
     }
 }
 
-fn set_placement_gauges(ctx: &Ctx, views: &ViewMap) {
-    let mut pl: HashMap<(&str, &str), i64> = HashMap::default();
-    for v in views.iter() {
-        *pl.entry((v.status.as_str(), v.reason.as_deref().unwrap_or_default())).or_default() += v.replicas as i64;
+/// Adds (`sign` 1) or takes away (-1) some items' share of the placements gauge.
+fn count_views(gauge: &mut HashMap<(&'static str, String), (i64, i64)>, items: &[PlacementView], sign: i64) {
+    for v in items {
+        let key = (v.status.as_str(), v.reason.clone().unwrap_or_default());
+        let e = gauge.entry(key.clone()).or_default();
+        e.0 += sign * v.replicas as i64;
+        e.1 += sign;
+        if e.1 == 0 {
+            gauge.remove(&key);
+        }
     }
+}
+
+fn set_placement_gauges(ctx: &Ctx, gauge: &HashMap<(&'static str, String), (i64, i64)>) {
     ctx.metrics.placements.clear();
-    for ((s, r), v) in pl {
-        ctx.metrics.placements.get_or_create(&labels(&[("status", s), ("reason", r)])).set(v);
+    for ((s, r), (replicas, _)) in gauge {
+        ctx.metrics.placements.get_or_create(&labels(&[("status", s), ("reason", r)])).set(*replicas);
     }
 }
 
@@ -834,8 +877,17 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
             diffs.push(format!("status of agent {} is stale", a.key));
         }
     }
-    if placement_views(&st.agents, &st.outcome) != *st.views {
+    let fresh = placement_views(&st.agents, &st.outcome);
+    if fresh != *st.views {
         diffs.push("placement items differ from a fresh build".to_string());
+    }
+    let mut gauge = HashMap::default();
+    count_views(&mut gauge, &fresh.to_vec(), 1);
+    for ((status, reason), (replicas, _)) in gauge {
+        let shown = ctx.metrics.placements.get_or_create(&labels(&[("status", status), ("reason", &reason)])).get();
+        if shown != replicas {
+            diffs.push(format!("placements gauge {status}/{reason}: {shown}, items say {replicas}"));
+        }
     }
     diffs
 }

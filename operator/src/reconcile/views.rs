@@ -38,6 +38,11 @@ impl ViewMap {
         }
     }
 
+    /// One agent's items.
+    pub fn get(&self, agent: &str) -> &[PlacementView] {
+        self.0.get(agent).map(|v| &v[..]).unwrap_or_default()
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &PlacementView> {
         self.0.values().flat_map(|v| v.iter())
     }

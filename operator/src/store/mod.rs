@@ -218,9 +218,13 @@ pub struct Changes {
 }
 
 impl State {
-    pub fn set_agents(&mut self, agents: AgentList) {
-        self.agent_index = agents.iter().enumerate().map(|(i, a)| (Id::from(a.key.as_str()), i)).collect();
-        self.agents = agents;
+    /// Replaces the agent list and returns the old one (for the caller to drop outside the
+    /// lock). The key index is rebuilt only when the keys changed.
+    pub fn set_agents(&mut self, agents: AgentList) -> AgentList {
+        if !same_keys(&self.agents, &agents) {
+            self.agent_index = agents.iter().enumerate().map(|(i, a)| (Id::from(a.key.as_str()), i)).collect();
+        }
+        std::mem::replace(&mut self.agents, agents)
     }
 
     pub fn agent(&self, key: &str) -> Option<&Agent> {
@@ -230,6 +234,11 @@ impl State {
     pub fn node_id_by_token(&self, token: &str) -> Option<Id> {
         self.by_token.get(&hash(token)).cloned()
     }
+}
+
+/// Whether two agent lists hold the same keys in the same order.
+pub fn same_keys(a: &[Agent], b: &[Agent]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.key == y.key)
 }
 
 pub fn hash(secret: &str) -> [u8; 32] {
