@@ -257,6 +257,11 @@ pub struct Memo {
     /// The live credential of each (agent, node) pair.
     creds: HashMap<(Id, Id), Arc<Cred>>,
     views: ViewMap,
+    /// No online node goes offline before this instant (ms); `i64::MAX`: none online.
+    next_check: i64,
+    /// The nodes gauge by (status, health), and what each node counts as; kept by delta.
+    node_gauge: HashMap<(&'static str, &'static str), i64>,
+    node_counted: HashMap<Id, (&'static str, &'static str)>,
     /// The placements gauge by (status, reason): replicas and items, kept by delta.
     placement_gauge: HashMap<(&'static str, String), (i64, i64)>,
 }
@@ -315,20 +320,37 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
                 };
             }
         }
-        // Liveness is time: every node is checked every pass (no copy, one lookup each).
-        let mut next_offline: Option<i64> = None;
-        for f in memo.facts.iter_mut() {
-            let Some(n) = st.nodes.get(&f.id) else { continue };
+        // Liveness is time. No online node can go offline before the earliest deadline the
+        // last whole scan found (last seen only grows), so the whole fleet is scanned only
+        // once that instant has come; in between, only the nodes that reported after being
+        // offline, changed their report period or joined are looked at.
+        let mut check = |f: &mut NodeFacts, next: &mut i64| {
+            let Some(n) = st.nodes.get(&f.id) else { return };
             let online = n.online(now, offline_after);
             if online != f.online {
                 f.online = online;
                 flips.push(f.id.clone());
             }
             if online {
-                let at = n.last_seen_ms + n.threshold(offline_after).as_millis() as i64 + 1;
-                next_offline = Some(next_offline.map_or(at, |x| x.min(at)));
+                *next = (*next).min(n.last_seen_ms + n.threshold(offline_after).as_millis() as i64 + 1);
             }
+        };
+        if full || now >= memo.next_check {
+            let mut next = i64::MAX;
+            for f in memo.facts.iter_mut() {
+                check(f, &mut next);
+            }
+            memo.next_check = next;
+        } else {
+            let mut next = memo.next_check;
+            for id in changes.seen.iter().chain(changes.facts.iter()) {
+                if let Some(&i) = memo.fact_at.get(id) {
+                    check(&mut memo.facts[i], &mut next);
+                }
+            }
+            memo.next_check = next;
         }
+        let next_offline = (memo.next_check != i64::MAX).then_some(memo.next_check);
         (st.agents.clone(), st.outcome.clone(), next_offline)
     };
 
@@ -684,8 +706,15 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
     for key in to_send {
         ctx.queue.add(WorkKey::Status(key));
     }
-    if full || !flips.is_empty() || !changes.reports.is_empty() || !changes.facts.is_empty() {
-        set_node_gauges(ctx, memo);
+    let gauge_nodes: Vec<Id> = if full {
+        memo.node_gauge.clear();
+        memo.node_counted.clear();
+        memo.facts.iter().map(|f| f.id.clone()).collect()
+    } else {
+        flips.iter().chain(changes.reports.iter()).chain(changes.facts.iter()).cloned().collect()
+    };
+    if !gauge_nodes.is_empty() {
+        count_nodes(ctx, memo, gauge_nodes);
     }
     if views.is_some() {
         set_placement_gauges(ctx, &memo.placement_gauge);
@@ -786,18 +815,24 @@ fn diff_bindings(prev: &Bindings, next: &Outcome, memo: &Memo, w: &mut PassWrite
     events
 }
 
-fn set_node_gauges(ctx: &Ctx, memo: &Memo) {
-    let st = ctx.store.state.read();
-    let mut nodes: HashMap<(&str, &str), i64> = HashMap::default();
-    for f in &memo.facts {
-        let status = if f.online { "online" } else { "offline" };
-        let health = st.nodes.get(&f.id).and_then(|n| n.info.health).unwrap_or(fleet_api::Health::Ok).as_str();
-        *nodes.entry((status, health)).or_default() += 1;
+/// Moves `nodes` to their current (status, health) in the nodes gauge.
+fn count_nodes(ctx: &Ctx, memo: &mut Memo, nodes: Vec<Id>) {
+    {
+        let st = ctx.store.state.read();
+        for id in nodes {
+            let Some(f) = memo.node(&id) else { continue };
+            let status = if f.online { "online" } else { "offline" };
+            let health = st.nodes.get(&id).and_then(|n| n.info.health).unwrap_or(fleet_api::Health::Ok).as_str();
+            if let Some(old) = memo.node_counted.insert(id, (status, health)) {
+                *memo.node_gauge.entry(old).or_default() -= 1;
+            }
+            *memo.node_gauge.entry((status, health)).or_default() += 1;
+        }
     }
-    drop(st);
+    memo.node_gauge.retain(|_, v| *v != 0);
     ctx.metrics.nodes.clear();
-    for ((s, h), v) in nodes {
-        ctx.metrics.nodes.get_or_create(&labels(&[("status", s), ("health", h)])).set(v);
+    for ((s, h), v) in &memo.node_gauge {
+        ctx.metrics.nodes.get_or_create(&labels(&[("status", s), ("health", h)])).set(*v);
     }
 }
 
@@ -875,6 +910,17 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
         let published = st.statuses_want.get(a.key.as_str()).or_else(|| st.statuses_sent.get(a.key.as_str()));
         if published != Some(&body) {
             diffs.push(format!("status of agent {} is stale", a.key));
+        }
+    }
+    let mut node_gauge: HashMap<(&str, &str), i64> = HashMap::default();
+    for f in &facts {
+        let health = st.nodes.get(&f.id).and_then(|n| n.info.health).unwrap_or(fleet_api::Health::Ok).as_str();
+        *node_gauge.entry((if f.online { "online" } else { "offline" }, health)).or_default() += 1;
+    }
+    for ((status, health), count) in node_gauge {
+        let shown = ctx.metrics.nodes.get_or_create(&labels(&[("status", status), ("health", health)])).get();
+        if shown != count {
+            diffs.push(format!("nodes gauge {status}/{health}: {shown}, the registry says {count}"));
         }
     }
     let fresh = placement_views(&st.agents, &st.outcome);

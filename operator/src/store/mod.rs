@@ -211,6 +211,9 @@ pub struct Changes {
     pub facts: HashSet<Id>,
     /// Nodes whose replica reports or health changed.
     pub reports: HashSet<Id>,
+    /// Nodes that reported after being offline, or changed their report period (and with
+    /// it their offline threshold).
+    pub seen: HashSet<Id>,
     /// (agent, node) pairs whose live credential changed.
     pub creds: HashSet<(Id, Id)>,
     /// Agents whose identity or identity error changed.
@@ -454,6 +457,7 @@ impl Store {
             || old.capacity != info.capacity
             || old.secrets != info.secrets;
         let reports_changed = old.replicas != info.replicas || old.health != info.health;
+        let period_changed = old.observe_seconds != info.observe_seconds;
         let was_online = rec.online(now, offline_after);
         rec.last_seen_ms = now.max(rec.last_seen_ms);
         rec.set_info(info);
@@ -463,6 +467,9 @@ impl Store {
         }
         if reports_changed {
             st.changes.reports.insert(node.clone());
+        }
+        if !was_online || period_changed {
+            st.changes.seen.insert(node.clone());
         }
         ReportOutcome::Accepted { changed: facts_changed || reports_changed, was_online }
     }
