@@ -34,6 +34,11 @@ use std::time::{Duration, Instant};
 /// what changed, so coalescing buys little, and every node's wake waits for it.
 const SETTLE: Duration = Duration::from_millis(5);
 
+/// A changed status is sent this long after its first change, with whatever it says by
+/// then: an agent coming up changes its status every few milliseconds (each PAT, each
+/// replica reported), and the CP needs the result, not every step.
+const STATUS_DEBOUNCE: Duration = Duration::from_secs(1);
+
 /// Revoke delay for a PAT whose agent left the active list entirely.
 pub const VANISHED_DRAIN: Duration = Duration::from_secs(30);
 
@@ -700,11 +705,19 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
             }
         }
     }
+    // An agent's PATs are issued together (the queue is first in, first out), so agents
+    // become ready one after another instead of all at the end.
+    work.sort_unstable_by(|a, b| match (a, b) {
+        (WorkKey::Pat(a1, n1), WorkKey::Pat(a2, n2)) => (a1, n1).cmp(&(a2, n2)),
+        (WorkKey::Pat(..), _) => std::cmp::Ordering::Greater,
+        (_, WorkKey::Pat(..)) => std::cmp::Ordering::Less,
+        _ => std::cmp::Ordering::Equal,
+    });
     for key in work {
         ctx.queue.add(key);
     }
     for key in to_send {
-        ctx.queue.add(WorkKey::Status(key));
+        ctx.queue.add_after(WorkKey::Status(key), STATUS_DEBOUNCE);
     }
     let gauge_nodes: Vec<Id> = if full {
         memo.node_gauge.clear();
