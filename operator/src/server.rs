@@ -5,7 +5,7 @@ use crate::config::Config;
 use crate::context::Ctx;
 use crate::http::{self, auth::Jwks, App};
 use crate::metrics::Metrics;
-use crate::reconcile::{pass, work};
+use crate::reconcile::{agents, pass, work};
 use crate::store::Store;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -67,7 +67,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             }
             work::spawn_workers(&ctx);
             tasks.push(tokio::spawn(pass::run(ctx.clone())));
-            tasks.push(tokio::spawn(pass::watch_cp(ctx.clone())));
+            tasks.push(tokio::spawn(agents::watch_cp(ctx.clone())));
             ctx.kick();
             Some(ctx)
         }

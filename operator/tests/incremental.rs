@@ -1,7 +1,7 @@
 //! The incremental pass held to a from-scratch recompute. After every step of a scripted
 //! fleet history — joins, agents added, edited, stopped and removed, capacity running out,
 //! a node's labels changing, reports of running and crash-looping replicas, a node going
-//! silent and coming back, PATs issued and retired — `pass::audit` (placement, placed pairs,
+//! silent and coming back, PATs issued and retired — `audit::audit` (placement, placed pairs,
 //! every desired state, every status, the placement items, live credentials) must find
 //! nothing the passes left stale. Each step also checks the change it made took effect, so
 //! an audit that compares nothing cannot pass.
@@ -9,7 +9,7 @@
 mod support;
 
 use fleet_controller::context::Ctx;
-use fleet_controller::reconcile::pass::audit;
+use fleet_controller::reconcile::audit::audit;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;

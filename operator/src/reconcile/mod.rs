@@ -1,7 +1,10 @@
 //! Deciding what should be: placement, PAT ceilings and agent status are pure functions;
 //! the pass drives them over the registry; work items carry out the side calls.
 
+pub mod agents;
+pub mod audit;
 pub mod ceiling;
+pub mod desired;
 pub mod pass;
 pub mod placement;
 pub mod queue;

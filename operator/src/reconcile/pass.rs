@@ -9,24 +9,24 @@
 //! list is diffed against the last one and every node's liveness is checked. Placement runs
 //! only when something it reads changed; desired states, statuses, placement items and
 //! retirements are recomputed for the agents and nodes a change touched. The first pass
-//! computes everything. [`audit`] recomputes from scratch and lists where the published
-//! state differs; the tests hold the incremental pass to it.
+//! computes everything. [`super::audit::audit`] recomputes from scratch and lists where the published
+//! state differs (`audit.rs`); the tests hold the incremental pass to it. The agent list
+//! comes from the CP watcher (`agents.rs`), desired-state bodies from `desired.rs`.
 
+use super::desired::{agent_fingerprint, desired_json, input_hash, Entry};
 use super::placement::{self, Bindings, Demand, NodeFacts, Outcome};
 use super::status::{self, ReplicaInput, StatusBody, StatusInput};
-use super::views::{agent_views, placement_views, ViewMap};
+use super::views::{agent_views, ViewMap};
 use super::work::{rotate_at_ms, WorkKey};
 use crate::clock;
 use crate::context::Ctx;
 use crate::metrics::labels;
 use crate::model::{Agent, AgentList, AgentState, IdentityKind};
-use crate::platform::cp::AgentsFetch;
 use crate::store::db::PassWrite;
 use crate::store::{Cred, DesiredRec, Id, NodeRec};
-use fleet_api::{DesiredAgent, DesiredIdentity, Executor, PlacementView, SealedCredential};
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet, FxHasher as DefaultHasher};
+use fleet_api::PlacementView;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -77,78 +77,7 @@ pub async fn run(ctx: Arc<Ctx>) {
     }
 }
 
-/// How often the CP watcher asks whether the agent list changed. With the ETag an unchanged
-/// list costs one `304`, so agent changes reach nodes in seconds whatever the tick.
-pub const CP_WATCH_EVERY: Duration = Duration::from_secs(2);
-
-/// Watches the CP's agent list and triggers a pass when it changed (the "CP change" trigger).
-/// It is the only reader of the list: a pass works from the copy in the registry, so it
-/// never waits for the CP (reading 20,000 agents takes tens of pages).
-pub async fn watch_cp(ctx: Arc<Ctx>) {
-    let mut first = true;
-    loop {
-        if !std::mem::take(&mut first) {
-            tokio::time::sleep(CP_WATCH_EVERY).await;
-        }
-        if let Some((agents, etag)) = refresh_agents(&ctx).await {
-            // The pass starts first: the stored list is only a cache of the CP's (a start
-            // reads the CP again), and serialising and writing 20,000 agents would delay
-            // every node's wake.
-            ctx.kick();
-            let mut w = PassWrite::default();
-            w.kv.push(("agents".into(), serde_json::to_string(&*agents).unwrap_or_else(|_| "[]".into())));
-            w.kv.push(("agents_etag".into(), etag.unwrap_or_default()));
-            drop(agents);
-            if let Err(e) = ctx.store.db.apply_pass(&w).await {
-                tracing::error!(error = %e, "cannot store the agent list");
-            }
-        }
-    }
-}
-
-/// Reads the agent list; when it changed, puts it in the registry and returns it with its
-/// ETag (for the caller to store).
-async fn refresh_agents(ctx: &Ctx) -> Option<(AgentList, Option<String>)> {
-    let etag = ctx.store.state.read().agents_etag.clone();
-    match ctx.cp.list_agents(etag.as_deref()).await {
-        Ok(AgentsFetch::NotModified) => {
-            ctx.metrics.call("cp", "list_agents", "not_modified");
-            None
-        }
-        Ok(AgentsFetch::List { mut agents, skipped, etag }) => {
-            ctx.metrics.call("cp", "list_agents", "ok");
-            for s in &skipped {
-                ctx.metrics.agents_skipped.inc();
-                tracing::error!(agent = s.key.as_deref().unwrap_or("?"), reason = %s.reason, "CP agent item skipped");
-            }
-            agents.sort_by(|a, b| a.key.cmp(&b.key));
-            // Compared outside the lock: the registry's list is shared, not copied.
-            let (current, current_etag) = {
-                let st = ctx.store.state.read();
-                (st.agents.clone(), st.agents_etag.clone())
-            };
-            if *current == agents && current_etag == etag {
-                return None;
-            }
-            let agents = Arc::new(agents);
-            let old = {
-                let mut st = ctx.store.state.write();
-                st.agents_etag = etag.clone();
-                st.set_agents(agents.clone())
-            };
-            // The old list is freed here, outside the lock.
-            drop((old, current));
-            Some((agents, etag))
-        }
-        Err(e) => {
-            ctx.metrics.call("cp", "list_agents", e.outcome());
-            tracing::warn!(error = %e, "cannot read agents from the CP; using the last known list");
-            None
-        }
-    }
-}
-
-fn demand(a: &Agent) -> Option<Demand> {
+pub(super) fn demand(a: &Agent) -> Option<Demand> {
     let spec = a.placed_spec()?;
     let res = a.resources();
     Some(Demand {
@@ -163,61 +92,8 @@ fn demand(a: &Agent) -> Option<Demand> {
     })
 }
 
-/// One agent on one node: the agent, its replica indexes there, the pair's credential.
-type Entry<'a> = (&'a Agent, &'a [u32], &'a Cred);
-
-/// Hash of what a node's desired state is built from: when it is unchanged the body is too,
-/// and the pass skips serialising it.
-fn input_hash(entries: &[Entry], fingerprints: &HashMap<Id, u64>) -> u64 {
-    let mut h = DefaultHasher::default();
-    for (a, reps, c) in entries {
-        a.key.hash(&mut h);
-        fingerprints.get(a.key.as_str()).hash(&mut h);
-        reps.hash(&mut h);
-        c.id.hash(&mut h);
-    }
-    h.finish()
-}
-
-/// Everything of an agent that goes into a desired state.
-fn agent_fingerprint(a: &Agent) -> u64 {
-    let mut h = DefaultHasher::default();
-    a.revision.hash(&mut h);
-    a.executor.hash(&mut h);
-    serde_json::to_string(&a.placement).unwrap_or_default().hash(&mut h);
-    a.drain_seconds.hash(&mut h);
-    h.finish()
-}
-
-fn desired_agent(a: &Agent, reps: &[u32], c: &Cred, tenant: &str) -> DesiredAgent {
-    let spec = a.placed_spec();
-    DesiredAgent {
-        agent_key: a.key.clone(),
-        revision: a.revision,
-        replica_indexes: reps.to_vec(),
-        executor: Executor { kind: a.executor.kind.clone(), image: a.executor.image.clone() },
-        secrets: spec.map(|s| s.secrets.clone()).unwrap_or_default(),
-        resources: a.resources(),
-        drain_seconds: a.drain_seconds,
-        identity: DesiredIdentity {
-            principal_id: c.principal_id.clone(),
-            tenant_id: tenant.to_string(),
-            credential: SealedCredential {
-                credential_id: c.id.clone(),
-                ciphertext: c.ciphertext.clone(),
-                expires_at: clock::rfc3339_ms(c.expires_ms),
-            },
-        },
-    }
-}
-
-fn desired_json(entries: &[Entry], tenant: &str) -> Arc<str> {
-    let body: Vec<DesiredAgent> = entries.iter().map(|(a, reps, c)| desired_agent(a, reps, c, tenant)).collect();
-    serde_json::to_string(&body).unwrap_or_else(|_| "[]".into()).into()
-}
-
 /// What placement needs of a node. `online` is filled in by the caller.
-fn facts_of(n: &NodeRec, online: bool) -> NodeFacts {
+pub(super) fn facts_of(n: &NodeRec, online: bool) -> NodeFacts {
     NodeFacts {
         id: n.id.clone(),
         name: n.name.clone(),
@@ -233,7 +109,7 @@ fn facts_of(n: &NodeRec, online: bool) -> NodeFacts {
 /// node → agent → its replica indexes there (sorted).
 type PerNode = HashMap<Id, BTreeMap<Id, Vec<u32>>>;
 
-fn per_node_of(outcome: &Outcome) -> PerNode {
+pub(super) fn per_node_of(outcome: &Outcome) -> PerNode {
     let mut per_node: PerNode = HashMap::default();
     for ((agent, r), node) in &outcome.bindings {
         per_node.entry(node.clone()).or_default().entry(agent.clone()).or_default().push(*r);
@@ -740,13 +616,13 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
 }
 
 /// How a status looks up a node (name, online) and whether a pair has its PAT.
-struct Lookup<'a> {
-    node: &'a dyn Fn(&Id) -> Option<(&'a str, bool)>,
-    has_cred: &'a dyn Fn(&(Id, Id)) -> bool,
+pub(super) struct Lookup<'a> {
+    pub(super) node: &'a dyn Fn(&Id) -> Option<(&'a str, bool)>,
+    pub(super) has_cred: &'a dyn Fn(&(Id, Id)) -> bool,
 }
 
 /// One agent's status from its bindings, the nodes' reports and its identity.
-fn agent_status(a: &Agent, outcome: &Outcome, st: &crate::store::State, lookup: &Lookup) -> StatusBody {
+pub(super) fn agent_status(a: &Agent, outcome: &Outcome, st: &crate::store::State, lookup: &Lookup) -> StatusBody {
     let key: Id = a.key.as_str().into();
     let desired = a.desired_replicas();
     let stopped = a.state == AgentState::Stopped;
@@ -850,7 +726,7 @@ fn count_nodes(ctx: &Ctx, memo: &mut Memo, nodes: Vec<Id>) {
 }
 
 /// Adds (`sign` 1) or takes away (-1) some items' share of the placements gauge.
-fn count_views(gauge: &mut HashMap<(&'static str, String), (i64, i64)>, items: &[PlacementView], sign: i64) {
+pub(super) fn count_views(gauge: &mut HashMap<(&'static str, String), (i64, i64)>, items: &[PlacementView], sign: i64) {
     for v in items {
         let key = (v.status.as_str(), v.reason.clone().unwrap_or_default());
         let e = gauge.entry(key.clone()).or_default();
@@ -867,88 +743,6 @@ fn set_placement_gauges(ctx: &Ctx, gauge: &HashMap<(&'static str, String), (i64,
     for ((s, r), (replicas, _)) in gauge {
         ctx.metrics.placements.get_or_create(&labels(&[("status", s), ("reason", r)])).set(*replicas);
     }
-}
-
-/// Recomputes what the published state should be from scratch (placement, placed pairs,
-/// every desired state, every status, the placement items, retirements) and lists where
-/// it differs from what the passes published. Empty when the incremental passes kept up;
-/// meant for tests and for debugging, on a quiet fleet (a node crossing its offline
-/// threshold since the last pass is a real difference until the next pass).
-pub fn audit(ctx: &Ctx) -> Vec<String> {
-    let mut diffs = Vec::new();
-    let now = clock::now_ms();
-    let st = ctx.store.state.read();
-    let facts: Vec<NodeFacts> =
-        st.nodes.values().map(|n| facts_of(n, n.online(now, ctx.cfg.node_offline_after))).collect();
-    let by_id: HashMap<&str, &NodeFacts> = facts.iter().map(|f| (&*f.id, f)).collect();
-    let demands: Vec<Demand> = st.agents.iter().filter_map(demand).collect();
-    let outcome = placement::place(&demands, &facts, &st.outcome.bindings);
-    if outcome != *st.outcome {
-        diffs.push("placement: a fresh placement differs from the published outcome".to_string());
-    }
-    let per_node = per_node_of(&st.outcome);
-    let pairs: HashSet<(Id, Id)> = st.outcome.bindings.iter().map(|((a, _), n)| (a.clone(), n.clone())).collect();
-    if pairs != st.placed_pairs {
-        diffs.push(format!("placed pairs: {} computed, {} published", pairs.len(), st.placed_pairs.len()));
-    }
-    let creds: HashMap<(Id, Id), &Cred> =
-        st.active.iter().filter_map(|(pair, id)| st.creds.get(id).map(|c| (pair.clone(), &**c))).collect();
-    for pair in creds.keys() {
-        if !pairs.contains(pair) {
-            diffs.push(format!("credential of {} on {} is live but not needed", pair.0, pair.1));
-        }
-    }
-    for f in &facts {
-        let entries: Vec<Entry> = per_node
-            .get(&f.id)
-            .into_iter()
-            .flatten()
-            .filter_map(|(agent, reps)| {
-                let a = st.agent(agent)?;
-                let c = creds.get(&(agent.clone(), f.id.clone()))?;
-                Some((a, reps.as_slice(), *c))
-            })
-            .collect();
-        let json = desired_json(&entries, &ctx.cfg.iam_tenant);
-        if st.desired.get(&f.id).map(DesiredRec::agents) != Some(&*json) {
-            diffs.push(format!("desired state of node {} is stale", f.name));
-        }
-    }
-    let lookup = Lookup {
-        node: &|id: &Id| by_id.get(&**id).map(|f| (&*f.name, f.online)),
-        has_cred: &|pair: &(Id, Id)| creds.contains_key(pair),
-    };
-    for a in st.agents.iter().filter(|a| a.gets_status()) {
-        let body = agent_status(a, &st.outcome, &st, &lookup);
-        let published = st.statuses_want.get(a.key.as_str()).or_else(|| st.statuses_sent.get(a.key.as_str()));
-        if published != Some(&body) {
-            diffs.push(format!("status of agent {} is stale", a.key));
-        }
-    }
-    let mut node_gauge: HashMap<(&str, &str), i64> = HashMap::default();
-    for f in &facts {
-        let health = st.nodes.get(&f.id).and_then(|n| n.info.health).unwrap_or(fleet_api::Health::Ok).as_str();
-        *node_gauge.entry((if f.online { "online" } else { "offline" }, health)).or_default() += 1;
-    }
-    for ((status, health), count) in node_gauge {
-        let shown = ctx.metrics.nodes.get_or_create(&labels(&[("status", status), ("health", health)])).get();
-        if shown != count {
-            diffs.push(format!("nodes gauge {status}/{health}: {shown}, the registry says {count}"));
-        }
-    }
-    let fresh = placement_views(&st.agents, &st.outcome);
-    if fresh != *st.views {
-        diffs.push("placement items differ from a fresh build".to_string());
-    }
-    let mut gauge = HashMap::default();
-    count_views(&mut gauge, &fresh.to_vec(), 1);
-    for ((status, reason), (replicas, _)) in gauge {
-        let shown = ctx.metrics.placements.get_or_create(&labels(&[("status", status), ("reason", &reason)])).get();
-        if shown != replicas {
-            diffs.push(format!("placements gauge {status}/{reason}: {shown}, items say {replicas}"));
-        }
-    }
-    diffs
 }
 
 /// Where a pass spends its time, logged at debug level

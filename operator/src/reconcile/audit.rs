@@ -1,0 +1,93 @@
+//! The incremental pass checked against a recompute from scratch.
+
+use super::desired::{desired_json, Entry};
+use super::pass::{agent_status, count_views, demand, facts_of, per_node_of, Lookup};
+use super::placement::{self, Demand, NodeFacts};
+use super::views::placement_views;
+use crate::clock;
+use crate::context::Ctx;
+use crate::metrics::labels;
+use crate::store::{Cred, DesiredRec, Id};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+
+/// Recomputes what the published state should be from scratch (placement, placed pairs,
+/// every desired state, every status, the placement items, retirements) and lists where
+/// it differs from what the passes published. Empty when the incremental passes kept up;
+/// meant for tests and for debugging, on a quiet fleet (a node crossing its offline
+/// threshold since the last pass is a real difference until the next pass).
+pub fn audit(ctx: &Ctx) -> Vec<String> {
+    let mut diffs = Vec::new();
+    let now = clock::now_ms();
+    let st = ctx.store.state.read();
+    let facts: Vec<NodeFacts> =
+        st.nodes.values().map(|n| facts_of(n, n.online(now, ctx.cfg.node_offline_after))).collect();
+    let by_id: HashMap<&str, &NodeFacts> = facts.iter().map(|f| (&*f.id, f)).collect();
+    let demands: Vec<Demand> = st.agents.iter().filter_map(demand).collect();
+    let outcome = placement::place(&demands, &facts, &st.outcome.bindings);
+    if outcome != *st.outcome {
+        diffs.push("placement: a fresh placement differs from the published outcome".to_string());
+    }
+    let per_node = per_node_of(&st.outcome);
+    let pairs: HashSet<(Id, Id)> = st.outcome.bindings.iter().map(|((a, _), n)| (a.clone(), n.clone())).collect();
+    if pairs != st.placed_pairs {
+        diffs.push(format!("placed pairs: {} computed, {} published", pairs.len(), st.placed_pairs.len()));
+    }
+    let creds: HashMap<(Id, Id), &Cred> =
+        st.active.iter().filter_map(|(pair, id)| st.creds.get(id).map(|c| (pair.clone(), &**c))).collect();
+    for pair in creds.keys() {
+        if !pairs.contains(pair) {
+            diffs.push(format!("credential of {} on {} is live but not needed", pair.0, pair.1));
+        }
+    }
+    for f in &facts {
+        let entries: Vec<Entry> = per_node
+            .get(&f.id)
+            .into_iter()
+            .flatten()
+            .filter_map(|(agent, reps)| {
+                let a = st.agent(agent)?;
+                let c = creds.get(&(agent.clone(), f.id.clone()))?;
+                Some((a, reps.as_slice(), *c))
+            })
+            .collect();
+        let json = desired_json(&entries, &ctx.cfg.iam_tenant);
+        if st.desired.get(&f.id).map(DesiredRec::agents) != Some(&*json) {
+            diffs.push(format!("desired state of node {} is stale", f.name));
+        }
+    }
+    let lookup = Lookup {
+        node: &|id: &Id| by_id.get(&**id).map(|f| (&*f.name, f.online)),
+        has_cred: &|pair: &(Id, Id)| creds.contains_key(pair),
+    };
+    for a in st.agents.iter().filter(|a| a.gets_status()) {
+        let body = agent_status(a, &st.outcome, &st, &lookup);
+        let published = st.statuses_want.get(a.key.as_str()).or_else(|| st.statuses_sent.get(a.key.as_str()));
+        if published != Some(&body) {
+            diffs.push(format!("status of agent {} is stale", a.key));
+        }
+    }
+    let mut node_gauge: HashMap<(&str, &str), i64> = HashMap::default();
+    for f in &facts {
+        let health = st.nodes.get(&f.id).and_then(|n| n.info.health).unwrap_or(fleet_api::Health::Ok).as_str();
+        *node_gauge.entry((if f.online { "online" } else { "offline" }, health)).or_default() += 1;
+    }
+    for ((status, health), count) in node_gauge {
+        let shown = ctx.metrics.nodes.get_or_create(&labels(&[("status", status), ("health", health)])).get();
+        if shown != count {
+            diffs.push(format!("nodes gauge {status}/{health}: {shown}, the registry says {count}"));
+        }
+    }
+    let fresh = placement_views(&st.agents, &st.outcome);
+    if fresh != *st.views {
+        diffs.push("placement items differ from a fresh build".to_string());
+    }
+    let mut gauge = HashMap::default();
+    count_views(&mut gauge, &fresh.to_vec(), 1);
+    for ((status, reason), (replicas, _)) in gauge {
+        let shown = ctx.metrics.placements.get_or_create(&labels(&[("status", status), ("reason", &reason)])).get();
+        if shown != replicas {
+            diffs.push(format!("placements gauge {status}/{reason}: {shown}, items say {replicas}"));
+        }
+    }
+    diffs
+}

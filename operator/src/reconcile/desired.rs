@@ -1,0 +1,64 @@
+//! A node's desired state (SPEC §4.2) from what the pass knows: the agents bound there, their
+//! replica indexes and each pair's sealed credential; and the hash that lets a pass skip
+//! serialising a node whose inputs did not change.
+
+use crate::clock;
+use crate::model::Agent;
+use crate::store::{Cred, Id};
+use fleet_api::{DesiredAgent, DesiredIdentity, Executor, SealedCredential};
+use rustc_hash::{FxHashMap as HashMap, FxHasher as DefaultHasher};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+/// One agent on one node: the agent, its replica indexes there, the pair's credential.
+pub type Entry<'a> = (&'a Agent, &'a [u32], &'a Cred);
+
+/// Hash of what a node's desired state is built from: when it is unchanged the body is too,
+/// and the pass skips serialising it.
+pub fn input_hash(entries: &[Entry], fingerprints: &HashMap<Id, u64>) -> u64 {
+    let mut h = DefaultHasher::default();
+    for (a, reps, c) in entries {
+        a.key.hash(&mut h);
+        fingerprints.get(a.key.as_str()).hash(&mut h);
+        reps.hash(&mut h);
+        c.id.hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Everything of an agent that goes into a desired state.
+pub fn agent_fingerprint(a: &Agent) -> u64 {
+    let mut h = DefaultHasher::default();
+    a.revision.hash(&mut h);
+    a.executor.hash(&mut h);
+    serde_json::to_string(&a.placement).unwrap_or_default().hash(&mut h);
+    a.drain_seconds.hash(&mut h);
+    h.finish()
+}
+
+fn desired_agent(a: &Agent, reps: &[u32], c: &Cred, tenant: &str) -> DesiredAgent {
+    let spec = a.placed_spec();
+    DesiredAgent {
+        agent_key: a.key.clone(),
+        revision: a.revision,
+        replica_indexes: reps.to_vec(),
+        executor: Executor { kind: a.executor.kind.clone(), image: a.executor.image.clone() },
+        secrets: spec.map(|s| s.secrets.clone()).unwrap_or_default(),
+        resources: a.resources(),
+        drain_seconds: a.drain_seconds,
+        identity: DesiredIdentity {
+            principal_id: c.principal_id.clone(),
+            tenant_id: tenant.to_string(),
+            credential: SealedCredential {
+                credential_id: c.id.clone(),
+                ciphertext: c.ciphertext.clone(),
+                expires_at: clock::rfc3339_ms(c.expires_ms),
+            },
+        },
+    }
+}
+
+pub fn desired_json(entries: &[Entry], tenant: &str) -> Arc<str> {
+    let body: Vec<DesiredAgent> = entries.iter().map(|(a, reps, c)| desired_agent(a, reps, c, tenant)).collect();
+    serde_json::to_string(&body).unwrap_or_else(|_| "[]".into()).into()
+}
