@@ -65,7 +65,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
                 let mirror = crate::k8s::connect(cfg.kubernetes_namespace.as_deref(), metrics.clone()).await?;
                 tasks.push(tokio::spawn(crate::k8s::run(mirror, store.clone(), cfg.node_offline_after)));
             }
-            work::spawn_workers(&ctx);
+            tasks.extend(work::spawn_workers(&ctx));
             tasks.push(tokio::spawn(pass::run(ctx.clone())));
             tasks.push(tokio::spawn(agents::watch_cp(ctx.clone())));
             ctx.kick();

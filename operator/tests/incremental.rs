@@ -1,10 +1,11 @@
 //! The incremental pass held to a from-scratch recompute. After every step of a scripted
 //! fleet history — joins, agents added, edited, stopped and removed, capacity running out,
 //! a node's labels changing, reports of running and crash-looping replicas, a node going
-//! silent and coming back, PATs issued and retired — `audit::audit` (placement, placed pairs,
-//! every desired state, every status, the placement items, live credentials) must find
-//! nothing the passes left stale. Each step also checks the change it made took effect, so
-//! an audit that compares nothing cannot pass.
+//! silent and coming back, PATs issued and retired, a restart — `audit::audit` (placement,
+//! placed pairs, every desired state, every status, the placement items, the gauges, live
+//! credentials and their scheduled rotations) must find nothing the passes left stale. Each
+//! step also checks the change it made took effect, so an audit that compares nothing
+//! cannot pass.
 
 mod support;
 
@@ -219,5 +220,19 @@ async fn incremental_passes_match_a_full_recompute_through_a_fleet_history() {
     })
     .await;
     audited(&ctx, "a node coming back").await;
+
+    // A restart on the same data and address: the first pass is a full one, and it must
+    // schedule every PAT's rotation again (the work queue lives in memory).
+    let addr = running.addr;
+    running.shutdown().await;
+    let mut cfg = in_process_config(&dk, dir.path());
+    cfg.listen = addr;
+    let running = fleet_controller::server::start(cfg).await.unwrap();
+    let ctx = running.ctx.clone().unwrap();
+    eventually(20, "the restarted controller has its placements", || async {
+        (!ctx.store.state.read().placed_pairs.is_empty()).then_some(())
+    })
+    .await;
+    audited(&ctx, "a restart").await;
     running.shutdown().await;
 }

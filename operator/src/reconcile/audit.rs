@@ -4,6 +4,7 @@ use super::desired::{desired_json, Entry};
 use super::pass::{agent_status, count_views, demand, facts_of, per_node_of, Lookup};
 use super::placement::{self, Demand, NodeFacts};
 use super::views::placement_views;
+use super::work::WorkKey;
 use crate::clock;
 use crate::context::Ctx;
 use crate::metrics::labels;
@@ -37,6 +38,12 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
     for pair in creds.keys() {
         if !pairs.contains(pair) {
             diffs.push(format!("credential of {} on {} is live but not needed", pair.0, pair.1));
+        }
+    }
+    // Every placed pair has its PAT work pending: issuing, retrying or the next rotation.
+    for pair in &pairs {
+        if !ctx.queue.scheduled(&WorkKey::Pat(pair.0.clone(), pair.1.clone())) {
+            diffs.push(format!("the PAT of {} on {} has nothing scheduled (issue or rotation)", pair.0, pair.1));
         }
     }
     for f in &facts {

@@ -359,12 +359,19 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
         Some(c) => now >= rotate_at_ms(c, ttl_ms),
         None => true,
     };
+    // Rotations already due later are scheduled by the worker that issued the PAT; after a
+    // start the full pass schedules them again (the queue lives in memory).
+    let mut rotations: Vec<(WorkKey, Duration)> = Vec::new();
     if full {
         for (node, m) in &memo.per_node {
             for agent in m.keys() {
                 let pair = (agent.clone(), node.clone());
-                if wants_pat(memo, &pair) {
-                    work.push(WorkKey::Pat(pair.0, pair.1));
+                match memo.creds.get(&pair) {
+                    Some(c) if !wants_pat(memo, &pair) => {
+                        let due = Duration::from_millis((rotate_at_ms(c, ttl_ms) - now).max(0) as u64);
+                        rotations.push((WorkKey::Pat(pair.0, pair.1), due));
+                    }
+                    _ => work.push(WorkKey::Pat(pair.0, pair.1)),
                 }
             }
         }
@@ -591,6 +598,9 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
     });
     for key in work {
         ctx.queue.add(key);
+    }
+    for (key, due) in rotations {
+        ctx.queue.add_after(key, due);
     }
     for key in to_send {
         ctx.queue.add_after(WorkKey::Status(key), STATUS_DEBOUNCE);

@@ -118,6 +118,12 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
         self.notify.notify_one();
     }
 
+    /// Whether `key` will run: queued, delayed or being worked on.
+    pub fn scheduled(&self, key: &K) -> bool {
+        let g = self.inner.lock();
+        g.queued.contains(key) || g.delayed_at.contains_key(key) || g.in_flight.contains(key)
+    }
+
     /// Keys waiting (ready and delayed), for the queue-depth metric.
     pub fn depth(&self) -> usize {
         let g = self.inner.lock();
@@ -233,6 +239,21 @@ mod tests {
         assert_eq!(q.depth(), 0, "held back while in flight");
         q.done(&k, Outcome::Done);
         assert_eq!(q.next().await, "a");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn scheduled_while_queued_delayed_or_in_flight() {
+        let q = q();
+        assert!(!q.scheduled(&"a"));
+        q.add("a");
+        assert!(q.scheduled(&"a"), "queued");
+        let k = q.next().await;
+        assert!(q.scheduled(&"a"), "in flight");
+        q.done(&k, Outcome::RequeueAfter(Duration::from_secs(60)));
+        assert!(q.scheduled(&"a"), "delayed");
+        assert_eq!(q.next().await, "a");
+        q.done(&"a", Outcome::Done);
+        assert!(!q.scheduled(&"a"), "done");
     }
 
     #[tokio::test(start_paused = true)]

@@ -37,19 +37,21 @@ pub fn rotate_at_ms(c: &Cred, ttl_ms: i64) -> i64 {
     c.expires_ms - margin
 }
 
-pub fn spawn_workers(ctx: &Arc<Ctx>) {
-    for _ in 0..WORKERS {
-        let ctx = ctx.clone();
-        tokio::spawn(async move {
-            loop {
-                let key = ctx.queue.next().await;
-                let outcome = handle(&ctx, &key).await;
-                if ctx.queue.done(&key, outcome).is_some() {
-                    ctx.metrics.work_retries.inc();
+pub fn spawn_workers(ctx: &Arc<Ctx>) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..WORKERS)
+        .map(|_| {
+            let ctx = ctx.clone();
+            tokio::spawn(async move {
+                loop {
+                    let key = ctx.queue.next().await;
+                    let outcome = handle(&ctx, &key).await;
+                    if ctx.queue.done(&key, outcome).is_some() {
+                        ctx.metrics.work_retries.inc();
+                    }
                 }
-            }
-        });
-    }
+            })
+        })
+        .collect()
 }
 
 async fn handle(ctx: &Ctx, key: &WorkKey) -> Outcome {
