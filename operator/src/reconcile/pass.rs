@@ -39,6 +39,12 @@ const SETTLE: Duration = Duration::from_millis(5);
 /// replica reported), and the CP needs the result, not every step.
 const STATUS_DEBOUNCE: Duration = Duration::from_secs(1);
 
+/// Every node and agent is derived again from the registry at least this often, a slice per
+/// pass in proportion to the time since the last one. The registry records its changes for
+/// the pass, but the pass stays level-based (SPEC §3.4: a missed event breaks nothing): a
+/// change that was never recorded is healed within this period.
+pub const RESYNC: Duration = Duration::from_secs(300);
+
 /// Revoke delay for a PAT whose agent left the active list entirely.
 pub const VANISHED_DRAIN: Duration = Duration::from_secs(30);
 
@@ -143,6 +149,10 @@ pub struct Memo {
     /// The nodes gauge by (status, health), and what each node counts as; kept by delta.
     node_gauge: HashMap<(&'static str, &'static str), i64>,
     node_counted: HashMap<Id, (&'static str, &'static str)>,
+    /// Where the rolling resync continues, and when the last pass ran (ms).
+    resync_nodes: usize,
+    resync_agents: usize,
+    last_pass_ms: i64,
     /// The placements gauge by (status, reason): replicas and items, kept by delta.
     placement_gauge: HashMap<(&'static str, String), (i64, i64)>,
 }
@@ -171,10 +181,16 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
 
     // What changed since the last pass; then read what it touched. No lock is held past
     // these blocks.
-    let changes = std::mem::take(&mut ctx.store.state.write().changes);
+    let mut changes = std::mem::take(&mut ctx.store.state.write().changes);
     let mut flips: Vec<Id> = Vec::new();
+    // The resync slices: the share of nodes and agents re-derived by this pass.
+    let elapsed = if full { 0 } else { (now - memo.last_pass_ms).max(0) };
+    let slice = |len: usize| ((len as i64 * elapsed / RESYNC.as_millis() as i64) as usize + 1).min(len);
     let (agents, previous, next_offline) = {
         let st = ctx.store.state.read();
+        if !full {
+            resync_nodes(&st, memo, slice(memo.facts.len()), &mut changes);
+        }
         if full {
             // Online starts false so that every online node counts as a flip below.
             memo.facts = st.nodes.values().map(|n| facts_of(n, false)).collect();
@@ -274,6 +290,14 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
             }
         }
         old_agents = Some(old);
+    }
+    if !full && !agents.is_empty() {
+        // The agents' share of the resync: their desired states, statuses, items and
+        // identity are derived again (what did not change is compared and left alone).
+        for _ in 0..slice(agents.len()) {
+            memo.resync_agents = (memo.resync_agents + 1) % agents.len();
+            changed_agents.insert(agents[memo.resync_agents].key.as_str().into());
+        }
     }
     phases.mark("snapshot");
 
@@ -517,12 +541,16 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
         set.extend(touched_agents);
         set.into_iter().collect()
     };
-    let views_changed = !view_agents.is_empty();
+    let mut views_changed = full;
     if full {
         memo.placement_gauge.clear();
     }
     for key in view_agents {
         let items = memo.agent(&key).map(|a| agent_views(a, &outcome)).unwrap_or_default();
+        if !full && memo.views.get(&key) == items.as_slice() {
+            continue;
+        }
+        views_changed = true;
         count_views(&mut memo.placement_gauge, memo.views.get(&key), -1);
         count_views(&mut memo.placement_gauge, &items, 1);
         memo.views.set(key, items);
@@ -619,10 +647,35 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
         set_placement_gauges(ctx, &memo.placement_gauge);
     }
     memo.primed = true;
+    memo.last_pass_ms = now;
     drop(old_agents);
     phases.mark("publish");
     phases.log(full);
     Ok(next_offline)
+}
+
+/// The nodes' share of the resync: `count` nodes from where the last pass stopped are read
+/// again from the registry. Facts or credentials that differ from the memo are added to
+/// `changes` as if recorded; each node also gets its liveness, statuses and gauge checked.
+fn resync_nodes(st: &crate::store::State, memo: &mut Memo, count: usize, changes: &mut crate::store::Changes) {
+    for _ in 0..count {
+        memo.resync_nodes = (memo.resync_nodes + 1) % memo.facts.len();
+        let f = &memo.facts[memo.resync_nodes];
+        let Some(n) = st.nodes.get(&f.id) else { continue };
+        if facts_of(n, f.online) != *f {
+            changes.facts.insert(f.id.clone());
+        }
+        changes.seen.insert(f.id.clone());
+        changes.reports.insert(f.id.clone());
+        let node = f.id.clone();
+        for agent in memo.per_node.get(&node).into_iter().flat_map(|m| m.keys()) {
+            let pair = (agent.clone(), node.clone());
+            let live = st.active.get(&pair).and_then(|id| st.creds.get(id));
+            if live.map(|c| &c.id) != memo.creds.get(&pair).map(|c| &c.id) {
+                changes.creds.insert(pair);
+            }
+        }
+    }
 }
 
 /// How a status looks up a node (name, online) and whether a pair has its PAT.
@@ -782,5 +835,68 @@ impl Phases {
                 self.marks.iter().map(|(p, d)| format!("{p} {:.1}ms", d.as_secs_f64() * 1e3)).collect();
             tracing::debug!(total_ms = self.start.elapsed().as_secs_f64() * 1e3, full, phases = %parts.join(", "), "pass timing");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{NodeInfo, State};
+
+    fn node(id: &str, labels: &[&str]) -> NodeRec {
+        NodeRec {
+            id: id.into(),
+            name: id.into(),
+            token_hash: [0; 32],
+            public_key: [0; 32],
+            joined_ms: 0,
+            last_seen_ms: 0,
+            info: NodeInfo { labels: labels.iter().map(|l| l.to_string()).collect(), ..Default::default() },
+            allow: BTreeMap::new(),
+        }
+    }
+
+    fn cred(id: &str, agent: &str, node: &str) -> Arc<Cred> {
+        Arc::new(Cred {
+            id: id.into(),
+            agent: agent.into(),
+            node: node.into(),
+            n: 0,
+            principal_id: "p".into(),
+            ciphertext: "c".into(),
+            expires_ms: 0,
+            issued_ms: 0,
+            revoke_ms: None,
+        })
+    }
+
+    /// What the registry says but the memo missed (no change was recorded) is found by the
+    /// resync, and the sweep goes round every node.
+    #[test]
+    fn the_resync_finds_unrecorded_changes_and_sweeps_every_node() {
+        let mut st = State::default();
+        let mut memo = Memo::default();
+        for id in ["n0", "n1", "n2"] {
+            let rec = node(id, &[]);
+            memo.fact_at.insert(id.into(), memo.facts.len());
+            memo.facts.push(facts_of(&rec, true));
+            st.nodes.insert(id.into(), rec);
+        }
+        // n1 gained a label behind the memo's back; a1's PAT on n2 was replaced.
+        st.nodes.get_mut("n1").unwrap().info.labels = vec!["gpu".into()];
+        memo.per_node.entry("n2".into()).or_default().insert("a1".into(), vec![0]);
+        let pair: (Id, Id) = ("a1".into(), "n2".into());
+        memo.creds.insert(pair.clone(), cred("old", "a1", "n2"));
+        st.creds.insert("new".into(), cred("new", "a1", "n2"));
+        st.active.insert(pair.clone(), "new".into());
+
+        let mut changes = crate::store::Changes::default();
+        resync_nodes(&st, &mut memo, 1, &mut changes);
+        assert_eq!(changes.seen.len(), 1, "one node per slice of one");
+        resync_nodes(&st, &mut memo, 2, &mut changes);
+        assert_eq!(changes.seen.len(), 3, "the sweep wraps round every node");
+        assert_eq!(changes.facts.iter().map(|i| &**i).collect::<Vec<_>>(), vec!["n1"]);
+        assert_eq!(changes.creds.iter().cloned().collect::<Vec<_>>(), vec![pair]);
+        assert_eq!(changes.reports.len(), 3, "statuses of every swept node's agents are checked");
     }
 }

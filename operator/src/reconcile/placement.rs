@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::Arc;
 
 /// What placement needs to know about one node.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct NodeFacts {
     pub id: Arc<str>,
     pub name: Arc<str>,
