@@ -291,12 +291,13 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
         }
         old_agents = Some(old);
     }
+    // The agents' share of the resync: what they take from the registry besides the list
+    // (reports and identities, so their statuses and identity work) is looked at again.
+    let mut resynced_agents: Vec<Id> = Vec::new();
     if !full && !agents.is_empty() {
-        // The agents' share of the resync: their desired states, statuses, items and
-        // identity are derived again (what did not change is compared and left alone).
         for _ in 0..slice(agents.len()) {
             memo.resync_agents = (memo.resync_agents + 1) % agents.len();
-            changed_agents.insert(agents[memo.resync_agents].key.as_str().into());
+            resynced_agents.push(agents[memo.resync_agents].key.as_str().into());
         }
     }
     phases.mark("snapshot");
@@ -371,7 +372,7 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
         if full {
             work.extend(agents.iter().filter(|a| needs_identity(a)).map(|a| WorkKey::Identity(a.key.as_str().into())));
         } else {
-            for key in &changed_agents {
+            for key in changed_agents.iter().chain(resynced_agents.iter()) {
                 if memo.agent(key).is_some_and(needs_identity) {
                     work.push(WorkKey::Identity(key.clone()));
                 }
@@ -505,6 +506,7 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
         agents.iter().map(|a| Id::from(a.key.as_str())).collect()
     } else {
         let mut set = changed_agents.clone();
+        set.extend(resynced_agents);
         set.extend(touched_agents.iter().cloned());
         set.extend(changes.identities.iter().cloned());
         set.extend(changes.creds.iter().map(|p| p.0.clone()));
@@ -638,7 +640,13 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
         memo.node_counted.clear();
         memo.facts.iter().map(|f| f.id.clone()).collect()
     } else {
-        flips.iter().chain(changes.reports.iter()).chain(changes.facts.iter()).cloned().collect()
+        flips
+            .iter()
+            .chain(changes.reports.iter())
+            .chain(changes.facts.iter())
+            .chain(changes.seen.iter())
+            .cloned()
+            .collect()
     };
     if !gauge_nodes.is_empty() {
         count_nodes(ctx, memo, gauge_nodes);
@@ -656,7 +664,8 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
 
 /// The nodes' share of the resync: `count` nodes from where the last pass stopped are read
 /// again from the registry. Facts or credentials that differ from the memo are added to
-/// `changes` as if recorded; each node also gets its liveness, statuses and gauge checked.
+/// `changes` as if recorded (so placement, desired states, PAT work and statuses follow);
+/// each node also gets its liveness and gauge checked.
 fn resync_nodes(st: &crate::store::State, memo: &mut Memo, count: usize, changes: &mut crate::store::Changes) {
     for _ in 0..count {
         memo.resync_nodes = (memo.resync_nodes + 1) % memo.facts.len();
@@ -666,7 +675,6 @@ fn resync_nodes(st: &crate::store::State, memo: &mut Memo, count: usize, changes
             changes.facts.insert(f.id.clone());
         }
         changes.seen.insert(f.id.clone());
-        changes.reports.insert(f.id.clone());
         let node = f.id.clone();
         for agent in memo.per_node.get(&node).into_iter().flat_map(|m| m.keys()) {
             let pair = (agent.clone(), node.clone());
@@ -897,6 +905,5 @@ mod tests {
         assert_eq!(changes.seen.len(), 3, "the sweep wraps round every node");
         assert_eq!(changes.facts.iter().map(|i| &**i).collect::<Vec<_>>(), vec!["n1"]);
         assert_eq!(changes.creds.iter().cloned().collect::<Vec<_>>(), vec![pair]);
-        assert_eq!(changes.reports.len(), 3, "statuses of every swept node's agents are checked");
     }
 }
