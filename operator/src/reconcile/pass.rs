@@ -557,7 +557,6 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
         count_views(&mut memo.placement_gauge, &items, 1);
         memo.views.set(key, items);
     }
-    let views = views_changed.then(|| Arc::new(memo.views.clone()));
 
     // Persist, then publish.
     ctx.store.db.apply_pass(&w).await?;
@@ -572,6 +571,11 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
         for (node, h) in new_hashes {
             st.desired_hashes.insert(node, h);
         }
+    }
+    // The nodes are woken first; copying the placement items (an `Arc` per agent) comes after.
+    let views = views_changed.then(|| Arc::new(memo.views.clone()));
+    {
+        let mut st = ctx.store.state.write();
         for (id, at) in retired {
             if let Some(c) = st.creds.get_mut(&id).map(Arc::make_mut) {
                 c.revoke_ms = Some(at);
