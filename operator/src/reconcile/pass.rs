@@ -188,9 +188,6 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
     let slice = |len: usize| ((len as i64 * elapsed / RESYNC.as_millis() as i64) as usize + 1).min(len);
     let (agents, previous, next_offline) = {
         let st = ctx.store.state.read();
-        if !full {
-            resync_nodes(&st, memo, slice(memo.facts.len()), &mut changes);
-        }
         if full {
             // Online starts false so that every online node counts as a flip below.
             memo.facts = st.nodes.values().map(|n| facts_of(n, false)).collect();
@@ -198,6 +195,7 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
             memo.creds =
                 st.active.iter().filter_map(|(pair, id)| st.creds.get(id).map(|c| (pair.clone(), c.clone()))).collect();
         } else {
+            resync_nodes(&st, memo, slice(memo.facts.len()), &mut changes);
             for id in &changes.facts {
                 let Some(n) = st.nodes.get(id) else { continue };
                 match memo.fact_at.get(id) {
@@ -580,9 +578,7 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
             if let Some(c) = st.creds.get_mut(&id).map(Arc::make_mut) {
                 c.revoke_ms = Some(at);
                 let pair = (c.agent.clone(), c.node.clone());
-                if st.active.get(&pair) == Some(&id) {
-                    st.active.remove(&pair);
-                }
+                st.unset_active(pair, &id);
             }
             ctx.queue.add_after(WorkKey::Revoke(id), Duration::from_millis((at - now).max(0) as u64));
         }

@@ -64,25 +64,14 @@ async fn handle(ctx: &Ctx, key: &WorkKey) -> Outcome {
 }
 
 fn note_error(ctx: &Ctx, agent: &Id, msg: String) {
-    let changed = {
-        let mut st = ctx.store.state.write();
-        let changed = st.identity_errors.insert(agent.clone(), msg.clone()) != Some(msg.clone());
-        if changed {
-            st.changes.identities.insert(agent.clone());
-        }
-        changed
-    };
-    if changed {
+    if ctx.store.state.write().set_identity_error(agent, Some(msg.clone())) {
         tracing::warn!(agent = %agent, error = %msg, "identity not ready; retrying with backoff");
         ctx.kick();
     }
 }
 
 fn clear_error(ctx: &Ctx, agent: &Id) {
-    let mut st = ctx.store.state.write();
-    if st.identity_errors.remove(agent).is_some() {
-        st.changes.identities.insert(agent.clone());
-    }
+    ctx.store.state.write().set_identity_error(agent, None);
 }
 
 async fn identity(ctx: &Ctx, agent: &Id) -> Outcome {
@@ -104,10 +93,7 @@ async fn identity(ctx: &Ctx, agent: &Id) -> Outcome {
                     tracing::error!(agent = %agent, error = %e, "cannot store principal");
                     return Outcome::Failed;
                 }
-                let mut st = ctx.store.state.write();
-                st.identities.insert(agent.clone(), IdentityRec { principal_id: id.clone(), bound: false });
-                st.changes.identities.insert(agent.clone());
-                drop(st);
+                ctx.store.state.write().set_identity(agent, IdentityRec { principal_id: id.clone(), bound: false });
                 tracing::info!(agent = %agent, principal = %id, "IAM principal ready");
                 id
             }
@@ -125,10 +111,7 @@ async fn identity(ctx: &Ctx, agent: &Id) -> Outcome {
                 tracing::error!(agent = %agent, error = %e, "cannot store identity binding");
                 return Outcome::Failed;
             }
-            let mut st = ctx.store.state.write();
-            st.identities.insert(agent.clone(), IdentityRec { principal_id: principal, bound: true });
-            st.changes.identities.insert(agent.clone());
-            drop(st);
+            ctx.store.state.write().set_identity(agent, IdentityRec { principal_id: principal, bound: true });
             clear_error(ctx, agent);
             tracing::info!(agent = %agent, "identity bound in the CP");
             ctx.kick();
@@ -246,8 +229,7 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
             }
         }
         st.creds.insert(cred.id.clone(), Arc::new(cred.clone()));
-        st.active.insert((agent.clone(), node.clone()), cred.id.clone());
-        st.changes.creds.insert((agent.clone(), node.clone()));
+        st.set_active((agent.clone(), node.clone()), cred.id.clone());
         st.pairs.insert((agent.clone(), node.clone()), PairRec { next_n: n + 1, pending_n: None });
     }
     if let Some((old, _)) = retire {
@@ -299,11 +281,7 @@ async fn revoke(ctx: &Ctx, id: &str) -> Outcome {
     {
         let mut st = ctx.store.state.write();
         st.creds.remove(&c.id);
-        let pair = (c.agent.clone(), c.node.clone());
-        if st.active.get(&pair).map(String::as_str) == Some(c.id.as_str()) {
-            st.active.remove(&pair);
-            st.changes.creds.insert(pair);
-        }
+        st.unset_active((c.agent.clone(), c.node.clone()), &c.id);
     }
     ctx.metrics.pat("revoked");
     tracing::info!(agent = %c.agent, credential = %c.id, "PAT revoked");

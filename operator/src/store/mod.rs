@@ -239,6 +239,41 @@ impl State {
     }
 }
 
+/// Writers of identities and live credentials after start go through these, so every
+/// change is recorded for the pass in the critical section that makes it.
+impl State {
+    pub fn set_identity(&mut self, agent: &Id, rec: IdentityRec) {
+        self.identities.insert(agent.clone(), rec);
+        self.changes.identities.insert(agent.clone());
+    }
+
+    /// Sets (`Some`) or clears (`None`) an agent's identity error; returns whether it changed.
+    pub fn set_identity_error(&mut self, agent: &Id, error: Option<String>) -> bool {
+        let changed = match error {
+            Some(e) => self.identity_errors.insert(agent.clone(), e.clone()).as_ref() != Some(&e),
+            None => self.identity_errors.remove(agent).is_some(),
+        };
+        if changed {
+            self.changes.identities.insert(agent.clone());
+        }
+        changed
+    }
+
+    /// Makes credential `id` the live one of `pair`.
+    pub fn set_active(&mut self, pair: (Id, Id), id: String) {
+        self.active.insert(pair.clone(), id);
+        self.changes.creds.insert(pair);
+    }
+
+    /// `pair` has no live credential any more if it was `id`.
+    pub fn unset_active(&mut self, pair: (Id, Id), id: &str) {
+        if self.active.get(&pair).map(String::as_str) == Some(id) {
+            self.active.remove(&pair);
+            self.changes.creds.insert(pair);
+        }
+    }
+}
+
 /// Whether two agent lists hold the same keys in the same order.
 pub fn same_keys(a: &[Agent], b: &[Agent]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.key == y.key)
