@@ -80,14 +80,25 @@ async fn list_agents(
         st.version_served_at.entry(v).or_insert_with(std::time::Instant::now);
     }
     let start = cursor.unwrap_or(0);
-    let items: Vec<Value> = st.agents.values().skip(start).take(st.page_size).cloned().collect();
+    // Serialised from the stored items under the lock, without copying them: the simulator
+    // lists 20,000 agents and shares its cores with the controller it measures.
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Page<'a> {
+        items: Vec<&'a serde_json::value::RawValue>,
+        next_cursor: Option<String>,
+    }
+    let items: Vec<&serde_json::value::RawValue> =
+        st.agents_json.values().skip(start).take(st.page_size).map(|r| &**r).collect();
     let next = start + items.len();
     let next_cursor = if next < st.agents.len() { Some(next.to_string()) } else { None };
-    if next_cursor.is_none() {
+    let last = next_cursor.is_none();
+    let body = serde_json::to_vec(&Page { items, next_cursor }).unwrap_or_default();
+    if last {
         let v = st.version;
         st.version_listed_at.entry(v).or_insert_with(std::time::Instant::now);
     }
-    ([("etag", etag)], Json(json!({"items": items, "nextCursor": next_cursor}))).into_response()
+    ([("etag", etag), ("content-type", "application/json".to_string())], body).into_response()
 }
 
 async fn put_identity(

@@ -41,6 +41,9 @@ pub struct PatRecord {
 
 pub struct DevState {
     pub agents: BTreeMap<String, serde_json::Value>,
+    /// Each agent as served, kept beside `agents` by the methods that change it: pages are
+    /// copied from here instead of serialising 20,000 agents per list read.
+    pub agents_json: BTreeMap<String, Box<serde_json::value::RawValue>>,
     /// Bumped on every agent change; the list's ETag.
     pub version: u64,
     /// When a list version was first served (first page, 200): the earliest moment the
@@ -82,6 +85,7 @@ impl DevState {
         audience_scopes.insert("notification-service".to_string(), s(&["notifications:send"]));
         DevState {
             agents: BTreeMap::new(),
+            agents_json: BTreeMap::new(),
             version: 1,
             version_served_at: HashMap::new(),
             version_listed_at: HashMap::new(),
@@ -111,6 +115,7 @@ impl DevState {
 
     pub fn put_agent(&mut self, agent: serde_json::Value) {
         let key = agent.get("key").and_then(|k| k.as_str()).unwrap_or("").to_string();
+        self.agents_json.insert(key.clone(), to_raw(&agent));
         self.agents.insert(key, agent);
         self.version += 1;
     }
@@ -119,6 +124,8 @@ impl DevState {
         match self.agents.get_mut(key) {
             Some(a) => {
                 f(a);
+                let raw = to_raw(a);
+                self.agents_json.insert(key.to_string(), raw);
                 self.version += 1;
                 true
             }
@@ -127,6 +134,7 @@ impl DevState {
     }
 
     pub fn remove_agent(&mut self, key: &str) -> bool {
+        self.agents_json.remove(key);
         let gone = self.agents.remove(key).is_some();
         if gone {
             self.version += 1;
@@ -165,4 +173,8 @@ pub fn agents_from_yaml(text: &str) -> Result<Vec<serde_json::Value>, String> {
         serde_json::Value::Array(items) => Ok(items),
         _ => Err("the agents file must hold a YAML list of agents".into()),
     }
+}
+
+fn to_raw(v: &serde_json::Value) -> Box<serde_json::value::RawValue> {
+    serde_json::value::to_raw_value(v).expect("a Value serialises")
 }

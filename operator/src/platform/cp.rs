@@ -2,11 +2,12 @@
 //! and status writes.
 
 use super::token::TokenSource;
-use super::{short_body, PlatformError};
+use super::{short_body, short_text, PlatformError};
 use crate::model::{parse_agents, Agent, SkippedAgent};
 use crate::reconcile::status::StatusBody;
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use std::sync::Arc;
 
 const SERVICE: &str = "CP";
@@ -25,12 +26,21 @@ pub enum AgentsFetch {
     List { agents: Vec<Agent>, skipped: Vec<SkippedAgent>, etag: Option<String> },
 }
 
+/// One page as read off the wire: the items stay raw JSON until they are parsed into agents,
+/// which happens while the next page is being fetched.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Page {
-    items: Vec<serde_json::Value>,
+    items: Vec<Box<RawValue>>,
     #[serde(default)]
     next_cursor: Option<String>,
+}
+
+/// A fetched page: the answer's status, its `ETag` and its body.
+struct Fetched {
+    status: StatusCode,
+    etag: Option<String>,
+    body: Result<axum::body::Bytes, PlatformError>,
 }
 
 #[derive(Serialize)]
@@ -55,62 +65,93 @@ impl CpClient {
     }
 
     /// Reads every page of active agents; `If-None-Match` goes with the first page only.
+    ///
+    /// Pages are pipelined: as soon as a page's `nextCursor` is known the next request is on
+    /// its way, and the page's items are parsed while the CP answers it.
     pub async fn list_agents(&self, etag: Option<&str>) -> Result<AgentsFetch, PlatformError> {
         let token = self.bearer().await?;
         let mut agents = Vec::new();
         let mut skipped = Vec::new();
-        let mut cursor: Option<String> = None;
         let mut first_etag = None;
         let started = std::time::Instant::now();
+        let mut next = tokio::spawn(self.fetch_page(&token, None, etag));
         for page_no in 0..MAX_PAGES {
-            let mut req = self.http.get(format!("{}/api/v1/agents", self.base)).bearer_auth(&token);
-            let mut query = vec![("status", "active".to_string())];
-            if let Some(c) = &cursor {
-                query.push(("cursor", c.clone()));
-            }
-            req = req.query(&query);
-            if page_no == 0 {
-                if let Some(e) = etag {
-                    req = req.header(reqwest::header::IF_NONE_MATCH, e);
-                }
-            }
-            let resp = req.send().await.map_err(unreachable)?;
-            if page_no == 0 && resp.status() == StatusCode::NOT_MODIFIED {
+            let fetched = (&mut next)
+                .await
+                .map_err(|e| PlatformError::Unreachable { service: SERVICE, detail: e.to_string() })?;
+            if page_no == 0 && fetched.status == StatusCode::NOT_MODIFIED {
                 return Ok(AgentsFetch::NotModified);
             }
-            if resp.status() == StatusCode::UNAUTHORIZED {
+            if fetched.status == StatusCode::UNAUTHORIZED {
                 self.tokens.forget(AUDIENCE);
             }
-            if !resp.status().is_success() {
-                let status = resp.status().as_u16();
-                return Err(PlatformError::Status { service: SERVICE, status, body: short_body(resp).await });
+            let body = fetched.body?;
+            if !fetched.status.is_success() {
+                let body = short_text(&String::from_utf8_lossy(&body));
+                return Err(PlatformError::Status { service: SERVICE, status: fetched.status.as_u16(), body });
             }
             if page_no == 0 {
-                first_etag =
-                    resp.headers().get(reqwest::header::ETAG).and_then(|v| v.to_str().ok()).map(str::to_string);
+                first_etag = fetched.etag;
             }
-            let page: Page =
-                resp.json().await.map_err(|e| PlatformError::Invalid { service: SERVICE, detail: e.to_string() })?;
-            let (good, bad) = parse_agents(page.items);
+            let page: Page = serde_json::from_slice(&body)
+                .map_err(|e| PlatformError::Invalid { service: SERVICE, detail: e.to_string() })?;
+            let last = match page.next_cursor {
+                Some(c) if !c.is_empty() => {
+                    next = tokio::spawn(self.fetch_page(&token, Some(c), None));
+                    false
+                }
+                _ => true,
+            };
+            let (good, bad) = parse_agents(&page.items);
             agents.extend(good);
             skipped.extend(bad);
-            match page.next_cursor {
-                Some(c) if !c.is_empty() => cursor = Some(c),
-                _ => {
-                    // Duplicate keys across pages would make two agents of one name: keep the first.
-                    let mut seen = std::collections::HashSet::new();
-                    agents.retain(|a: &Agent| seen.insert(a.key.clone()));
-                    tracing::debug!(
-                        pages = page_no + 1,
-                        agents = agents.len(),
-                        elapsed_ms = started.elapsed().as_millis() as u64,
-                        "agent list read"
-                    );
-                    return Ok(AgentsFetch::List { agents, skipped, etag: first_etag });
-                }
+            if last {
+                // Duplicate keys across pages would make two agents of one name: keep the first.
+                let mut seen = std::collections::HashSet::with_capacity(agents.len());
+                agents.retain(|a: &Agent| seen.insert(a.key.clone()));
+                tracing::debug!(
+                    pages = page_no + 1,
+                    agents = agents.len(),
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "agent list read"
+                );
+                return Ok(AgentsFetch::List { agents, skipped, etag: first_etag });
             }
         }
+        next.abort();
         Err(PlatformError::Invalid { service: SERVICE, detail: format!("more than {MAX_PAGES} pages of agents") })
+    }
+
+    /// The request for one page, as a task of its own so that it runs while the caller parses
+    /// the page before it.
+    fn fetch_page(
+        &self,
+        token: &str,
+        cursor: Option<String>,
+        etag: Option<&str>,
+    ) -> impl std::future::Future<Output = Fetched> + Send + 'static {
+        let mut query = vec![("status", "active".to_string())];
+        if let Some(c) = cursor {
+            query.push(("cursor", c));
+        }
+        let mut req = self.http.get(format!("{}/api/v1/agents", self.base)).bearer_auth(token).query(&query);
+        if let Some(e) = etag {
+            req = req.header(reqwest::header::IF_NONE_MATCH, e);
+        }
+        async move {
+            let resp = match req.send().await {
+                Ok(r) => r,
+                Err(e) => return Fetched { status: StatusCode::BAD_GATEWAY, etag: None, body: Err(unreachable(e)) },
+            };
+            let status = resp.status();
+            let etag = resp.headers().get(reqwest::header::ETAG).and_then(|v| v.to_str().ok()).map(str::to_string);
+            let body = if status == StatusCode::NOT_MODIFIED {
+                Ok(axum::body::Bytes::new())
+            } else {
+                resp.bytes().await.map_err(unreachable)
+            };
+            Fetched { status, etag, body }
+        }
     }
 
     async fn put(&self, path: String, body: &impl Serialize) -> Result<(), PlatformError> {

@@ -44,7 +44,11 @@ pub fn http_client() -> reqwest::Client {
 
 /// Reads a body cut to a length safe to log: error bodies from peers are not trusted.
 pub(crate) async fn short_body(resp: reqwest::Response) -> String {
-    let text = resp.text().await.unwrap_or_default();
+    short_text(&resp.text().await.unwrap_or_default())
+}
+
+/// The start of an error body, for a message.
+pub(crate) fn short_text(text: &str) -> String {
     let mut s: String = text.chars().take(300).collect();
     if s.len() < text.len() {
         s.push('…');

@@ -74,13 +74,13 @@ pub fn ceiling(agent: &Agent, token_audiences: &[String], token_scopes: &[String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::parse_agents;
+    use crate::model::{parse_agents, raw_items};
     use serde_json::json;
 
     fn agent(iam: serde_json::Value, skills: &[&str]) -> Agent {
-        let (mut a, bad) = parse_agents(vec![json!({"key": "a", "revision": 1, "state": "running",
+        let (mut a, bad) = parse_agents(&raw_items(vec![json!({"key": "a", "revision": 1, "state": "running",
             "identity": {"kind": "agent", "iam": iam}, "executor": {"kind": "k"},
-            "skills": {"audiences": skills}})]);
+            "skills": {"audiences": skills}})]));
         assert!(bad.is_empty());
         a.remove(0)
     }
