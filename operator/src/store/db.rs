@@ -1,8 +1,10 @@
 //! The durable copy under the registry: SQLite through sqlx, WAL, written through on every
 //! change and read once at start. Nothing here is on a read path.
 
+use super::writer::{self, Op, Writer};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
+use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -19,6 +21,8 @@ pub enum DbError {
 #[derive(Clone)]
 pub struct Db {
     pool: SqlitePool,
+    /// Group commit for the workers' writes (see `writer`).
+    writer: Writer,
 }
 
 /// A node row as stored.
@@ -93,7 +97,18 @@ impl Db {
         // work, although SQLite still takes one writer at a time.
         let pool = SqlitePoolOptions::new().max_connections(4).connect_with(opts).await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Db { pool })
+        let writer = Writer::spawn(pool.clone());
+        Ok(Db { pool, writer })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    #[cfg(test)]
+    pub(crate) fn writer(&self) -> &Writer {
+        &self.writer
     }
 
     pub async fn insert_join_key(&self, hash: &[u8], expires_ms: i64, note: &str, now_ms: i64) -> Result<(), DbError> {
@@ -147,135 +162,108 @@ impl Db {
         Ok(JoinOutcome::Joined)
     }
 
-    /// Writes reported node state (a batch, from the report flusher).
+    /// Writes reported node state (a batch, from the report flusher); a node listed twice
+    /// takes its last row.
     pub async fn update_nodes(&self, rows: &[(String, i64, String)]) -> Result<(), DbError> {
+        let last: BTreeMap<&str, (i64, &str)> =
+            rows.iter().map(|(id, seen, info)| (id.as_str(), (*seen, info.as_str()))).collect();
+        let last: Vec<_> = last.into_iter().collect();
         let mut tx = self.pool.begin().await?;
-        for (id, last_seen, info) in rows {
-            sqlx::query("UPDATE nodes SET last_seen_ms = ?, info = ? WHERE id = ?")
-                .bind(last_seen)
-                .bind(info)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-        }
+        writer::rows(
+            &mut tx,
+            "UPDATE nodes SET last_seen_ms = v.column2, info = v.column3 FROM (",
+            ") AS v WHERE nodes.id = v.column1",
+            3,
+            &last,
+            |b, (id, (seen, info))| {
+                b.push_bind(*id).push_bind(*seen).push_bind(*info);
+            },
+        )
+        .await?;
         tx.commit().await?;
         Ok(())
     }
 
-    /// Applies one pass's changes in a single transaction.
+    /// Applies one pass's changes in a single transaction, as multi-row statements (placing a
+    /// joining fleet binds 100,000 replicas at once). Within each list the last entry for a
+    /// row wins, as if they were applied one by one.
     pub async fn apply_pass(&self, w: &PassWrite) -> Result<(), DbError> {
         if w.is_empty() {
             return Ok(());
         }
         let mut tx = self.pool.begin().await?;
-        for (agent, replica) in &w.unbind {
-            sqlx::query("DELETE FROM placements WHERE agent_key = ? AND replica = ?")
-                .bind(agent)
-                .bind(*replica as i64)
-                .execute(&mut *tx)
-                .await?;
-        }
-        for (agent, replica, node) in &w.bind {
-            sqlx::query("INSERT INTO placements (agent_key, replica, node_id) VALUES (?, ?, ?) ON CONFLICT (agent_key, replica) DO UPDATE SET node_id = excluded.node_id")
-                .bind(agent)
-                .bind(*replica as i64)
-                .bind(node)
-                .execute(&mut *tx)
-                .await?;
-        }
-        for (node, generation, agents) in &w.desired {
-            sqlx::query("INSERT INTO desired (node_id, generation, agents) VALUES (?, ?, ?) ON CONFLICT (node_id) DO UPDATE SET generation = excluded.generation, agents = excluded.agents")
-                .bind(node)
-                .bind(*generation as i64)
-                .bind(agents)
-                .execute(&mut *tx)
-                .await?;
-        }
-        for (id, revoke_ms) in &w.retire {
-            sqlx::query("UPDATE credentials SET revoke_ms = ? WHERE id = ?")
-                .bind(revoke_ms)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-        }
-        for (k, v) in &w.kv {
-            sqlx::query(
-                "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            )
-            .bind(k)
-            .bind(v)
-            .execute(&mut *tx)
-            .await?;
-        }
+        writer::rows(
+            &mut tx,
+            "DELETE FROM placements WHERE (agent_key, replica) IN (SELECT column1, column2 FROM (",
+            "))",
+            2,
+            &w.unbind,
+            |b, (agent, replica)| {
+                b.push_bind(agent).push_bind(*replica as i64);
+            },
+        )
+        .await?;
+        writer::rows(
+            &mut tx,
+            "INSERT INTO placements (agent_key, replica, node_id) ",
+            " ON CONFLICT (agent_key, replica) DO UPDATE SET node_id = excluded.node_id",
+            3,
+            &w.bind,
+            |b, (agent, replica, node)| {
+                b.push_bind(agent).push_bind(*replica as i64).push_bind(node);
+            },
+        )
+        .await?;
+        writer::rows(
+            &mut tx,
+            "INSERT INTO desired (node_id, generation, agents) ",
+            " ON CONFLICT (node_id) DO UPDATE SET generation = excluded.generation, agents = excluded.agents",
+            3,
+            &w.desired,
+            |b, (node, generation, agents)| {
+                b.push_bind(node).push_bind(*generation as i64).push_bind(agents);
+            },
+        )
+        .await?;
+        let retire: BTreeMap<&str, i64> = w.retire.iter().map(|(id, at)| (id.as_str(), *at)).collect();
+        let retire: Vec<_> = retire.iter().collect();
+        writer::retire_credentials(&mut tx, &retire).await?;
+        writer::rows(
+            &mut tx,
+            "INSERT INTO kv (key, value) ",
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            2,
+            &w.kv,
+            |b, (k, v)| {
+                b.push_bind(k).push_bind(v);
+            },
+        )
+        .await?;
         tx.commit().await?;
         Ok(())
     }
 
     pub async fn put_identity(&self, agent: &str, principal: &str, bound: bool) -> Result<(), DbError> {
-        sqlx::query("INSERT INTO identities (agent_key, principal_id, bound) VALUES (?, ?, ?) ON CONFLICT (agent_key) DO UPDATE SET principal_id = excluded.principal_id, bound = excluded.bound")
-            .bind(agent)
-            .bind(principal)
-            .bind(bound)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        self.writer.write(Op::Identity { agent: agent.into(), principal: principal.into(), bound }).await
     }
 
     pub async fn put_pair(&self, agent: &str, node: &str, next_n: i64, pending_n: Option<i64>) -> Result<(), DbError> {
-        sqlx::query("INSERT INTO pat_pairs (agent_key, node_id, next_n, pending_n) VALUES (?, ?, ?, ?) ON CONFLICT (agent_key, node_id) DO UPDATE SET next_n = excluded.next_n, pending_n = excluded.pending_n")
-            .bind(agent)
-            .bind(node)
-            .bind(next_n)
-            .bind(pending_n)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        self.writer.write(Op::Pair { agent: agent.into(), node: node.into(), next_n, pending_n }).await
     }
 
     /// Stores an issued credential, clears the pair's pending counter and retires the
     /// credential it replaces, atomically.
     pub async fn store_credential(&self, c: &CredRow, next_n: i64, retire: Option<(&str, i64)>) -> Result<(), DbError> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("INSERT INTO credentials (id, agent_key, node_id, n, principal_id, ciphertext, expires_ms, issued_ms, revoke_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL) ON CONFLICT (id) DO NOTHING")
-            .bind(&c.id)
-            .bind(&c.agent_key)
-            .bind(&c.node_id)
-            .bind(c.n)
-            .bind(&c.principal_id)
-            .bind(&c.ciphertext)
-            .bind(c.expires_ms)
-            .bind(c.issued_ms)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("UPDATE pat_pairs SET next_n = ?, pending_n = NULL WHERE agent_key = ? AND node_id = ?")
-            .bind(next_n)
-            .bind(&c.agent_key)
-            .bind(&c.node_id)
-            .execute(&mut *tx)
-            .await?;
-        if let Some((id, at)) = retire {
-            sqlx::query("UPDATE credentials SET revoke_ms = ? WHERE id = ?")
-                .bind(at)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(())
+        let retire = retire.map(|(id, at)| (id.to_string(), at));
+        self.writer.write(Op::Credential { row: c.clone(), next_n, retire }).await
     }
 
     pub async fn delete_credential(&self, id: &str) -> Result<(), DbError> {
-        sqlx::query("DELETE FROM credentials WHERE id = ?").bind(id).execute(&self.pool).await?;
-        Ok(())
+        self.writer.write(Op::DeleteCredential { id: id.into() }).await
     }
 
     pub async fn put_status(&self, agent: &str, body: &str) -> Result<(), DbError> {
-        sqlx::query("INSERT INTO statuses (agent_key, body) VALUES (?, ?) ON CONFLICT (agent_key) DO UPDATE SET body = excluded.body")
-            .bind(agent)
-            .bind(body)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        self.writer.write(Op::Status { agent: agent.into(), body: body.into() }).await
     }
 
     pub async fn load(&self) -> Result<Snapshot, DbError> {
@@ -369,5 +357,62 @@ impl PassWrite {
             && self.desired.is_empty()
             && self.retire.is_empty()
             && self.kv.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// More rows than one statement takes, rebinding and unbinding in one pass, and a node
+    /// reported twice in one flush.
+    #[tokio::test]
+    async fn pass_writes_span_statements_and_keep_their_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&format!("sqlite://{}", dir.path().join("p.db").display())).await.unwrap();
+        let mut w = PassWrite::default();
+        for i in 0..25_000u32 {
+            w.bind.push((format!("agent-{}", i / 5), i % 5, format!("node-{}", i % 7)));
+        }
+        db.apply_pass(&w).await.unwrap();
+        let w = PassWrite {
+            unbind: (0..5).map(|r| ("agent-0".to_string(), r)).collect(),
+            bind: vec![("agent-0".into(), 1, "node-x".into()), ("agent-1".into(), 0, "node-y".into())],
+            desired: vec![("node-1".into(), 2, "[]".into()), ("node-1".into(), 3, "[1]".into())],
+            retire: vec![],
+            kv: vec![("agents_etag".into(), "\"v1\"".into()), ("agents_etag".into(), "\"v2\"".into())],
+        };
+        db.apply_pass(&w).await.unwrap();
+        let s = db.load().await.unwrap();
+        assert_eq!(s.placements.len(), 25_000 - 4);
+        assert!(s.placements.contains(&("agent-0".into(), 1, "node-x".into())));
+        assert!(s.placements.contains(&("agent-1".into(), 0, "node-y".into())));
+        assert!(!s.placements.iter().any(|p| p.0 == "agent-0" && p.1 != 1));
+        assert_eq!(s.desired, vec![("node-1".to_string(), 3, "[1]".to_string())]);
+        assert_eq!(s.kv, vec![("agents_etag".to_string(), "\"v2\"".to_string())]);
+
+        let node = |id: &str, name: &str| NodeRow {
+            id: id.into(),
+            name: name.into(),
+            token_hash: name.as_bytes().to_vec(),
+            public_key: vec![0; 32],
+            joined_ms: 1,
+            last_seen_ms: 1,
+            info: "{}".into(),
+        };
+        db.insert_join_key(b"k1", i64::MAX, "", 0).await.unwrap();
+        db.insert_join_key(b"k2", i64::MAX, "", 0).await.unwrap();
+        assert!(matches!(db.join(b"k1", &node("n1", "one"), 1).await.unwrap(), JoinOutcome::Joined));
+        assert!(matches!(db.join(b"k2", &node("n2", "two"), 1).await.unwrap(), JoinOutcome::Joined));
+        db.update_nodes(&[
+            ("n1".into(), 5, "{\"a\":1}".into()),
+            ("n2".into(), 6, "{}".into()),
+            ("n1".into(), 7, "{\"a\":2}".into()),
+        ])
+        .await
+        .unwrap();
+        let s = db.load().await.unwrap();
+        let seen: Vec<_> = s.nodes.iter().map(|n| (n.id.as_str(), n.last_seen_ms, n.info.as_str())).collect();
+        assert!(seen.contains(&("n1", 7, "{\"a\":2}")) && seen.contains(&("n2", 6, "{}")), "{seen:?}");
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod db;
 pub mod hub;
+pub mod writer;
 
 use crate::clock;
 use crate::model::{Agent, AgentList};

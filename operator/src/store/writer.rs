@@ -1,0 +1,374 @@
+//! Group commit for the workers' small writes (PAT counters, credentials, identities,
+//! statuses, deletions).
+//!
+//! Every write used to be its own transaction, and with sqlx every statement is a hop to
+//! SQLite's worker thread and back: a PAT cost six hops (counter; begin, credential, counter,
+//! commit) and cold convergence issues 100,000 of them. The writer task takes whatever writes
+//! are waiting, folds them into one [`Batch`] and commits it as a handful of multi-row
+//! statements. A caller is answered only after the commit, so "stored before the call"
+//! stays true. A batch that fails is written again one item at a time, so one bad item
+//! fails only its own caller.
+
+use super::db::{CredRow, DbError};
+use sqlx::query_builder::Separated;
+use sqlx::{QueryBuilder, Sqlite, SqliteConnection, SqlitePool};
+use std::collections::BTreeMap;
+use tokio::sync::{mpsc, oneshot};
+
+/// Writes taken into one transaction at most.
+const MAX_BATCH: usize = 1024;
+/// Writes waiting at most; callers wait for room beyond it.
+const QUEUE: usize = 4096;
+/// Bound parameters per statement, under SQLite's limit of 32,766.
+const MAX_VARS: usize = 30_000;
+
+/// One write, as the worker asked for it.
+#[derive(Debug, Clone)]
+pub enum Op {
+    Identity {
+        agent: String,
+        principal: String,
+        bound: bool,
+    },
+    /// The PAT counter of (agent, node), written before the IAM call.
+    Pair {
+        agent: String,
+        node: String,
+        next_n: i64,
+        pending_n: Option<i64>,
+    },
+    /// An issued credential; clears its pair's pending counter and retires the one it replaces.
+    Credential {
+        row: CredRow,
+        next_n: i64,
+        retire: Option<(String, i64)>,
+    },
+    DeleteCredential {
+        id: String,
+    },
+    Status {
+        agent: String,
+        body: String,
+    },
+}
+
+type Request = (Op, oneshot::Sender<Result<(), DbError>>);
+
+/// The handle the store writes through; the task behind it ends when the last handle is gone.
+#[derive(Clone)]
+pub struct Writer {
+    tx: mpsc::Sender<Request>,
+}
+
+impl Writer {
+    pub fn spawn(pool: SqlitePool) -> Writer {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        tokio::spawn(run(pool, rx));
+        Writer { tx }
+    }
+
+    /// Writes `op` and returns once it is committed.
+    pub async fn write(&self, op: Op) -> Result<(), DbError> {
+        let stopped = || DbError::Other("the database writer has stopped".into());
+        let (ack, done) = oneshot::channel();
+        self.tx.send((op, ack)).await.map_err(|_| stopped())?;
+        done.await.map_err(|_| stopped())?
+    }
+}
+
+async fn run(pool: SqlitePool, mut rx: mpsc::Receiver<Request>) {
+    let mut requests = Vec::with_capacity(MAX_BATCH);
+    while rx.recv_many(&mut requests, MAX_BATCH).await > 0 {
+        let ops: Vec<&Op> = requests.iter().map(|(op, _)| op).collect();
+        let result = commit(&pool, &ops).await;
+        match result {
+            Ok(()) => {
+                for (_, ack) in requests.drain(..) {
+                    let _ = ack.send(Ok(()));
+                }
+            }
+            Err(e) if requests.len() == 1 => {
+                if let Some((_, ack)) = requests.pop() {
+                    let _ = ack.send(Err(e));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(writes = requests.len(), error = %e, "a group commit failed; writing its items one by one");
+                for (op, ack) in requests.drain(..) {
+                    let _ = ack.send(commit(&pool, &[&op]).await);
+                }
+            }
+        }
+    }
+}
+
+/// Writes `ops` in one transaction.
+pub async fn commit(pool: &SqlitePool, ops: &[&Op]) -> Result<(), DbError> {
+    let batch = Batch::fold(ops);
+    let mut tx = pool.begin().await?;
+    batch.write(&mut tx).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// What a run of writes comes to. Each table's writes are final values keyed by row (the
+/// last write of a row wins, as if they had run one after another), and are applied in an
+/// order that gives the same result as running them in sequence: a credential is inserted
+/// before it can be retired, and deletions come last (an id is never re-inserted).
+#[derive(Default)]
+struct Batch<'a> {
+    identities: BTreeMap<&'a str, (&'a str, bool)>,
+    pairs: BTreeMap<(&'a str, &'a str), (i64, Option<i64>)>,
+    credentials: Vec<&'a CredRow>,
+    retire: BTreeMap<&'a str, i64>,
+    delete: Vec<&'a str>,
+    statuses: BTreeMap<&'a str, &'a str>,
+}
+
+impl<'a> Batch<'a> {
+    fn fold(ops: &[&'a Op]) -> Batch<'a> {
+        let mut b = Batch::default();
+        for op in ops {
+            match op {
+                Op::Identity { agent, principal, bound } => {
+                    b.identities.insert(agent, (principal, *bound));
+                }
+                Op::Pair { agent, node, next_n, pending_n } => {
+                    b.pairs.insert((agent, node), (*next_n, *pending_n));
+                }
+                Op::Credential { row, next_n, retire } => {
+                    b.credentials.push(row);
+                    b.pairs.insert((&row.agent_key, &row.node_id), (*next_n, None));
+                    if let Some((id, at)) = retire {
+                        b.retire.insert(id, *at);
+                    }
+                }
+                Op::DeleteCredential { id } => b.delete.push(id),
+                Op::Status { agent, body } => {
+                    b.statuses.insert(agent, body);
+                }
+            }
+        }
+        b
+    }
+
+    async fn write(&self, c: &mut SqliteConnection) -> Result<(), sqlx::Error> {
+        let identities: Vec<_> = self.identities.iter().collect();
+        rows(
+            c,
+            "INSERT INTO identities (agent_key, principal_id, bound) ",
+            " ON CONFLICT (agent_key) DO UPDATE SET principal_id = excluded.principal_id, bound = excluded.bound",
+            3,
+            &identities,
+            |b, (agent, (principal, bound))| {
+                b.push_bind(**agent).push_bind(*principal).push_bind(*bound);
+            },
+        )
+        .await?;
+        let pairs: Vec<_> = self.pairs.iter().collect();
+        rows(
+            c,
+            "INSERT INTO pat_pairs (agent_key, node_id, next_n, pending_n) ",
+            " ON CONFLICT (agent_key, node_id) DO UPDATE SET next_n = excluded.next_n, pending_n = excluded.pending_n",
+            4,
+            &pairs,
+            |b, ((agent, node), (next_n, pending_n))| {
+                b.push_bind(*agent).push_bind(*node).push_bind(*next_n).push_bind(*pending_n);
+            },
+        )
+        .await?;
+        rows(
+            c,
+            "INSERT INTO credentials (id, agent_key, node_id, n, principal_id, ciphertext, expires_ms, issued_ms, revoke_ms) ",
+            " ON CONFLICT (id) DO NOTHING",
+            9,
+            &self.credentials,
+            |b, r| {
+                b.push_bind(&r.id)
+                    .push_bind(&r.agent_key)
+                    .push_bind(&r.node_id)
+                    .push_bind(r.n)
+                    .push_bind(&r.principal_id)
+                    .push_bind(&r.ciphertext)
+                    .push_bind(r.expires_ms)
+                    .push_bind(r.issued_ms)
+                    .push_bind(None::<i64>);
+            },
+        )
+        .await?;
+        let retire: Vec<_> = self.retire.iter().collect();
+        retire_credentials(c, &retire).await?;
+        rows(c, "DELETE FROM credentials WHERE id IN (SELECT column1 FROM (", "))", 1, &self.delete, |b, id| {
+            b.push_bind(*id);
+        })
+        .await?;
+        let statuses: Vec<_> = self.statuses.iter().collect();
+        rows(
+            c,
+            "INSERT INTO statuses (agent_key, body) ",
+            " ON CONFLICT (agent_key) DO UPDATE SET body = excluded.body",
+            2,
+            &statuses,
+            |b, (agent, body)| {
+                b.push_bind(**agent).push_bind(**body);
+            },
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+/// Sets `revoke_ms` of each credential id (ids are distinct).
+pub async fn retire_credentials(c: &mut SqliteConnection, retire: &[(&&str, &i64)]) -> Result<(), sqlx::Error> {
+    rows(
+        c,
+        "UPDATE credentials SET revoke_ms = v.column2 FROM (",
+        ") AS v WHERE credentials.id = v.column1",
+        2,
+        retire,
+        |b, (id, at)| {
+            b.push_bind(**id).push_bind(**at);
+        },
+    )
+    .await
+}
+
+/// Runs `head VALUES (...), (...) tail` over `items`, as many rows per statement as SQLite
+/// takes parameters for. Nothing is run for no items.
+pub async fn rows<'q, T>(
+    c: &mut SqliteConnection,
+    head: &str,
+    tail: &str,
+    cols: usize,
+    items: &'q [T],
+    mut bind: impl FnMut(&mut Separated<'_, 'q, Sqlite, &'static str>, &'q T),
+) -> Result<(), sqlx::Error> {
+    for chunk in items.chunks((MAX_VARS / cols).max(1)) {
+        let mut qb = QueryBuilder::<Sqlite>::new(head);
+        qb.push_values(chunk, |mut b, item| bind(&mut b, item));
+        qb.push(tail);
+        qb.build().execute(&mut *c).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::db::{Db, Snapshot};
+
+    async fn db(dir: &tempfile::TempDir, name: &str) -> Db {
+        Db::open(&format!("sqlite://{}", dir.path().join(name).display())).await.unwrap()
+    }
+
+    /// A snapshot in a fixed order, for comparing two stores.
+    fn sorted(mut s: Snapshot) -> String {
+        s.identities.sort();
+        s.pairs.sort();
+        s.credentials.sort_by(|a, b| a.id.cmp(&b.id));
+        s.statuses.sort();
+        format!("{:?} {:?} {:?} {:?}", s.identities, s.pairs, s.credentials, s.statuses)
+    }
+
+    fn cred(id: &str, n: i64) -> CredRow {
+        CredRow {
+            id: id.into(),
+            agent_key: "coder".into(),
+            node_id: "n1".into(),
+            n,
+            principal_id: "p1".into(),
+            ciphertext: format!("sealed-{id}"),
+            expires_ms: 1000 + n,
+            issued_ms: 10 + n,
+            revoke_ms: None,
+        }
+    }
+
+    /// A history that touches the same rows several times, in an order where folding it
+    /// wrongly would show: a counter set after a credential cleared it, a credential retired
+    /// in the batch that inserted it, one deleted, statuses and identities overwritten.
+    fn history() -> Vec<Op> {
+        let pair = |next_n, pending_n| Op::Pair { agent: "coder".into(), node: "n1".into(), next_n, pending_n };
+        vec![
+            Op::Identity { agent: "coder".into(), principal: "p1".into(), bound: false },
+            pair(1, Some(0)),
+            Op::Credential { row: cred("pat-0", 0), next_n: 1, retire: None },
+            Op::Status { agent: "coder".into(), body: "{\"phase\":\"pending\"}".into() },
+            Op::Identity { agent: "coder".into(), principal: "p1".into(), bound: true },
+            pair(2, Some(1)),
+            Op::Credential { row: cred("pat-1", 1), next_n: 2, retire: Some(("pat-0".into(), 5000)) },
+            pair(3, Some(2)),
+            Op::Credential { row: cred("pat-2", 2), next_n: 3, retire: Some(("pat-1".into(), 6000)) },
+            Op::DeleteCredential { id: "pat-0".into() },
+            Op::Status { agent: "coder".into(), body: "{\"phase\":\"running\"}".into() },
+            Op::Pair { agent: "other".into(), node: "n2".into(), next_n: 1, pending_n: Some(0) },
+            Op::Status { agent: "other".into(), body: "{}".into() },
+        ]
+    }
+
+    #[tokio::test]
+    async fn one_batch_stores_what_the_writes_store_one_by_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (one_by_one, batched) = (db(&dir, "a.db").await, db(&dir, "b.db").await);
+        let ops = history();
+        for op in &ops {
+            commit(one_by_one.pool(), &[op]).await.unwrap();
+        }
+        let refs: Vec<&Op> = ops.iter().collect();
+        commit(batched.pool(), &refs).await.unwrap();
+        let (a, b) = (one_by_one.load().await.unwrap(), batched.load().await.unwrap());
+        // The history ends with pat-0 deleted, pat-1 retired, pat-2 live, no counter pending.
+        assert_eq!(a.credentials.len(), 2, "{a:?}");
+        assert!(a.pairs.contains(&("coder".into(), "n1".into(), 3, None)), "{:?}", a.pairs);
+        assert_eq!(sorted(a), sorted(b));
+    }
+
+    #[tokio::test]
+    async fn concurrent_writers_are_all_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = db(&dir, "c.db").await;
+        let tasks: Vec<_> = (0..40)
+            .map(|t| {
+                let db = db.clone();
+                tokio::spawn(async move {
+                    for i in 0..25 {
+                        db.put_status(&format!("agent-{t}-{i}"), &format!("{{\"n\":{i}}}")).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let s = db.load().await.unwrap();
+        assert_eq!(s.statuses.len(), 1000);
+        assert!(s.statuses.contains(&("agent-39-24".into(), "{\"n\":24}".into())));
+    }
+
+    #[tokio::test]
+    async fn a_refused_write_fails_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = db(&dir, "d.db").await;
+        sqlx::query(
+            "CREATE TRIGGER refuse BEFORE INSERT ON statuses WHEN NEW.agent_key = 'bad' \
+             BEGIN SELECT RAISE(ABORT, 'refused'); END",
+        )
+        .execute(db.pool())
+        .await
+        .unwrap();
+        let ops = [
+            Op::Status { agent: "good".into(), body: "{}".into() },
+            Op::Status { agent: "bad".into(), body: "{}".into() },
+            Op::Identity { agent: "good".into(), principal: "p".into(), bound: true },
+        ];
+        let refs: Vec<&Op> = ops.iter().collect();
+        assert!(commit(db.pool(), &refs).await.is_err(), "the batch as a whole is refused");
+        // Through the writer: the batch fails, then each write is tried alone.
+        let results = futures::future::join_all(ops.iter().map(|op| db.writer().write(op.clone()))).await;
+        assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+        assert!(results[1].as_ref().unwrap_err().to_string().contains("refused"), "{results:?}");
+        let s = db.load().await.unwrap();
+        assert_eq!(s.statuses, vec![("good".to_string(), "{}".to_string())]);
+        assert_eq!(s.identities, vec![("good".to_string(), "p".to_string(), true)]);
+    }
+}
