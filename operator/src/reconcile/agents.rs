@@ -11,20 +11,27 @@ use std::time::Duration;
 /// list costs one `304`, so agent changes reach nodes in seconds whatever the tick.
 pub const CP_WATCH_EVERY: Duration = Duration::from_secs(2);
 
+/// How long after a changed list is handed to the pass its copy is written to the store.
+const STORE_AFTER: Duration = Duration::from_millis(500);
+
 /// Watches the CP's agent list and triggers a pass when it changed (the "CP change" trigger).
 /// It is the only reader of the list: a pass works from the copy in the registry, so it
 /// never waits for the CP (reading 20,000 agents takes tens of pages).
 pub async fn watch_cp(ctx: Arc<Ctx>) {
-    let mut first = true;
+    let mut pause = None;
     loop {
-        if !std::mem::take(&mut first) {
-            tokio::time::sleep(CP_WATCH_EVERY).await;
+        if let Some(p) = pause.take() {
+            tokio::time::sleep(p).await;
         }
+        pause = Some(CP_WATCH_EVERY);
         if let Some((agents, etag)) = refresh_agents(&ctx).await {
             // The pass starts first: the stored list is only a cache of the CP's (a start
-            // reads the CP again), and serialising and writing 20,000 agents would delay
-            // every node's wake.
+            // reads the CP again), and serialising 20,000 agents takes tens of milliseconds
+            // of a core the pass is using to wake the nodes, so the copy is written a moment
+            // later (within the same watch period).
             ctx.kick();
+            tokio::time::sleep(STORE_AFTER).await;
+            pause = Some(CP_WATCH_EVERY.saturating_sub(STORE_AFTER));
             let mut w = PassWrite::default();
             w.kv.push(("agents".into(), serde_json::to_string(&*agents).unwrap_or_else(|_| "[]".into())));
             w.kv.push(("agents_etag".into(), etag.unwrap_or_default()));
@@ -51,7 +58,10 @@ async fn refresh_agents(ctx: &Ctx) -> Option<(AgentList, Option<String>)> {
                 ctx.metrics.agents_skipped.inc();
                 tracing::error!(agent = s.key.as_deref().unwrap_or("?"), reason = %s.reason, "CP agent item skipped");
             }
-            agents.sort_by(|a, b| a.key.cmp(&b.key));
+            // CPs list in key order (devkit does); sorting is only needed when one does not.
+            if !agents.is_sorted_by(|a, b| a.key <= b.key) {
+                agents.sort_by(|a, b| a.key.cmp(&b.key));
+            }
             // Compared outside the lock: the registry's list is shared, not copied.
             let (current, current_etag) = {
                 let st = ctx.store.state.read();

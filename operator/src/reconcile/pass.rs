@@ -618,10 +618,13 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, crate::stor
             }
         }
     }
-    // An agent's PATs are issued together (the queue is first in, first out), so agents
-    // become ready one after another instead of all at the end.
+    // A node's PATs are issued together (the queue is first in, first out), so its desired
+    // state changes once or twice while a fleet comes up instead of once per replica: each
+    // change is a new body built, stored, sent and applied by the node. (Ordered by agent,
+    // a 10,000-node fleet saw ~10 desired states per node, and converged no sooner: an
+    // agent is ready only when its last replica's node has its PAT.)
     work.sort_unstable_by(|a, b| match (a, b) {
-        (WorkKey::Pat(a1, n1), WorkKey::Pat(a2, n2)) => (a1, n1).cmp(&(a2, n2)),
+        (WorkKey::Pat(a1, n1), WorkKey::Pat(a2, n2)) => (n1, a1).cmp(&(n2, a2)),
         (WorkKey::Pat(..), _) => std::cmp::Ordering::Greater,
         (_, WorkKey::Pat(..)) => std::cmp::Ordering::Less,
         _ => std::cmp::Ordering::Equal,
