@@ -167,19 +167,16 @@ impl Db {
     pub async fn update_nodes(&self, rows: &[(String, i64, String)]) -> Result<(), DbError> {
         let last: BTreeMap<&str, (i64, &str)> =
             rows.iter().map(|(id, seen, info)| (id.as_str(), (*seen, info.as_str()))).collect();
-        let last: Vec<_> = last.into_iter().collect();
+        // One prepared UPDATE per node (the statement is cached): a flush is a few hundred rows.
         let mut tx = self.pool.begin().await?;
-        writer::rows(
-            &mut tx,
-            "UPDATE nodes SET last_seen_ms = v.column2, info = v.column3 FROM (",
-            ") AS v WHERE nodes.id = v.column1",
-            3,
-            &last,
-            |b, (id, (seen, info))| {
-                b.push_bind(*id).push_bind(*seen).push_bind(*info);
-            },
-        )
-        .await?;
+        for (id, (seen, info)) in last {
+            sqlx::query("UPDATE nodes SET last_seen_ms = ?, info = ? WHERE id = ?")
+                .bind(seen)
+                .bind(info)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
         Ok(())
     }

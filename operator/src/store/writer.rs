@@ -218,19 +218,12 @@ impl<'a> Batch<'a> {
     }
 }
 
-/// Sets `revoke_ms` of each credential id (ids are distinct).
+/// Sets `revoke_ms` of each credential id, one prepared UPDATE each (a rotation retires one).
 pub async fn retire_credentials(c: &mut SqliteConnection, retire: &[(&&str, &i64)]) -> Result<(), sqlx::Error> {
-    rows(
-        c,
-        "UPDATE credentials SET revoke_ms = v.column2 FROM (",
-        ") AS v WHERE credentials.id = v.column1",
-        2,
-        retire,
-        |b, (id, at)| {
-            b.push_bind(**id).push_bind(**at);
-        },
-    )
-    .await
+    for (id, at) in retire {
+        sqlx::query("UPDATE credentials SET revoke_ms = ? WHERE id = ?").bind(**at).bind(**id).execute(&mut *c).await?;
+    }
+    Ok(())
 }
 
 /// Runs `head VALUES (...), (...) tail` over `items`, as many rows per statement as SQLite
