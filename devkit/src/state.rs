@@ -148,6 +148,26 @@ impl DevState {
     }
 }
 
+/// Agent `i` of the simulator's fleet, as the CP would list it: 10 % of another executor
+/// kind, 20 % require `gpu`, 12.5 % a zone label, 14 % the secret `github-token`. Used by
+/// `fleet-sim` and by the controller's profiling examples, so both measure the same list.
+pub fn synthetic_agent(i: usize, replicas: u32) -> serde_json::Value {
+    let kind = if i % 10 == 9 { "observer" } else { "claude-code" };
+    let mut requires = vec![];
+    if i.is_multiple_of(5) {
+        requires.push("gpu".to_string());
+    }
+    if i.is_multiple_of(8) {
+        requires.push(format!("zone=z{}", i % 4));
+    }
+    let secrets: Vec<&str> = if i.is_multiple_of(7) { vec!["github-token"] } else { vec![] };
+    serde_json::json!({"key": format!("agent-{i:05}"), "revision": 1, "state": "running",
+           "identity": {"kind": "agent", "iam": {"audiences": ["notification-service"], "scopeCeiling": ["control-plane:read"]}},
+           "executor": {"kind": kind, "image": null},
+           "placement": {"replicas": replicas, "requires": requires, "secrets": secrets},
+           "drainSeconds": 10})
+}
+
 /// Example agents for `fleet-controller dev`, as the CP would list them.
 pub fn example_agents(kind: &str) -> Vec<serde_json::Value> {
     use serde_json::json;

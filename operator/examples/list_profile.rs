@@ -5,27 +5,10 @@
 use fleet_controller::config::ClientCredentials;
 use fleet_controller::platform::cp::{AgentsFetch, CpClient};
 use fleet_controller::platform::token::TokenSource;
+use fleet_devkit::state::synthetic_agent;
 use fleet_devkit::{Devkit, DevkitConfig};
-use serde_json::json;
 use std::sync::Arc;
 use std::time::Instant;
-
-fn agent_item(i: usize) -> serde_json::Value {
-    let kind = if i % 10 == 9 { "observer" } else { "claude-code" };
-    let mut requires = vec![];
-    if i.is_multiple_of(5) {
-        requires.push("gpu".to_string());
-    }
-    if i.is_multiple_of(8) {
-        requires.push(format!("zone=z{}", i % 4));
-    }
-    let secrets: Vec<&str> = if i.is_multiple_of(7) { vec!["github-token"] } else { vec![] };
-    json!({"key": format!("agent-{i:05}"), "revision": 1, "state": "running",
-           "identity": {"kind": "agent", "iam": {"audiences": ["notification-service"], "scopeCeiling": ["control-plane:read"]}},
-           "executor": {"kind": kind, "image": null},
-           "placement": {"replicas": 5, "requires": requires, "secrets": secrets},
-           "drainSeconds": 10})
-}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -35,7 +18,7 @@ async fn main() -> anyhow::Result<()> {
     let cfg = DevkitConfig { page_size: 500, ..Default::default() };
     let creds = ClientCredentials { client_id: cfg.client_id.clone(), client_secret: cfg.client_secret.clone() };
     let dk = Devkit::start(cfg, "127.0.0.1:0".parse()?).await?;
-    dk.put_agents((0..n).map(agent_item).collect());
+    dk.put_agents((0..n).map(|i| synthetic_agent(i, 5)).collect());
     let http = reqwest::Client::new();
     let tokens = Arc::new(TokenSource::new(http.clone(), &dk.url, Some(creds)));
     let cp = CpClient::new(http, &dk.url, tokens);

@@ -85,23 +85,6 @@ fn parse_env(s: &str) -> Result<(String, String), String> {
     s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("{s:?} is not NAME=VALUE"))
 }
 
-fn agent_item(i: usize, replicas: u32) -> Value {
-    let kind = if i % 10 == 9 { "observer" } else { "claude-code" };
-    let mut requires = vec![];
-    if i.is_multiple_of(5) {
-        requires.push("gpu".to_string());
-    }
-    if i.is_multiple_of(8) {
-        requires.push(format!("zone=z{}", i % 4));
-    }
-    let secrets: Vec<&str> = if i.is_multiple_of(7) { vec!["github-token"] } else { vec![] };
-    json!({"key": format!("agent-{i:05}"), "revision": 1, "state": "running",
-           "identity": {"kind": "agent", "iam": {"audiences": ["notification-service"], "scopeCeiling": ["control-plane:read"]}},
-           "executor": {"kind": kind, "image": null},
-           "placement": {"replicas": replicas, "requires": requires, "secrets": secrets},
-           "drainSeconds": 10})
-}
-
 struct Controller {
     child: std::process::Child,
     url: String,
@@ -243,7 +226,7 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir)?;
 
     let dk = Devkit::start(DevkitConfig { page_size: 500, ..Default::default() }, "127.0.0.1:0".parse()?).await?;
-    dk.put_agents((0..args.agents).map(|i| agent_item(i, args.replicas)).collect());
+    dk.put_agents((0..args.agents).map(|i| fleet_devkit::state::synthetic_agent(i, args.replicas)).collect());
     let ctl = start_controller(&args, &dk, &dir)?;
     let pid = ctl.child.id();
     let http = reqwest::Client::builder().pool_max_idle_per_host(4096).build()?;
