@@ -40,7 +40,7 @@ struct Page {
 struct Fetched {
     status: StatusCode,
     etag: Option<String>,
-    body: Result<axum::body::Bytes, PlatformError>,
+    body: axum::body::Bytes,
 }
 
 #[derive(Serialize)]
@@ -78,14 +78,14 @@ impl CpClient {
         for page_no in 0..MAX_PAGES {
             let fetched = (&mut next)
                 .await
-                .map_err(|e| PlatformError::Unreachable { service: SERVICE, detail: e.to_string() })?;
+                .map_err(|e| PlatformError::Unreachable { service: SERVICE, detail: e.to_string() })??;
             if page_no == 0 && fetched.status == StatusCode::NOT_MODIFIED {
                 return Ok(AgentsFetch::NotModified);
             }
             if fetched.status == StatusCode::UNAUTHORIZED {
                 self.tokens.forget(AUDIENCE);
             }
-            let body = fetched.body?;
+            let body = fetched.body;
             if !fetched.status.is_success() {
                 let body = short_text(&String::from_utf8_lossy(&body));
                 return Err(PlatformError::Status { service: SERVICE, status: fetched.status.as_u16(), body });
@@ -129,7 +129,7 @@ impl CpClient {
         token: &str,
         cursor: Option<String>,
         etag: Option<&str>,
-    ) -> impl std::future::Future<Output = Fetched> + Send + 'static {
+    ) -> impl std::future::Future<Output = Result<Fetched, PlatformError>> + Send + 'static {
         let mut query = vec![("status", "active".to_string())];
         if let Some(c) = cursor {
             query.push(("cursor", c));
@@ -139,18 +139,11 @@ impl CpClient {
             req = req.header(reqwest::header::IF_NONE_MATCH, e);
         }
         async move {
-            let resp = match req.send().await {
-                Ok(r) => r,
-                Err(e) => return Fetched { status: StatusCode::BAD_GATEWAY, etag: None, body: Err(unreachable(e)) },
-            };
+            let resp = req.send().await.map_err(unreachable)?;
             let status = resp.status();
             let etag = resp.headers().get(reqwest::header::ETAG).and_then(|v| v.to_str().ok()).map(str::to_string);
-            let body = if status == StatusCode::NOT_MODIFIED {
-                Ok(axum::body::Bytes::new())
-            } else {
-                resp.bytes().await.map_err(unreachable)
-            };
-            Fetched { status, etag, body }
+            let body = resp.bytes().await.map_err(unreachable)?;
+            Ok(Fetched { status, etag, body })
         }
     }
 

@@ -18,12 +18,8 @@ const STORE_AFTER: Duration = Duration::from_millis(500);
 /// It is the only reader of the list: a pass works from the copy in the registry, so it
 /// never waits for the CP (reading 20,000 agents takes tens of pages).
 pub async fn watch_cp(ctx: Arc<Ctx>) {
-    let mut pause = None;
     loop {
-        if let Some(p) = pause.take() {
-            tokio::time::sleep(p).await;
-        }
-        pause = Some(CP_WATCH_EVERY);
+        let mut pause = CP_WATCH_EVERY;
         if let Some((agents, etag)) = refresh_agents(&ctx).await {
             // The pass starts first: the stored list is only a cache of the CP's (a start
             // reads the CP again), and serialising 20,000 agents takes tens of milliseconds
@@ -31,7 +27,7 @@ pub async fn watch_cp(ctx: Arc<Ctx>) {
             // later (within the same watch period).
             ctx.kick();
             tokio::time::sleep(STORE_AFTER).await;
-            pause = Some(CP_WATCH_EVERY.saturating_sub(STORE_AFTER));
+            pause = pause.saturating_sub(STORE_AFTER);
             let mut w = PassWrite::default();
             w.kv.push(("agents".into(), serde_json::to_string(&*agents).unwrap_or_else(|_| "[]".into())));
             w.kv.push(("agents_etag".into(), etag.unwrap_or_default()));
@@ -40,6 +36,7 @@ pub async fn watch_cp(ctx: Arc<Ctx>) {
                 tracing::error!(error = %e, "cannot store the agent list");
             }
         }
+        tokio::time::sleep(pause).await;
     }
 }
 

@@ -4,7 +4,6 @@
 use super::writer::{self, Op, Writer};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
-use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -162,16 +161,12 @@ impl Db {
         Ok(JoinOutcome::Joined)
     }
 
-    /// Writes reported node state (a batch, from the report flusher); a node listed twice
-    /// takes its last row.
+    /// Writes reported node state (a batch, from the report flusher), in order.
     pub async fn update_nodes(&self, rows: &[(String, i64, String)]) -> Result<(), DbError> {
-        let last: BTreeMap<&str, (i64, &str)> =
-            rows.iter().map(|(id, seen, info)| (id.as_str(), (*seen, info.as_str()))).collect();
-        // One prepared UPDATE per node (the statement is cached): a flush is a few hundred rows.
         let mut tx = self.pool.begin().await?;
-        for (id, (seen, info)) in last {
+        for (id, last_seen, info) in rows {
             sqlx::query("UPDATE nodes SET last_seen_ms = ?, info = ? WHERE id = ?")
-                .bind(seen)
+                .bind(last_seen)
                 .bind(info)
                 .bind(id)
                 .execute(&mut *tx)
@@ -222,8 +217,7 @@ impl Db {
             },
         )
         .await?;
-        let retire: BTreeMap<&str, i64> = w.retire.iter().map(|(id, at)| (id.as_str(), *at)).collect();
-        let retire: Vec<_> = retire.iter().collect();
+        let retire: Vec<(&str, i64)> = w.retire.iter().map(|(id, at)| (id.as_str(), *at)).collect();
         writer::retire_credentials(&mut tx, &retire).await?;
         writer::rows(
             &mut tx,

@@ -120,7 +120,8 @@ struct Batch<'a> {
     identities: BTreeMap<&'a str, (&'a str, bool)>,
     pairs: BTreeMap<(&'a str, &'a str), (i64, Option<i64>)>,
     credentials: Vec<&'a CredRow>,
-    retire: BTreeMap<&'a str, i64>,
+    /// In order: applied one by one, the last retirement of an id wins.
+    retire: Vec<(&'a str, i64)>,
     delete: Vec<&'a str>,
     statuses: BTreeMap<&'a str, &'a str>,
 }
@@ -140,7 +141,7 @@ impl<'a> Batch<'a> {
                     b.credentials.push(row);
                     b.pairs.insert((&row.agent_key, &row.node_id), (*next_n, None));
                     if let Some((id, at)) = retire {
-                        b.retire.insert(id, *at);
+                        b.retire.push((id, *at));
                     }
                 }
                 Op::DeleteCredential { id } => b.delete.push(id),
@@ -196,8 +197,7 @@ impl<'a> Batch<'a> {
             },
         )
         .await?;
-        let retire: Vec<_> = self.retire.iter().collect();
-        retire_credentials(c, &retire).await?;
+        retire_credentials(c, &self.retire).await?;
         rows(c, "DELETE FROM credentials WHERE id IN (SELECT column1 FROM (", "))", 1, &self.delete, |b, id| {
             b.push_bind(*id);
         })
@@ -218,10 +218,11 @@ impl<'a> Batch<'a> {
     }
 }
 
-/// Sets `revoke_ms` of each credential id, one prepared UPDATE each (a rotation retires one).
-pub async fn retire_credentials(c: &mut SqliteConnection, retire: &[(&&str, &i64)]) -> Result<(), sqlx::Error> {
+/// Sets `revoke_ms` of each credential id in turn, one prepared UPDATE each (a rotation
+/// retires one).
+pub async fn retire_credentials(c: &mut SqliteConnection, retire: &[(&str, i64)]) -> Result<(), sqlx::Error> {
     for (id, at) in retire {
-        sqlx::query("UPDATE credentials SET revoke_ms = ? WHERE id = ?").bind(**at).bind(**id).execute(&mut *c).await?;
+        sqlx::query("UPDATE credentials SET revoke_ms = ? WHERE id = ?").bind(*at).bind(*id).execute(&mut *c).await?;
     }
     Ok(())
 }
