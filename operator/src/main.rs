@@ -7,6 +7,12 @@ use fleet_controller::{clock, dev, server, store::Store};
 use std::process::ExitCode;
 use std::time::Duration;
 
+/// jemalloc instead of glibc's malloc: at fleet scale (thousands of connections, ~100,000
+/// replicas) it measured ~10–20 % less resident memory and less CPU (docs/performance.md), and
+/// its counters feed the `fleet_memory_*` gauges.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(name = "fleet-controller", version, about = "Places AI-agent replicas on Docker hosts, gives each an identity and a sealed PAT, and reports their state to the Control Plane.", long_about = None)]
 struct Cli {

@@ -27,6 +27,8 @@ pub struct Metrics {
     pub agents_skipped: Counter,
     pub joins: Family<Labels, Counter>,
     pub mirror_writes: Family<Labels, Counter>,
+    pub memory_allocated: Gauge,
+    pub memory_resident: Gauge,
 }
 
 pub fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -51,6 +53,8 @@ impl Default for Metrics {
             agents_skipped: Counter::default(),
             joins: Family::default(),
             mirror_writes: Family::default(),
+            memory_allocated: Gauge::default(),
+            memory_resident: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register("nodes", "Nodes by status and health", m.nodes.clone());
@@ -71,6 +75,16 @@ impl Default for Metrics {
             "Kubernetes mirror writes by kind, operation and outcome",
             m.mirror_writes.clone(),
         );
+        registry.register(
+            "memory_allocated_bytes",
+            "Heap bytes in use, as the allocator (jemalloc) counts them",
+            m.memory_allocated.clone(),
+        );
+        registry.register(
+            "memory_resident_bytes",
+            "Bytes the allocator holds in physical memory (heap in use plus its free pages)",
+            m.memory_resident.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -84,6 +98,22 @@ impl Metrics {
 
     pub fn call(&self, service: &str, call: &str, outcome: &str) {
         self.platform_calls.get_or_create(&labels(&[("service", service), ("call", call), ("outcome", outcome)])).inc();
+    }
+
+    /// Samples the allocator's counters into the memory gauges. jemalloc caches them until its
+    /// epoch advances; both reads are a few microseconds, so every pass samples. A process
+    /// whose allocator is not jemalloc (library tests) reads jemalloc's own small bookkeeping.
+    pub fn sample_memory(&self) {
+        use tikv_jemalloc_ctl::{epoch, stats};
+        if epoch::advance().is_err() {
+            return;
+        }
+        if let Ok(n) = stats::allocated::read() {
+            self.memory_allocated.set(n as i64);
+        }
+        if let Ok(n) = stats::resident::read() {
+            self.memory_resident.set(n as i64);
+        }
     }
 
     pub fn pat(&self, event: &str) {

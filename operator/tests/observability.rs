@@ -49,6 +49,16 @@ async fn json_logs_and_metric_families() {
     ] {
         assert!(m.contains(family), "{family} missing from:\n{m}");
     }
+    // The binary allocates through jemalloc: its count of bytes in use covers the controller's
+    // heap (runtime, store, HTTP), which a process on another allocator would leave near zero.
+    let gauge = |name: &str| -> i64 {
+        let line =
+            m.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{name} missing:\n{m}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let (allocated, resident) = (gauge("fleet_memory_allocated_bytes"), gauge("fleet_memory_resident_bytes"));
+    assert!(allocated > 1 << 20, "jemalloc counts the controller's heap: {allocated} bytes");
+    assert!(resident >= allocated, "resident {resident} covers allocated {allocated}");
     let api = reqwest::get(format!("{}/metrics", ctl.url)).await.unwrap();
     assert_eq!(api.status(), 404, "metrics stay off the public port");
 }

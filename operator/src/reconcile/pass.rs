@@ -80,6 +80,7 @@ pub async fn run(ctx: Arc<Ctx>) {
         ctx.metrics.pass_seconds.observe(started.elapsed().as_secs_f64());
         ctx.metrics.queue_depth.set(ctx.queue.depth() as i64);
         ctx.metrics.longpolls_held.set(ctx.store.hub.held_total() as i64);
+        ctx.metrics.sample_memory();
     }
 }
 

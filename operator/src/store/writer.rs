@@ -83,6 +83,7 @@ async fn run(pool: SqlitePool, mut rx: mpsc::Receiver<Request>) {
         let result = commit(&pool, &ops).await;
         match result {
             Ok(()) => {
+                tracing::debug!(writes = requests.len(), "group commit");
                 for (_, ack) in requests.drain(..) {
                     let _ = ack.send(Ok(()));
                 }
