@@ -82,6 +82,10 @@ async fn pats_are_scoped_sealed_rotated_revoked_and_idempotent() {
     })
     .await;
     assert!(dk.pats().iter().any(|p| p.id == second && !p.revoked));
+    // Each new PAT of a pair gets the next counter, so it never replays the one it replaces.
+    let key_of = |id: &str| dk.pats().into_iter().find(|p| p.id == id).map(|p| p.idempotency_key).unwrap();
+    assert_eq!(key_of(&first), format!("fleet-pat-rot-{}-0", a.id));
+    assert_eq!(key_of(&second), format!("fleet-pat-rot-{}-1", a.id));
 
     // IAM down: a new agent waits with identity_pending; running ones keep their PATs.
     dk.put_agent(agent("kept", "k", 1));
@@ -113,6 +117,13 @@ async fn pats_are_scoped_sealed_rotated_revoked_and_idempotent() {
         dk.status("late").filter(|s| s["reason"]["code"] != "identity_pending")
     })
     .await;
+    // The failed attempts did not use up counters: late's first PAT is its pair's n = 0.
+    let late: Vec<_> = dk.pats().into_iter().filter(|p| p.agent_key.as_deref() == Some("late")).collect();
+    assert_eq!(late.len(), 1, "{late:?}");
+    assert!(
+        late[0].idempotency_key.starts_with("fleet-pat-late-") && late[0].idempotency_key.ends_with("-0"),
+        "{late:?}"
+    );
 
     // SIGKILL between IAM issuing a PAT and the controller storing it: the restart replays
     // the same Idempotency-Key and exactly one live PAT exists for the placement.

@@ -155,23 +155,14 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
         ctx.queue.add(WorkKey::Identity(agent.clone()));
         return Outcome::Failed;
     };
-    // Store the counter before the call: a retry after a crash replays the same key.
-    let n = match pair.pending_n {
-        Some(n) => n,
-        None => {
-            let n = pair.next_n;
-            if let Err(e) = ctx.store.db.put_pair(agent, node, (n + 1) as i64, Some(n as i64)).await {
-                tracing::error!(agent = %agent, error = %e, "cannot store PAT counter");
-                return Outcome::Failed;
-            }
-            ctx.store
-                .state
-                .write()
-                .pairs
-                .insert((agent.clone(), node.clone()), PairRec { next_n: n + 1, pending_n: Some(n) });
-            n
-        }
-    };
+    // The key's counter (SPEC §2.1). `next_n` is stored and is raised only in the commit that
+    // stores the PAT it keyed, so until that commit every attempt — a retry, or the first one
+    // after a crash — uses the same n and IAM replays instead of minting a second PAT; once it
+    // is stored, the next PAT gets n + 1 and never replays an old one. A pair without a row
+    // has never had a PAT stored: its n is 0. (Earlier versions raised the counter in a commit
+    // of its own before the call and kept the n in flight as `pending_n`; a row they left is
+    // honoured. That commit bought nothing and cost a second commit per PAT.)
+    let n = pair.pending_n.unwrap_or(pair.next_n);
     let ceil = ceiling(&a, &ctx.cfg.token_audiences, &ctx.cfg.token_scopes);
     let req = PatRequest {
         audiences: ceil.audiences,

@@ -238,10 +238,6 @@ impl Db {
         self.writer.write(Op::Identity { agent: agent.into(), principal: principal.into(), bound }).await
     }
 
-    pub async fn put_pair(&self, agent: &str, node: &str, next_n: i64, pending_n: Option<i64>) -> Result<(), DbError> {
-        self.writer.write(Op::Pair { agent: agent.into(), node: node.into(), next_n, pending_n }).await
-    }
-
     /// Stores an issued credential, clears the pair's pending counter and retires the
     /// credential it replaces, atomically.
     pub async fn store_credential(&self, c: &CredRow, next_n: i64, retire: Option<(&str, i64)>) -> Result<(), DbError> {

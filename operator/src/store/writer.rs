@@ -1,12 +1,12 @@
-//! Group commit for the workers' small writes (PAT counters, credentials, identities,
-//! statuses, deletions).
+//! Group commit for the workers' small writes (credentials with their PAT counters,
+//! identities, statuses, deletions).
 //!
 //! Every write used to be its own transaction, and with sqlx every statement is a hop to
 //! SQLite's worker thread and back: a PAT cost six hops (counter; begin, credential, counter,
 //! commit) and cold convergence issues 100,000 of them. The writer task takes whatever writes
 //! are waiting, folds them into one [`Batch`] and commits it as a handful of multi-row
-//! statements. A caller is answered only after the commit, so "stored before the call"
-//! stays true. A batch that fails is written again one item at a time, so one bad item
+//! statements. A caller is answered only after the commit, so whatever it does next (a CP
+//! call, a node's desired state) follows stored state. A batch that fails is written again one item at a time, so one bad item
 //! fails only its own caller.
 
 use super::db::{CredRow, DbError};
@@ -30,14 +30,7 @@ pub enum Op {
         principal: String,
         bound: bool,
     },
-    /// The PAT counter of (agent, node), written before the IAM call.
-    Pair {
-        agent: String,
-        node: String,
-        next_n: i64,
-        pending_n: Option<i64>,
-    },
-    /// An issued credential; clears its pair's pending counter and retires the one it replaces.
+    /// An issued credential; raises its pair's counter to `next_n` and retires the one it replaces.
     Credential {
         row: CredRow,
         next_n: i64,
@@ -119,7 +112,8 @@ pub async fn commit(pool: &SqlitePool, ops: &[&Op]) -> Result<(), DbError> {
 #[derive(Default)]
 struct Batch<'a> {
     identities: BTreeMap<&'a str, (&'a str, bool)>,
-    pairs: BTreeMap<(&'a str, &'a str), (i64, Option<i64>)>,
+    /// Each pair's PAT counter, raised with the credential it keyed.
+    pairs: BTreeMap<(&'a str, &'a str), i64>,
     credentials: Vec<&'a CredRow>,
     /// In order: applied one by one, the last retirement of an id wins.
     retire: Vec<(&'a str, i64)>,
@@ -135,12 +129,9 @@ impl<'a> Batch<'a> {
                 Op::Identity { agent, principal, bound } => {
                     b.identities.insert(agent, (principal, *bound));
                 }
-                Op::Pair { agent, node, next_n, pending_n } => {
-                    b.pairs.insert((agent, node), (*next_n, *pending_n));
-                }
                 Op::Credential { row, next_n, retire } => {
                     b.credentials.push(row);
-                    b.pairs.insert((&row.agent_key, &row.node_id), (*next_n, None));
+                    b.pairs.insert((&row.agent_key, &row.node_id), *next_n);
                     if let Some((id, at)) = retire {
                         b.retire.push((id, *at));
                     }
@@ -170,12 +161,14 @@ impl<'a> Batch<'a> {
         let pairs: Vec<_> = self.pairs.iter().collect();
         rows(
             c,
+            // `pending_n` is cleared: a row from an earlier version may still carry one.
             "INSERT INTO pat_pairs (agent_key, node_id, next_n, pending_n) ",
-            " ON CONFLICT (agent_key, node_id) DO UPDATE SET next_n = excluded.next_n, pending_n = excluded.pending_n",
-            4,
+            " ON CONFLICT (agent_key, node_id) DO UPDATE SET next_n = excluded.next_n, pending_n = NULL",
+            3,
             &pairs,
-            |b, ((agent, node), (next_n, pending_n))| {
-                b.push_bind(*agent).push_bind(*node).push_bind(*next_n).push_bind(*pending_n);
+            |b, ((agent, node), next_n)| {
+                b.push_bind(*agent).push_bind(*node).push_bind(*next_n);
+                b.push("NULL");
             },
         )
         .await?;
@@ -283,20 +276,15 @@ mod tests {
     /// wrongly would show: a counter set after a credential cleared it, a credential retired
     /// in the batch that inserted it, one deleted, statuses and identities overwritten.
     fn history() -> Vec<Op> {
-        let pair = |next_n, pending_n| Op::Pair { agent: "coder".into(), node: "n1".into(), next_n, pending_n };
         vec![
             Op::Identity { agent: "coder".into(), principal: "p1".into(), bound: false },
-            pair(1, Some(0)),
             Op::Credential { row: cred("pat-0", 0), next_n: 1, retire: None },
             Op::Status { agent: "coder".into(), body: "{\"phase\":\"pending\"}".into() },
             Op::Identity { agent: "coder".into(), principal: "p1".into(), bound: true },
-            pair(2, Some(1)),
             Op::Credential { row: cred("pat-1", 1), next_n: 2, retire: Some(("pat-0".into(), 5000)) },
-            pair(3, Some(2)),
             Op::Credential { row: cred("pat-2", 2), next_n: 3, retire: Some(("pat-1".into(), 6000)) },
             Op::DeleteCredential { id: "pat-0".into() },
             Op::Status { agent: "coder".into(), body: "{\"phase\":\"running\"}".into() },
-            Op::Pair { agent: "other".into(), node: "n2".into(), next_n: 1, pending_n: Some(0) },
             Op::Status { agent: "other".into(), body: "{}".into() },
         ]
     }
