@@ -72,6 +72,15 @@ impl Writer {
 async fn run(pool: SqlitePool, mut rx: mpsc::Receiver<Request>) {
     let mut requests = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut requests, MAX_BATCH).await > 0 {
+        // Let the tasks that are ready now (workers woken by the last commit or an IAM answer)
+        // queue their writes before this batch closes: fewer, larger commits.
+        tokio::task::yield_now().await;
+        while requests.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(r) => requests.push(r),
+                Err(_) => break,
+            }
+        }
         let ops: Vec<&Op> = requests.iter().map(|(op, _)| op).collect();
         let result = commit(&pool, &ops).await;
         match result {
