@@ -27,8 +27,8 @@ pub enum WorkKey {
 }
 
 /// Concurrent work items: enough to hide IAM latency and the group commit's (a PAT waits for
-/// two commits), few enough not to flood IAM. 32 converged a 10,000-node fleet no sooner
-/// than 16 (82.6 s; 16 gave 71.3 and 86.0 s).
+/// one commit; two until session 5), few enough not to flood IAM. 32 converged a
+/// 10,000-node fleet no sooner than 16 (82.6 s; 16 gave 71.3 and 86.0 s).
 pub const WORKERS: usize = 16;
 
 /// When a PAT is due for rotation: less than min(2 days, TTL/3) before expiry. TTL is the

@@ -238,7 +238,7 @@ impl Db {
         self.writer.write(Op::Identity { agent: agent.into(), principal: principal.into(), bound }).await
     }
 
-    /// Stores an issued credential, clears the pair's pending counter and retires the
+    /// Stores an issued credential, raises its pair's PAT counter to `next_n` and retires the
     /// credential it replaces, atomically.
     pub async fn store_credential(&self, c: &CredRow, next_n: i64, retire: Option<(&str, i64)>) -> Result<(), DbError> {
         let retire = retire.map(|(id, at)| (id.to_string(), at));

@@ -6,8 +6,8 @@
 //! commit) and cold convergence issues 100,000 of them. The writer task takes whatever writes
 //! are waiting, folds them into one [`Batch`] and commits it as a handful of multi-row
 //! statements. A caller is answered only after the commit, so whatever it does next (a CP
-//! call, a node's desired state) follows stored state. A batch that fails is written again one item at a time, so one bad item
-//! fails only its own caller.
+//! call, a node's desired state) follows stored state. A batch that fails is written again
+//! one item at a time, so one bad item fails only its own caller.
 
 use super::db::{CredRow, DbError};
 use sqlx::query_builder::Separated;
