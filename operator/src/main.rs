@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// jemalloc instead of glibc's malloc: at fleet scale (thousands of connections, ~100,000
-/// replicas) it measured ~10–20 % less resident memory and less CPU (docs/performance.md), and
-/// its counters feed the `fleet_memory_*` gauges.
+/// replicas) it measured 15–20 % less resident memory, CPU within the runs' spread
+/// (docs/performance.md), and its counters feed the `fleet_memory_*` gauges.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

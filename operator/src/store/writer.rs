@@ -171,13 +171,12 @@ impl<'a> Batch<'a> {
         rows(
             c,
             // `pending_n` is cleared: a row from an earlier version may still carry one.
-            "INSERT INTO pat_pairs (agent_key, node_id, next_n, pending_n) ",
+            "INSERT INTO pat_pairs (agent_key, node_id, next_n) ",
             " ON CONFLICT (agent_key, node_id) DO UPDATE SET next_n = excluded.next_n, pending_n = NULL",
             3,
             &pairs,
             |b, ((agent, node), next_n)| {
                 b.push_bind(*agent).push_bind(*node).push_bind(*next_n);
-                b.push("NULL");
             },
         )
         .await?;
@@ -282,8 +281,8 @@ mod tests {
     }
 
     /// A history that touches the same rows several times, in an order where folding it
-    /// wrongly would show: a counter set after a credential cleared it, a credential retired
-    /// in the batch that inserted it, one deleted, statuses and identities overwritten.
+    /// wrongly would show: a pair's counter raised by three credentials in turn, a credential
+    /// retired in the batch that inserted it, one deleted, statuses and identities overwritten.
     fn history() -> Vec<Op> {
         vec![
             Op::Identity { agent: "coder".into(), principal: "p1".into(), bound: false },
