@@ -88,6 +88,9 @@ pub async fn desired(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let node = auth::node(&app.store, &headers)?;
+    // The header values are slices of hyper's read buffer: held through a long-poll they keep
+    // that buffer alive, and hyper allocates a second one for the connection's next read.
+    drop(headers);
     let since = match q.get("since").filter(|s| !s.is_empty()) {
         None => None,
         // Generations are stored as SQLite integers: 0 … 2^63-1, as the contract says.
