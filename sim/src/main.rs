@@ -79,6 +79,34 @@ struct Args {
     /// Extra environment for the controller, NAME=VALUE (repeatable), e.g. RUST_LOG=info.
     #[arg(long = "controller-env", value_parser = parse_env)]
     controller_env: Vec<(String, String)>,
+    /// How nodes send their reports: `own` — a keep-alive connection per node, as real nodes
+    /// do, so the controller holds two connections per node; `shared` — through the one client
+    /// pool the long-polls use (fewer controller connections: under-states its memory);
+    /// `auto` — `own` when the open-file limit allows two sockets per node, else `shared`.
+    #[arg(long, value_enum, default_value_t = ReportConnections::Auto)]
+    report_connections: ReportConnections,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum ReportConnections {
+    Auto,
+    Own,
+    Shared,
+}
+
+/// Sockets this process needs beyond two per node (devkit's server and clients, the files).
+const SPARE_FILES: u64 = 1024;
+
+impl ReportConnections {
+    /// Whether nodes report over connections of their own, given the open-file limit.
+    fn own(self, nodes: usize, open_file_limit: Option<u64>) -> bool {
+        let fits = open_file_limit.is_none_or(|l| l >= 2 * nodes as u64 + SPARE_FILES);
+        match self {
+            ReportConnections::Own => true,
+            ReportConnections::Shared => false,
+            ReportConnections::Auto => fits,
+        }
+    }
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
@@ -268,8 +296,20 @@ async fn main() -> anyhow::Result<()> {
         }
     }
 
+    let limit = measure::open_file_limit();
+    let own_report_connections = args.report_connections.own(args.nodes, limit);
+    if !own_report_connections && args.report_connections == ReportConnections::Auto {
+        eprintln!(
+            "fleet-sim: the open-file limit ({}) is below two sockets per node plus {SPARE_FILES}: \
+             reports share the long-polls' client pool, so the controller holds fewer connections \
+             than {} real nodes would and its peak RSS is understated",
+            limit.unwrap_or(0),
+            args.nodes
+        );
+    }
     let shared = Arc::new(Shared {
         http: http.clone(),
+        own_report_connections,
         url: ctl.url.clone(),
         report_period: Duration::from_secs(args.report_seconds),
         reports_ok: AtomicU64::new(0),
@@ -457,6 +497,7 @@ async fn main() -> anyhow::Result<()> {
         "silentNodes": silent.len(), "silentReplicas": silent_replicas,
         "recoverySeconds": recovery.as_secs_f64(), "offlineThresholdSeconds": args.offline_seconds,
         "reportsFailed": shared.reports_failed.load(Ordering::Relaxed),
+        "reportConnections": if own_report_connections { "own" } else { "shared" },
     });
     print_table(&results);
     println!("{}", serde_json::to_string_pretty(&results)?);
@@ -491,5 +532,22 @@ fn print_table(r: &Value) {
     println!("{:<52} {:>14}  target", "measure", "value");
     for (m, v, t) in rows {
         println!("{m:<52} {v:>14}  {t}");
+    }
+}
+
+#[cfg(test)]
+mod report_connection_tests {
+    use super::ReportConnections;
+
+    #[test]
+    fn auto_gives_nodes_their_own_report_connection_only_when_the_sockets_fit() {
+        // Two sockets per node (long-poll and report) plus the spare must fit the limit.
+        assert!(ReportConnections::Auto.own(4_000, Some(20_000)));
+        assert!(!ReportConnections::Auto.own(10_000, Some(20_000)));
+        assert!(ReportConnections::Auto.own(10_000, Some(21_024)));
+        assert!(ReportConnections::Auto.own(10_000, None));
+        // An explicit choice stands either way.
+        assert!(ReportConnections::Own.own(10_000, Some(20_000)));
+        assert!(!ReportConnections::Shared.own(10, Some(1_000_000)));
     }
 }

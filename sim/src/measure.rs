@@ -19,6 +19,14 @@ pub fn rss_mib(pid: u32) -> Option<f64> {
     Some(kb / 1024.0)
 }
 
+/// This process's soft limit on open files (`Max open files` in `/proc/self/limits`);
+/// `None` when unreadable or unlimited.
+pub fn open_file_limit() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = s.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..].split_whitespace().next()?.parse().ok()
+}
+
 /// User + system CPU seconds used so far.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -137,5 +145,7 @@ fleet_pass_duration_seconds_bucket{le=\"+Inf\"} 10
         assert!(rss_mib(me).unwrap() > 0.0);
         assert!(peak_rss_mib(me).unwrap() >= rss_mib(me).unwrap() - 1.0);
         assert!(cpu_seconds(me).unwrap() >= 0.0);
+        // The test process has at least its standard streams open.
+        assert!(open_file_limit().unwrap() >= 3);
     }
 }

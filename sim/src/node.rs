@@ -1,8 +1,15 @@
 //! One simulated node: joins with its key, long-polls its desired state, and reports every
 //! replica it was given as `running` on a jittered period (and soon after each change), as a
-//! real fleet-node does once its containers run. Thousands run as tokio tasks in one process
-//! over one shared HTTP client.
+//! real fleet-node does once its containers run. Thousands run as tokio tasks in one process:
+//! joins and long-polls over one shared HTTP client, reports over a connection of each node's
+//! own (see [`ReportConn`]).
 
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
 use rand::Rng;
 use serde_json::{json, Value};
@@ -10,10 +17,13 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
 pub struct Shared {
     pub http: reqwest::Client,
+    /// Reports go over a connection of each node's own ([`ReportConn`]), not through `http`.
+    pub own_report_connections: bool,
     pub url: String,
     pub report_period: Duration,
     pub reports_ok: AtomicU64,
@@ -161,6 +171,7 @@ async fn report_loop(node: Arc<SimNode>, sh: Arc<Shared>) {
     let token = node.token.lock().clone();
     let boot = format!("boot-{}", node.index);
     let period = sh.report_period;
+    let mut conn = sh.own_report_connections.then(|| ReportConn::new(&sh.url));
     // Spread the fleet's reports evenly over the period.
     let first = rand::thread_rng().gen_range(0..period.as_millis() as u64);
     tokio::time::sleep(Duration::from_millis(first)).await;
@@ -169,18 +180,27 @@ async fn report_loop(node: Arc<SimNode>, sh: Arc<Shared>) {
             return;
         }
         let body = report_body(&node, &sh, &boot);
-        let r = sh
-            .http
-            .put(format!("{}/api/v1/nodes/me/observed", sh.url))
-            .bearer_auth(&token)
-            .json(&body)
-            .timeout(Duration::from_secs(30))
-            .send()
-            .await;
-        match r {
-            Ok(r) if r.status().is_success() => sh.reports_ok.fetch_add(1, Ordering::Relaxed),
-            _ => sh.reports_failed.fetch_add(1, Ordering::Relaxed),
+        let ok = match &mut conn {
+            Some(c) => {
+                matches!(tokio::time::timeout(Duration::from_secs(30), c.put(&token, &body)).await, Ok(Ok(s)) if s.is_success())
+            }
+            None => {
+                let r = sh
+                    .http
+                    .put(format!("{}/api/v1/nodes/me/observed", sh.url))
+                    .bearer_auth(&token)
+                    .json(&body)
+                    .timeout(Duration::from_secs(30))
+                    .send()
+                    .await;
+                matches!(r, Ok(r) if r.status().is_success())
+            }
         };
+        if ok {
+            sh.reports_ok.fetch_add(1, Ordering::Relaxed);
+        } else {
+            sh.reports_failed.fetch_add(1, Ordering::Relaxed);
+        }
         // ±10 % jitter; a change is reported within half a second, as a node that just
         // started its containers would.
         let jitter = rand::thread_rng().gen_range(0.9..1.1);
@@ -188,6 +208,51 @@ async fn report_loop(node: Arc<SimNode>, sh: Arc<Shared>) {
             _ = tokio::time::sleep(period.mul_f64(jitter)) => {}
             _ = node.changed.notified() => tokio::time::sleep(Duration::from_millis(500)).await,
         }
+    }
+}
+
+/// A node's own keep-alive connection for its reports. A real fleet-node holds one beside the
+/// connection its long-poll occupies, so the controller carries two per node (its idle
+/// keep-alive, 30 s, outlasts the 20 s report period). Sent through the shared client's pool,
+/// the simulated nodes' reports would share a few connections and the run would under-state
+/// the controller's memory.
+struct ReportConn {
+    /// host:port of the controller.
+    addr: String,
+    sender: Option<SendRequest<Full<Bytes>>>,
+}
+
+impl ReportConn {
+    fn new(url: &str) -> ReportConn {
+        ReportConn { addr: url.trim_start_matches("http://").trim_end_matches('/').to_string(), sender: None }
+    }
+
+    /// PUTs one report; a closed or failed connection is replaced on the next call.
+    async fn put(&mut self, token: &str, body: &Value) -> anyhow::Result<StatusCode> {
+        let mut sender = match self.sender.take() {
+            Some(s) if !s.is_closed() => s,
+            _ => {
+                let stream = TcpStream::connect(&self.addr).await?;
+                let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+                // Drives the connection; ends when either side closes it.
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                sender
+            }
+        };
+        sender.ready().await?;
+        let req = Request::put("/api/v1/nodes/me/observed")
+            .header(HOST, &self.addr)
+            .header(AUTHORIZATION, format!("Bearer {token}"))
+            .header(CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(serde_json::to_vec(body)?)))?;
+        let resp = sender.send_request(req).await?;
+        let status = resp.status();
+        // Read to the end so the connection can carry the next report.
+        resp.into_body().collect().await?;
+        self.sender = Some(sender);
+        Ok(status)
     }
 }
 
