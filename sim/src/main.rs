@@ -100,11 +100,10 @@ const SPARE_FILES: u64 = 1024;
 impl ReportConnections {
     /// Whether nodes report over connections of their own, given the open-file limit.
     fn own(self, nodes: usize, open_file_limit: Option<u64>) -> bool {
-        let fits = open_file_limit.is_none_or(|l| l >= 2 * nodes as u64 + SPARE_FILES);
         match self {
             ReportConnections::Own => true,
             ReportConnections::Shared => false,
-            ReportConnections::Auto => fits,
+            ReportConnections::Auto => open_file_limit.is_none_or(|l| l >= 2 * nodes as u64 + SPARE_FILES),
         }
     }
 }

@@ -33,6 +33,21 @@ pub struct Shared {
     pub received: Mutex<HashMap<(String, u64), Instant>>,
 }
 
+/// Where nodes send their observed reports.
+const OBSERVED_PATH: &str = "/api/v1/nodes/me/observed";
+
+impl Shared {
+    /// A report PUT through the shared client's pool.
+    fn pooled_report(&self, token: &str, body: &Value) -> reqwest::RequestBuilder {
+        self.http.put(format!("{}{OBSERVED_PATH}", self.url)).bearer_auth(token).json(body)
+    }
+
+    fn count_report(&self, ok: bool) {
+        let counter = if ok { &self.reports_ok } else { &self.reports_failed };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 #[derive(Default)]
 struct Desired {
     generation: u64,
@@ -185,22 +200,11 @@ async fn report_loop(node: Arc<SimNode>, sh: Arc<Shared>) {
                 matches!(tokio::time::timeout(Duration::from_secs(30), c.put(&token, &body)).await, Ok(Ok(s)) if s.is_success())
             }
             None => {
-                let r = sh
-                    .http
-                    .put(format!("{}/api/v1/nodes/me/observed", sh.url))
-                    .bearer_auth(&token)
-                    .json(&body)
-                    .timeout(Duration::from_secs(30))
-                    .send()
-                    .await;
+                let r = sh.pooled_report(&token, &body).timeout(Duration::from_secs(30)).send().await;
                 matches!(r, Ok(r) if r.status().is_success())
             }
         };
-        if ok {
-            sh.reports_ok.fetch_add(1, Ordering::Relaxed);
-        } else {
-            sh.reports_failed.fetch_add(1, Ordering::Relaxed);
-        }
+        sh.count_report(ok);
         // ±10 % jitter; a change is reported within half a second, as a node that just
         // started its containers would.
         let jitter = rand::thread_rng().gen_range(0.9..1.1);
@@ -242,7 +246,7 @@ impl ReportConn {
             }
         };
         sender.ready().await?;
-        let req = Request::put("/api/v1/nodes/me/observed")
+        let req = Request::put(OBSERVED_PATH)
             .header(HOST, &self.addr)
             .header(AUTHORIZATION, format!("Bearer {token}"))
             .header(CONTENT_TYPE, "application/json")
@@ -285,9 +289,7 @@ pub async fn burst(node: Arc<SimNode>, sh: Arc<Shared>, stop: Arc<AtomicBool>) {
     let token = node.token.lock().clone();
     while !stop.load(Ordering::Relaxed) {
         let body = report_body(&node, &sh, &format!("boot-{}", node.index));
-        match sh.http.put(format!("{}/api/v1/nodes/me/observed", sh.url)).bearer_auth(&token).json(&body).send().await {
-            Ok(r) if r.status().is_success() => sh.reports_ok.fetch_add(1, Ordering::Relaxed),
-            _ => sh.reports_failed.fetch_add(1, Ordering::Relaxed),
-        };
+        let r = sh.pooled_report(&token, &body).send().await;
+        sh.count_report(matches!(r, Ok(r) if r.status().is_success()));
     }
 }
