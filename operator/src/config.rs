@@ -41,7 +41,25 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Header-read and idle timeouts of both listeners ([ext] `FLEET_HTTP_HEADER_READ_SECONDS`,
     /// `FLEET_HTTP_IDLE_SECONDS`).
-    pub http_timeouts: crate::http::serve::Timeouts,
+    pub http_timeouts: HttpTimeouts,
+}
+
+/// The HTTP listeners' timeouts (`http::serve`).
+#[derive(Debug, Clone, Copy)]
+pub struct HttpTimeouts {
+    /// Whole request head must arrive within this.
+    pub header_read: Duration,
+    /// No byte read or written for this long closes the connection.
+    pub idle: Duration,
+}
+
+impl Default for HttpTimeouts {
+    fn default() -> Self {
+        HttpTimeouts {
+            header_read: Duration::from_secs(defaults::HTTP_HEADER_READ_SECONDS),
+            idle: Duration::from_secs(defaults::HTTP_IDLE_SECONDS),
+        }
+    }
 }
 
 #[derive(Clone, PartialEq, Eq)]
@@ -188,7 +206,7 @@ impl Config {
             Duration::from_secs(r.seconds("FLEET_RECONCILE_SECONDS", defaults::RECONCILE_SECONDS, 1, day));
         let node_offline_after =
             Duration::from_secs(r.seconds("FLEET_NODE_OFFLINE_SECONDS", defaults::NODE_OFFLINE_SECONDS, 1, day));
-        let http_timeouts = crate::http::serve::Timeouts {
+        let http_timeouts = HttpTimeouts {
             header_read: Duration::from_secs(r.seconds(
                 "FLEET_HTTP_HEADER_READ_SECONDS",
                 defaults::HTTP_HEADER_READ_SECONDS,

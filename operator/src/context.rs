@@ -8,9 +8,9 @@ use crate::platform::token::TokenSource;
 use crate::reconcile::queue::{Backoff, WorkQueue};
 use crate::reconcile::work::WorkKey;
 use crate::store::Store;
+use crate::trigger::{PassClock, Trigger};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Notify;
 
 pub struct Ctx {
     pub cfg: Config,
@@ -18,8 +18,10 @@ pub struct Ctx {
     pub cp: CpClient,
     pub iam: IamClient,
     pub metrics: Arc<Metrics>,
-    /// Wakes the pass loop; permits coalesce, so a burst of triggers yields one pass.
-    pub trigger: Notify,
+    /// Wakes the pass loop; shared with the HTTP side.
+    pub trigger: Arc<Trigger>,
+    /// When the last pass finished; shared with `/readyz`.
+    pub pass_clock: Arc<PassClock>,
     pub queue: WorkQueue<WorkKey>,
 }
 
@@ -29,18 +31,20 @@ impl Ctx {
         let tokens = Arc::new(TokenSource::new(http.clone(), &cfg.iam_url, cfg.credentials.clone()));
         let cp = CpClient::new(http.clone(), &cfg.control_plane_url, tokens.clone());
         let iam = IamClient::new(http, &cfg.iam_url, &cfg.iam_tenant, tokens);
+        let pass_clock = Arc::new(PassClock::new(cfg.reconcile_every, crate::clock::now_ms()));
         Arc::new(Ctx {
             cfg,
             store,
             cp,
             iam,
             metrics,
-            trigger: Notify::new(),
+            trigger: Arc::new(Trigger::default()),
+            pass_clock,
             queue: WorkQueue::new(Backoff { base: Duration::from_secs(1), max: Duration::from_secs(300) }),
         })
     }
 
     pub fn kick(&self) {
-        self.trigger.notify_one();
+        self.trigger.kick();
     }
 }

@@ -207,7 +207,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     if args.with_node && args.image == DEFAULT_IMAGE {
         build_dev_image(&args.image)?;
     }
-    let fleet = start(&args).await?;
+    let mut fleet = start(&args).await?;
     let api = format!("http://{}", fleet.controller.addr);
     println!();
     println!("Fleet dev controller  {api}   (metrics http://{}/metrics)", fleet.controller.metrics_addr);
@@ -249,11 +249,19 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     println!("Serving; Ctrl-C stops. Agent containers keep running after the node stops;");
     println!("remove them with: docker rm -f $(docker ps -aq --filter label=fleet.node={})", args.node_name);
     // Ctrl-C or SIGTERM: stop the node this command started, then the controller.
+    // A core task that ends is a fault here as in `serve`: stop and say which.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term.recv() => {} }
+    let ended = tokio::select! {
+        _ = tokio::signal::ctrl_c() => None,
+        _ = term.recv() => None,
+        e = fleet.controller.ended() => Some(e),
+    };
     if let Some(mut n) = node {
         let _ = n.kill().await;
     }
     fleet.controller.shutdown().await;
-    Ok(())
+    match ended {
+        Some(e) => anyhow::bail!("{e}"),
+        None => Ok(()),
+    }
 }

@@ -6,7 +6,9 @@
 pub mod clock;
 pub mod config;
 pub mod context;
+#[cfg(feature = "dev")]
 pub mod dev;
+pub mod failpoint;
 pub mod http;
 pub mod k8s;
 pub mod metrics;
@@ -15,3 +17,5 @@ pub mod platform;
 pub mod reconcile;
 pub mod server;
 pub mod store;
+pub mod supervisor;
+pub mod trigger;

@@ -3,7 +3,9 @@
 
 use clap::{Parser, Subcommand};
 use fleet_controller::config::{Config, LogFormat, StoreConfig};
-use fleet_controller::{clock, dev, server, store::Store};
+#[cfg(feature = "dev")]
+use fleet_controller::dev;
+use fleet_controller::{clock, server, store::Store};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -40,7 +42,14 @@ enum Command {
     /// Print the FleetNode and FleetPlacement CRD YAML, as checked in under crds/.
     Crds,
     /// Run a whole fleet on this machine: controller, in-memory CP and IAM, example agents.
+    #[cfg(feature = "dev")]
     Dev(dev::DevArgs),
+    /// Not in this build: release images leave the dev mode (and its token-minting IAM) out.
+    #[cfg(not(feature = "dev"))]
+    Dev {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        args: Vec<String>,
+    },
 }
 
 fn init_logs(format: LogFormat) {
@@ -69,10 +78,16 @@ async fn main() -> ExitCode {
             print!("{}", fleet_controller::k8s::crd::crds_yaml());
             Ok(())
         }
+        #[cfg(feature = "dev")]
         Command::Dev(args) => {
             init_logs(LogFormat::Text);
             dev::run(args).await
         }
+        #[cfg(not(feature = "dev"))]
+        Command::Dev { .. } => Err(anyhow::anyhow!(
+            "this build has no dev mode (built without the `dev` feature, as the release images are); \
+             run `cargo run -p fleet-controller -- dev` from a source checkout"
+        )),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -86,8 +101,14 @@ async fn main() -> ExitCode {
 async fn serve() -> anyhow::Result<()> {
     let cfg = Config::from_env()?;
     init_logs(cfg.log_format);
-    let running = server::start(cfg).await?;
-    shutdown_signal().await;
+    let mut running = server::start(cfg).await?;
+    tokio::select! {
+        () = shutdown_signal() => {}
+        ended = running.ended() => {
+            tracing::error!(task = ended.task, "{ended}; exiting so that the orchestrator restarts the controller");
+            anyhow::bail!("{ended}");
+        }
+    }
     tracing::info!("shutting down");
     running.shutdown().await;
     Ok(())

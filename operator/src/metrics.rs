@@ -3,36 +3,82 @@
 //! into the registry.
 
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-type Labels = Vec<(String, String)>;
+/// Typed label sets, one per family: a report or a call counts without building strings.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeLabels {
+    pub status: &'static str,
+    pub health: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PlacementLabels {
+    pub status: &'static str,
+    /// A reason code, or empty.
+    pub reason: String,
+}
+
+/// The outcome of a report, a join or a PAT event.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    pub event: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    pub service: &'static str,
+    pub call: &'static str,
+    pub outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MirrorLabels {
+    pub kind: &'static str,
+    pub op: &'static str,
+    pub outcome: String,
+}
+
+/// The kind of a work item (`reconcile::work::WorkKey`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkLabels {
+    pub kind: &'static str,
+}
 
 pub struct Metrics {
     registry: Registry,
-    pub nodes: Family<Labels, Gauge>,
-    pub placements: Family<Labels, Gauge>,
+    pub nodes: Family<NodeLabels, Gauge>,
+    pub placements: Family<PlacementLabels, Gauge>,
     pub pass_seconds: Histogram,
     pub passes: Counter,
     pub pass_errors: Counter,
     pub longpolls_held: Gauge,
-    pub reports: Family<Labels, Counter>,
-    pub platform_calls: Family<Labels, Counter>,
-    pub pats: Family<Labels, Counter>,
+    pub reports: Family<OutcomeLabels, Counter>,
+    pub platform_calls: Family<CallLabels, Counter>,
+    pub pats: Family<EventLabels, Counter>,
     pub queue_depth: Gauge,
     pub work_retries: Counter,
+    pub work_seconds: Family<WorkLabels, Histogram>,
+    pub work_failures: Family<WorkLabels, Counter>,
     pub agents_skipped: Counter,
-    pub joins: Family<Labels, Counter>,
-    pub mirror_writes: Family<Labels, Counter>,
+    pub joins: Family<OutcomeLabels, Counter>,
+    pub mirror_writes: Family<MirrorLabels, Counter>,
     pub memory_allocated: Gauge,
     pub memory_resident: Gauge,
 }
 
-pub fn labels(pairs: &[(&str, &str)]) -> Labels {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+fn work_histogram() -> Histogram {
+    Histogram::new([0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 30.0].into_iter())
 }
 
 impl Default for Metrics {
@@ -50,6 +96,8 @@ impl Default for Metrics {
             pats: Family::default(),
             queue_depth: Gauge::default(),
             work_retries: Counter::default(),
+            work_seconds: Family::new_with_constructor(work_histogram),
+            work_failures: Family::default(),
             agents_skipped: Counter::default(),
             joins: Family::default(),
             mirror_writes: Family::default(),
@@ -68,6 +116,8 @@ impl Default for Metrics {
         registry.register("pats", "PATs issued, rotated, revoked and failed", m.pats.clone());
         registry.register("work_queue_depth", "Work items waiting", m.queue_depth.clone());
         registry.register("work_retries", "Work items retried after a failure", m.work_retries.clone());
+        registry.register("work_duration_seconds", "Duration of a work item by kind", m.work_seconds.clone());
+        registry.register("work_failures", "Work items that failed by kind", m.work_failures.clone());
         registry.register("agents_skipped", "CP agent items skipped as invalid", m.agents_skipped.clone());
         registry.register("joins", "Join attempts by outcome", m.joins.clone());
         registry.register(
@@ -96,8 +146,29 @@ impl Metrics {
         out
     }
 
-    pub fn call(&self, service: &str, call: &str, outcome: &str) {
-        self.platform_calls.get_or_create(&labels(&[("service", service), ("call", call), ("outcome", outcome)])).inc();
+    pub fn call(&self, service: &'static str, call: &'static str, outcome: &'static str) {
+        self.platform_calls.get_or_create(&CallLabels { service, call, outcome }).inc();
+    }
+
+    pub fn report(&self, outcome: &'static str) {
+        self.reports.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    pub fn join(&self, outcome: &'static str) {
+        self.joins.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// Times one pass: observed into the pass histogram when dropped, however the pass ends.
+    pub fn pass_timer(&self) -> Timer<'_> {
+        Timer { histogram: &self.pass_seconds, started: std::time::Instant::now() }
+    }
+
+    /// Times one work item of `kind` the same way.
+    pub fn work_timer(&self, kind: &'static str) -> OwnedTimer {
+        OwnedTimer {
+            histogram: self.work_seconds.get_or_create(&WorkLabels { kind }).clone(),
+            started: std::time::Instant::now(),
+        }
     }
 
     /// Samples the allocator's counters into the memory gauges. jemalloc caches them until its
@@ -116,7 +187,32 @@ impl Metrics {
         }
     }
 
-    pub fn pat(&self, event: &str) {
-        self.pats.get_or_create(&labels(&[("event", event)])).inc();
+    pub fn pat(&self, event: &'static str) {
+        self.pats.get_or_create(&EventLabels { event }).inc();
+    }
+}
+
+/// Observes the time since it was made into a histogram when dropped (an RAII guard, as in
+/// kube-rs's controller-rs): an early return or an error is timed too.
+pub struct Timer<'a> {
+    histogram: &'a Histogram,
+    started: std::time::Instant,
+}
+
+impl Drop for Timer<'_> {
+    fn drop(&mut self) {
+        self.histogram.observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+/// A [`Timer`] that owns its histogram (a family member), so it can live across `.await`.
+pub struct OwnedTimer {
+    histogram: Histogram,
+    started: std::time::Instant,
+}
+
+impl Drop for OwnedTimer {
+    fn drop(&mut self) {
+        self.histogram.observe(self.started.elapsed().as_secs_f64());
     }
 }

@@ -7,6 +7,9 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use std::sync::Arc;
 
+/// A node id, node name or agent key, shared rather than copied.
+pub type Id = Arc<str>;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AgentState {

@@ -1,12 +1,14 @@
 //! Starting the controller: open the store, start the pass loop and workers (unless in the
-//! not-configured mode), the report flusher, and the API and metrics listeners.
+//! not-configured mode), the report flusher, and the API and metrics listeners, every one of
+//! them a core task under the [`Supervisor`].
 
 use crate::config::Config;
 use crate::context::Ctx;
-use crate::http::{self, auth::Jwks, App};
+use crate::http::{self, auth::Jwks, App, Reconciler};
 use crate::metrics::Metrics;
 use crate::reconcile::{agents, pass, work};
 use crate::store::Store;
+use crate::supervisor::{Ended, Supervisor};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,16 +20,19 @@ pub struct Running {
     pub store: Arc<Store>,
     pub ctx: Option<Arc<Ctx>>,
     stop: watch::Sender<bool>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    tasks: Supervisor,
 }
 
 impl Running {
+    /// Waits until a core task ends or panics — a fault: the caller exits non-zero.
+    pub async fn ended(&mut self) -> Ended {
+        self.tasks.ended().await
+    }
+
     /// Stops serving, flushes reports to the database and returns.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
-        for t in self.tasks {
-            t.abort();
-        }
+        self.tasks.abort_all();
         if let Err(e) = self.store.flush_reports().await {
             tracing::error!(error = %e, "final flush of node reports failed");
         }
@@ -47,13 +52,16 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             .map_err(|e| anyhow::anyhow!("cannot open the store {}: {e}", cfg.store.database_url))?,
     );
     let metrics = Arc::new(Metrics::default());
-    let mut tasks = Vec::new();
+    let mut tasks = Supervisor::default();
+    if let Some(writer) = store.db.take_writer_task() {
+        tasks.adopt("writer", writer);
+    }
     let ctx = match &cfg.credentials {
         Some(_) => {
             let ctx = Ctx::new(cfg.clone(), store.clone(), metrics.clone());
             // Time-driven work survives a restart: re-arm the revocations that were pending.
             let now = crate::clock::now_ms();
-            for c in store.state.read().creds.values() {
+            for c in store.state.read().creds() {
                 if let Some(at) = c.revoke_ms {
                     ctx.queue.add_after(
                         work::WorkKey::Revoke(c.id.clone()),
@@ -63,11 +71,13 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             }
             if cfg.kubernetes_mirror {
                 let mirror = crate::k8s::connect(cfg.kubernetes_namespace.as_deref(), metrics.clone()).await?;
-                tasks.push(tokio::spawn(crate::k8s::run(mirror, store.clone(), cfg.node_offline_after)));
+                tasks.spawn("mirror", crate::k8s::run(mirror, store.clone(), cfg.node_offline_after));
             }
-            tasks.extend(work::spawn_workers(&ctx));
-            tasks.push(tokio::spawn(pass::run(ctx.clone())));
-            tasks.push(tokio::spawn(agents::watch_cp(ctx.clone())));
+            for _ in 0..work::WORKERS {
+                tasks.spawn("worker", work::worker(ctx.clone()));
+            }
+            tasks.spawn("pass", pass::run(ctx.clone()));
+            tasks.spawn("cp-watcher", agents::watch_cp(ctx.clone()));
             ctx.kick();
             Some(ctx)
         }
@@ -78,7 +88,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     };
     {
         let store = store.clone();
-        tasks.push(tokio::spawn(async move {
+        tasks.spawn("report-flusher", async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tick.tick().await;
@@ -86,10 +96,11 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
                     tracing::error!(error = %e, "cannot persist node reports; retrying");
                 }
             }
-        }));
+        });
     }
     let jwks = Jwks::new(crate::platform::http_client(), &cfg.jwks_url, &cfg.iam_issuer, &cfg.audience);
-    let app = App::new(store.clone(), metrics.clone(), ctx.clone(), jwks, cfg.node_offline_after);
+    let reconciler = ctx.as_ref().map(|c| Reconciler { trigger: c.trigger.clone(), pass_clock: c.pass_clock.clone() });
+    let app = App::new(store.clone(), metrics.clone(), reconciler, jwks, cfg.node_offline_after);
     let api = bind(cfg.listen, "API").await?;
     let met = bind(cfg.metrics_listen, "metrics").await?;
     let addr = api.local_addr()?;
@@ -101,9 +112,9 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let router = http::router(app);
     let rx = stop_rx.clone();
     let timeouts = cfg.http_timeouts;
-    tasks.push(tokio::spawn(http::serve::serve(api, router, timeouts, shutdown(rx))));
+    tasks.spawn("api-listener", http::serve::serve(api, router, timeouts, shutdown(rx)));
     let mrouter = http::metrics_router(metrics);
-    tasks.push(tokio::spawn(http::serve::serve(met, mrouter, timeouts, shutdown(stop_rx))));
+    tasks.spawn("metrics-listener", http::serve::serve(met, mrouter, timeouts, shutdown(stop_rx)));
     tracing::info!(%addr, %metrics_addr, configured = ctx.is_some(), "fleet-controller serving");
     Ok(Running { addr, metrics_addr, store, ctx, stop, tasks })
 }

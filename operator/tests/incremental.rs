@@ -111,7 +111,7 @@ async fn incremental_passes_match_a_full_recompute_through_a_fleet_history() {
     audited(&ctx, "adding agents").await;
     eventually(20, "every PAT issued", || async {
         let st = ctx.store.state.read();
-        (st.active.len() == st.placed_pairs.len() && !st.active.is_empty()).then_some(())
+        (st.active().len() == st.placed_pairs.len() && !st.active().is_empty()).then_some(())
     })
     .await;
     audited(&ctx, "issuing PATs").await;

@@ -9,15 +9,16 @@ pub mod node;
 pub mod openapi;
 pub mod serve;
 
-use crate::context::Ctx;
 use crate::metrics::Metrics;
 use crate::store::Store;
+use crate::trigger::{PassClock, Trigger};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use error::ApiError;
+use fleet_api::ErrorBody;
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,11 +26,19 @@ use std::time::Duration;
 /// Failed joins allowed per second, all sources together (SPEC §3.3).
 pub const MAX_FAILED_JOINS_PER_SECOND: u32 = 20;
 
+/// The reconciler as the HTTP side knows it: a trigger to kick, a clock to read.
+#[derive(Clone)]
+pub struct Reconciler {
+    pub trigger: Arc<Trigger>,
+    pub pass_clock: Arc<PassClock>,
+}
+
 pub struct App {
     pub store: Arc<Store>,
     pub metrics: Arc<Metrics>,
-    /// `None` in the not-configured mode (no client credentials).
-    pub ctx: Option<Arc<Ctx>>,
+    /// What the HTTP side sees of the reconciler; `None` in the not-configured mode (no
+    /// client credentials), where no pass runs.
+    pub reconciler: Option<Reconciler>,
     pub jwks: auth::Jwks,
     pub offline_after: Duration,
     failed_joins: Mutex<(u64, u32)>,
@@ -39,11 +48,11 @@ impl App {
     pub fn new(
         store: Arc<Store>,
         metrics: Arc<Metrics>,
-        ctx: Option<Arc<Ctx>>,
+        reconciler: Option<Reconciler>,
         jwks: auth::Jwks,
         offline_after: Duration,
     ) -> Arc<App> {
-        Arc::new(App { store, metrics, ctx, jwks, offline_after, failed_joins: Mutex::new((0, 0)) })
+        Arc::new(App { store, metrics, reconciler, jwks, offline_after, failed_joins: Mutex::new((0, 0)) })
     }
 
     fn second() -> u64 {
@@ -66,15 +75,15 @@ impl App {
     }
 
     pub fn kick(&self) {
-        if let Some(ctx) = &self.ctx {
-            ctx.kick();
+        if let Some(r) = &self.reconciler {
+            r.trigger.kick();
         }
     }
 }
 
 async fn configured_gate(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
-    if app.ctx.is_none() && path != "/healthz" && path != "/openapi.json" {
+    if app.reconciler.is_none() && !matches!(path, "/healthz" | "/readyz" | "/openapi.json") {
         return ApiError::not_configured().into_response();
     }
     next.run(req).await
@@ -86,6 +95,25 @@ pub async fn healthz() -> Json<fleet_api::Healthz> {
     Json(fleet_api::Healthz { status: "ok".into() })
 }
 
+/// Readiness (SPEC §3.9): 200 while the store answers and the last pass finished within
+/// 3 × `FLEET_RECONCILE_SECONDS` + 30 s; 503 otherwise, and in the not-configured mode.
+#[utoipa::path(get, path = "/readyz", tag = "health",
+    responses((status = 200, body = fleet_api::Healthz), (status = 503, description = "not_ready or not_configured", body = ErrorBody)))]
+pub async fn readyz(State(app): State<Arc<App>>) -> Result<Json<fleet_api::Healthz>, ApiError> {
+    let Some(r) = &app.reconciler else { return Err(ApiError::not_configured()) };
+    if let Err(e) = app.store.db.ping().await {
+        return Err(ApiError::not_ready(format!("the store does not answer: {e}")));
+    }
+    match r.pass_clock.check(crate::clock::now_ms()) {
+        Ok(()) => Ok(Json(fleet_api::Healthz { status: "ok".into() })),
+        Err(age) => Err(ApiError::not_ready(format!(
+            "the last reconcile pass finished {}s ago (limit {}s)",
+            age.as_secs(),
+            r.pass_clock.limit().as_secs()
+        ))),
+    }
+}
+
 async fn not_found() -> ApiError {
     ApiError::not_found("no such route")
 }
@@ -93,6 +121,7 @@ async fn not_found() -> ApiError {
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi::serve))
         .route("/api/v1/join-keys", post(admin::create_join_key))
         .route("/api/v1/nodes", get(admin::list_nodes))

@@ -6,7 +6,6 @@ use super::body::read_json;
 use super::error::ApiError;
 use super::App;
 use crate::clock;
-use crate::metrics::labels;
 use crate::store::{JoinError, ReportOutcome};
 use axum::body::Body;
 use axum::extract::{Query, State};
@@ -31,7 +30,7 @@ pub const MAX_WAIT_SECONDS: u64 = 60;
               (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn join(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     if app.joins_throttled() {
-        app.metrics.joins.get_or_create(&labels(&[("outcome", "throttled")])).inc();
+        app.metrics.join("throttled");
         return Err(ApiError::too_many("too many failed joins; try again in a second"));
     }
     let result = async {
@@ -56,7 +55,7 @@ pub async fn join(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
     .await;
     match result {
         Ok(resp) => {
-            app.metrics.joins.get_or_create(&labels(&[("outcome", "joined")])).inc();
+            app.metrics.join("joined");
             app.kick();
             Ok((StatusCode::CREATED, axum::Json(resp)).into_response())
         }
@@ -64,7 +63,7 @@ pub async fn join(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
             if e.status != StatusCode::INTERNAL_SERVER_ERROR {
                 app.note_failed_join();
             }
-            app.metrics.joins.get_or_create(&labels(&[("outcome", e.code)])).inc();
+            app.metrics.join(e.code);
             tracing::info!(code = e.code, message = %e.message, "join refused");
             Err(e)
         }
@@ -150,14 +149,14 @@ pub async fn observed(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
     let report = match parsed {
         Ok(r) => r,
         Err(e) => {
-            app.metrics.reports.get_or_create(&labels(&[("outcome", "rejected")])).inc();
+            app.metrics.report("rejected");
             tracing::warn!(node = %node, code = e.code, message = %e.message, "observed report rejected (is the node newer than the controller?)");
             return Err(e);
         }
     };
     match app.store.report(&node, report, clock::now_ms(), app.offline_after) {
         ReportOutcome::Accepted { changed, was_online } => {
-            app.metrics.reports.get_or_create(&labels(&[("outcome", "accepted")])).inc();
+            app.metrics.report("accepted");
             if !was_online {
                 tracing::info!(node = %node, "node is online again");
             }
@@ -166,7 +165,7 @@ pub async fn observed(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
             }
         }
         ReportOutcome::Stale => {
-            app.metrics.reports.get_or_create(&labels(&[("outcome", "stale")])).inc();
+            app.metrics.report("stale");
         }
     }
     Ok(StatusCode::NO_CONTENT)

@@ -19,22 +19,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, Sleep};
 
-#[derive(Debug, Clone, Copy)]
-pub struct Timeouts {
-    /// Whole request head must arrive within this.
-    pub header_read: Duration,
-    /// No byte read or written for this long closes the connection.
-    pub idle: Duration,
-}
-
-impl Default for Timeouts {
-    fn default() -> Self {
-        Timeouts {
-            header_read: Duration::from_secs(crate::config::defaults::HTTP_HEADER_READ_SECONDS),
-            idle: Duration::from_secs(crate::config::defaults::HTTP_IDLE_SECONDS),
-        }
-    }
-}
+pub use crate::config::HttpTimeouts as Timeouts;
 
 /// A TCP stream that fails with `TimedOut` once it has been idle for `idle`.
 struct IdleStream {

@@ -16,7 +16,7 @@
 
 use super::crd::{FleetNode, FleetNodeSpec, FleetNodeStatus, FleetPlacement, FleetPlacementSpec, FleetPlacementStatus};
 use super::desired::{canonical, hash_json, status_key, Want, Wanted};
-use crate::metrics::{labels, Metrics};
+use crate::metrics::{Metrics, MirrorLabels};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::ApiResource;
 use kube::Client;
@@ -360,16 +360,13 @@ impl Mirror {
         Ok(())
     }
 
-    fn count<T>(&mut self, kind: Kind, op: &str, r: &Result<T, kube::Error>) {
+    fn count<T>(&mut self, kind: Kind, op: &'static str, r: &Result<T, kube::Error>) {
         self.requests += 1;
         let outcome = match r {
             Ok(_) => "ok".to_string(),
             Err(kube::Error::Api(s)) => s.code.to_string(),
             Err(_) => "error".to_string(),
         };
-        self.metrics
-            .mirror_writes
-            .get_or_create(&labels(&[("kind", kind.name()), ("op", op), ("outcome", &outcome)]))
-            .inc();
+        self.metrics.mirror_writes.get_or_create(&MirrorLabels { kind: kind.name(), op, outcome }).inc();
     }
 }

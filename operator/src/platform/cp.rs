@@ -4,7 +4,7 @@
 use super::token::TokenSource;
 use super::{short_body, short_text, PlatformError};
 use crate::model::{parse_agents, Agent, SkippedAgent};
-use crate::reconcile::status::StatusBody;
+use crate::store::kept::StatusBody;
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;

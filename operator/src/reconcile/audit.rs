@@ -1,13 +1,14 @@
 //! The incremental pass checked against a recompute from scratch.
 
+use super::derive::{agent_status, demand, entries_of, facts_of, per_node_of, Lookup};
 use super::desired::{desired_json, Entry};
-use super::pass::{agent_status, count_views, demand, facts_of, per_node_of, Lookup};
+use super::gauges::Gauges;
 use super::placement::{self, Demand, NodeFacts};
 use super::views::placement_views;
 use super::work::WorkKey;
 use crate::clock;
 use crate::context::Ctx;
-use crate::metrics::labels;
+use crate::metrics::{NodeLabels, PlacementLabels};
 use crate::store::{Cred, DesiredRec, Id};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
@@ -33,8 +34,7 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
     if pairs != st.placed_pairs {
         diffs.push(format!("placed pairs: {} computed, {} published", pairs.len(), st.placed_pairs.len()));
     }
-    let creds: HashMap<(Id, Id), &Cred> =
-        st.active.iter().filter_map(|(pair, id)| st.creds.get(id).map(|c| (pair.clone(), &**c))).collect();
+    let creds: HashMap<(Id, Id), &Cred> = st.live_creds().map(|(pair, c)| (pair.clone(), &**c)).collect();
     for pair in creds.keys() {
         if !pairs.contains(pair) {
             diffs.push(format!("credential of {} on {} is live but not needed", pair.0, pair.1));
@@ -47,16 +47,7 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
         }
     }
     for f in &facts {
-        let entries: Vec<Entry> = per_node
-            .get(&f.id)
-            .into_iter()
-            .flatten()
-            .filter_map(|(agent, reps)| {
-                let a = st.agent(agent)?;
-                let c = creds.get(&(agent.clone(), f.id.clone()))?;
-                Some((a, reps.as_slice(), *c))
-            })
-            .collect();
+        let entries: Vec<Entry> = entries_of(&per_node, &f.id, |k| st.agent(k), |p| creds.get(p).copied());
         let json = desired_json(&entries, &ctx.cfg.iam_tenant);
         if st.desired.get(&f.id).map(DesiredRec::agents) != Some(&*json) {
             diffs.push(format!("desired state of node {} is stale", f.name));
@@ -73,13 +64,13 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
             diffs.push(format!("status of agent {} is stale", a.key));
         }
     }
-    let mut node_gauge: HashMap<(&str, &str), i64> = HashMap::default();
+    let mut node_gauge: HashMap<(&'static str, &'static str), i64> = HashMap::default();
     for f in &facts {
         let health = st.nodes.get(&f.id).and_then(|n| n.info.health).unwrap_or(fleet_api::Health::Ok).as_str();
         *node_gauge.entry((if f.online { "online" } else { "offline" }, health)).or_default() += 1;
     }
     for ((status, health), count) in node_gauge {
-        let shown = ctx.metrics.nodes.get_or_create(&labels(&[("status", status), ("health", health)])).get();
+        let shown = ctx.metrics.nodes.get_or_create(&NodeLabels { status, health }).get();
         if shown != count {
             diffs.push(format!("nodes gauge {status}/{health}: {shown}, the registry says {count}"));
         }
@@ -88,10 +79,10 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
     if fresh != *st.views {
         diffs.push("placement items differ from a fresh build".to_string());
     }
-    let mut gauge = HashMap::default();
-    count_views(&mut gauge, &fresh.to_vec(), 1);
-    for ((status, reason), (replicas, _)) in gauge {
-        let shown = ctx.metrics.placements.get_or_create(&labels(&[("status", status), ("reason", &reason)])).get();
+    let mut gauge = Gauges::default();
+    gauge.count_views(&fresh.to_vec(), 1);
+    for (status, reason, replicas) in gauge.placement_replicas() {
+        let shown = ctx.metrics.placements.get_or_create(&PlacementLabels { status, reason: reason.to_string() }).get();
         if shown != replicas {
             diffs.push(format!("placements gauge {status}/{reason}: {shown}, items say {replicas}"));
         }

@@ -4,7 +4,11 @@
 pub mod agents;
 pub mod audit;
 pub mod ceiling;
+pub mod derive;
 pub mod desired;
+pub mod gauges;
+pub mod liveness;
+pub mod memo;
 pub mod pass;
 pub mod placement;
 pub mod queue;

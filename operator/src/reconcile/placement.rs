@@ -10,7 +10,7 @@
 use fleet_api::{codes, images::AllowList, labels, Capacity};
 use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 
 /// What placement needs to know about one node.
@@ -40,21 +40,7 @@ pub struct Demand {
     pub memory_mb: Option<u64>,
 }
 
-/// One replica: (agent key, replica index).
-pub type ReplicaKey = (Arc<str>, u32);
-
-/// (agent key, replica index) → node id.
-pub type Bindings = BTreeMap<ReplicaKey, Arc<str>>;
-
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Outcome {
-    /// Every bound replica, including those stuck on an offline node.
-    pub bindings: Bindings,
-    /// Replicas bound to an offline node because no other node fits (`node_unavailable`).
-    pub stuck: BTreeSet<(Arc<str>, u32)>,
-    /// Agents with unplaced replicas: how many, and the first filter that left no node.
-    pub waiting: BTreeMap<Arc<str>, (u32, &'static str)>,
-}
+pub use crate::store::kept::{Bindings, Outcome, ReplicaKey};
 
 fn milli(c: f64) -> u64 {
     (c * 1000.0).round().max(0.0) as u64

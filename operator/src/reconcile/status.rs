@@ -2,48 +2,8 @@
 //! their bindings, identity readiness and what nodes reported. First matching rule wins.
 
 use fleet_api::{codes, ReplicaReport, ReplicaState};
-use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    Stopped,
-    WaitingForNode,
-    Pending,
-    CrashLooping,
-    NodeUnavailable,
-    Running,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Reason {
-    pub code: String,
-    pub message: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReplicaStatus {
-    pub replica: u32,
-    pub node: Option<String>,
-    pub state: ReplicaState,
-    pub restarts: u32,
-    pub last_exit_code: Option<i64>,
-    pub message: Option<String>,
-}
-
-/// Body of `PUT {CP}/api/v1/agents/{key}/status`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StatusBody {
-    pub phase: Phase,
-    pub reason: Option<Reason>,
-    pub node: Option<String>,
-    pub observed_revision: Option<u64>,
-    pub ready_replicas: u32,
-    pub desired_replicas: u32,
-    pub replicas: Vec<ReplicaStatus>,
-}
+pub use crate::store::kept::{Phase, Reason, ReplicaStatus, StatusBody};
 
 /// Where one desired replica stands.
 #[derive(Debug, Clone)]

@@ -11,58 +11,9 @@ use crate::model::{Agent, AgentState, IdentityKind, Placement};
 use crate::store::Id;
 use fleet_api::{codes, PlacementStatus, PlacementView};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-/// Placement items by agent key; iterating yields them in the API's order
-/// (agent key, node id, status).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ViewMap(BTreeMap<Id, Arc<[PlacementView]>>);
-
-impl ViewMap {
-    /// Groups items (in any order) by agent.
-    pub fn from_views(mut views: Vec<PlacementView>) -> ViewMap {
-        views.sort_by(order);
-        let mut map: BTreeMap<Id, Vec<PlacementView>> = BTreeMap::new();
-        for v in views {
-            map.entry(v.agent_key.as_str().into()).or_default().push(v);
-        }
-        ViewMap(map.into_iter().map(|(k, v)| (k, v.into())).collect())
-    }
-
-    /// Sets one agent's items (none removes the agent).
-    pub fn set(&mut self, agent: Id, views: Vec<PlacementView>) {
-        if views.is_empty() {
-            self.0.remove(&agent);
-        } else {
-            self.0.insert(agent, views.into());
-        }
-    }
-
-    /// One agent's items.
-    pub fn get(&self, agent: &str) -> &[PlacementView] {
-        self.0.get(agent).map(|v| &v[..]).unwrap_or_default()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &PlacementView> {
-        self.0.values().flat_map(|v| v.iter())
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.values().map(|v| v.len()).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub fn to_vec(&self) -> Vec<PlacementView> {
-        self.iter().cloned().collect()
-    }
-}
-
-fn order(x: &PlacementView, y: &PlacementView) -> std::cmp::Ordering {
-    (&x.agent_key, &x.node_id, x.status).cmp(&(&y.agent_key, &y.node_id, y.status))
-}
+use crate::store::kept::order;
+pub use crate::store::kept::ViewMap;
 
 /// Whether the agent has placement items at all (identity-only and service agents do not).
 fn listed(a: &Agent) -> bool {

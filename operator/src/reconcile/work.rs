@@ -9,10 +9,10 @@ use crate::context::Ctx;
 use crate::model::IdentityKind;
 use crate::platform::iam::PatRequest;
 use crate::platform::PlatformError;
-use crate::store::db::CredRow;
-use crate::store::{Cred, Id, IdentityRec, PairRec};
+use crate::store::{Cred, Id};
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum WorkKey {
@@ -39,48 +39,68 @@ pub fn rotate_at_ms(c: &Cred, ttl_ms: i64) -> i64 {
     c.expires_ms - margin
 }
 
-pub fn spawn_workers(ctx: &Arc<Ctx>) -> Vec<tokio::task::JoinHandle<()>> {
-    (0..WORKERS)
-        .map(|_| {
-            let ctx = ctx.clone();
-            tokio::spawn(async move {
-                loop {
-                    let key = ctx.queue.next().await;
-                    let outcome = handle(&ctx, &key).await;
-                    if ctx.queue.done(&key, outcome).is_some() {
-                        ctx.metrics.work_retries.inc();
-                    }
-                }
-            })
-        })
-        .collect()
+impl WorkKey {
+    /// The kind, as the work metrics and spans name it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            WorkKey::Identity(_) => "identity",
+            WorkKey::Pat(..) => "pat",
+            WorkKey::Revoke(_) => "revoke",
+            WorkKey::Status(_) => "status",
+        }
+    }
 }
 
-async fn handle(ctx: &Ctx, key: &WorkKey) -> Outcome {
-    match key {
-        WorkKey::Identity(agent) => identity(ctx, agent).await,
-        WorkKey::Pat(agent, node) => pat(ctx, agent, node).await,
-        WorkKey::Revoke(id) => revoke(ctx, id).await,
-        WorkKey::Status(agent) => status(ctx, agent).await,
+/// One worker ([`WORKERS`] run): takes the next due key, handles it and tells the queue how
+/// it went. It runs for the life of the controller; its end is a fault the supervisor
+/// reports (`server.rs`).
+pub async fn worker(ctx: Arc<Ctx>) {
+    loop {
+        let key = ctx.queue.next().await;
+        let outcome = handle(&ctx, &key).await;
+        if ctx.queue.done(&key, outcome).is_some() {
+            ctx.metrics.work_retries.inc();
+        }
     }
+}
+
+/// One work item, in a span naming its kind and key, timed and counted by kind.
+async fn handle(ctx: &Ctx, key: &WorkKey) -> Outcome {
+    let kind = key.kind();
+    let span = match key {
+        WorkKey::Identity(agent) | WorkKey::Status(agent) => tracing::info_span!("work", kind, agent = %agent),
+        WorkKey::Pat(agent, node) => tracing::info_span!("work", kind, agent = %agent, node = %node),
+        WorkKey::Revoke(id) => tracing::info_span!("work", kind, credential = %id),
+    };
+    let _timer = ctx.metrics.work_timer(kind);
+    let outcome = async {
+        match key {
+            WorkKey::Identity(agent) => identity(ctx, agent).await,
+            WorkKey::Pat(agent, node) => pat(ctx, agent, node).await,
+            WorkKey::Revoke(id) => revoke(ctx, id).await,
+            WorkKey::Status(agent) => status(ctx, agent).await,
+        }
+    }
+    .instrument(span)
+    .await;
+    if outcome == Outcome::Failed {
+        ctx.metrics.work_failures.get_or_create(&crate::metrics::WorkLabels { kind }).inc();
+    }
+    outcome
 }
 
 fn note_error(ctx: &Ctx, agent: &Id, msg: String) {
-    if ctx.store.state.write().set_identity_error(agent, Some(msg.clone())) {
-        tracing::warn!(agent = %agent, error = %msg, "identity not ready; retrying with backoff");
+    if ctx.store.identity_failed(agent, msg.clone()) {
+        tracing::warn!(error = %msg, "identity not ready; retrying with backoff");
         ctx.kick();
     }
-}
-
-fn clear_error(ctx: &Ctx, agent: &Id) {
-    ctx.store.state.write().set_identity_error(agent, None);
 }
 
 async fn identity(ctx: &Ctx, agent: &Id) -> Outcome {
     let (wanted, rec) = {
         let st = ctx.store.state.read();
         let wanted = st.agent(agent).is_some_and(|a| a.identity.kind == IdentityKind::Agent);
-        (wanted, st.identities.get(agent).cloned())
+        (wanted, st.identity(agent).cloned())
     };
     if !wanted {
         return Outcome::Done;
@@ -91,12 +111,11 @@ async fn identity(ctx: &Ctx, agent: &Id) -> Outcome {
         None => match ctx.iam.create_principal(agent).await {
             Ok(id) => {
                 ctx.metrics.call("iam", "create_principal", "ok");
-                if let Err(e) = ctx.store.db.put_identity(agent, &id, false).await {
-                    tracing::error!(agent = %agent, error = %e, "cannot store principal");
+                if let Err(e) = ctx.store.identity_created(agent, &id).await {
+                    tracing::error!(error = %e, "cannot store principal");
                     return Outcome::Failed;
                 }
-                ctx.store.state.write().set_identity(agent, IdentityRec { principal_id: id.clone(), bound: false });
-                tracing::info!(agent = %agent, principal = %id, "IAM principal ready");
+                tracing::info!(principal = %id, "IAM principal ready");
                 id
             }
             Err(e) => {
@@ -109,13 +128,11 @@ async fn identity(ctx: &Ctx, agent: &Id) -> Outcome {
     match ctx.cp.put_identity(agent, &ctx.cfg.iam_issuer, &ctx.cfg.iam_tenant, &principal).await {
         Ok(()) => {
             ctx.metrics.call("cp", "put_identity", "ok");
-            if let Err(e) = ctx.store.db.put_identity(agent, &principal, true).await {
-                tracing::error!(agent = %agent, error = %e, "cannot store identity binding");
+            if let Err(e) = ctx.store.identity_bound(agent, &principal).await {
+                tracing::error!(error = %e, "cannot store identity binding");
                 return Outcome::Failed;
             }
-            ctx.store.state.write().set_identity(agent, IdentityRec { principal_id: principal, bound: true });
-            clear_error(ctx, agent);
-            tracing::info!(agent = %agent, "identity bound in the CP");
+            tracing::info!("identity bound in the CP");
             ctx.kick();
             Outcome::Done
         }
@@ -139,9 +156,9 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
         if !placed {
             return Outcome::Done;
         }
-        let principal = st.identities.get(agent).map(|i| i.principal_id.clone());
-        let active = st.active.get(&(agent.clone(), node.clone())).and_then(|id| st.creds.get(id)).cloned();
-        let pair = st.pairs.get(&(agent.clone(), node.clone())).cloned().unwrap_or_default();
+        let principal = st.identity(agent).map(|i| i.principal_id.clone());
+        let active = st.live_cred(&(agent.clone(), node.clone())).cloned();
+        let pair = st.pair(&(agent.clone(), node.clone()));
         (a, n.name.clone(), n.public_key, principal, active, pair)
     };
     if let Some(c) = &active {
@@ -186,23 +203,6 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
     drop(issued.token);
     let grace = ctx.cfg.token_revoke_grace;
     let retire = active.as_ref().map(|c| (c.id.clone(), now + grace.as_millis() as i64));
-    let row = CredRow {
-        id: issued.id.clone(),
-        agent_key: agent.to_string(),
-        node_id: node.to_string(),
-        n: n as i64,
-        principal_id: principal.clone(),
-        ciphertext: ciphertext.clone(),
-        expires_ms,
-        issued_ms: now,
-        revoke_ms: None,
-    };
-    if let Err(e) =
-        ctx.store.db.store_credential(&row, (n + 1) as i64, retire.as_ref().map(|(id, at)| (id.as_str(), *at))).await
-    {
-        tracing::error!(agent = %agent, error = %e, "cannot store credential; the retry replays it");
-        return Outcome::Failed;
-    }
     let cred = Cred {
         id: issued.id.clone(),
         agent: agent.clone(),
@@ -214,28 +214,21 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
         issued_ms: now,
         revoke_ms: None,
     };
-    {
-        let mut st = ctx.store.state.write();
-        if let Some((old, at)) = &retire {
-            if let Some(c) = st.creds.get_mut(old).map(Arc::make_mut) {
-                c.revoke_ms = Some(*at);
-            }
-        }
-        st.creds.insert(cred.id.clone(), Arc::new(cred.clone()));
-        st.set_active((agent.clone(), node.clone()), cred.id.clone());
-        st.pairs.insert((agent.clone(), node.clone()), PairRec { next_n: n + 1, pending_n: None });
+    let (id, due) = (cred.id.clone(), rotate_at_ms(&cred, ttl_ms));
+    if let Err(e) = ctx.store.credential_stored(cred, retire.clone()).await {
+        tracing::error!(error = %e, "cannot store credential; the retry replays it");
+        return Outcome::Failed;
     }
     if let Some((old, _)) = retire {
         ctx.metrics.pat("rotated");
-        tracing::info!(agent = %agent, node = %node_name, credential = %cred.id, old = %old, "PAT rotated; the old one is revoked after the grace");
+        tracing::info!(node_name = %node_name, credential = %id, old = %old, "PAT rotated; the old one is revoked after the grace");
         ctx.queue.add_after(WorkKey::Revoke(old), grace);
     } else {
-        tracing::info!(agent = %agent, node = %node_name, credential = %cred.id, "PAT issued and sealed to the node");
+        tracing::info!(node_name = %node_name, credential = %id, "PAT issued and sealed to the node");
     }
     ctx.metrics.pat("issued");
-    clear_error(ctx, agent);
+    ctx.store.identity_ok(agent);
     ctx.kick();
-    let due = rotate_at_ms(&cred, ttl_ms);
     Outcome::RequeueAfter(Duration::from_millis((due - now).max(1000) as u64))
 }
 
@@ -256,28 +249,23 @@ fn describe(e: &PlatformError) -> String {
 
 async fn revoke(ctx: &Ctx, id: &str) -> Outcome {
     let now = clock::now_ms();
-    let Some(c) = ctx.store.state.read().creds.get(id).cloned() else { return Outcome::Done };
+    let Some(c) = ctx.store.state.read().cred(id).cloned() else { return Outcome::Done };
     let Some(at) = c.revoke_ms else { return Outcome::Done };
     if now < at {
         return Outcome::RequeueAfter(Duration::from_millis((at - now) as u64));
     }
     if let Err(e) = ctx.iam.revoke_pat(&c.principal_id, &c.id).await {
         ctx.metrics.call("iam", "revoke_pat", e.outcome());
-        tracing::warn!(agent = %c.agent, credential = %c.id, error = %e, "PAT revoke failed; retrying");
+        tracing::warn!(agent = %c.agent, error = %e, "PAT revoke failed; retrying");
         return Outcome::Failed;
     }
     ctx.metrics.call("iam", "revoke_pat", "ok");
-    if let Err(e) = ctx.store.db.delete_credential(&c.id).await {
-        tracing::error!(credential = %c.id, error = %e, "cannot delete revoked credential");
+    if let Err(e) = ctx.store.credential_revoked(&c).await {
+        tracing::error!(error = %e, "cannot delete revoked credential");
         return Outcome::Failed;
     }
-    {
-        let mut st = ctx.store.state.write();
-        st.creds.remove(&c.id);
-        st.unset_active((c.agent.clone(), c.node.clone()), &c.id);
-    }
     ctx.metrics.pat("revoked");
-    tracing::info!(agent = %c.agent, credential = %c.id, "PAT revoked");
+    tracing::info!(agent = %c.agent, "PAT revoked");
     Outcome::Done
 }
 
@@ -286,21 +274,13 @@ async fn status(ctx: &Ctx, agent: &Id) -> Outcome {
     match ctx.cp.put_status(agent, &body).await {
         Ok(()) => {
             ctx.metrics.call("cp", "put_status", "ok");
-            let json = serde_json::to_string(&body).unwrap_or_default();
-            if let Err(e) = ctx.store.db.put_status(agent, &json).await {
-                tracing::error!(agent = %agent, error = %e, "cannot store sent status");
-            }
-            let mut st = ctx.store.state.write();
-            tracing::info!(agent = %agent, phase = ?body.phase, ready = body.ready_replicas, desired = body.desired_replicas, "status sent to the CP");
-            if st.statuses_want.get(agent) == Some(&body) {
-                st.statuses_want.remove(agent);
-            }
-            st.statuses_sent.insert(agent.clone(), body);
+            tracing::info!(phase = ?body.phase, ready = body.ready_replicas, desired = body.desired_replicas, "status sent to the CP");
+            ctx.store.status_sent(agent, body).await;
             Outcome::Done
         }
         Err(e) => {
             ctx.metrics.call("cp", "put_status", e.outcome());
-            tracing::warn!(agent = %agent, error = %e, "status write to the CP failed; retrying");
+            tracing::warn!(error = %e, "status write to the CP failed; retrying");
             Outcome::Failed
         }
     }

@@ -22,6 +22,8 @@ pub struct Db {
     pool: SqlitePool,
     /// Group commit for the workers' writes (see `writer`).
     writer: Writer,
+    /// The writer task, until the supervisor takes it (`server.rs`).
+    writer_task: std::sync::Arc<parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
 /// A node row as stored.
@@ -96,8 +98,19 @@ impl Db {
         // work, although SQLite still takes one writer at a time.
         let pool = SqlitePoolOptions::new().max_connections(4).connect_with(opts).await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        let writer = Writer::spawn(pool.clone());
-        Ok(Db { pool, writer })
+        let (writer, task) = Writer::spawn(pool.clone());
+        Ok(Db { pool, writer, writer_task: std::sync::Arc::new(parking_lot::Mutex::new(Some(task))) })
+    }
+
+    /// The writer task's handle, once: whoever watches it learns when the writer ends.
+    pub fn take_writer_task(&self) -> Option<tokio::task::JoinHandle<()>> {
+        self.writer_task.lock().take()
+    }
+
+    /// Whether the database answers (for `/readyz`).
+    pub async fn ping(&self) -> Result<(), DbError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
     }
 
     #[cfg(test)]

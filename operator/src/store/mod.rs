@@ -5,17 +5,19 @@
 
 pub mod db;
 pub mod hub;
+pub mod kept;
 pub mod writer;
+pub mod writes;
+
+pub use writes::{PassPublish, PlacedPairs};
 
 use crate::clock;
 use crate::model::{Agent, AgentList};
-use crate::reconcile::placement::Outcome;
-use crate::reconcile::status::StatusBody;
-use crate::reconcile::views::ViewMap;
 use axum::body::Bytes;
 use db::{CredRow, Db, DbError, JoinOutcome, NodeRow};
 use fleet_api::images::AllowList;
 use fleet_api::{Capacity, Health, JoinRequest, JoinResponse, NodeStatus, NodeView, ObservedReport, ReplicaReport};
+use kept::{Outcome, StatusBody, ViewMap};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -23,7 +25,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub type Id = Arc<str>;
+pub use crate::model::Id;
 
 /// What a node announced and last reported; stored as JSON.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -182,13 +184,13 @@ pub struct State {
     /// (agent, node) pairs with at least one bound replica, from the last pass.
     pub placed_pairs: rustc_hash::FxHashSet<(Id, Id)>,
     pub views: Arc<ViewMap>,
-    pub identities: HashMap<Id, IdentityRec>,
-    pub identity_errors: HashMap<Id, String>,
-    pub pairs: HashMap<(Id, Id), PairRec>,
+    identities: HashMap<Id, IdentityRec>,
+    identity_errors: HashMap<Id, String>,
+    pairs: HashMap<(Id, Id), PairRec>,
     /// Shared so a pass can snapshot them without copying ciphertexts.
-    pub creds: HashMap<String, Arc<Cred>>,
+    creds: HashMap<String, Arc<Cred>>,
     /// The live credential of each (agent, node) pair.
-    pub active: HashMap<(Id, Id), String>,
+    active: HashMap<(Id, Id), String>,
     pub desired: HashMap<Id, DesiredRec>,
     /// Hash of the inputs each node's desired state was last built from (memory only).
     pub desired_hashes: HashMap<Id, u64>,
@@ -199,7 +201,7 @@ pub struct State {
     pub dirty_nodes: HashSet<Id>,
     /// What changed since the pass last looked, recorded with each change under the same
     /// lock: the pass recomputes only what these touch.
-    pub changes: Changes,
+    changes: Changes,
 }
 
 /// Changes the pass has not seen yet. Each writer of the registry records its change here in
@@ -240,16 +242,69 @@ impl State {
     }
 }
 
-/// Writers of identities and live credentials after start go through these, so every
-/// change is recorded for the pass in the critical section that makes it.
+/// Reads of what only the store's write-through methods change (`writes.rs`).
 impl State {
-    pub fn set_identity(&mut self, agent: &Id, rec: IdentityRec) {
+    pub fn identity(&self, agent: &str) -> Option<&IdentityRec> {
+        self.identities.get(agent)
+    }
+
+    pub fn identity_error(&self, agent: &str) -> Option<&String> {
+        self.identity_errors.get(agent)
+    }
+
+    /// The live credential of an (agent, node) pair.
+    pub fn live_cred(&self, pair: &(Id, Id)) -> Option<&Arc<Cred>> {
+        self.active.get(pair).and_then(|id| self.creds.get(id))
+    }
+
+    /// Every live credential by its pair.
+    pub fn live_creds(&self) -> impl Iterator<Item = (&(Id, Id), &Arc<Cred>)> {
+        self.active.iter().filter_map(|(pair, id)| self.creds.get(id).map(|c| (pair, c)))
+    }
+
+    /// The live credential id of each pair.
+    pub fn active(&self) -> &HashMap<(Id, Id), String> {
+        &self.active
+    }
+
+    pub fn cred(&self, id: &str) -> Option<&Arc<Cred>> {
+        self.creds.get(id)
+    }
+
+    /// Every credential kept, live or waiting to be revoked.
+    pub fn creds(&self) -> impl Iterator<Item = &Arc<Cred>> {
+        self.creds.values()
+    }
+
+    /// The PAT counter of an (agent, node) pair (SPEC §2.1).
+    pub fn pair(&self, pair: &(Id, Id)) -> PairRec {
+        self.pairs.get(pair).cloned().unwrap_or_default()
+    }
+
+    /// Makes `c` its pair's live credential without recording a change (for tests that
+    /// put the registry behind the pass's back).
+    #[cfg(test)]
+    pub(crate) fn put_live_cred(&mut self, c: Arc<Cred>) {
+        self.active.insert((c.agent.clone(), c.node.clone()), c.id.clone());
+        self.creds.insert(c.id.clone(), c);
+    }
+
+    /// What changed since the pass last took the record.
+    pub fn take_changes(&mut self) -> Changes {
+        std::mem::take(&mut self.changes)
+    }
+}
+
+/// Writers of identities and live credentials go through these, so every change is recorded
+/// for the pass in the critical section that makes it.
+impl State {
+    fn set_identity(&mut self, agent: &Id, rec: IdentityRec) {
         self.identities.insert(agent.clone(), rec);
         self.changes.identities.insert(agent.clone());
     }
 
     /// Sets (`Some`) or clears (`None`) an agent's identity error; returns whether it changed.
-    pub fn set_identity_error(&mut self, agent: &Id, error: Option<String>) -> bool {
+    fn set_identity_error(&mut self, agent: &Id, error: Option<String>) -> bool {
         let changed = match error {
             Some(e) => self.identity_errors.insert(agent.clone(), e.clone()).as_ref() != Some(&e),
             None => self.identity_errors.remove(agent).is_some(),
@@ -261,13 +316,13 @@ impl State {
     }
 
     /// Makes credential `id` the live one of `pair`.
-    pub fn set_active(&mut self, pair: (Id, Id), id: String) {
+    fn set_active(&mut self, pair: (Id, Id), id: String) {
         self.active.insert(pair.clone(), id);
         self.changes.creds.insert(pair);
     }
 
     /// `pair` has no live credential any more if it was `id`.
-    pub fn unset_active(&mut self, pair: (Id, Id), id: &str) {
+    fn unset_active(&mut self, pair: (Id, Id), id: &str) {
         if self.active.get(&pair).map(String::as_str) == Some(id) {
             self.active.remove(&pair);
             self.changes.creds.insert(pair);

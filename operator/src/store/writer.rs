@@ -54,10 +54,11 @@ pub struct Writer {
 }
 
 impl Writer {
-    pub fn spawn(pool: SqlitePool) -> Writer {
+    /// Starts the writer task; its handle is for the controller's supervisor.
+    pub fn spawn(pool: SqlitePool) -> (Writer, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(run(pool, rx));
-        Writer { tx }
+        let task = tokio::spawn(run(pool, rx));
+        (Writer { tx }, task)
     }
 
     /// Writes `op` and returns once it is committed.

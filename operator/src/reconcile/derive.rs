@@ -1,0 +1,125 @@
+//! What the pass and the audit both derive from the registry: an agent's placement demand, a
+//! node's placement facts, the bindings grouped by node, a node's desired-state entries and
+//! an agent's status. One definition, so the audit holds the pass to the same rules.
+
+use super::desired::Entry;
+use super::placement::{Demand, NodeFacts, Outcome};
+use super::status::{self, ReplicaInput, StatusBody, StatusInput};
+use crate::model::{Agent, AgentState, Id};
+use crate::store::{Cred, NodeRec, State};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeMap;
+
+/// What placement needs of an agent; `None` for one that is not placed.
+pub fn demand(a: &Agent) -> Option<Demand> {
+    let spec = a.placed_spec()?;
+    let res = a.resources();
+    Some(Demand {
+        key: a.key.as_str().into(),
+        replicas: spec.replicas,
+        kind: a.executor.kind.clone(),
+        image: a.executor.image.clone(),
+        requires: spec.requires.clone(),
+        secrets: spec.secrets.clone(),
+        cpus: res.cpus,
+        memory_mb: res.memory_mb,
+    })
+}
+
+/// What placement needs of a node. `online` is the caller's.
+pub fn facts_of(n: &NodeRec, online: bool) -> NodeFacts {
+    NodeFacts {
+        id: n.id.clone(),
+        name: n.name.clone(),
+        online,
+        kinds: n.info.executor_kinds.clone(),
+        images: n.allow.clone(),
+        labels: n.info.labels.clone(),
+        secrets: n.info.secrets.clone(),
+        capacity: n.info.capacity.clone(),
+    }
+}
+
+/// node → agent → its replica indexes there (sorted).
+pub type PerNode = HashMap<Id, BTreeMap<Id, Vec<u32>>>;
+
+pub fn per_node_of(outcome: &Outcome) -> PerNode {
+    let mut per_node: PerNode = HashMap::default();
+    for ((agent, r), node) in &outcome.bindings {
+        per_node.entry(node.clone()).or_default().entry(agent.clone()).or_default().push(*r);
+    }
+    per_node
+}
+
+/// Whether the (agent, node) pair has a replica bound.
+pub fn is_placed(per_node: &PerNode, pair: &(Id, Id)) -> bool {
+    per_node.get(&pair.1).is_some_and(|m| m.contains_key(&pair.0))
+}
+
+/// A node's desired-state entries: every agent bound there whose credential for the node
+/// exists (SPEC §4.2: an agent enters only once it does).
+pub fn entries_of<'a>(
+    per_node: &'a PerNode,
+    node: &Id,
+    agent: impl Fn(&str) -> Option<&'a Agent>,
+    cred: impl Fn(&(Id, Id)) -> Option<&'a Cred>,
+) -> Vec<Entry<'a>> {
+    per_node
+        .get(node)
+        .into_iter()
+        .flatten()
+        .filter_map(|(key, reps)| Some((agent(key)?, reps.as_slice(), cred(&(key.clone(), node.clone()))?)))
+        .collect()
+}
+
+/// How a status looks up a node (name, online) and whether a pair has its PAT.
+pub struct Lookup<'a> {
+    pub node: &'a dyn Fn(&Id) -> Option<(&'a str, bool)>,
+    pub has_cred: &'a dyn Fn(&(Id, Id)) -> bool,
+}
+
+/// One agent's status from its bindings, the nodes' reports and its identity.
+pub fn agent_status(a: &Agent, outcome: &Outcome, st: &State, lookup: &Lookup) -> StatusBody {
+    let key: Id = a.key.as_str().into();
+    let desired = a.desired_replicas();
+    let mut replicas = Vec::with_capacity(desired as usize);
+    let mut pending_pat: Option<String> = None;
+    // One range walk over this agent's bindings instead of a lookup per replica.
+    let mut bound_to: Vec<Option<&Id>> = vec![None; desired as usize];
+    for ((_, r), n) in outcome.bindings.range((key.clone(), 0)..(key.clone(), desired)) {
+        bound_to[*r as usize] = Some(n);
+    }
+    for (r, bound) in (0..desired).zip(bound_to) {
+        let node = bound.map(|n| (lookup.node)(n).unwrap_or(("?", false)));
+        let report = bound
+            .and_then(|n| st.nodes.get(n))
+            .and_then(|n| n.info.replicas.iter().find(|p| p.agent_key == a.key && p.replica == r));
+        if let Some(n) = bound {
+            if pending_pat.is_none() && !(lookup.has_cred)(&(key.clone(), n.clone())) {
+                let name = (lookup.node)(n).map(|x| x.0).unwrap_or("?");
+                pending_pat = Some(format!("issuing the PAT for node {name}"));
+            }
+        }
+        let stuck = !outcome.stuck.is_empty() && outcome.stuck.contains(&(key.clone(), r));
+        replicas.push(ReplicaInput { replica: r, node, stuck, report });
+    }
+    let input = StatusInput {
+        stopped: a.state == AgentState::Stopped,
+        desired,
+        replicas,
+        waiting: outcome.waiting.get(&key).map(|w| w.1),
+        identity_pending: identity_pending(st, &key, pending_pat),
+    };
+    status::derive(&input)
+}
+
+/// Why the agent's identity is not ready yet, if it is not: a recorded error first, then a
+/// missing binding, then a PAT still being issued.
+fn identity_pending(st: &State, key: &Id, pending_pat: Option<String>) -> Option<String> {
+    let identity_ready = st.identity(key).is_some_and(|i| i.bound);
+    match (st.identity_error(key), identity_ready, pending_pat) {
+        (Some(e), _, _) => Some(e.clone()),
+        (None, false, _) => Some("creating the agent's IAM identity".to_string()),
+        (None, true, p) => p,
+    }
+}

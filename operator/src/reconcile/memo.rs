@@ -1,0 +1,192 @@
+//! What the pass keeps from one run to the next, so that it recomputes only what the changes
+//! since then touch, and the rolling resync that re-derives a slice of it from the registry
+//! every pass (SPEC §3.4: a change that was never recorded is healed within [`RESYNC`]). The
+//! first pass (and the one after a failed pass) starts from an empty memo and computes
+//! everything.
+
+use super::derive::{facts_of, PerNode};
+use super::gauges::Gauges;
+use super::placement::NodeFacts;
+use super::views::ViewMap;
+use crate::model::{Agent, AgentList, Id};
+use crate::store::{Changes, Cred, State};
+use rustc_hash::FxHashMap as HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Every node and agent is derived again from the registry at least this often, a slice per
+/// pass in proportion to the time since the last pass.
+pub const RESYNC: Duration = Duration::from_secs(300);
+
+#[derive(Default)]
+pub struct Memo {
+    pub primed: bool,
+    /// The agent list the last pass saw, and each key's position in it.
+    pub agents: AgentList,
+    pub index: HashMap<Id, usize>,
+    pub fingerprints: HashMap<Id, u64>,
+    /// Every node's placement facts as of the last pass, online state included.
+    pub facts: Vec<NodeFacts>,
+    pub fact_at: HashMap<Id, usize>,
+    pub per_node: PerNode,
+    /// The live credential of each (agent, node) pair.
+    pub creds: HashMap<(Id, Id), Arc<Cred>>,
+    pub views: ViewMap,
+    /// No online node goes offline before this instant (ms); `i64::MAX`: none online.
+    pub next_check: i64,
+    pub gauges: Gauges,
+    /// Where the rolling resync continues, and when the last pass ran (ms).
+    resync_nodes: usize,
+    resync_agents: usize,
+    pub last_pass_ms: i64,
+}
+
+impl Memo {
+    pub fn node(&self, id: &Id) -> Option<&NodeFacts> {
+        self.fact_at.get(id).map(|&i| &self.facts[i])
+    }
+
+    pub fn name<'a>(&'a self, id: &'a Id) -> &'a str {
+        self.node(id).map(|f| &*f.name).unwrap_or(id)
+    }
+
+    pub fn agent(&self, key: &str) -> Option<&Agent> {
+        self.index.get(key).map(|&i| &self.agents[i])
+    }
+
+    /// How many of `len` items the resync re-derives in a pass at `now` (ms): all of them
+    /// every [`RESYNC`], at least one a pass.
+    pub fn slice(&self, len: usize, now: i64) -> usize {
+        let elapsed = if self.primed { (now - self.last_pass_ms).max(0) } else { 0 };
+        ((len as i64 * elapsed / RESYNC.as_millis() as i64) as usize + 1).min(len)
+    }
+
+    /// Loads every node's facts (offline, so every online node counts as a flip) and the
+    /// live credentials: the start of a full pass.
+    pub fn load(&mut self, st: &State) {
+        self.facts = st.nodes.values().map(|n| facts_of(n, false)).collect();
+        self.fact_at = self.facts.iter().enumerate().map(|(i, f)| (f.id.clone(), i)).collect();
+        self.creds = st.live_creds().map(|(pair, c)| (pair.clone(), c.clone())).collect();
+    }
+
+    /// Brings the facts and credentials the recorded changes name up to date.
+    pub fn update(&mut self, st: &State, changes: &Changes) {
+        for id in &changes.facts {
+            let Some(n) = st.nodes.get(id) else { continue };
+            match self.fact_at.get(id) {
+                // The online state is kept, so a node that comes back with new facts still
+                // counts as a flip.
+                Some(&i) => self.facts[i] = facts_of(n, self.facts[i].online),
+                None => {
+                    self.fact_at.insert(id.clone(), self.facts.len());
+                    self.facts.push(facts_of(n, false));
+                }
+            }
+        }
+        for pair in &changes.creds {
+            match st.live_cred(pair) {
+                Some(c) => self.creds.insert(pair.clone(), c.clone()),
+                None => self.creds.remove(pair),
+            };
+        }
+    }
+
+    /// The nodes' share of the resync: `count` nodes from where the last pass stopped are
+    /// read again from the registry. Facts or credentials that differ from the memo are added
+    /// to `changes` as if recorded (so placement, desired states, PAT work and statuses
+    /// follow); each node also gets its liveness and gauge checked.
+    pub fn resync_nodes(&mut self, st: &State, count: usize, changes: &mut Changes) {
+        for _ in 0..count {
+            self.resync_nodes = (self.resync_nodes + 1) % self.facts.len();
+            let f = &self.facts[self.resync_nodes];
+            let Some(n) = st.nodes.get(&f.id) else { continue };
+            if facts_of(n, f.online) != *f {
+                changes.facts.insert(f.id.clone());
+            }
+            changes.seen.insert(f.id.clone());
+            let node = f.id.clone();
+            for agent in self.per_node.get(&node).into_iter().flat_map(|m| m.keys()) {
+                let pair = (agent.clone(), node.clone());
+                if st.live_cred(&pair).map(|c| &c.id) != self.creds.get(&pair).map(|c| &c.id) {
+                    changes.creds.insert(pair);
+                }
+            }
+        }
+    }
+
+    /// The agents' share of the resync: what they take from the registry besides the list
+    /// (reports and identities, so their statuses and identity work) is looked at again.
+    pub fn resync_agents(&mut self, agents: &[Agent], count: usize) -> Vec<Id> {
+        let mut out = Vec::with_capacity(count);
+        if agents.is_empty() {
+            return out;
+        }
+        for _ in 0..count {
+            self.resync_agents = (self.resync_agents + 1) % agents.len();
+            out.push(agents[self.resync_agents].key.as_str().into());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{NodeInfo, NodeRec};
+    use std::collections::BTreeMap;
+
+    fn node(id: &str, labels: &[&str]) -> NodeRec {
+        NodeRec {
+            id: id.into(),
+            name: id.into(),
+            token_hash: [0; 32],
+            public_key: [0; 32],
+            joined_ms: 0,
+            last_seen_ms: 0,
+            info: NodeInfo { labels: labels.iter().map(|l| l.to_string()).collect(), ..Default::default() },
+            allow: BTreeMap::new(),
+        }
+    }
+
+    fn cred(id: &str, agent: &str, node: &str) -> Arc<Cred> {
+        Arc::new(Cred {
+            id: id.into(),
+            agent: agent.into(),
+            node: node.into(),
+            n: 0,
+            principal_id: "p".into(),
+            ciphertext: "c".into(),
+            expires_ms: 0,
+            issued_ms: 0,
+            revoke_ms: None,
+        })
+    }
+
+    /// What the registry says but the memo missed (no change was recorded) is found by the
+    /// resync, and the sweep goes round every node.
+    #[test]
+    fn the_resync_finds_unrecorded_changes_and_sweeps_every_node() {
+        let mut st = State::default();
+        let mut memo = Memo::default();
+        for id in ["n0", "n1", "n2"] {
+            let rec = node(id, &[]);
+            memo.fact_at.insert(id.into(), memo.facts.len());
+            memo.facts.push(facts_of(&rec, true));
+            st.nodes.insert(id.into(), rec);
+        }
+        // n1 gained a label behind the memo's back; a1's PAT on n2 was replaced.
+        st.nodes.get_mut("n1").unwrap().info.labels = vec!["gpu".into()];
+        memo.per_node.entry("n2".into()).or_default().insert("a1".into(), vec![0]);
+        let pair: (Id, Id) = ("a1".into(), "n2".into());
+        memo.creds.insert(pair.clone(), cred("old", "a1", "n2"));
+        st.put_live_cred(cred("new", "a1", "n2"));
+
+        let mut changes = Changes::default();
+        memo.resync_nodes(&st, 1, &mut changes);
+        assert_eq!(changes.seen.len(), 1, "one node per slice of one");
+        memo.resync_nodes(&st, 2, &mut changes);
+        assert_eq!(changes.seen.len(), 3, "the sweep wraps round every node");
+        assert_eq!(changes.facts.iter().map(|i| &**i).collect::<Vec<_>>(), vec!["n1"]);
+        assert_eq!(changes.creds.iter().cloned().collect::<Vec<_>>(), vec![pair]);
+    }
+}

@@ -1,0 +1,207 @@
+//! The deciding phases after placement. Each reads the memo and the snapshot, and adds its
+//! part to the [`Plan`]: identity and PAT work, the desired states whose content changed,
+//! the credentials to retire, the statuses and the placement items. None of them writes.
+
+use super::super::derive::{agent_status, entries_of, is_placed, Lookup};
+use super::super::desired::{desired_json, input_hash, Entry};
+use super::super::memo::Memo;
+use super::super::views::{agent_views, ViewMap};
+use super::super::work::{rotate_at_ms, WorkKey};
+use super::place::Placed;
+use super::snapshot::Snapshot;
+use super::{Plan, VANISHED_DRAIN};
+use crate::context::Ctx;
+use crate::model::{Agent, Id, IdentityKind};
+use crate::store::DesiredRec;
+use rustc_hash::FxHashSet as HashSet;
+use std::time::Duration;
+
+/// Identities to ensure: every agent of kind `agent` whose identity is not bound yet, among
+/// the agents this pass looks at.
+pub fn identity_work(ctx: &Ctx, memo: &Memo, snap: &Snapshot, plan: &mut Plan) {
+    let st = ctx.store.state.read();
+    let needs_identity =
+        |a: &Agent| a.identity.kind == IdentityKind::Agent && !st.identity(a.key.as_str()).is_some_and(|i| i.bound);
+    if snap.full {
+        let keys = snap.agents.iter().filter(|a| needs_identity(a)).map(|a| WorkKey::Identity(a.key.as_str().into()));
+        plan.work.extend(keys);
+        return;
+    }
+    for key in snap.changed_agents.iter().chain(snap.resynced_agents.iter()) {
+        if memo.agent(key).is_some_and(needs_identity) {
+            plan.work.push(WorkKey::Identity(key.clone()));
+        }
+    }
+}
+
+/// PATs to issue: new pairs and pairs whose credential changed or is due. Rotations due
+/// later are scheduled by the worker that issued the PAT; after a start the full pass
+/// schedules them again (the queue lives in memory).
+pub fn pat_work(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan) {
+    let ttl_ms = ctx.cfg.token_ttl_seconds as i64 * 1000;
+    let now = snap.now;
+    let wants_pat = |pair: &(Id, Id)| memo.creds.get(pair).is_none_or(|c| now >= rotate_at_ms(c, ttl_ms));
+    if !snap.full {
+        for pair in placed.touched_pairs.keys().chain(snap.changes.creds.iter()) {
+            if is_placed(&memo.per_node, pair) && wants_pat(pair) {
+                plan.work.push(WorkKey::Pat(pair.0.clone(), pair.1.clone()));
+            }
+        }
+        return;
+    }
+    for (node, m) in &memo.per_node {
+        for agent in m.keys() {
+            let pair = (agent.clone(), node.clone());
+            match memo.creds.get(&pair) {
+                Some(c) if !wants_pat(&pair) => {
+                    let due = Duration::from_millis((rotate_at_ms(c, ttl_ms) - now).max(0) as u64);
+                    plan.rotations.push((WorkKey::Pat(pair.0, pair.1), due));
+                }
+                _ => plan.work.push(WorkKey::Pat(pair.0, pair.1)),
+            }
+        }
+    }
+}
+
+/// The nodes whose desired state may have changed: those a move touched, those whose
+/// credentials changed, and those running an agent that changed.
+fn dirty_nodes(memo: &Memo, snap: &Snapshot, placed: &Placed) -> Vec<Id> {
+    if snap.full {
+        return memo.facts.iter().map(|f| f.id.clone()).collect();
+    }
+    let mut set = placed.touched_nodes.clone();
+    set.extend(snap.changes.creds.iter().map(|p| p.1.clone()));
+    for key in &snap.changed_agents {
+        for (_, node) in placed.outcome.bindings.range((key.clone(), 0)..=(key.clone(), u32::MAX)) {
+            set.insert(node.clone());
+        }
+    }
+    set.into_iter().collect()
+}
+
+/// Desired states of the dirty nodes: their inputs are hashed, and only those whose hash
+/// moved are serialised and compared; a node whose body changed gets the next generation.
+pub fn desired_states(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan) {
+    let dirty = dirty_nodes(memo, snap, placed);
+    let hashed: Vec<(&Id, u64, Vec<Entry>)> = dirty
+        .iter()
+        .map(|node| {
+            let entries = entries_of(&memo.per_node, node, |k| memo.agent(k), |p| memo.creds.get(p).map(|c| &**c));
+            let h = input_hash(&entries, &memo.fingerprints);
+            (node, h, entries)
+        })
+        .collect();
+    // (node, new hash, entries, the desired state it has now)
+    type Changed<'a> = (&'a Id, u64, Vec<Entry<'a>>, Option<DesiredRec>);
+    let changed: Vec<Changed> = {
+        let st = ctx.store.state.read();
+        hashed
+            .into_iter()
+            .filter(|(node, h, _)| st.desired_hashes.get(*node) != Some(h))
+            .map(|(node, h, e)| {
+                let current = st.desired.get(node).cloned();
+                (node, h, e, current)
+            })
+            .collect()
+    };
+    for (node, h, entries, current) in changed {
+        plan.desired_hashes.push((node.clone(), h));
+        let json = desired_json(&entries, &ctx.cfg.iam_tenant);
+        if current.as_ref().map(DesiredRec::agents) != Some(&*json) {
+            let generation = current.map_or(0, |d| d.generation) + 1;
+            tracing::info!(node = %memo.name(node), generation, agents = entries.len(), "desired state changed");
+            plan.rows.desired.push((node.to_string(), generation, json.to_string()));
+            plan.desired.push((node.clone(), DesiredRec::new(generation, &json)));
+        }
+    }
+}
+
+/// PATs no longer needed are retired: revoked after the drain window, or at once when their
+/// node is offline (nothing there can use it for a draining run).
+pub fn retire(memo: &mut Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan) {
+    let candidates: Vec<(Id, Id)> = if snap.full {
+        memo.creds.keys().cloned().collect()
+    } else {
+        placed.touched_pairs.keys().chain(snap.changes.creds.iter()).cloned().collect()
+    };
+    for pair in candidates {
+        if is_placed(&memo.per_node, &pair) {
+            continue;
+        }
+        let Some(c) = memo.creds.remove(&pair) else { continue };
+        let delay = if !memo.node(&pair.1).is_some_and(|f| f.online) {
+            Duration::ZERO
+        } else {
+            match memo.agent(&pair.0) {
+                Some(a) => Duration::from_secs(a.drain_seconds),
+                None => VANISHED_DRAIN,
+            }
+        };
+        let at = snap.now + delay.as_millis() as i64;
+        tracing::info!(agent = %pair.0, node = %memo.name(&pair.1), credential = %c.id, in_seconds = delay.as_secs(), "PAT no longer needed; revoking after the drain window");
+        plan.publish.retired.push((c.id.clone(), at));
+        plan.rows.retire.push((c.id.clone(), at));
+    }
+}
+
+/// The agents whose status may have changed: those the pass saw change, those resynced,
+/// those whose bindings, identity or credentials changed, and those on nodes that reported
+/// or flipped.
+fn status_agents(memo: &Memo, snap: &Snapshot, placed: &Placed) -> Vec<Id> {
+    if snap.full {
+        return snap.agents.iter().map(|a| Id::from(a.key.as_str())).collect();
+    }
+    let mut set = snap.changed_agents.clone();
+    set.extend(snap.resynced_agents.iter().cloned());
+    set.extend(placed.touched_agents.iter().cloned());
+    set.extend(snap.changes.identities.iter().cloned());
+    set.extend(snap.changes.creds.iter().map(|p| p.0.clone()));
+    for node in snap.changes.reports.iter().chain(snap.flips.iter()) {
+        if let Some(m) = memo.per_node.get(node) {
+            set.extend(m.keys().cloned());
+        }
+    }
+    set.into_iter().collect()
+}
+
+pub fn statuses(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan) {
+    let agents = status_agents(memo, snap, placed);
+    let st = ctx.store.state.read();
+    let lookup = Lookup {
+        node: &|id: &Id| memo.node(id).map(|f| (&*f.name, f.online)),
+        has_cred: &|pair: &(Id, Id)| memo.creds.contains_key(pair),
+    };
+    plan.publish.reset_statuses = snap.full;
+    plan.publish.statuses = agents
+        .into_iter()
+        .map(|key| {
+            let body =
+                memo.agent(&key).filter(|a| a.gets_status()).map(|a| agent_status(a, &placed.outcome, &st, &lookup));
+            (key, body)
+        })
+        .collect();
+}
+
+/// Placement items of the agents whose agent or placement changed; the placements gauge
+/// follows them.
+pub fn items(memo: &mut Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan) {
+    let agents: Vec<Id> = if snap.full {
+        memo.views = ViewMap::default();
+        memo.gauges.clear_placements();
+        snap.agents.iter().map(|a| Id::from(a.key.as_str())).collect()
+    } else {
+        let set: HashSet<&Id> = snap.changed_agents.iter().chain(placed.touched_agents.iter()).collect();
+        set.into_iter().cloned().collect()
+    };
+    plan.views_changed = snap.full;
+    for key in agents {
+        let items = memo.agent(&key).map(|a| agent_views(a, &placed.outcome)).unwrap_or_default();
+        if !snap.full && memo.views.get(&key) == items.as_slice() {
+            continue;
+        }
+        plan.views_changed = true;
+        memo.gauges.count_views(memo.views.get(&key), -1);
+        memo.gauges.count_views(&items, 1);
+        memo.views.set(key, items);
+    }
+}

@@ -1,0 +1,138 @@
+//! The place phase: run placement when anything it reads changed (otherwise the last outcome
+//! stands: placement is a fixed point of its own output), log and record every binding that
+//! moved, and work out which agents, nodes and pairs the moves touched.
+
+use super::super::derive::{demand, is_placed, per_node_of};
+use super::super::memo::Memo;
+use super::super::placement::{self, Bindings, Demand, Outcome};
+use super::snapshot::Snapshot;
+use crate::model::Id;
+use crate::store::db::PassWrite;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::sync::Arc;
+
+/// The outcome of the place phase.
+pub struct Placed {
+    /// Placement ran (the outcome is new, possibly equal to the last).
+    pub replaced: bool,
+    pub outcome: Arc<Outcome>,
+    /// Agents whose bindings, waiting count or stuck replicas changed.
+    pub touched_agents: HashSet<Id>,
+    /// Nodes that gained or lost a replica.
+    pub touched_nodes: HashSet<Id>,
+    /// Pairs whose presence may have changed, with whether they were placed before.
+    pub touched_pairs: HashMap<(Id, Id), bool>,
+}
+
+pub fn place(memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWrite) -> Placed {
+    let previous = snap.previous.take().unwrap_or_default();
+    let replaced = snap.full || snap.demand_changed || !snap.changes.facts.is_empty() || !snap.flips.is_empty();
+    let mut placed = Placed {
+        replaced,
+        outcome: previous.clone(),
+        touched_agents: HashSet::default(),
+        touched_nodes: HashSet::default(),
+        touched_pairs: HashMap::default(),
+    };
+    if !replaced {
+        return placed;
+    }
+    let demands: Vec<Demand> = snap.agents.iter().filter_map(demand).collect();
+    placed.outcome = Arc::new(placement::place(&demands, &memo.facts, &previous.bindings));
+    let moves = diff_bindings(&previous.bindings, &placed.outcome, memo, rows);
+    if snap.full {
+        memo.per_node = per_node_of(&placed.outcome);
+    } else {
+        track_moves(memo, moves, &mut placed);
+        touched_by_waiting(&previous, &mut placed);
+    }
+    placed
+}
+
+/// A replica's move between two passes: (agent, replica, from, to).
+type Move = (Id, u32, Option<Id>, Option<Id>);
+
+/// Applies the moves to the memo's per-node bindings and notes what they touched.
+fn track_moves(memo: &mut Memo, moves: Vec<Move>, placed: &mut Placed) {
+    for (agent, r, from, to) in moves {
+        placed.touched_agents.insert(agent.clone());
+        if let Some(node) = from {
+            placed.touched_pairs.entry((agent.clone(), node.clone())).or_insert(true);
+            if let Some(m) = memo.per_node.get_mut(&node) {
+                if let Some(reps) = m.get_mut(&agent) {
+                    reps.retain(|x| *x != r);
+                    if reps.is_empty() {
+                        m.remove(&agent);
+                    }
+                }
+            }
+            placed.touched_nodes.insert(node);
+        }
+        if let Some(node) = to {
+            let pair = (agent.clone(), node.clone());
+            let was = is_placed(&memo.per_node, &pair);
+            placed.touched_pairs.entry(pair).or_insert(was);
+            let reps = memo.per_node.entry(node.clone()).or_default().entry(agent.clone()).or_default();
+            if let Err(at) = reps.binary_search(&r) {
+                reps.insert(at, r);
+            }
+            placed.touched_nodes.insert(node);
+        }
+    }
+}
+
+/// Agents whose waiting count or stuck replicas changed are touched too.
+fn touched_by_waiting(previous: &Outcome, placed: &mut Placed) {
+    let outcome = &placed.outcome;
+    for (key, w) in previous.waiting.iter().chain(outcome.waiting.iter()) {
+        if previous.waiting.get(key) != Some(w) || outcome.waiting.get(key) != Some(w) {
+            placed.touched_agents.insert(key.clone());
+        }
+    }
+    for k in previous.stuck.symmetric_difference(&outcome.stuck) {
+        placed.touched_agents.insert(k.0.clone());
+    }
+}
+
+/// Walks the previous and the new bindings together (both ordered by (agent, replica)):
+/// records what to store, logs every placement decision and returns the moves, in one
+/// linear merge.
+fn diff_bindings(prev: &Bindings, next: &Outcome, memo: &Memo, rows: &mut PassWrite) -> Vec<Move> {
+    use std::cmp::Ordering;
+    let mut moves = Vec::new();
+    let mut a = prev.iter().peekable();
+    let mut b = next.bindings.iter().peekable();
+    loop {
+        let ord = match (a.peek(), b.peek()) {
+            (None, None) => break,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some((ka, _)), Some((kb, _))) => ka.cmp(kb),
+        };
+        match ord {
+            Ordering::Less => {
+                let ((agent, r), node) = a.next().expect("peeked");
+                let why = next.waiting.get(agent).map(|w| w.1).unwrap_or("no longer wanted");
+                tracing::info!(agent = %agent, replica = r, node = %memo.name(node), reason = why, "replica unbound");
+                rows.unbind.push((agent.to_string(), *r));
+                moves.push((agent.clone(), *r, Some(node.clone()), None));
+            }
+            Ordering::Greater => {
+                let ((agent, r), node) = b.next().expect("peeked");
+                tracing::info!(agent = %agent, replica = r, node = %memo.name(node), "replica placed");
+                rows.bind.push((agent.to_string(), *r, node.to_string()));
+                moves.push((agent.clone(), *r, None, Some(node.clone())));
+            }
+            Ordering::Equal => {
+                let (_, old) = a.next().expect("peeked");
+                let ((agent, r), node) = b.next().expect("peeked");
+                if old != node {
+                    tracing::info!(agent = %agent, replica = r, from = %memo.name(old), to = %memo.name(node), "replica moved");
+                    rows.bind.push((agent.to_string(), *r, node.to_string()));
+                    moves.push((agent.clone(), *r, Some(old.clone()), Some(node.clone())));
+                }
+            }
+        }
+    }
+    moves
+}

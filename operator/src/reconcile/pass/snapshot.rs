@@ -1,0 +1,114 @@
+//! The pass's first phase: take the change record, bring the memo up to date (the resync
+//! slice, changed facts and credentials), check liveness, and diff the agent list against the
+//! last one. Every lock taken here is released before the phase returns.
+
+use super::super::derive::demand;
+use super::super::desired::agent_fingerprint;
+use super::super::liveness;
+use super::super::memo::Memo;
+use super::super::placement::Outcome;
+use crate::context::Ctx;
+use crate::model::{Agent, AgentList, Id};
+use crate::store::Changes;
+use rustc_hash::FxHashSet as HashSet;
+use std::sync::Arc;
+
+/// What the pass read, and what changed since the last one.
+pub struct Snapshot {
+    /// The memo was empty: everything is computed.
+    pub full: bool,
+    pub now: i64,
+    pub changes: Changes,
+    /// Nodes whose online state flipped.
+    pub flips: Vec<Id>,
+    pub agents: AgentList,
+    /// The published outcome; placement takes it (and drops it when done).
+    pub previous: Option<Arc<Outcome>>,
+    /// When the next online node would go offline (ms), if any node is online.
+    pub next_offline: Option<i64>,
+    /// Agents added, removed or edited since the last pass.
+    pub changed_agents: HashSet<Id>,
+    /// Whether anything placement reads of the agents changed.
+    pub demand_changed: bool,
+    /// The list the last pass saw, dropped once the nodes have their new desired states.
+    pub old_agents: Option<AgentList>,
+    /// The agents' share of the rolling resync.
+    pub resynced_agents: Vec<Id>,
+}
+
+pub fn take(ctx: &Ctx, memo: &mut Memo, now: i64) -> Snapshot {
+    let full = !memo.primed;
+    let mut changes = ctx.store.state.write().take_changes();
+    let (agents, previous, flips) = {
+        let st = ctx.store.state.read();
+        if full {
+            memo.load(&st);
+        } else {
+            let count = memo.slice(memo.facts.len(), now);
+            memo.resync_nodes(&st, count, &mut changes);
+            memo.update(&st, &changes);
+        }
+        let flips = liveness::check(&st, memo, &changes, full, now, ctx.cfg.node_offline_after);
+        (st.agents.clone(), st.outcome.clone(), flips)
+    };
+    let next_offline = (memo.next_check != i64::MAX).then_some(memo.next_check);
+    let mut snap = Snapshot {
+        full,
+        now,
+        changes,
+        flips,
+        agents: agents.clone(),
+        previous: Some(previous),
+        next_offline,
+        changed_agents: HashSet::default(),
+        demand_changed: full,
+        old_agents: None,
+        resynced_agents: Vec::new(),
+    };
+    if full || !Arc::ptr_eq(&memo.agents, &agents) {
+        diff_agents(memo, &mut snap);
+    }
+    if !full {
+        let count = memo.slice(agents.len(), now);
+        snap.resynced_agents = memo.resync_agents(&agents, count);
+    }
+    snap
+}
+
+/// Agents added, removed or edited since the last pass, with their fingerprints updated.
+fn diff_agents(memo: &mut Memo, snap: &mut Snapshot) {
+    let agents = snap.agents.clone();
+    let old = std::mem::replace(&mut memo.agents, agents.clone());
+    let mut note = |before: Option<&Agent>, after: Option<&Agent>, memo: &mut Memo| {
+        let key: Id = before.or(after).map(|a| a.key.as_str()).unwrap_or_default().into();
+        snap.demand_changed |= before.and_then(demand) != after.and_then(demand);
+        match after {
+            Some(a) => memo.fingerprints.insert(key.clone(), agent_fingerprint(a)),
+            None => memo.fingerprints.remove(&key),
+        };
+        snap.changed_agents.insert(key);
+    };
+    if !snap.full && crate::store::same_keys(&old, &agents) {
+        // The usual edit: same keys in the same order; compare in place, keep the index.
+        for (before, after) in old.iter().zip(agents.iter()) {
+            if before != after {
+                note(Some(before), Some(after), memo);
+            }
+        }
+    } else {
+        let old_index = std::mem::take(&mut memo.index);
+        memo.index = agents.iter().enumerate().map(|(i, a)| (Id::from(a.key.as_str()), i)).collect();
+        for a in agents.iter() {
+            let before = old_index.get(a.key.as_str()).map(|&i| &old[i]);
+            if before != Some(a) {
+                note(before, Some(a), memo);
+            }
+        }
+        for (key, &i) in &old_index {
+            if !memo.index.contains_key(key) {
+                note(Some(&old[i]), None, memo);
+            }
+        }
+    }
+    snap.old_agents = Some(old);
+}

@@ -1,0 +1,199 @@
+//! Write-through: one method per kind of change the workers and the pass make. Each writes
+//! the database first, then the registry, then the change record the pass reads, in that
+//! order and in one place, so no caller can forget a step (the fields they touch are private
+//! to the store). A database failure changes nothing in memory: the caller retries.
+
+use super::db::{CredRow, DbError, PassWrite};
+use super::kept::{Outcome, StatusBody, ViewMap};
+use super::{Cred, DesiredRec, Id, IdentityRec, PairRec, State, Store};
+use std::sync::Arc;
+
+/// What a pass publishes once its rows are stored and its nodes woken: the placement
+/// outcome and the pairs it places, retirements, placement items and the status bodies it
+/// wants sent.
+#[derive(Default)]
+pub struct PassPublish {
+    /// Credentials no longer needed, with the instant (ms) to revoke them.
+    pub retired: Vec<(String, i64)>,
+    pub outcome: Option<Arc<Outcome>>,
+    pub placed_pairs: PlacedPairs,
+    pub views: Option<Arc<ViewMap>>,
+    /// Start the wanted statuses afresh (a full pass computes them all).
+    pub reset_statuses: bool,
+    /// Each agent's status as computed; `None`: it gets none.
+    pub statuses: Vec<(Id, Option<StatusBody>)>,
+}
+
+/// How a pass changes the set of placed (agent, node) pairs.
+#[derive(Default)]
+pub enum PlacedPairs {
+    #[default]
+    Unchanged,
+    /// The whole set (a full pass).
+    All(rustc_hash::FxHashSet<(Id, Id)>),
+    /// Pairs whose presence may have changed: placed or not now.
+    Some(Vec<((Id, Id), bool)>),
+}
+
+impl Store {
+    /// The agent's IAM principal was created (not yet bound in the CP).
+    pub async fn identity_created(&self, agent: &Id, principal: &str) -> Result<(), DbError> {
+        self.db.put_identity(agent, principal, false).await?;
+        self.state.write().set_identity(agent, IdentityRec { principal_id: principal.to_string(), bound: false });
+        Ok(())
+    }
+
+    /// The CP accepted the agent's identity; any identity error is cleared.
+    pub async fn identity_bound(&self, agent: &Id, principal: &str) -> Result<(), DbError> {
+        self.db.put_identity(agent, principal, true).await?;
+        let mut st = self.state.write();
+        st.set_identity(agent, IdentityRec { principal_id: principal.to_string(), bound: true });
+        st.set_identity_error(agent, None);
+        Ok(())
+    }
+
+    /// Records why the agent's identity or a PAT is not ready (memory only: a restart retries
+    /// anyway). Returns whether the message changed.
+    pub fn identity_failed(&self, agent: &Id, message: String) -> bool {
+        self.state.write().set_identity_error(agent, Some(message))
+    }
+
+    /// The agent's identity work succeeded: its error, if any, is cleared.
+    pub fn identity_ok(&self, agent: &Id) {
+        self.state.write().set_identity_error(agent, None);
+    }
+
+    /// A new PAT was issued for `cred`'s pair: it becomes the live one, the pair's counter is
+    /// raised past its n in the same commit, and the one it replaces (`retire`: id, revoke
+    /// instant) is scheduled for revocation.
+    pub async fn credential_stored(&self, cred: Cred, retire: Option<(String, i64)>) -> Result<(), DbError> {
+        let row = CredRow {
+            id: cred.id.clone(),
+            agent_key: cred.agent.to_string(),
+            node_id: cred.node.to_string(),
+            n: cred.n as i64,
+            principal_id: cred.principal_id.clone(),
+            ciphertext: cred.ciphertext.clone(),
+            expires_ms: cred.expires_ms,
+            issued_ms: cred.issued_ms,
+            revoke_ms: None,
+        };
+        let old = retire.as_ref().map(|(id, at)| (id.as_str(), *at));
+        self.db.store_credential(&row, (cred.n + 1) as i64, old).await?;
+        let pair = (cred.agent.clone(), cred.node.clone());
+        let mut st = self.state.write();
+        if let Some((old, at)) = &retire {
+            if let Some(c) = st.creds.get_mut(old).map(Arc::make_mut) {
+                c.revoke_ms = Some(*at);
+            }
+        }
+        st.pairs.insert(pair.clone(), PairRec { next_n: cred.n + 1, pending_n: None });
+        let id = cred.id.clone();
+        st.creds.insert(id.clone(), Arc::new(cred));
+        st.set_active(pair, id);
+        Ok(())
+    }
+
+    /// The credential was revoked in IAM: it is forgotten.
+    pub async fn credential_revoked(&self, c: &Cred) -> Result<(), DbError> {
+        self.db.delete_credential(&c.id).await?;
+        let mut st = self.state.write();
+        st.creds.remove(&c.id);
+        st.unset_active((c.agent.clone(), c.node.clone()), &c.id);
+        Ok(())
+    }
+
+    /// The CP accepted `body` as the agent's status. Kept in memory even when the database
+    /// copy fails (logged): it only saves a resend after a restart.
+    pub async fn status_sent(&self, agent: &Id, body: StatusBody) {
+        let json = serde_json::to_string(&body).unwrap_or_default();
+        if let Err(e) = self.db.put_status(agent, &json).await {
+            tracing::error!(agent = %agent, error = %e, "cannot store sent status");
+        }
+        let mut st = self.state.write();
+        if st.statuses_want.get(agent) == Some(&body) {
+            st.statuses_want.remove(agent);
+        }
+        st.statuses_sent.insert(agent.clone(), body);
+    }
+
+    /// Stores a pass's rows, then publishes its new desired states: each wakes its node's
+    /// long-polls. The rest of what the pass decided follows with [`Store::publish_pass`],
+    /// after the nodes are woken.
+    pub async fn commit_pass(
+        &self,
+        rows: &PassWrite,
+        desired: Vec<(Id, DesiredRec)>,
+        hashes: Vec<(Id, u64)>,
+    ) -> Result<(), DbError> {
+        self.db.apply_pass(rows).await?;
+        let mut st = self.state.write();
+        for (node, rec) in desired {
+            self.hub.publish(&node, rec.generation);
+            st.desired.insert(node, rec);
+        }
+        st.desired_hashes.extend(hashes);
+        Ok(())
+    }
+
+    /// Publishes the rest of a committed pass. Returns the agents whose wanted status
+    /// differs from what the CP has.
+    pub fn publish_pass(&self, publish: PassPublish) -> Vec<Id> {
+        let mut st = self.state.write();
+        for (id, at) in &publish.retired {
+            st.retire(id, *at);
+        }
+        if let Some(outcome) = publish.outcome {
+            st.outcome = outcome;
+        }
+        match publish.placed_pairs {
+            PlacedPairs::Unchanged => {}
+            PlacedPairs::All(set) => st.placed_pairs = set,
+            PlacedPairs::Some(pairs) => {
+                for (pair, placed) in pairs {
+                    if placed {
+                        st.placed_pairs.insert(pair);
+                    } else {
+                        st.placed_pairs.remove(&pair);
+                    }
+                }
+            }
+        }
+        if let Some(v) = publish.views {
+            st.views = v;
+        }
+        st.want_statuses(publish.reset_statuses, publish.statuses)
+    }
+}
+
+impl State {
+    /// Credential `id` is no longer needed: revoke it at `at` (ms); its pair has no live
+    /// credential any more.
+    fn retire(&mut self, id: &str, at: i64) {
+        if let Some(c) = self.creds.get_mut(id).map(Arc::make_mut) {
+            c.revoke_ms = Some(at);
+            let pair = (c.agent.clone(), c.node.clone());
+            self.unset_active(pair, id);
+        }
+    }
+
+    /// Records the statuses a pass computed; returns the agents to send one for.
+    fn want_statuses(&mut self, reset: bool, statuses: Vec<(Id, Option<StatusBody>)>) -> Vec<Id> {
+        if reset {
+            self.statuses_want.clear();
+        }
+        let mut to_send = Vec::new();
+        for (key, body) in statuses {
+            match body {
+                Some(body) if self.statuses_sent.get(&key) != Some(&body) => {
+                    to_send.push(key.clone());
+                    self.statuses_want.insert(key, body);
+                }
+                _ => {
+                    self.statuses_want.remove(&key);
+                }
+            }
+        }
+        to_send
+    }
+}
