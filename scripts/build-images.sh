@@ -9,8 +9,10 @@ target=x86_64-unknown-linux-gnu
 profile="${FLEET_IMAGE_PROFILE:-release}"
 # A separate target dir: the static flags would otherwise rebuild the normal one.
 export CARGO_TARGET_DIR="${FLEET_STATIC_TARGET_DIR:-target/static}"
+# No default features: the images carry neither the dev mode (devkit's IAM mints admin
+# tokens) nor the test-only failpoints.
 RUSTFLAGS="-C target-feature=+crt-static" cargo build --profile "$profile" --target "$target" \
-  -p fleet-controller -p fleet-node --bins
+  -p fleet-controller -p fleet-node --bins --no-default-features
 dir="$CARGO_TARGET_DIR/$target/$([ "$profile" = dev ] && echo debug || echo "$profile")"
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT

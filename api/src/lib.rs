@@ -5,6 +5,7 @@
 //! carry a PAT to exactly one node (§5.2). It knows no transport: no tokio, axum or Docker.
 
 pub mod codes;
+pub mod failpoint;
 pub mod images;
 pub mod labels;
 pub mod names;

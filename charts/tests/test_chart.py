@@ -90,8 +90,9 @@ class Render(unittest.TestCase):
         self.assertTrue(c["securityContext"]["readOnlyRootFilesystem"])
         self.assertFalse(c["securityContext"]["allowPrivilegeEscalation"])
         self.assertEqual(c["resources"]["limits"]["memory"], "128Mi")
-        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        for probe in ("livenessProbe", "startupProbe"):
             self.assertEqual(c[probe]["httpGet"], {"path": "/healthz", "port": "api"}, probe)
+        self.assertEqual(c["readinessProbe"]["httpGet"], {"path": "/readyz", "port": "api"})
         self.assertEqual({p["name"]: p["containerPort"] for p in c["ports"]}, {"api": 8040, "metrics": 9040})
         # Every SPEC §3.1 variable is set (FLEET_DATABASE_URL only when given; the
         # namespace only with the mirror).

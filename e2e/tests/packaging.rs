@@ -113,5 +113,27 @@ async fn controller_image_runs_as_10001_read_only_and_reports_healthy() {
         .unwrap();
     assert!(key.status.success(), "{}", String::from_utf8_lossy(&key.stderr));
     assert!(String::from_utf8_lossy(&key.stdout).starts_with("fjk_"), "{}", String::from_utf8_lossy(&key.stdout));
+    // Ready once its first pass has finished (the chart's readiness probe).
+    let ready = eventually(30, "/readyz answers 200", || async {
+        let r = reqwest::get(format!("http://127.0.0.1:{port}/readyz")).await.ok()?;
+        (r.status() == 200).then_some(())
+    });
+    ready.await;
     let _ = Command::new("docker").args(["rm", "-f", name]).output();
+}
+
+/// The release images carry no devkit: its IAM mints admin tokens, so `dev` is left out of
+/// them, and saying so beats an unknown-subcommand error.
+#[test]
+fn the_controller_image_has_no_dev_mode_and_says_so() {
+    if !fleet_e2e::docker_available() {
+        return;
+    }
+    fleet_e2e::ensure_fleet_images();
+    let out = Command::new("docker").args(["run", "--rm", "fleet-controller:e2e", "dev"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("this build has no dev mode"), "{err}");
+    let help = Command::new("docker").args(["run", "--rm", "fleet-controller:e2e", "--help"]).output().unwrap();
+    assert!(!String::from_utf8_lossy(&help.stdout).contains("Run a whole fleet"), "dev is not offered in --help");
 }

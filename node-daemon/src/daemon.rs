@@ -139,20 +139,54 @@ pub async fn run_with<R: Runtime>(
     let shared = Arc::new(Shared::default());
     let identity = Arc::new(identity);
 
-    let pull = tokio::spawn(pull_loop(client.clone(), identity.clone(), state.clone(), tx, fatal_tx.clone()));
-    let report = tokio::spawn(report_loop(cfg.clone(), client, identity.clone(), shared.clone(), fatal_tx));
-    let sup = tokio::spawn(supervise(cfg, state, identity, rt, rx, shared));
+    let mut loops = tokio::task::JoinSet::new();
+    loops.spawn(looping("pull", pull_loop(client.clone(), identity.clone(), state.clone(), tx, fatal_tx.clone())));
+    loops.spawn(looping("report", report_loop(cfg.clone(), client, identity.clone(), shared.clone(), fatal_tx)));
+    loops.spawn(looping("supervisor", supervise(cfg, state, identity, rt, rx, shared)));
     let result = tokio::select! {
         f = fatal_rx.recv() => Err(f.unwrap_or_else(|| Fatal("internal: loops ended".into()))),
+        ended = loops.join_next() => {
+            // A loop that stopped on purpose (401) said why first; anything else is a fault
+            // the orchestrator should restart the node for.
+            Err(fatal_rx.try_recv().unwrap_or_else(|_| Fatal(loop_ended(ended))))
+        }
         _ = shutdown_signal() => {
             tracing::info!("shutting down; agent containers keep running");
             Ok(())
         }
     };
-    pull.abort();
-    report.abort();
-    sup.abort();
+    loops.abort_all();
     result
+}
+
+/// Runs one of the node's loops, named for the message if it ends. With the failpoint
+/// `end-<name>` on it ends as if it had returned (tests of this supervision).
+async fn looping(name: &'static str, body: impl std::future::Future<Output = ()>) -> &'static str {
+    let failpoint = async {
+        if !fleet_api::failpoint::enabled() {
+            return std::future::pending().await;
+        }
+        let point = format!("end-{name}");
+        while !fleet_api::failpoint::on(&point) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::select! {
+        () = body => {}
+        () = failpoint => {}
+    }
+    name
+}
+
+/// The message for a loop that ended or panicked.
+fn loop_ended(ended: Option<Result<&'static str, tokio::task::JoinError>>) -> String {
+    match ended {
+        Some(Ok(name)) => format!("the node's {name} loop ended; exiting so that it is restarted"),
+        Some(Err(e)) if e.is_panic() => {
+            format!("one of the node's loops panicked ({e}); exiting so that it is restarted")
+        }
+        _ => "the node's loops ended; exiting so that it is restarted".into(),
+    }
 }
 
 async fn shutdown_signal() {

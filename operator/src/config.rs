@@ -147,6 +147,35 @@ impl Reader<'_> {
             }
         }
     }
+
+    /// A boolean: `true`/`1` or `false`/`0`, false when unset.
+    fn flag(&mut self, name: &str) -> bool {
+        match self.opt(name).as_deref() {
+            None | Some("false") | Some("0") => false,
+            Some("true") | Some("1") => true,
+            Some(v) => {
+                self.problems.push(format!("{name}={v:?} must be true or false"));
+                false
+            }
+        }
+    }
+
+    fn log_format(&mut self) -> LogFormat {
+        match self.opt("FLEET_LOG_FORMAT").as_deref() {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(v) => {
+                self.problems.push(format!("FLEET_LOG_FORMAT={v:?} must be text or json"));
+                LogFormat::Text
+            }
+        }
+    }
+
+    fn http_timeouts(&mut self) -> HttpTimeouts {
+        let header_read = self.seconds("FLEET_HTTP_HEADER_READ_SECONDS", defaults::HTTP_HEADER_READ_SECONDS, 1, 300);
+        let idle = self.seconds("FLEET_HTTP_IDLE_SECONDS", defaults::HTTP_IDLE_SECONDS, 1, 86_400 * 365);
+        HttpTimeouts { header_read: Duration::from_secs(header_read), idle: Duration::from_secs(idle) }
+    }
 }
 
 impl StoreConfig {
@@ -206,38 +235,16 @@ impl Config {
             Duration::from_secs(r.seconds("FLEET_RECONCILE_SECONDS", defaults::RECONCILE_SECONDS, 1, day));
         let node_offline_after =
             Duration::from_secs(r.seconds("FLEET_NODE_OFFLINE_SECONDS", defaults::NODE_OFFLINE_SECONDS, 1, day));
-        let http_timeouts = HttpTimeouts {
-            header_read: Duration::from_secs(r.seconds(
-                "FLEET_HTTP_HEADER_READ_SECONDS",
-                defaults::HTTP_HEADER_READ_SECONDS,
-                1,
-                300,
-            )),
-            idle: Duration::from_secs(r.seconds("FLEET_HTTP_IDLE_SECONDS", defaults::HTTP_IDLE_SECONDS, 1, day)),
-        };
+        let http_timeouts = r.http_timeouts();
         let token_revoke_grace = Duration::from_secs(r.seconds(
             "FLEET_TOKEN_REVOKE_GRACE_SECONDS",
             defaults::TOKEN_REVOKE_GRACE_SECONDS,
             1,
             day,
         ));
-        let kubernetes_mirror = match r.opt("FLEET_KUBERNETES_MIRROR").as_deref() {
-            None | Some("false") | Some("0") => false,
-            Some("true") | Some("1") => true,
-            Some(v) => {
-                r.problems.push(format!("FLEET_KUBERNETES_MIRROR={v:?} must be true or false"));
-                false
-            }
-        };
+        let kubernetes_mirror = r.flag("FLEET_KUBERNETES_MIRROR");
         let kubernetes_namespace = r.opt("FLEET_KUBERNETES_NAMESPACE");
-        let log_format = match r.opt("FLEET_LOG_FORMAT").as_deref() {
-            None | Some("text") => LogFormat::Text,
-            Some("json") => LogFormat::Json,
-            Some(v) => {
-                r.problems.push(format!("FLEET_LOG_FORMAT={v:?} must be text or json"));
-                LogFormat::Text
-            }
-        };
+        let log_format = r.log_format();
         let store = StoreConfig::from_lookup(get);
         let mut problems = Vec::new();
         if !missing.is_empty() {

@@ -8,7 +8,6 @@ pub mod config;
 pub mod context;
 #[cfg(feature = "dev")]
 pub mod dev;
-pub mod failpoint;
 pub mod http;
 pub mod k8s;
 pub mod metrics;

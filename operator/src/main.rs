@@ -46,6 +46,7 @@ enum Command {
     Dev(dev::DevArgs),
     /// Not in this build: release images leave the dev mode (and its token-minting IAM) out.
     #[cfg(not(feature = "dev"))]
+    #[command(hide = true)]
     Dev {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
         args: Vec<String>,

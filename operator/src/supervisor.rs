@@ -86,11 +86,11 @@ fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
 
 /// Resolves once the failpoint `end-<name>` is on; never without failpoints.
 async fn failpoint(name: &'static str) {
-    if !cfg!(feature = "failpoints") || std::env::var_os("FLEET_FAILPOINTS").is_none() {
+    if !fleet_api::failpoint::enabled() {
         return std::future::pending().await;
     }
     let point = format!("end-{name}");
-    while !crate::failpoint::on(&point) {
+    while !fleet_api::failpoint::on(&point) {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }

@@ -324,7 +324,13 @@ impl NodeDir {
     }
 
     pub fn start(&mut self) {
-        let env: HashMap<String, String> = [("RUST_LOG".to_string(), "info".to_string())].into();
+        self.start_with(&[]);
+    }
+
+    /// Starts the node with extra environment.
+    pub fn start_with(&mut self, extra: &[(&str, &str)]) {
+        let mut env: HashMap<String, String> = [("RUST_LOG".to_string(), "info".to_string())].into();
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let cfg = self.config().display().to_string();
         self.proc = Some(Proc::spawn(&bin("fleet-node"), &["--config", &cfg], &env, &self.root.join("node.log")));
     }

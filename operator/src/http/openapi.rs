@@ -15,6 +15,7 @@ use utoipa::{Modify, OpenApi};
     ),
     paths(
         super::healthz,
+        super::readyz,
         super::admin::create_join_key,
         super::admin::list_nodes,
         super::admin::get_node,

@@ -81,7 +81,7 @@ pub async fn run(ctx: Arc<Ctx>) {
         }
         // A short settle lets a burst of reports land in one pass.
         tokio::time::sleep(SETTLE).await;
-        if crate::failpoint::on("stall-pass") {
+        if fleet_api::failpoint::on("stall-pass") {
             continue;
         }
         let span = tracing::info_span!("pass", full = !memo.primed);

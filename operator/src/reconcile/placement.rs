@@ -133,25 +133,163 @@ struct SigState {
 
 /// Places `demands` (sorted or not) on `nodes` given last pass's `previous` bindings.
 pub fn place(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> Outcome {
-    // Node order: by name. `rank[i]` is node i's position in that order.
-    let mut order: Vec<u32> = (0..nodes.len() as u32).collect();
-    order.sort_by(|&a, &b| nodes[a as usize].name.cmp(&nodes[b as usize].name));
-    let mut rank = vec![0u32; nodes.len()];
-    for (r, &i) in order.iter().enumerate() {
-        rank[i as usize] = r as u32;
-    }
-    let by_id: HashMap<&str, u32> = nodes.iter().enumerate().map(|(i, n)| (&*n.id, i as u32)).collect();
-    let mut room: Vec<Room> = nodes
-        .iter()
-        .map(|n| Room { slots: n.capacity.slots, cpus: n.capacity.cpus.map(milli), mem: n.capacity.memory_mb })
-        .collect();
-
     let mut ds: Vec<&Demand> = demands.iter().collect();
     ds.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut p = Placer::new(&ds, nodes);
+    let mut out = Outcome::default();
+    // Bindings are collected in a vector and bulk-built into the map at the end.
+    let mut bound: Vec<(ReplicaKey, Arc<str>)> = Vec::with_capacity(previous.len());
+    let unbound = p.sticky(previous, &mut bound);
+    p.place_new(unbound, &mut bound, &mut out);
+    // Sticky and new bindings are each in order: `from_iter`'s stable sort merges two runs
+    // and the map is bulk-built.
+    out.bindings = bound.into_iter().collect();
+    out
+}
 
+/// A replica still to place: (demand, replica, its previous node).
+type Unbound = (usize, u32, Option<u32>);
+
+/// One placement run: the nodes in name order with their remaining room, the demands (by
+/// agent key) with their signatures, and the static fit of each (signature, node).
+struct Placer<'a> {
+    nodes: &'a [NodeFacts],
+    ds: &'a [&'a Demand],
+    /// Node indexes by name; `rank[i]` is node i's position in that order.
+    order: Vec<u32>,
+    rank: Vec<u32>,
+    by_id: HashMap<&'a str, u32>,
+    room: Vec<Room>,
+    sigs: Vec<Signature<'a>>,
+    demand_sig: Vec<usize>,
+    /// Static fit of (signature, node), memoised: dense when small enough, else computed.
+    dense: bool,
+    fit_memo: Vec<u8>,
+}
+
+impl<'a> Placer<'a> {
+    fn new(ds: &'a [&'a Demand], nodes: &'a [NodeFacts]) -> Placer<'a> {
+        let mut order: Vec<u32> = (0..nodes.len() as u32).collect();
+        order.sort_by(|&a, &b| nodes[a as usize].name.cmp(&nodes[b as usize].name));
+        let mut rank = vec![0u32; nodes.len()];
+        for (r, &i) in order.iter().enumerate() {
+            rank[i as usize] = r as u32;
+        }
+        let by_id = nodes.iter().enumerate().map(|(i, n)| (&*n.id, i as u32)).collect();
+        let room = nodes
+            .iter()
+            .map(|n| Room { slots: n.capacity.slots, cpus: n.capacity.cpus.map(milli), mem: n.capacity.memory_mb })
+            .collect();
+        let (sigs, demand_sig) = signatures(ds);
+        let dense = sigs.len().saturating_mul(nodes.len()) <= 8_000_000;
+        let fit_memo = if dense { vec![0; sigs.len() * nodes.len()] } else { Vec::new() };
+        Placer { nodes, ds, order, rank, by_id, room, sigs, demand_sig, dense, fit_memo }
+    }
+
+    fn static_fit(&mut self, sig: usize, ni: u32) -> bool {
+        if !self.dense {
+            return first_failure(&self.sigs[sig], &self.nodes[ni as usize]).is_none();
+        }
+        let slot = &mut self.fit_memo[sig * self.nodes.len() + ni as usize];
+        if *slot == 0 {
+            *slot = if first_failure(&self.sigs[sig], &self.nodes[ni as usize]).is_none() { 1 } else { 2 };
+        }
+        *slot == 1
+    }
+
+    fn need(&self, sig: usize) -> Need {
+        Need { cpus: self.sigs[sig].cpus, mem: self.sigs[sig].mem }
+    }
+
+    /// 1. Sticky replicas keep their node when it still fits after those before them;
+    /// returns the rest. `previous` and the demands are both ordered by agent key: walk
+    /// them together.
+    fn sticky(&mut self, previous: &Bindings, bound: &mut Vec<(ReplicaKey, Arc<str>)>) -> Vec<Unbound> {
+        let mut unbound = Vec::new();
+        let mut prev_iter = previous.iter().peekable();
+        let mut prev_nodes: Vec<Option<u32>> = Vec::new();
+        for (di, d) in self.ds.iter().enumerate() {
+            while prev_iter.peek().is_some_and(|((k, _), _)| **k < *d.key) {
+                prev_iter.next();
+            }
+            prev_nodes.clear();
+            prev_nodes.resize(d.replicas as usize, None);
+            while let Some(((k, r), n)) = prev_iter.peek() {
+                if **k != *d.key {
+                    break;
+                }
+                if (*r as usize) < prev_nodes.len() {
+                    prev_nodes[*r as usize] = self.by_id.get(&***n).copied();
+                }
+                prev_iter.next();
+            }
+            let sig = self.demand_sig[di];
+            let need = self.need(sig);
+            for r in 0..d.replicas {
+                let prev = prev_nodes[r as usize];
+                match prev {
+                    Some(ni) if self.static_fit(sig, ni) && self.room[ni as usize].fits(&need) => {
+                        self.room[ni as usize].take(&need);
+                        bound.push(((d.key.clone(), r), self.nodes[ni as usize].id.clone()));
+                    }
+                    _ => unbound.push((di, r, prev)),
+                }
+            }
+        }
+        unbound
+    }
+
+    /// 2. New (and moving) replicas, in order of agent key then index: each to the fitting
+    /// node with the most free slots, else stuck on its offline node, else waiting.
+    fn place_new(&mut self, unbound: Vec<Unbound>, bound: &mut Vec<(ReplicaKey, Arc<str>)>, out: &mut Outcome) {
+        let mut states: HashMap<usize, SigState> = HashMap::default();
+        for (di, r, prev) in unbound {
+            let d = self.ds[di];
+            let sig = self.demand_sig[di];
+            let need = self.need(sig);
+            let st = states.entry(sig).or_insert_with(|| self.sig_state(sig, &need));
+            match pick(st, &mut self.room, &self.order, &need) {
+                Some(ni) => bound.push(((d.key.clone(), r), self.nodes[ni].id.clone())),
+                // Nowhere to go and the old node is offline: stay bound, return with it.
+                None => match prev {
+                    Some(ni) if !self.nodes[ni as usize].online => {
+                        bound.push(((d.key.clone(), r), self.nodes[ni as usize].id.clone()));
+                        out.stuck.insert((d.key.clone(), r));
+                    }
+                    _ => {
+                        let e = out.waiting.entry(d.key.clone()).or_insert((0, REASONS[st.empty_reason]));
+                        e.0 += 1;
+                    }
+                },
+            }
+        }
+    }
+
+    /// A signature's candidates as a heap, and the reason when the static filters leave none.
+    fn sig_state(&self, sig: usize, need: &Need) -> SigState {
+        let mut deepest = 0usize;
+        let mut heap = BinaryHeap::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            match first_failure(&self.sigs[sig], n) {
+                None => {
+                    deepest = 5;
+                    if self.room[i].fits(need) {
+                        heap.push((self.room[i].slots, Reverse(self.rank[i])));
+                    }
+                }
+                Some(f) => deepest = deepest.max(f),
+            }
+        }
+        SigState { heap, empty_reason: deepest }
+    }
+}
+
+/// Each demand's signature (index into the returned list), agents with the same requirements
+/// sharing one.
+fn signatures<'a>(ds: &[&'a Demand]) -> (Vec<Signature<'a>>, Vec<usize>) {
     let mut sig_of: HashMap<Signature, usize> = HashMap::default();
     let mut sigs: Vec<Signature> = Vec::new();
-    let demand_sig: Vec<usize> = ds
+    let demand_sig = ds
         .iter()
         .map(|d| {
             let mut requires: Vec<&str> = d.requires.iter().map(String::as_str).collect();
@@ -174,118 +312,29 @@ pub fn place(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> Ou
             })
         })
         .collect();
-    // Static fit of (signature, node), memoised: dense when small enough, else computed.
-    let dense = sigs.len().saturating_mul(nodes.len()) <= 8_000_000;
-    let mut fit_memo: Vec<u8> = if dense { vec![0; sigs.len() * nodes.len()] } else { Vec::new() };
-    let mut static_fit = |sig: usize, ni: u32| -> bool {
-        if !dense {
-            return first_failure(&sigs[sig], &nodes[ni as usize]).is_none();
-        }
-        let slot = &mut fit_memo[sig * nodes.len() + ni as usize];
-        if *slot == 0 {
-            *slot = if first_failure(&sigs[sig], &nodes[ni as usize]).is_none() { 1 } else { 2 };
-        }
-        *slot == 1
-    };
+    (sigs, demand_sig)
+}
 
-    let mut out = Outcome::default();
-    // Bindings are collected in a vector and bulk-built into the map at the end.
-    let mut bound: Vec<(ReplicaKey, Arc<str>)> = Vec::with_capacity(previous.len());
-    let mut unbound: Vec<(usize, u32, Option<u32>)> = Vec::new(); // (demand, replica, previous node)
-
-    // 1. Sticky replicas keep their node when it still fits after those before them.
-    // `previous` and the demands are both ordered by agent key: walk them together.
-    let mut prev_iter = previous.iter().peekable();
-    let mut prev_nodes: Vec<Option<u32>> = Vec::new();
-    for (di, d) in ds.iter().enumerate() {
-        while prev_iter.peek().is_some_and(|((k, _), _)| **k < *d.key) {
-            prev_iter.next();
+/// Takes a slot on the candidate with the most free slots (ties by name) from the
+/// signature's lazy heap: an entry is an upper bound of its node's free slots, so a stale one
+/// is pushed back with the true value.
+fn pick(st: &mut SigState, room: &mut [Room], order: &[u32], need: &Need) -> Option<usize> {
+    while let Some((slots, Reverse(rk))) = st.heap.pop() {
+        let ni = order[rk as usize] as usize;
+        if !room[ni].fits(need) {
+            continue; // capacity only falls during this phase: never fits again
         }
-        prev_nodes.clear();
-        prev_nodes.resize(d.replicas as usize, None);
-        while let Some(((k, r), n)) = prev_iter.peek() {
-            if **k != *d.key {
-                break;
-            }
-            if (*r as usize) < prev_nodes.len() {
-                prev_nodes[*r as usize] = by_id.get(&***n).copied();
-            }
-            prev_iter.next();
+        if room[ni].slots != slots {
+            st.heap.push((room[ni].slots, Reverse(rk)));
+            continue;
         }
-        let sig = demand_sig[di];
-        let need = Need { cpus: sigs[sig].cpus, mem: sigs[sig].mem };
-        for r in 0..d.replicas {
-            let prev = prev_nodes[r as usize];
-            match prev {
-                Some(ni) if static_fit(sig, ni) && room[ni as usize].fits(&need) => {
-                    room[ni as usize].take(&need);
-                    bound.push(((d.key.clone(), r), nodes[ni as usize].id.clone()));
-                }
-                _ => unbound.push((di, r, prev)),
-            }
+        room[ni].take(need);
+        if room[ni].fits(need) {
+            st.heap.push((room[ni].slots, Reverse(rk)));
         }
+        return Some(ni);
     }
-
-    // 2. New (and moving) replicas, in order of agent key then index.
-    let mut states: HashMap<usize, SigState> = HashMap::default();
-    for (di, r, prev) in unbound {
-        let d = ds[di];
-        let sig = demand_sig[di];
-        let need = Need { cpus: sigs[sig].cpus, mem: sigs[sig].mem };
-        let st = states.entry(sig).or_insert_with(|| {
-            let mut deepest = 0usize;
-            let mut heap = BinaryHeap::new();
-            for (i, n) in nodes.iter().enumerate() {
-                match first_failure(&sigs[sig], n) {
-                    None => {
-                        deepest = 5;
-                        if room[i].fits(&need) {
-                            heap.push((room[i].slots, Reverse(rank[i])));
-                        }
-                    }
-                    Some(f) => deepest = deepest.max(f),
-                }
-            }
-            SigState { heap, empty_reason: deepest }
-        });
-        let mut chosen = None;
-        while let Some((slots, Reverse(rk))) = st.heap.pop() {
-            let ni = order[rk as usize] as usize;
-            if !room[ni].fits(&need) {
-                continue; // capacity only falls during this phase: never fits again
-            }
-            if room[ni].slots != slots {
-                st.heap.push((room[ni].slots, Reverse(rk)));
-                continue;
-            }
-            room[ni].take(&need);
-            if room[ni].fits(&need) {
-                st.heap.push((room[ni].slots, Reverse(rk)));
-            }
-            chosen = Some(ni);
-            break;
-        }
-        match chosen {
-            Some(ni) => bound.push(((d.key.clone(), r), nodes[ni].id.clone())),
-            None => {
-                match prev {
-                    // Nowhere to go and the old node is offline: stay bound, return with it.
-                    Some(ni) if !nodes[ni as usize].online => {
-                        bound.push(((d.key.clone(), r), nodes[ni as usize].id.clone()));
-                        out.stuck.insert((d.key.clone(), r));
-                    }
-                    _ => {
-                        let e = out.waiting.entry(d.key.clone()).or_insert((0, REASONS[st.empty_reason]));
-                        e.0 += 1;
-                    }
-                }
-            }
-        }
-    }
-    // Sticky and new bindings are each in order: `from_iter`'s stable sort merges two runs
-    // and the map is bulk-built.
-    out.bindings = bound.into_iter().collect();
-    out
+    None
 }
 
 #[cfg(test)]

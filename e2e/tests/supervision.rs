@@ -1,0 +1,43 @@
+//! Supervision of the real node binary (SPEC §11): when its supervisor loop, its pull loop or
+//! its report loop ends, `fleet-node` exits non-zero naming the loop, so an orchestrator
+//! restarts it; restarted, it carries on with its saved state. Loops are ended through the
+//! test-only failpoints (`FLEET_FAILPOINTS`). The controller's side is in
+//! `operator/tests/supervision.rs`.
+
+mod support;
+
+use fleet_e2e::{docker_available, ensure_test_images};
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_loop_that_ends_takes_the_node_down_naming_it() {
+    if !docker_available() {
+        return;
+    }
+    ensure_test_images();
+    let f = Fleet::start("e2esv").await;
+    let mut n = f.node("n1", "").await;
+    let points = n.root.join("failpoints");
+    std::fs::create_dir(&points).unwrap();
+    let points_env = points.display().to_string();
+    for name in ["supervisor", "pull", "report"] {
+        n.start_with(&[("FLEET_FAILPOINTS", &points_env)]);
+        eventually(30, "online", || async { f.node_view(&n.name).await.filter(|v| v["status"] == "online") }).await;
+        std::fs::write(points.join(format!("end-{name}")), "").unwrap();
+        let status = n.proc.as_mut().unwrap().exited(20).await;
+        assert_eq!(status.code(), Some(1), "{name}: exits non-zero");
+        let line = format!("the node's {name} loop ended; exiting so that it is restarted");
+        assert!(n.log().contains(&line), "{name}: the log names it:\n{}", n.log());
+        std::fs::remove_file(points.join(format!("end-{name}"))).unwrap();
+        n.proc = None;
+    }
+    // Restarted, it needs no join key: its state directory holds its credential.
+    std::fs::remove_file(n.root.join("join-key")).unwrap();
+    let before = f.node_view(&n.name).await.unwrap()["lastSeenAt"].clone();
+    n.start();
+    eventually(30, "reporting again", || async {
+        f.node_view(&n.name).await.filter(|v| v["status"] == "online" && v["lastSeenAt"] != before)
+    })
+    .await;
+    assert_eq!(n.log().matches("joined the fleet as").count(), 1, "joined once:\n{}", n.log());
+}
