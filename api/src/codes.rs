@@ -22,3 +22,64 @@ pub const NO_SECRET: &str = "no_secret";
 pub const NO_CAPACITY: &str = "no_capacity";
 pub const NODE_UNAVAILABLE: &str = "node_unavailable";
 pub const IDENTITY_PENDING: &str = "identity_pending";
+
+/// Why a node did not run a replica (SPEC §6.4): the node's messages, and the code the
+/// controller shows for each in the agent's phase (§6.4 rule 7). Both programs use these, so
+/// the texts cannot drift apart.
+pub mod refusal {
+    pub const SECRET_MISSING: &str = "secret_missing";
+    pub const CREDENTIAL_UNREADABLE: &str = "credential_unreadable";
+    pub const EXECUTOR_KIND_MISSING: &str = "executor_kind_missing";
+    pub const START_FAILED: &str = "start_failed";
+
+    pub const CREDENTIAL_UNOPENABLE: &str = "credential cannot be opened with this node's key";
+    pub const START_FAILED_PREFIX: &str = "start failed: ";
+
+    pub fn image_not_allowed(image: &str, kind: &str) -> String {
+        format!("{}: image {image} is not allowed for executor kind {kind}", super::IMAGE_NOT_ALLOWED)
+    }
+
+    pub fn secret_missing(secret: &str) -> String {
+        format!("secret {secret} is missing on this node")
+    }
+
+    pub fn executor_kind_missing(kind: &str) -> String {
+        format!("executor kind {kind} is not configured on this node")
+    }
+
+    pub fn start_failed(docker_message: &str) -> String {
+        format!("{START_FAILED_PREFIX}{docker_message}")
+    }
+
+    /// The code of a node's refusal message, if it is one.
+    pub fn code_of(message: &str) -> Option<&'static str> {
+        if message.starts_with(&format!("{}: ", super::IMAGE_NOT_ALLOWED)) {
+            Some(super::IMAGE_NOT_ALLOWED)
+        } else if message.starts_with("secret ") && message.ends_with(" is missing on this node") {
+            Some(SECRET_MISSING)
+        } else if message == CREDENTIAL_UNOPENABLE || message.starts_with("cannot write the PAT") {
+            Some(CREDENTIAL_UNREADABLE)
+        } else if message.starts_with("executor kind ") && message.ends_with(" is not configured on this node") {
+            Some(EXECUTOR_KIND_MISSING)
+        } else if message.starts_with(START_FAILED_PREFIX) {
+            Some(START_FAILED)
+        } else {
+            None
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn every_refusal_message_maps_back_to_its_code() {
+            assert_eq!(code_of(&image_not_allowed("x:1", "k")), Some("image_not_allowed"));
+            assert_eq!(code_of(&secret_missing("gh")), Some(SECRET_MISSING));
+            assert_eq!(code_of(CREDENTIAL_UNOPENABLE), Some(CREDENTIAL_UNREADABLE));
+            assert_eq!(code_of(&executor_kind_missing("k")), Some(EXECUTOR_KIND_MISSING));
+            assert_eq!(code_of(&start_failed("No such image: a:1")), Some(START_FAILED));
+            assert_eq!(code_of("exited with code 1"), None);
+        }
+    }
+}

@@ -6,6 +6,7 @@
 pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod guard;
 pub mod plan;
 pub mod runtime;
 pub mod state;

@@ -26,6 +26,17 @@ enum Command {
     Run,
     /// Validate the configuration, print what the node would announce, and exit.
     Check,
+    /// Run the Docker API guard for this node: a proxy between fleet-node and the engine that
+    /// admits only what fleet-node uses and refuses privileged or foreign containers (point
+    /// node.yaml's dockerUrl at it).
+    DockerGuard {
+        /// Address to listen on, e.g. 0.0.0.0:2375.
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        /// The Docker engine: unix://PATH or tcp://HOST:PORT.
+        #[arg(long, default_value = "unix:///var/run/docker.sock")]
+        docker: String,
+    },
 }
 
 fn init_logs() {
@@ -60,6 +71,16 @@ async fn main() -> ExitCode {
             println!("secrets: {}", secrets.join(", "));
             ExitCode::SUCCESS
         }
+        Command::DockerGuard { listen, docker } => {
+            init_logs();
+            match docker_guard(&cfg, listen, &docker).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("fleet-node docker-guard: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Run => {
             init_logs();
             match fleet_node::daemon::run(cfg).await {
@@ -72,4 +93,14 @@ async fn main() -> ExitCode {
             }
         }
     }
+}
+
+async fn docker_guard(cfg: &NodeConfig, listen: std::net::SocketAddr, docker: &str) -> Result<(), String> {
+    use fleet_node::guard;
+    let upstream = guard::Upstream::parse(docker)?;
+    let listener =
+        tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    tracing::info!(%listen, node = %cfg.name, ?upstream, "docker-guard serving");
+    guard::serve(guard::policy::Policy::from_config(cfg), listener, upstream).await;
+    Ok(())
 }

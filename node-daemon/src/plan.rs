@@ -58,16 +58,13 @@ pub fn read_secrets(dir: &Path) -> BTreeSet<String> {
         .collect()
 }
 
-pub fn image_not_allowed(image: &str, kind: &str) -> String {
-    format!("image_not_allowed: image {image} is not allowed for executor kind {kind}")
-}
-
-pub const CREDENTIAL_UNOPENABLE: &str = "credential cannot be opened with this node's key";
+use fleet_api::codes::refusal;
+pub use fleet_api::codes::refusal::{image_not_allowed, CREDENTIAL_UNOPENABLE};
 
 fn refusal(a: &DesiredAgent, cfg: &NodeConfig, secrets: &BTreeSet<String>) -> Result<String, String> {
     let kind = a.executor.kind.as_str();
     let Some(exec) = cfg.executors.get(kind) else {
-        return Err(format!("executor kind {kind} is not configured on this node"));
+        return Err(refusal::executor_kind_missing(kind));
     };
     let image = match &a.executor.image {
         Some(img) => {
@@ -81,7 +78,7 @@ fn refusal(a: &DesiredAgent, cfg: &NodeConfig, secrets: &BTreeSet<String>) -> Re
     };
     for s in &a.secrets {
         if !names::is_secret_name(s) || !secrets.contains(s) {
-            return Err(format!("secret {s} is missing on this node"));
+            return Err(refusal::secret_missing(s));
         }
     }
     Ok(image)

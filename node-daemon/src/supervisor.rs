@@ -80,6 +80,22 @@ impl Record {
     }
 }
 
+/// Longest replica message a report carries (SPEC §11): Docker's messages are passed on
+/// whole, but a peer's text is bounded.
+pub const MAX_MESSAGE: usize = 4096;
+
+/// `message` cut to [`MAX_MESSAGE`] bytes on a character boundary.
+pub fn cut_message(mut message: String) -> String {
+    if message.len() > MAX_MESSAGE {
+        let mut end = MAX_MESSAGE;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+    }
+    message
+}
+
 pub struct Supervisor<R: Runtime> {
     rt: R,
     records: HashMap<(String, u32), Record>,
@@ -113,7 +129,7 @@ impl<R: Runtime> Supervisor<R> {
                     state: s.state,
                     restarts: s.restarts,
                     last_exit_code: s.last_exit_code,
-                    message: s.message,
+                    message: s.message.map(cut_message),
                 }
             })
             .collect()
@@ -280,7 +296,7 @@ impl<R: Runtime> Supervisor<R> {
                     rec.status.state = rec.running_state();
                     tracing::info!(container = %name, restarts = rec.status.restarts, "restarted");
                 }
-                Err(e) => rec.fail(now, format!("start failed: {e}")),
+                Err(e) => rec.fail(now, fleet_api::codes::refusal::start_failed(&e.to_string())),
             }
         }
     }
@@ -312,7 +328,7 @@ impl<R: Runtime> Supervisor<R> {
                 }
             }
             Err(e) => {
-                rec.fail(now, format!("start failed: {e}"));
+                rec.fail(now, fleet_api::codes::refusal::start_failed(&e.to_string()));
                 tracing::warn!(agent = %w.agent, replica = w.replica, error = %e, failures = rec.failures, "cannot start the container");
             }
         }

@@ -1,7 +1,8 @@
 //! The supervisor and the bollard runtime against the real Docker engine, with locally built
-//! FROM-scratch test images. Every scenario runs twice: on the engine's socket, and through a
-//! restricting proxy owned by the test that admits only the endpoints of SPEC §6.5 and
-//! records anything else.
+//! FROM-scratch test images. Every scenario runs three times: on the engine's socket, through
+//! a restricting proxy owned by the test that admits only the endpoints of SPEC §6.5 and
+//! records anything else, and through `fleet-node docker-guard` (SPEC §8), which must let the
+//! node's whole container lifecycle through while refusing what a compromised node might try.
 
 use fleet_api::{
     DesiredAgent, DesiredIdentity, DesiredState, Executor, ReplicaReport, ReplicaState, Resources, SealedCredential,
@@ -27,15 +28,53 @@ struct Harness {
     prefix: String,
 }
 
+/// How the node reaches the engine.
+#[derive(Clone)]
+enum Via {
+    /// This URL (the socket, or the test's restricting proxy).
+    Url(String),
+    /// A docker-guard started for each harness's node.yaml, in front of the socket.
+    Guard,
+}
+
+/// Starts a docker-guard for `cfg` in front of the engine's socket; returns its address.
+async fn start_guard(cfg: &NodeConfig) -> String {
+    use fleet_node::guard::{self, policy::Policy, Upstream};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let upstream = Upstream::parse("unix:///var/run/docker.sock").unwrap();
+    tokio::spawn(guard::serve(Policy::from_config(cfg), listener, upstream));
+    format!("tcp://{addr}")
+}
+
 impl Harness {
-    fn new(docker_url: &str, prefix: &str) -> Harness {
+    async fn new(via: &Via, prefix: &str) -> Harness {
+        Harness::with_yaml(via, prefix, "").await
+    }
+
+    /// `extra`: more node.yaml lines.
+    async fn with_yaml(via: &Via, prefix: &str, extra: &str) -> Harness {
+        let docker_url = match via {
+            Via::Url(u) => u.clone(),
+            Via::Guard => "tcp://127.0.0.1:1".into(),
+        };
+        let mut h = Harness::with_url(&docker_url, prefix, extra);
+        if let Via::Guard = via {
+            let url = start_guard(&h.cfg).await;
+            h.cfg.docker_url = url.clone();
+            h.sup = Supervisor::new(DockerRuntime::connect(&url, &h.cfg.name).unwrap());
+        }
+        h
+    }
+
+    fn with_url(docker_url: &str, prefix: &str, extra: &str) -> Harness {
         cleanup(prefix);
         let dir = tempfile::tempdir().unwrap();
         let text = format!(
             "controllerUrl: http://127.0.0.1:1\nname: {prefix}-node\ncapacity: {{slots: 4}}\n\
              executors:\n  k: {{image: \"{img}\", dataPath: /data, env: {{SHARED: kind, KIND_ONLY: x}},\n      images: [\"fleet-test-agent:sleep*\", \"fleet-test-agent:exit*\"]}}\n\
              stateDir: {d}/state\nsecretsDir: {d}/secrets\nagentEnv: {{SHARED: agent, AGENT_ONLY: y}}\n\
-             dockerUrl: {docker_url}\ncontainerPrefix: {prefix}\n",
+             dockerUrl: {docker_url}\ncontainerPrefix: {prefix}\n{extra}",
             img = image("sleep"),
             d = dir.path().display()
         );
@@ -108,9 +147,9 @@ fn state(d: Vec<DesiredAgent>) -> DesiredState {
     DesiredState { generation: 1, agents: d }
 }
 
-async fn scenarios(url: &str, tag: &str) {
+async fn scenarios(via: Via, tag: &str) {
     // §6.5 exactly, as `docker inspect` shows it.
-    let mut h = Harness::new(url, &format!("fte{tag}a"));
+    let mut h = Harness::new(&via, &format!("fte{tag}a")).await;
     std::fs::write(h.cfg.secrets_dir.join("github-token"), "gh-secret").unwrap();
     let d = state(vec![h.agent("coder", None, &["github-token"], "cred-1")]);
     let r = h.until(&d, 30, "running", |r| r.state == ReplicaState::Running).await;
@@ -167,7 +206,7 @@ async fn scenarios(url: &str, tag: &str) {
     // A restarted node adopts its running container: same id, not restarted.
     let id = c["Id"].as_str().unwrap().to_string();
     let started = c["State"]["StartedAt"].as_str().unwrap().to_string();
-    h.sup = Supervisor::new(DockerRuntime::connect(url, &h.cfg.name).unwrap());
+    h.sup = Supervisor::new(DockerRuntime::connect(&h.cfg.docker_url, &h.cfg.name).unwrap());
     let r = h.until(&d, 10, "adopted", |r| r.state == ReplicaState::Running).await;
     assert_eq!(r.restarts, 0);
     let c = doc(&name);
@@ -195,7 +234,7 @@ async fn scenarios(url: &str, tag: &str) {
     drop(h);
 
     // Exit 75: restarted at once, the same container.
-    let mut h = Harness::new(url, &format!("fte{tag}b"));
+    let mut h = Harness::new(&via, &format!("fte{tag}b")).await;
     let d = state(vec![h.agent("quick", Some(&image("exit75")), &[], "c")]);
     let r = h.until(&d, 30, "a restart after exit 75", |r| r.restarts >= 1).await;
     assert_eq!(r.last_exit_code, Some(75));
@@ -203,7 +242,7 @@ async fn scenarios(url: &str, tag: &str) {
     drop(h);
 
     // Exit 1 three times in a row: crashloop.
-    let mut h = Harness::new(url, &format!("fte{tag}c"));
+    let mut h = Harness::new(&via, &format!("fte{tag}c")).await;
     let d = state(vec![h.agent("crashy", Some(&image("exit1")), &[], "c")]);
     let r = h.until(&d, 60, "crashloop", |r| r.state == ReplicaState::Crashloop).await;
     assert_eq!((r.last_exit_code, r.message.as_deref()), (Some(1), Some("exited with code 1")));
@@ -211,7 +250,7 @@ async fn scenarios(url: &str, tag: &str) {
     drop(h);
 
     // A disallowed image: no container, zero restarts, the reason in the message.
-    let mut h = Harness::new(url, &format!("fte{tag}d"));
+    let mut h = Harness::new(&via, &format!("fte{tag}d")).await;
     let d = state(vec![h.agent("evil", Some("fleet-test-agent-other:1"), &[], "c")]);
     for _ in 0..3 {
         let r = h.tick(&d).await.remove(0);
@@ -225,11 +264,25 @@ async fn scenarios(url: &str, tag: &str) {
     drop(h);
 
     // An allowed but missing image: start failed, retried with backoff.
-    let mut h = Harness::new(url, &format!("fte{tag}e"));
+    let mut h = Harness::new(&via, &format!("fte{tag}e")).await;
     let d = state(vec![h.agent("ghost", Some("fleet-test-agent:sleep-missing"), &[], "c")]);
     let r = h.tick(&d).await.remove(0);
     assert_eq!(r.state, ReplicaState::Starting);
-    assert!(r.message.as_deref().unwrap().starts_with("start failed: "), "{r:?}");
+    assert_eq!(
+        r.message.as_deref(),
+        Some("start failed: No such image: fleet-test-agent:sleep-missing"),
+        "Docker's own message, naming the image"
+    );
+    drop(h);
+
+    // A network that does not exist: Docker's message names it.
+    let prefix = format!("fte{tag}f");
+    let mut h = Harness::with_yaml(&via, &prefix, &format!("network: {prefix}-no-such-net\n")).await;
+    let d = state(vec![h.agent("netless", None, &[], "c")]);
+    let r = h.tick(&d).await.remove(0);
+    let m = r.message.clone().unwrap_or_default();
+    assert!(m.starts_with("start failed: ") && m.contains(&format!("{}-no-such-net", h.prefix)), "{r:?}");
+    assert!(!m.contains("no such container"), "{m}");
     drop(h);
 }
 
@@ -239,7 +292,7 @@ async fn container_rules_on_the_engine() {
         return;
     }
     ensure_test_images();
-    scenarios("unix:///var/run/docker.sock", "u").await;
+    scenarios(Via::Url("unix:///var/run/docker.sock".into()), "u").await;
 }
 
 /// Is this request one the node may make (SPEC §6.5)?
@@ -302,7 +355,7 @@ async fn container_rules_through_a_restricting_proxy() {
     ensure_test_images();
     let violations = Arc::new(Mutex::new(Vec::new()));
     let port = restricting_proxy(violations.clone()).await;
-    scenarios(&format!("tcp://127.0.0.1:{port}"), "p").await;
+    scenarios(Via::Url(format!("tcp://127.0.0.1:{port}")), "p").await;
     let v = violations.lock().unwrap().clone();
     assert!(v.is_empty(), "the node used endpoints outside §6.5: {v:?}");
 }
@@ -319,4 +372,69 @@ fn the_proxy_rule_admits_only_spec_endpoints() {
     assert!(!allowed("/v1.41/events"));
     assert!(allowed("/volumes/create"), "unversioned paths are matched too");
     assert!(!allowed("/vx/containers/json"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_rules_through_the_docker_guard() {
+    if !docker_available() {
+        return;
+    }
+    ensure_test_images();
+    scenarios(Via::Guard, "g").await;
+}
+
+/// What a compromised node might send through the guard: each is refused with 403 and the
+/// rule, and the engine never sees it (no container appears).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_docker_guard_refuses_what_a_compromised_node_might_try() {
+    if !docker_available() {
+        return;
+    }
+    ensure_test_images();
+    let h = Harness::new(&Via::Guard, "ftgr").await;
+    let base = h.cfg.docker_url.replace("tcp://", "http://");
+    let http = reqwest::Client::new();
+    let node = h.cfg.name.clone();
+    let body = |host: serde_json::Value, labels: serde_json::Value| serde_json::json!({"Image": image("sleep"), "Labels": labels, "HostConfig": host});
+    let mine = serde_json::json!({"fleet.managed": "1", "fleet.node": node});
+    let tries = [
+        (
+            "privileged",
+            body(serde_json::json!({"Privileged": true}), mine.clone()),
+            "HostConfig.Privileged is not allowed",
+        ),
+        ("hostbind", body(serde_json::json!({"Binds": ["/:/host"]}), mine.clone()), "bind source \"/\" is not allowed"),
+        (
+            "foreign",
+            body(serde_json::json!({}), serde_json::json!({"fleet.managed": "1", "fleet.node": "someone-else"})),
+            "Labels must carry fleet.managed=1",
+        ),
+    ];
+    for (what, b, rule) in tries {
+        let name = format!("{}-{what}", h.prefix);
+        let r = http.post(format!("{base}/v1.41/containers/create?name={name}")).json(&b).send().await.unwrap();
+        assert_eq!(r.status(), 403, "{what}");
+        let msg = r.json::<Value>().await.unwrap()["message"].as_str().unwrap().to_string();
+        assert!(msg.starts_with(&format!("docker-guard: {rule}")), "{what}: {msg}");
+        assert!(inspect(&name).is_none(), "{what}: the engine never saw it");
+    }
+    for (method, path) in [("POST", "/v1.41/containers/x/exec"), ("GET", "/v1.41/containers/x/archive?path=/")] {
+        let r = http.request(method.parse().unwrap(), format!("{base}{path}")).send().await.unwrap();
+        assert_eq!(r.status(), 403, "{path}");
+        let msg = r.json::<Value>().await.unwrap()["message"].as_str().unwrap().to_string();
+        assert!(msg.ends_with("is not an endpoint fleet-node uses"), "{msg}");
+    }
+    // A container that is not this node's cannot be stopped or removed through it.
+    let other = format!("{}-other", h.prefix);
+    let run = std::process::Command::new("docker")
+        .args(["run", "-d", "--name", &other, "--label", "fleet.managed=1", "--label", "fleet.node=someone-else"])
+        .arg(image("sleep"))
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let r = http.post(format!("{base}/v1.41/containers/{other}/stop")).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    let r = http.delete(format!("{base}/v1.41/containers/{other}?force=true")).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(doc(&other)["State"]["Running"], true, "still running");
 }

@@ -181,6 +181,13 @@ async fn fleet_places_wakes_moves_reports_and_survives_sigkill() {
         admin.nodes().await.iter().any(|n| n["name"] == "n-a" && n["status"] == "offline").then_some(())
     })
     .await;
+    // The pass says so when the node crosses its threshold (3 s here), with its silence.
+    eventually(10, "the offline log line", || async {
+        let log = ctl.log_text();
+        let line = log.lines().find(|l| l.contains("node n-a is offline (last report "))?;
+        line.contains("s ago)").then_some(())
+    })
+    .await;
     let moved: BTreeSet<_> = [
         row("alpha", "n-b", 1, "placed", ""),
         row("alpha", "n-c", 1, "placed", ""),

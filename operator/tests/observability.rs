@@ -33,6 +33,15 @@ async fn json_logs_and_metric_families() {
     assert_eq!(placed["fields"]["agent"], "watched");
     assert_eq!(placed["fields"]["node"], "obs-1");
     assert_eq!(placed["fields"]["replica"], 0);
+    // Work items run in a span naming their kind and key, instead of each line repeating them.
+    let issued = events
+        .iter()
+        .find(|e| e["fields"]["message"] == "PAT issued and sealed to the node")
+        .unwrap_or_else(|| panic!("a PAT event in:\n{text}"));
+    assert_eq!(issued["span"]["name"], "work");
+    assert_eq!(issued["span"]["kind"], "pat");
+    assert_eq!(issued["span"]["agent"], "watched");
+    assert_eq!(issued["fields"]["node_name"], "obs-1");
 
     let m = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics")).await.unwrap().text().await.unwrap();
     for family in [
@@ -46,6 +55,8 @@ async fn json_logs_and_metric_families() {
         "fleet_pats_total{event=\"issued\"}",
         "fleet_work_queue_depth",
         "fleet_joins_total{outcome=\"joined\"}",
+        "fleet_work_duration_seconds_count{kind=\"pat\"}",
+        "fleet_work_duration_seconds_count{kind=\"identity\"}",
     ] {
         assert!(m.contains(family), "{family} missing from:\n{m}");
     }
@@ -61,4 +72,14 @@ async fn json_logs_and_metric_families() {
     assert!(resident >= allocated, "resident {resident} covers allocated {allocated}");
     let api = reqwest::get(format!("{}/metrics", ctl.url)).await.unwrap();
     assert_eq!(api.status(), 404, "metrics stay off the public port");
+
+    // A work item that fails is counted by its kind.
+    dk.set_faults(fleet_devkit::Faults { iam_forbidden: true, ..Default::default() });
+    dk.put_agent(agent("refused", "k", 1));
+    eventually(20, "an identity failure counted", || async {
+        let m = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics")).await.ok()?.text().await.ok()?;
+        let line = m.lines().find(|l| l.starts_with("fleet_work_failures_total{kind=\"identity\"} "))?;
+        (line.rsplit(' ').next()?.parse::<u64>().ok()? >= 1).then_some(())
+    })
+    .await;
 }

@@ -18,7 +18,7 @@ pub fn bin(name: &str) -> PathBuf {
     let path = dir.join(name);
     if !path.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let st = Command::new(cargo).args(["build", "--bin", name]).status().unwrap();
+        let st = Command::new(cargo).args(["build", "--workspace", "--bin", name]).status().unwrap();
         assert!(st.success(), "cargo build --bin {name}");
     }
     path

@@ -39,7 +39,24 @@ fn map(e: bollard::errors::Error) -> RtError {
     }
 }
 
+/// Creating and starting a container: a 404 is a missing image or network, not a missing
+/// container, and Docker's own message says which (`No such image: agent-runner:1.4.0`,
+/// `network fleet-agents not found`), so it is passed on whole (SPEC §6.4).
+fn map_start(e: bollard::errors::Error) -> RtError {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { message, .. } => RtError::Failed(message),
+        other => map(other),
+    }
+}
+
 async fn timed<T>(f: impl std::future::Future<Output = Result<T, bollard::errors::Error>>) -> Result<T, RtError> {
+    timed_as(f, map).await
+}
+
+async fn timed_as<T>(
+    f: impl std::future::Future<Output = Result<T, bollard::errors::Error>>,
+    map: fn(bollard::errors::Error) -> RtError,
+) -> Result<T, RtError> {
     match tokio::time::timeout(CALL_TIMEOUT, f).await {
         Ok(r) => r.map_err(map),
         Err(_) => Err(RtError::Unreachable("Docker did not answer in time".into())),
@@ -135,11 +152,14 @@ impl Runtime for DockerRuntime {
             .collect();
         if let Some((vol, target)) = &spec.volume {
             let labels = [(LABEL_MANAGED.to_string(), "1".to_string()), (LABEL_NODE.to_string(), self.node.clone())];
-            timed(self.client().create_volume(VolumeCreateRequest {
-                name: Some(vol.clone()),
-                labels: Some(labels.into_iter().collect()),
-                ..Default::default()
-            }))
+            timed_as(
+                self.client().create_volume(VolumeCreateRequest {
+                    name: Some(vol.clone()),
+                    labels: Some(labels.into_iter().collect()),
+                    ..Default::default()
+                }),
+                map_start,
+            )
             .await?;
             mounts.push(Mount {
                 target: Some(target.clone()),
@@ -166,11 +186,11 @@ impl Runtime for DockerRuntime {
             ..Default::default()
         };
         let opts = CreateContainerOptionsBuilder::new().name(&spec.name).build();
-        Ok(timed(self.client().create_container(Some(opts), body)).await?.id)
+        Ok(timed_as(self.client().create_container(Some(opts), body), map_start).await?.id)
     }
 
     async fn start(&self, id: &str) -> Result<(), RtError> {
-        timed(self.client().start_container(id, None)).await
+        timed_as(self.client().start_container(id, None), map_start).await
     }
 
     async fn stop(&self, id: &str, timeout: Duration) -> Result<(), RtError> {

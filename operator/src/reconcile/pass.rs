@@ -46,7 +46,8 @@ const SETTLE: Duration = Duration::from_millis(5);
 /// replica reported), and the CP needs the result, not every step.
 const STATUS_DEBOUNCE: Duration = Duration::from_secs(1);
 
-/// Revoke delay for a PAT whose agent left the active list entirely.
+/// Revoke delay for a PAT whose pair was retired on an online node: the stop timeout the
+/// node uses for an agent that left its desired state (`fleet-node`'s `VANISHED_STOP`).
 pub const VANISHED_DRAIN: Duration = Duration::from_secs(30);
 
 /// What one pass decided: the rows to store, what to publish, and the work to queue.

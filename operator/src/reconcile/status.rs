@@ -100,7 +100,17 @@ pub fn derive(input: &StatusInput) -> StatusBody {
     if ready >= input.desired {
         return body(Phase::Running, None);
     }
-    body(Phase::Pending, input.waiting.and_then(|c| reason(c, waiting_message(c))))
+    if let Some(c) = input.waiting {
+        return body(Phase::Pending, reason(c, waiting_message(c)));
+    }
+    // [ext] A replica its node refused or cannot start: the node's cause is the reason.
+    let refused = input.replicas.iter().filter_map(|r| r.report).filter(|p| p.state != ReplicaState::Running);
+    if let Some((code, message)) =
+        refused.filter_map(|p| p.message.as_deref()).find_map(|m| Some((codes::refusal::code_of(m)?, m)))
+    {
+        return body(Phase::Pending, reason(code, message));
+    }
+    body(Phase::Pending, None)
 }
 
 #[cfg(test)]
@@ -175,6 +185,35 @@ mod tests {
 
         let b = derive(&input(vec![ri(0, Some(("w1", true)), None)]));
         assert_eq!((b.phase, b.reason), (Phase::Pending, None));
+    }
+
+    /// §6.4 rule 7 [ext]: a replica refused or failing to start on its node makes the node's
+    /// cause the agent's reason, with the node's message whole.
+    #[test]
+    fn node_side_refusals_become_the_reason() {
+        use codes::refusal;
+        let table = [
+            (refusal::image_not_allowed("reg/x:2", "k"), ReplicaState::Stopped, "image_not_allowed"),
+            (refusal::secret_missing("github-token"), ReplicaState::Stopped, "secret_missing"),
+            (refusal::CREDENTIAL_UNOPENABLE.to_string(), ReplicaState::Stopped, "credential_unreadable"),
+            (refusal::executor_kind_missing("k"), ReplicaState::Stopped, "executor_kind_missing"),
+            (refusal::start_failed("No such image: agent-runner:1.4.0"), ReplicaState::Starting, "start_failed"),
+        ];
+        for (message, state, code) in table {
+            let mut r = rep(state, 4);
+            r.message = Some(message.clone());
+            let b = derive(&input(vec![ri(0, Some(("w1", true)), Some(&r))]));
+            assert_eq!(b.phase, Phase::Pending, "{code}");
+            assert_eq!(b.reason, Some(Reason { code: code.into(), message }), "{code}");
+        }
+        // A waiting reason of an unplaced replica comes first; an ordinary message is no reason.
+        let mut r = rep(ReplicaState::Stopped, 4);
+        r.message = Some(refusal::secret_missing("gh"));
+        let mut s = input(vec![ri(0, Some(("w1", true)), Some(&r)), ri(1, None, None)]);
+        s.waiting = Some(codes::NO_CAPACITY);
+        assert_eq!(derive(&s).reason.unwrap().code, "no_capacity");
+        let b = derive(&input(vec![ri(0, Some(("w1", true)), Some(&rep(ReplicaState::Starting, 4)))]));
+        assert_eq!((b.phase, b.reason), (Phase::Pending, None), "\"boom\" is no refusal");
     }
 
     #[test]

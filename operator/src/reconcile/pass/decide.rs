@@ -116,8 +116,10 @@ pub fn desired_states(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, 
     }
 }
 
-/// PATs no longer needed are retired: revoked after the drain window, or at once when their
-/// node is offline (nothing there can use it for a draining run).
+/// PATs no longer needed are retired: revoked once the node's stop has run its course, or at
+/// once when their node is offline (nothing there can use it for a draining run). A retired
+/// pair's agent has left that node's desired state, and the node stops such a container with
+/// a 30 s timeout whatever the agent's `drainSeconds` (SPEC §5.2, §6.4), so that is the wait.
 pub fn retire(memo: &mut Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan) {
     let candidates: Vec<(Id, Id)> = if snap.full {
         memo.creds.keys().cloned().collect()
@@ -129,14 +131,8 @@ pub fn retire(memo: &mut Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan
             continue;
         }
         let Some(c) = memo.creds.remove(&pair) else { continue };
-        let delay = if !memo.node(&pair.1).is_some_and(|f| f.online) {
-            Duration::ZERO
-        } else {
-            match memo.agent(&pair.0) {
-                Some(a) => Duration::from_secs(a.drain_seconds),
-                None => VANISHED_DRAIN,
-            }
-        };
+        let online = memo.node(&pair.1).is_some_and(|f| f.online);
+        let delay = if online { VANISHED_DRAIN } else { Duration::ZERO };
         let at = snap.now + delay.as_millis() as i64;
         tracing::info!(agent = %pair.0, node = %memo.name(&pair.1), credential = %c.id, in_seconds = delay.as_secs(), "PAT no longer needed; revoking after the drain window");
         plan.publish.retired.push((c.id.clone(), at));

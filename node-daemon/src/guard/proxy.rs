@@ -1,0 +1,171 @@
+//! The proxy: HTTP/1.1 from fleet-node, one upstream connection per request to the engine
+//! (a Unix socket or TCP). Requests the policy refuses get `403` with a Docker-style JSON body
+//! (`{"message": "docker-guard: <rule>"}`, which bollard shows as the error), logged with the
+//! rule. Admitted requests and their answers are passed through, streamed (a stop may take as
+//! long as an agent's drain).
+
+use super::policy::{route, Policy, Refusal, Route};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
+
+/// Create bodies are small; anything larger is refused unread.
+const MAX_BODY: usize = 1 << 20;
+
+type Body = BoxBody<Bytes, hyper::Error>;
+
+/// Where the engine listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Upstream {
+    Unix(PathBuf),
+    Tcp(String),
+}
+
+impl Upstream {
+    /// `unix://PATH` or `tcp://HOST:PORT`.
+    pub fn parse(url: &str) -> Result<Upstream, String> {
+        if let Some(p) = url.strip_prefix("unix://") {
+            return Ok(Upstream::Unix(p.into()));
+        }
+        if let Some(a) = url.strip_prefix("tcp://") {
+            return Ok(Upstream::Tcp(a.trim_end_matches('/').to_string()));
+        }
+        Err(format!("--docker {url:?} must be unix://PATH or tcp://HOST:PORT"))
+    }
+
+    async fn send(&self, req: Request<Full<Bytes>>) -> Result<Response<Incoming>, String> {
+        let fail = |e: std::io::Error| format!("cannot reach the Docker engine at {self:?}: {e}");
+        match self {
+            Upstream::Unix(p) => exchange(UnixStream::connect(p).await.map_err(fail)?, req).await,
+            Upstream::Tcp(a) => exchange(TcpStream::connect(a).await.map_err(fail)?, req).await,
+        }
+    }
+}
+
+async fn exchange<S>(io: S, req: Request<Full<Bytes>>) -> Result<Response<Incoming>, String>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(TokioIo::new(io)).await.map_err(|e| format!("Docker engine: {e}"))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    sender.send_request(req).await.map_err(|e| format!("Docker engine: {e}"))
+}
+
+/// Serves the guard on `listener` until the process ends.
+pub async fn serve(policy: Policy, listener: TcpListener, upstream: Upstream) {
+    let shared = Arc::new((policy, upstream));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let shared = shared.clone();
+                async move { Ok::<_, Infallible>(handle(&shared.0, &shared.1, req).await) }
+            });
+            if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await
+            {
+                tracing::debug!(error = %e, "guard connection closed");
+            }
+        });
+    }
+}
+
+async fn handle(policy: &Policy, upstream: &Upstream, req: Request<Incoming>) -> Response<Body> {
+    let (method, path) = (req.method().to_string(), req.uri().path().to_string());
+    let route = match route(&method, &path) {
+        Ok(r) => r,
+        Err(r) => return refused(&method, &path, r),
+    };
+    let (parts, body) = req.into_parts();
+    let bytes = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return answer(StatusCode::PAYLOAD_TOO_LARGE, "docker-guard: the body is larger than 1 MiB"),
+    };
+    let check = match &route {
+        Route::Plain => Ok(()),
+        Route::CreateContainer => json_check(&bytes, |v| policy.check_container(v)),
+        Route::CreateVolume => json_check(&bytes, |v| policy.check_volume(v)),
+        Route::Container(id) => match owned(policy, upstream, id).await {
+            Ok(r) => r,
+            Err(e) => return answer(StatusCode::BAD_GATEWAY, &e),
+        },
+    };
+    if let Err(r) = check {
+        return refused(&method, &path, r);
+    }
+    let mut out = Request::builder().method(parts.method).uri(parts.uri.path_and_query().map_or("/", |p| p.as_str()));
+    for (name, value) in &parts.headers {
+        if !matches!(name.as_str(), "host" | "connection" | "keep-alive" | "transfer-encoding" | "content-length") {
+            out = out.header(name, value);
+        }
+    }
+    let Ok(out) = out.header("host", "docker").body(Full::new(bytes)) else {
+        return answer(StatusCode::BAD_REQUEST, "docker-guard: the request cannot be forwarded");
+    };
+    match upstream.send(out).await {
+        Ok(resp) => resp.map(|b| b.boxed()),
+        Err(e) => answer(StatusCode::BAD_GATEWAY, &e),
+    }
+}
+
+fn json_check(bytes: &Bytes, check: impl Fn(&serde_json::Value) -> Result<(), Refusal>) -> Result<(), Refusal> {
+    let v: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| Refusal(format!("the body is not JSON: {e}")))?;
+    check(&v)
+}
+
+/// Whether container `id` is one of this node's, asked of the engine; one the engine does
+/// not know is let through (it answers 404 itself).
+async fn owned(policy: &Policy, upstream: &Upstream, id: &str) -> Result<Result<(), Refusal>, String> {
+    let req = Request::get(format!("/containers/{id}/json"))
+        .header("host", "docker")
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| e.to_string())?;
+    let resp = upstream.send(req).await?;
+    if resp.status() == StatusCode::NOT_FOUND {
+        return Ok(Ok(()));
+    }
+    let status = resp.status();
+    let body = resp.into_body().collect().await.map_err(|e| format!("Docker engine: {e}"))?.to_bytes();
+    if !status.is_success() {
+        return Err(format!("Docker engine answered {status} to the ownership check of {id}"));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let labels = v["Config"]["Labels"].as_object().cloned().unwrap_or_default();
+    if policy.owns(&labels) {
+        Ok(Ok(()))
+    } else {
+        Ok(Err(Refusal(format!("container {id} is not one of node {}'s (fleet.node label)", policy.node))))
+    }
+}
+
+fn refused(method: &str, path: &str, r: Refusal) -> Response<Body> {
+    tracing::warn!(method, path, rule = %r.0, "docker-guard refused a request");
+    answer(StatusCode::FORBIDDEN, &format!("docker-guard: {}", r.0))
+}
+
+fn answer(status: StatusCode, message: &str) -> Response<Body> {
+    let body = serde_json::json!({ "message": message }).to_string();
+    let mut resp = Response::new(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed());
+    *resp.status_mut() = status;
+    resp.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("application/json"));
+    resp
+}
