@@ -201,7 +201,7 @@ impl<'a> Placer<'a> {
         Need { cpus: self.sigs[sig].cpus, mem: self.sigs[sig].mem }
     }
 
-    /// 1. Sticky replicas keep their node when it still fits after those before them;
+    /// Step 1: sticky replicas keep their node when it still fits after those before them;
     /// returns the rest. `previous` and the demands are both ordered by agent key: walk
     /// them together.
     fn sticky(&mut self, previous: &Bindings, bound: &mut Vec<(ReplicaKey, Arc<str>)>) -> Vec<Unbound> {
@@ -239,7 +239,7 @@ impl<'a> Placer<'a> {
         unbound
     }
 
-    /// 2. New (and moving) replicas, in order of agent key then index: each to the fitting
+    /// Step 2: new (and moving) replicas, in order of agent key then index: each to the fitting
     /// node with the most free slots, else stuck on its offline node, else waiting.
     fn place_new(&mut self, unbound: Vec<Unbound>, bound: &mut Vec<(ReplicaKey, Arc<str>)>, out: &mut Outcome) {
         let mut states: HashMap<usize, SigState> = HashMap::default();
