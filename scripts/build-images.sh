@@ -17,6 +17,7 @@ dir="$CARGO_TARGET_DIR/$target/$([ "$profile" = dev ] && echo debug || echo "$pr
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 cp "$dir/fleet-controller" "$dir/fleet-node" deploy/Dockerfile.controller deploy/Dockerfile.node "$ctx/"
+mkdir "$ctx/data"
 DOCKER_BUILDKIT=0 docker build -q -f "$ctx/Dockerfile.controller" -t "fleet-controller:$tag" "$ctx" >/dev/null
 DOCKER_BUILDKIT=0 docker build -q -f "$ctx/Dockerfile.node" -t "fleet-node:$tag" "$ctx" >/dev/null
 echo "built fleet-controller:$tag and fleet-node:$tag"

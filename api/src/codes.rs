@@ -12,6 +12,7 @@ pub const JOIN_KEY_INVALID: &str = "join_key_invalid";
 pub const NODE_NAME_TAKEN: &str = "node_name_taken";
 pub const INTERNAL: &str = "internal";
 pub const NOT_READY: &str = "not_ready";
+pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
 
 /// Reasons an agent waits for a node (§5.1), in the order the filters apply.
 pub const NO_NODE: &str = "no_node";

@@ -128,6 +128,11 @@ class Render(unittest.TestCase):
                           "app.kubernetes.io/managed-by"):
                     self.assertIn(k, labels, f"{kind}/{name}")
         self.assertIn("exec deploy/fleet-fleet-controller -- /fleet-controller join-key --ttl 3600", notes)
+        # The key goes into the file node.yaml's joinKeyFile names (node.yaml has no joinKey).
+        self.assertIn("write the key to the file node.yaml's joinKeyFile names", notes)
+        self.assertNotIn("joinKey (", notes)
+        self.assertIn("Memory: the limit is 128Mi. A fleet needs about 40 MiB plus\n72 MiB per 1,000 nodes", notes)
+        self.assertIn("WARNING: token.scopes is empty (FLEET_TOKEN_SCOPES)", notes)
         self.assertIn("kubectl -n fleet exec deploy/fleet-fleet-controller", notes)
         self.assertNotIn("get fleetnodes", notes)
         self.assertNotIn(("Role", "fleet-fleet-controller-mirror"), objs, "no RBAC while the mirror is off")
@@ -149,6 +154,12 @@ class Render(unittest.TestCase):
         # Mirrors in another namespace: the Role goes there.
         objs, _ = render({"mirror": {"enabled": True, "namespace": "fleet-mirror"}})
         self.assertEqual(objs[("Role", "fleet-fleet-controller-mirror")]["metadata"]["namespace"], "fleet-mirror")
+
+    def test_scopes_set_silence_the_warning(self):
+        objs, notes = render({"token": {"scopes": ["control-plane:read", "control-plane:write"]}})
+        self.assertNotIn("token.scopes is empty", notes)
+        env, _ = env_of(objs)
+        self.assertEqual(env["FLEET_TOKEN_SCOPES"]["value"], "control-plane:read control-plane:write")
 
     def test_ingress_on(self):
         objs, notes = render({"ingress": {"enabled": True, "className": "nginx", "hosts": [{"host": "fleet.corp", "paths": [{"path": "/", "pathType": "Prefix"}]}],

@@ -1,5 +1,6 @@
-//! What operators install: the example node.yaml validates, the compose files parse, and the
-//! controller image runs as uid 10001 with its binary's own healthcheck.
+//! What operators install: the example node.yaml validates, the compose files parse (they are
+//! brought up as shipped in `compose.rs`), and the controller image runs as uid 10001 with its
+//! binary's own healthcheck.
 
 mod support;
 
@@ -37,19 +38,36 @@ fn example_node_yaml_validates_and_names_unset_variables() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("kinds: claude-code, observer"));
 }
 
+/// `--version` on every subcommand (SPEC §3.2), before any configuration is read.
+#[test]
+fn fleet_node_answers_version_on_every_subcommand() {
+    for args in [&["--version"][..], &["run", "--version"], &["check", "--version"], &["docker-guard", "--version"]] {
+        let out = Command::new(bin("fleet-node")).args(args).env_clear().output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.starts_with("fleet-node") && text.ends_with(&format!(" {}\n", env!("CARGO_PKG_VERSION"))),
+            "{text}"
+        );
+    }
+}
+
 #[test]
 fn compose_files_parse() {
     if Command::new("docker-compose").arg("version").output().is_err() {
         assert!(std::env::var("FLEET_E2E").as_deref() != Ok("1"), "FLEET_E2E=1 but docker-compose is missing");
         return;
     }
-    let node = Command::new("docker-compose")
-        .args(["-f"])
-        .arg(repo().join("deploy/node/compose.yaml"))
-        .args(["config", "-q"])
-        .output()
-        .unwrap();
-    assert!(node.status.success(), "{}", String::from_utf8_lossy(&node.stderr));
+    let mut node = Command::new("docker-compose");
+    node.args(["-f"]).arg(repo().join("deploy/node/compose.yaml")).args(["config"]);
+    for v in ["FLEET_CONTROLLER_URL", "FLEET_NODE_NAME", "FLEET_STATE_DIR", "FLEET_SECRETS_DIR"] {
+        node.env(v, format!("/x/{v}"));
+    }
+    let out = node.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("docker-guard"), "the node reaches Docker through fleet-node docker-guard: {text}");
+    assert!(!text.contains("docker-socket-proxy"), "not through a path-only proxy");
     let mut c = Command::new("docker-compose");
     c.args(["-f"]).arg(repo().join("deploy/controller/compose.yaml")).args(["config"]);
     for v in ["FLEET_CONTROL_PLANE_URL", "FLEET_IAM_URL", "FLEET_IAM_ISSUER", "FLEET_IAM_TENANT", "FLEET_JWKS_URL"] {
@@ -59,10 +77,6 @@ fn compose_files_parse() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("128m") || text.contains("134217728"), "the 128 MiB default memory limit: {text}");
-    let proxy = std::fs::read_to_string(repo().join("deploy/node/compose.yaml")).unwrap();
-    for denied in ["EXEC: 0", "IMAGES: 0", "NETWORKS: 0", "BUILD: 0"] {
-        assert!(proxy.contains(denied), "the socket proxy denies {denied}");
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 #[command(
     name = "fleet-node",
     version,
+    propagate_version = true,
     about = "Runs a machine's share of the fleet: joins with a one-time key, pulls its desired state and runs the agents' containers through Docker."
 )]
 struct Cli {
@@ -30,9 +31,9 @@ enum Command {
     /// admits only what fleet-node uses and refuses privileged or foreign containers (point
     /// node.yaml's dockerUrl at it).
     DockerGuard {
-        /// Address to listen on, e.g. 0.0.0.0:2375.
+        /// Where to listen: unix://PATH (shared with the node) or ADDR:PORT.
         #[arg(long)]
-        listen: std::net::SocketAddr,
+        listen: String,
         /// The Docker engine: unix://PATH or tcp://HOST:PORT.
         #[arg(long, default_value = "unix:///var/run/docker.sock")]
         docker: String,
@@ -73,7 +74,7 @@ async fn main() -> ExitCode {
         }
         Command::DockerGuard { listen, docker } => {
             init_logs();
-            match docker_guard(&cfg, listen, &docker).await {
+            match docker_guard(&cfg, &listen, &docker).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("fleet-node docker-guard: {e}");
@@ -95,11 +96,10 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn docker_guard(cfg: &NodeConfig, listen: std::net::SocketAddr, docker: &str) -> Result<(), String> {
+async fn docker_guard(cfg: &NodeConfig, listen: &str, docker: &str) -> Result<(), String> {
     use fleet_node::guard;
     let upstream = guard::Upstream::parse(docker)?;
-    let listener =
-        tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let listener = guard::Listener::bind(listen).await?;
     tracing::info!(%listen, node = %cfg.name, ?upstream, "docker-guard serving");
     guard::serve(guard::policy::Policy::from_config(cfg), listener, upstream).await;
     Ok(())

@@ -43,7 +43,7 @@ async fn start_guard(cfg: &NodeConfig) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let upstream = Upstream::parse("unix:///var/run/docker.sock").unwrap();
-    tokio::spawn(guard::serve(Policy::from_config(cfg), listener, upstream));
+    tokio::spawn(guard::serve(Policy::from_config(cfg), guard::Listener::Tcp(listener), upstream));
     format!("tcp://{addr}")
 }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[derive(Parser)]
-#[command(name = "fleet-controller", version, about = "Places AI-agent replicas on Docker hosts, gives each an identity and a sealed PAT, and reports their state to the Control Plane.", long_about = None)]
+#[command(name = "fleet-controller", version, propagate_version = true, about = "Places AI-agent replicas on Docker hosts, gives each an identity and a sealed PAT, and reports their state to the Control Plane.", long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,

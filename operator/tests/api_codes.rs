@@ -237,6 +237,17 @@ async fn every_status_code_of_the_api() {
     // unknown route
     let (s, v) = admin.get("/api/v1/nothing").await;
     assert_eq!((s.as_u16(), v["error"].as_str()), (404, Some("not_found")));
+
+    // 405: a known path with another method, with the same JSON error body
+    let http = reqwest::Client::new();
+    for (method, path) in
+        [("DELETE", "/api/v1/placements"), ("POST", "/api/v1/nodes/me/desired"), ("GET", "/api/v1/nodes:join")]
+    {
+        let r = http.request(method.parse().unwrap(), format!("{url}{path}")).bearer_auth(&admin.token).send().await;
+        let (s, e, m) = code_of(r.unwrap()).await;
+        assert_eq!((s, e.as_str()), (405, "method_not_allowed"), "{method} {path}");
+        assert_eq!(m, format!("{method} is not allowed on {path}"));
+    }
     running.shutdown().await;
 }
 

@@ -82,6 +82,13 @@ fn help_and_version() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("--ttl"));
     let out = bin().arg("--version").output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("fleet-controller "));
+    // `--version` works on every subcommand, as the SPEC asks (§3.2).
+    for cmd in ["serve", "join-key", "healthcheck", "openapi", "crds", "dev"] {
+        let out = bin().args([cmd, "--version"]).output().unwrap();
+        assert!(out.status.success(), "{cmd} --version: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text, format!("fleet-controller-{cmd} {}\n", env!("CARGO_PKG_VERSION")), "{cmd} --version");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,4 +7,4 @@
 pub mod policy;
 mod proxy;
 
-pub use proxy::{serve, Upstream};
+pub use proxy::{serve, Listener, Upstream};

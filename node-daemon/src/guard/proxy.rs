@@ -62,12 +62,49 @@ where
     sender.send_request(req).await.map_err(|e| format!("Docker engine: {e}"))
 }
 
+/// Where the guard listens: TCP, or a Unix socket (shared with the node on a private volume,
+/// so nothing else on the host can reach it).
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+impl Listener {
+    /// `unix://PATH` (a stale socket file there is replaced; the socket is made usable by the
+    /// node's uid) or `ADDR:PORT`.
+    pub async fn bind(spec: &str) -> Result<Listener, String> {
+        if let Some(path) = spec.strip_prefix("unix://") {
+            let _ = std::fs::remove_file(path);
+            let l = tokio::net::UnixListener::bind(path).map_err(|e| format!("cannot listen on {path}: {e}"))?;
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+                .map_err(|e| format!("cannot open {path} to the node: {e}"))?;
+            return Ok(Listener::Unix(l));
+        }
+        let addr: std::net::SocketAddr =
+            spec.parse().map_err(|_| format!("--listen {spec:?} must be ADDR:PORT or unix://PATH"))?;
+        TcpListener::bind(addr).await.map(Listener::Tcp).map_err(|e| format!("cannot listen on {addr}: {e}"))
+    }
+
+    async fn accept(&self) -> std::io::Result<Conn> {
+        match self {
+            Listener::Tcp(l) => l.accept().await.map(|(s, _)| Conn::Tcp(s)),
+            Listener::Unix(l) => l.accept().await.map(|(s, _)| Conn::Unix(s)),
+        }
+    }
+}
+
+enum Conn {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
 /// Serves the guard on `listener` until the process ends.
-pub async fn serve(policy: Policy, listener: TcpListener, upstream: Upstream) {
+pub async fn serve(policy: Policy, listener: Listener, upstream: Upstream) {
     let shared = Arc::new((policy, upstream));
     loop {
-        let stream = match listener.accept().await {
-            Ok((s, _)) => s,
+        let conn = match listener.accept().await {
+            Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -75,16 +112,23 @@ pub async fn serve(policy: Policy, listener: TcpListener, upstream: Upstream) {
             }
         };
         let shared = shared.clone();
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| {
-                let shared = shared.clone();
-                async move { Ok::<_, Infallible>(handle(&shared.0, &shared.1, req).await) }
-            });
-            if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await
-            {
-                tracing::debug!(error = %e, "guard connection closed");
-            }
-        });
+        match conn {
+            Conn::Tcp(s) => tokio::spawn(serve_conn(s, shared)),
+            Conn::Unix(s) => tokio::spawn(serve_conn(s, shared)),
+        };
+    }
+}
+
+async fn serve_conn<S>(stream: S, shared: Arc<(Policy, Upstream)>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(handle(&shared.0, &shared.1, req).await) }
+    });
+    if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
+        tracing::debug!(error = %e, "guard connection closed");
     }
 }
 

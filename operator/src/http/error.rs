@@ -48,9 +48,23 @@ impl ApiError {
     pub fn not_ready(message: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, codes::NOT_READY, message)
     }
+    pub fn method_not_allowed(method: &str, path: &str) -> Self {
+        let (method, path) = (cut(method), cut(path));
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            codes::METHOD_NOT_ALLOWED,
+            format!("{method} is not allowed on {path}"),
+        )
+    }
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL, message)
     }
+}
+
+/// A string from a request as it may appear in a message or a log line: at most 200
+/// characters, control characters escaped (SPEC §11).
+pub fn cut(s: &str) -> String {
+    s.chars().take(200).collect::<String>().escape_debug().to_string()
 }
 
 impl IntoResponse for ApiError {

@@ -118,6 +118,11 @@ async fn not_found() -> ApiError {
     ApiError::not_found("no such route")
 }
 
+/// A known path with another method: `405` with the JSON error body (SPEC §3.3).
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::method_not_allowed(method.as_str(), uri.path())
+}
+
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
@@ -130,6 +135,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/v1/nodes:join", post(node::join))
         .route("/api/v1/nodes/me/desired", get(node::desired))
         .route("/api/v1/nodes/me/observed", put(node::observed))
+        .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(app.clone(), configured_gate))
         .with_state(app)
