@@ -151,3 +151,25 @@ fn the_controller_image_has_no_dev_mode_and_says_so() {
     let help = Command::new("docker").args(["run", "--rm", "fleet-controller:e2e", "--help"]).output().unwrap();
     assert!(!String::from_utf8_lossy(&help.stdout).contains("Run a whole fleet"), "dev is not offered in --help");
 }
+
+/// docs/troubleshooting.md names, per row, the test that provokes the symptom: every one of
+/// those tests exists, and the guide's nineteen rows are all there.
+#[test]
+fn troubleshooting_rows_name_tests_that_exist() {
+    let doc = std::fs::read_to_string(repo().join("docs/troubleshooting.md")).unwrap();
+    let rows: Vec<&str> = doc.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| ---")).collect();
+    let guide = rows.iter().filter(|r| r.split('|').nth(1).is_some_and(|c| c.trim().parse::<u32>().is_ok())).count();
+    assert_eq!(guide, 19, "the guide's table has 19 symptoms");
+    let mut named = 0;
+    for row in &rows {
+        for cell in row.split('`').filter(|c| c.ends_with(".rs") || c.contains(".rs::")) {
+            let (file, test) = cell.split_once("::").unwrap_or((cell, ""));
+            let text = std::fs::read_to_string(repo().join(file)).unwrap_or_else(|e| panic!("{file} in {row}: {e}"));
+            if !test.is_empty() {
+                assert!(text.contains(&format!("fn {test}(")), "{file} has no test {test} (row: {row})");
+                named += 1;
+            }
+        }
+    }
+    assert!(named >= rows.len() - 2, "nearly every row names a test: {named} of {}", rows.len());
+}

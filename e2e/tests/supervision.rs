@@ -31,12 +31,19 @@ async fn a_node_loop_that_ends_takes_the_node_down_naming_it() {
         std::fs::remove_file(points.join(format!("end-{name}"))).unwrap();
         n.proc = None;
     }
-    // Restarted, it needs no join key: its state directory holds its credential.
+    // Restarted, it needs no join key: its state directory holds its credential. node.yaml
+    // is read at start: a label added while it was down reaches the controller now
+    // (docs/troubleshooting.md, "an edit of node.yaml is not seen").
     std::fs::remove_file(n.root.join("join-key")).unwrap();
+    let yaml = std::fs::read_to_string(n.config()).unwrap() + "labels: [edited]\n";
+    std::fs::write(n.config(), yaml).unwrap();
+    assert_eq!(f.node_view(&n.name).await.unwrap()["labels"], serde_json::json!([]));
     let before = f.node_view(&n.name).await.unwrap()["lastSeenAt"].clone();
     n.start();
-    eventually(30, "reporting again", || async {
-        f.node_view(&n.name).await.filter(|v| v["status"] == "online" && v["lastSeenAt"] != before)
+    eventually(30, "reporting again, with the edited labels", || async {
+        f.node_view(&n.name).await.filter(|v| {
+            v["status"] == "online" && v["lastSeenAt"] != before && v["labels"] == serde_json::json!(["edited"])
+        })
     })
     .await;
     assert_eq!(n.log().matches("joined the fleet as").count(), 1, "joined once:\n{}", n.log());
