@@ -7,6 +7,8 @@ use std::fmt;
 
 /// Most entries one kind's `images` list may hold.
 pub const MAX_ENTRIES: usize = 50;
+/// Longest entry of an allow-list (SPEC §11).
+pub const MAX_ENTRY_LEN: usize = 512;
 
 /// Why an allow-list entry was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,7 +101,10 @@ pub enum Pattern {
 impl Pattern {
     /// Parses one entry, refusing a `*` outside the tag and more than one `*`.
     pub fn parse(entry: &str) -> Result<Pattern, PatternError> {
-        let err = |reason| Err(PatternError { entry: entry.to_string(), reason });
+        let err = |reason| Err(PatternError { entry: entry.chars().take(100).collect(), reason });
+        if entry.len() > MAX_ENTRY_LEN {
+            return err("longer than 512 characters");
+        }
         let stars = entry.matches('*').count();
         if stars > 1 {
             return err("at most one `*` is allowed");

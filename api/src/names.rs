@@ -21,7 +21,13 @@ pub fn is_node_name(s: &str) -> bool {
 }
 
 /// Labels: `name` or `name=value`, `^[a-z0-9][a-z0-9.-]*(=[a-zA-Z0-9._-]+)?$`.
+/// Longest label (SPEC §11).
+pub const MAX_LABEL_LEN: usize = 127;
+
 pub fn is_label(s: &str) -> bool {
+    if s.len() > MAX_LABEL_LEN {
+        return false;
+    }
     let (name, value) = match s.split_once('=') {
         Some((n, v)) => (n, Some(v)),
         None => (s, None),
@@ -91,6 +97,8 @@ mod tests {
         for bad in ["", "Repos", "-a", "a=", "=b", "a=b=c", "a=b c", "a b"] {
             assert!(!is_label(bad), "{bad}");
         }
+        assert!(is_label(&"a".repeat(127)), "127 characters is the limit");
+        assert!(!is_label(&"a".repeat(128)), "SPEC §11: at most 127 characters");
     }
 
     #[test]

@@ -21,6 +21,15 @@ pub fn public_of(secret_key: &[u8; 32]) -> [u8; 32] {
     *SecretKey::from(*secret_key).public_key().as_bytes()
 }
 
+/// Whether an X25519 public key is a point of small order (SPEC §11): every secret key
+/// agrees the same shared secret with it (all zeros), so a box sealed to it is open to anyone.
+/// The test is libsodium's: a clamped scalar multiple of such a point is the identity, whose
+/// encoding is zero; for any other point it is not.
+pub fn is_small_order(public_key: &[u8; 32]) -> bool {
+    let any_scalar = [0x5a; 32];
+    curve25519_dalek::montgomery::MontgomeryPoint(*public_key).mul_clamped(any_scalar).to_bytes() == [0u8; 32]
+}
+
 /// Decodes a base64 X25519 public key.
 pub fn decode_public_key(b64: &str) -> Option<[u8; 32]> {
     let bytes = B64.decode(b64.trim()).ok()?;
@@ -53,6 +62,25 @@ pub fn open(secret_key: &[u8; 32], ciphertext_b64: &str) -> Result<Vec<u8>, Open
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_order_keys_are_recognised_and_real_ones_are_not() {
+        let mut p = [0xffu8; 32]; // p = 2^255 - 19, little-endian: ed ff … ff 7f
+        p[0] = 0xed;
+        p[31] = 0x7f;
+        let mut p_minus_1 = p;
+        p_minus_1[0] = 0xec;
+        let mut p_plus_1 = p;
+        p_plus_1[0] = 0xee;
+        let mut one = [0u8; 32];
+        one[0] = 1;
+        for (what, k) in [("0", [0u8; 32]), ("1", one), ("p-1", p_minus_1), ("p", p), ("p+1", p_plus_1)] {
+            assert!(is_small_order(&k), "{what}");
+        }
+        for _ in 0..32 {
+            assert!(!is_small_order(&generate_keypair().1));
+        }
+    }
 
     #[test]
     fn libsodium_vectors_open() {

@@ -102,8 +102,12 @@ pub fn join(r: &JoinRequest) -> Result<(), FieldError> {
     if !names::is_node_name(&r.name) {
         return Err(bad("name", "must match ^[a-z0-9][a-z0-9.-]*$ and be at most 100 characters"));
     }
-    if crate::seal::decode_public_key(&r.public_key).is_none() {
-        return Err(bad("publicKey", "must be a base64 X25519 public key (32 bytes)"));
+    match crate::seal::decode_public_key(&r.public_key) {
+        None => return Err(bad("publicKey", "must be a base64 X25519 public key (32 bytes)")),
+        Some(k) if crate::seal::is_small_order(&k) => {
+            return Err(bad("publicKey", "is a point of small order, which anyone could open boxes sealed to"))
+        }
+        Some(_) => {}
     }
     if r.version.len() > 64 {
         return Err(bad("version", "at most 64 characters"));
@@ -200,12 +204,42 @@ mod tests {
                 "executorImages.other",
             ),
             (Box::new(|r| r.observe_seconds = Some(4)), "observeSeconds"),
+            // SPEC §11: labels at most 127 characters, allow-list entries at most 512.
+            (Box::new(|r| r.labels = vec!["a".repeat(128)]), "labels[0]"),
+            (
+                Box::new(|r| {
+                    r.executor_images.insert("claude-code".into(), vec![format!("reg/{}:*", "a".repeat(510))]);
+                }),
+                "executorImages.claude-code",
+            ),
         ];
         for (mutate, field) in cases {
             let mut r = report();
             mutate(&mut r);
             assert_eq!(observed(&r).unwrap_err().field, field);
         }
+    }
+
+    #[test]
+    fn a_join_with_a_small_order_key_is_refused() {
+        use base64::Engine;
+        let b64 = |k: [u8; 32]| base64::engine::general_purpose::STANDARD.encode(k);
+        let mut r = JoinRequest {
+            join_key: "fjk_x".into(),
+            name: "n1".into(),
+            public_key: b64([0u8; 32]),
+            labels: vec![],
+            executor_kinds: vec!["k".into()],
+            executor_images: BTreeMap::new(),
+            capacity: Capacity { slots: 1, cpus: None, memory_mb: None },
+            secrets: vec![],
+            version: "0.1.0".into(),
+        };
+        let e = join(&r).unwrap_err();
+        assert_eq!(e.field, "publicKey");
+        assert!(e.message.contains("small order"), "{e}");
+        r.public_key = b64(crate::seal::generate_keypair().1);
+        join(&r).unwrap();
     }
 
     #[test]

@@ -52,7 +52,9 @@ pub fn read_secrets(dir: &Path) -> BTreeSet<String> {
     let Ok(entries) = std::fs::read_dir(dir) else { return BTreeSet::new() };
     entries
         .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file() || t.is_symlink()))
+        // Regular files only (`file_type` does not follow links): a symlink could point an
+        // agent's mount anywhere on the host (SPEC §11).
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
         .map(|e| e.file_name().to_string_lossy().to_string())
         .filter(|n| names::is_secret_name(n))
         .collect()

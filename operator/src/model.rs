@@ -117,6 +117,9 @@ pub struct Agent {
 /// Most replicas one agent may ask for: a typo of `1000000` must not allocate a million slots.
 pub const MAX_REPLICAS: u32 = 1000;
 
+/// Longest drain an agent may ask for (SPEC §11): longer values are clamped, with a warning.
+pub const MAX_DRAIN_SECONDS: u64 = 3600;
+
 impl Agent {
     /// The placement spec when this agent is placed at all (§5.1): running, of kind agent,
     /// with a placement other than `none`.
@@ -169,8 +172,14 @@ pub fn parse_agents(items: &[Box<RawValue>]) -> (Vec<Agent>, Vec<SkippedAgent>) 
     for item in items {
         let key = || serde_json::from_str::<KeyOnly>(item.get()).ok().and_then(|k| k.key);
         match serde_json::from_str::<Agent>(item.get()) {
-            Ok(a) => match check(&a) {
-                Ok(()) => good.push(a),
+            Ok(mut a) => match check(&a) {
+                Ok(()) => {
+                    if a.drain_seconds > MAX_DRAIN_SECONDS {
+                        tracing::warn!(agent = %a.key, drain_seconds = a.drain_seconds, "drainSeconds clamped to {MAX_DRAIN_SECONDS}");
+                        a.drain_seconds = MAX_DRAIN_SECONDS;
+                    }
+                    good.push(a)
+                }
                 Err(reason) => bad.push(SkippedAgent { key: Some(a.key), reason }),
             },
             Err(e) => bad.push(SkippedAgent { key: key(), reason: e.to_string() }),
@@ -254,5 +263,21 @@ mod tests {
         assert!(!good[0].gets_status());
         let keys: Vec<_> = bad.iter().map(|b| b.key.clone().unwrap()).collect();
         assert_eq!(keys, vec!["Bad_Key", "broken", "weird"]);
+    }
+
+    /// SPEC §11: a drain longer than an hour is clamped (the desired state carries the
+    /// clamped value); a negative one is not a u64 and skips the item.
+    #[test]
+    fn drain_seconds_are_clamped_to_an_hour() {
+        let item = |d: serde_json::Value| {
+            json!({"key": "slow", "revision": 1, "state": "running",
+                   "identity": {"kind": "agent"}, "executor": {"kind": "k"}, "drainSeconds": d})
+        };
+        let (good, _) = parse_agents(&raw_items(vec![item(json!(86_400))]));
+        assert_eq!(good[0].drain_seconds, MAX_DRAIN_SECONDS);
+        let (good, _) = parse_agents(&raw_items(vec![item(json!(3600))]));
+        assert_eq!(good[0].drain_seconds, 3600);
+        let (good, bad) = parse_agents(&raw_items(vec![item(json!(-1))]));
+        assert!(good.is_empty() && bad.len() == 1);
     }
 }

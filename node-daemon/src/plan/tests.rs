@@ -146,4 +146,9 @@ fn secrets_announced_by_the_name_rule() {
     }
     std::fs::create_dir(t.path().join("subdir")).unwrap();
     assert_eq!(read_secrets(t.path()).into_iter().collect::<Vec<_>>(), vec!["github-token", "ok-2"]);
+    // SPEC §11: a symlink is neither announced nor mounted, whatever it points at (a node
+    // whose secretsDir is writable by others must not bind /etc/shadow into an agent).
+    std::os::unix::fs::symlink("/etc/hostname", t.path().join("linked")).unwrap();
+    std::os::unix::fs::symlink(t.path().join("github-token"), t.path().join("alias")).unwrap();
+    assert_eq!(read_secrets(t.path()).into_iter().collect::<Vec<_>>(), vec!["github-token", "ok-2"]);
 }

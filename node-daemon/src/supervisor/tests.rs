@@ -329,3 +329,16 @@ async fn containers_outside_the_prefix_are_never_touched() {
     assert_eq!(rt.count("stop"), 0, "{:?}", rt.calls());
     assert!(rt.by_name("otherfleet-a-0").unwrap().running);
 }
+
+/// SPEC §11: a replica message is cut to 4,096 bytes, never inside a character.
+#[test]
+fn messages_are_cut_to_4096_bytes_on_a_character_boundary() {
+    assert_eq!(cut_message("short".into()), "short");
+    let long = "é".repeat(3000); // 6,000 bytes, two per character
+    let cut = cut_message(long);
+    assert_eq!(cut.len(), 4096);
+    assert!(cut.chars().all(|c| c == 'é'));
+    let odd = format!("a{}", "é".repeat(3000)); // the boundary falls inside a character
+    let cut = cut_message(odd);
+    assert_eq!(cut.len(), 4095);
+}
