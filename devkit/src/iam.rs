@@ -61,8 +61,19 @@ async fn token(State(dk): State<Devkit>, Form(f): Form<HashMap<String, String>>)
     Json(json!({"access_token": t, "token_type": "Bearer", "expires_in": 3600})).into_response()
 }
 
-async fn jwks(State(dk): State<Devkit>) -> Json<Value> {
-    Json(dk.signer.jwks())
+async fn jwks(State(dk): State<Devkit>) -> Response {
+    let faults = dk.state.lock().faults.clone();
+    if faults.latency_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
+    }
+    dk.state.lock().count("jwks");
+    if faults.jwks_down {
+        return err(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the JWKS is down (devkit fault)");
+    }
+    if faults.jwks_empty {
+        return Json(json!({"keys": []})).into_response();
+    }
+    Json(dk.signer().jwks()).into_response()
 }
 
 fn idem(headers: &HeaderMap) -> Option<String> {

@@ -46,6 +46,16 @@ impl Signer {
                           "iat": now, "nbf": now - 5, "exp": now + ttl_seconds}))
     }
 
+    /// The key id tokens carry (tests forge tokens with it).
+    pub fn kid(&self) -> &str {
+        &self.kid
+    }
+
+    /// The raw Ed25519 public key, as the JWKS publishes it.
+    pub fn public_key(&self) -> &[u8] {
+        &self.public
+    }
+
     pub fn issuer(&self) -> &str {
         &self.issuer
     }

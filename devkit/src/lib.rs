@@ -45,7 +45,8 @@ pub struct Devkit {
     pub url: String,
     pub config: DevkitConfig,
     pub state: Arc<Mutex<DevState>>,
-    pub signer: Arc<keys::Signer>,
+    /// The key admin tokens are signed with; `rotate_signing_key` replaces it.
+    signer: Arc<parking_lot::RwLock<Arc<keys::Signer>>>,
 }
 
 impl Devkit {
@@ -59,7 +60,7 @@ impl Devkit {
             url: url.clone(),
             config: config.clone(),
             state: Arc::new(Mutex::new(DevState::new(&config))),
-            signer: Arc::new(keys::Signer::generate(&url)),
+            signer: Arc::new(parking_lot::RwLock::new(Arc::new(keys::Signer::generate(&url)))),
         };
         let app = dk.router();
         tokio::spawn(async move {
@@ -82,8 +83,20 @@ impl Devkit {
     }
 
     /// Mints an admin token for `audience` with `scopes`, valid `ttl_seconds` (negative: expired).
+    /// The current signing key.
+    pub fn signer(&self) -> Arc<keys::Signer> {
+        self.signer.read().clone()
+    }
+
+    /// Replaces the signing key: the JWKS shows only the new one from now on, as when IAM
+    /// rotates its key and retires the old one.
+    pub fn rotate_signing_key(&self) {
+        let fresh = Arc::new(keys::Signer::generate(&self.url));
+        *self.signer.write() = fresh;
+    }
+
     pub fn mint(&self, audience: &str, scopes: &[&str], ttl_seconds: i64) -> String {
-        self.signer.mint(audience, &scopes.join(" "), ttl_seconds)
+        self.signer().mint(audience, &scopes.join(" "), ttl_seconds)
     }
 
     /// Inserts or replaces an agent (CP JSON), bumping the list's ETag.

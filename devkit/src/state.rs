@@ -16,6 +16,10 @@ pub struct Faults {
     pub cp_down: bool,
     /// Added to every CP and IAM answer.
     pub latency_ms: u64,
+    /// The JWKS answers 503.
+    pub jwks_down: bool,
+    /// The JWKS answers an empty key list.
+    pub jwks_empty: bool,
     /// A new PAT is recorded at once but answered this much later (a crash in between
     /// leaves a PAT the controller never stored).
     pub pat_answer_delay_ms: u64,

@@ -36,6 +36,8 @@ pub struct Config {
     pub reconcile_every: Duration,
     pub node_offline_after: Duration,
     pub token_revoke_grace: Duration,
+    /// [ext] How often the JWKS of admin tokens is fetched again (SPEC §11: 10 minutes).
+    pub jwks_refresh: Duration,
     pub kubernetes_mirror: bool,
     pub kubernetes_namespace: Option<String>,
     pub log_format: LogFormat,
@@ -93,6 +95,7 @@ pub mod defaults {
     pub const RECONCILE_SECONDS: u64 = 5;
     pub const NODE_OFFLINE_SECONDS: u64 = 60;
     pub const TOKEN_REVOKE_GRACE_SECONDS: u64 = 600;
+    pub const JWKS_REFRESH_SECONDS: u64 = 600;
     /// hyper also runs this timer while a keep-alive connection waits for its next request,
     /// so it is the keep-alive limit too: above the nodes' 20 s report period, so a node's
     /// connection is reused rather than reopened for every report.
@@ -242,6 +245,8 @@ impl Config {
             1,
             day,
         ));
+        let jwks_refresh =
+            Duration::from_secs(r.seconds("FLEET_JWKS_REFRESH_SECONDS", defaults::JWKS_REFRESH_SECONDS, 1, day));
         let kubernetes_mirror = r.flag("FLEET_KUBERNETES_MIRROR");
         let kubernetes_namespace = r.opt("FLEET_KUBERNETES_NAMESPACE");
         let log_format = r.log_format();
@@ -271,6 +276,7 @@ impl Config {
             reconcile_every,
             node_offline_after,
             token_revoke_grace,
+            jwks_refresh,
             kubernetes_mirror,
             kubernetes_namespace,
             log_format,

@@ -98,7 +98,9 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             }
         });
     }
-    let jwks = Jwks::new(crate::platform::http_client(), &cfg.jwks_url, &cfg.iam_issuer, &cfg.audience);
+    let http = crate::platform::http_client();
+    let jwks = Arc::new(Jwks::new(http, &cfg.jwks_url, &cfg.iam_issuer, &cfg.audience, cfg.jwks_refresh));
+    tasks.spawn("jwks-refresher", jwks.clone().run());
     let reconciler = ctx.as_ref().map(|c| Reconciler { trigger: c.trigger.clone(), pass_clock: c.pass_clock.clone() });
     let app = App::new(store.clone(), metrics.clone(), reconciler, jwks, cfg.node_offline_after);
     let api = bind(cfg.listen, "API").await?;

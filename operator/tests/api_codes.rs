@@ -234,6 +234,21 @@ async fn every_status_code_of_the_api() {
     assert!(statuses.contains(&429), "{statuses:?}");
     assert!(statuses.iter().all(|s| *s == 401 || *s == 429));
 
+    // Two joins racing with one key (SPEC §11): exactly one node is created. (After the
+    // second in which failed joins were throttled above.)
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let key3 = admin.join_key().await;
+    let (ra, rb) = (
+        TestNode::new(&url, "race-a", json!({"capacity": {"slots": 1}})),
+        TestNode::new(&url, "race-b", json!({"capacity": {"slots": 1}})),
+    );
+    let ((sa, _), (sb, vb)) = tokio::join!(ra.try_join(&key3), rb.try_join(&key3));
+    let mut got = [sa.as_u16(), sb.as_u16()];
+    got.sort();
+    assert_eq!(got, [201, 401], "one wins, the other is refused: {vb}");
+    let names: Vec<String> = admin.nodes().await.iter().map(|n| n["name"].as_str().unwrap().to_string()).collect();
+    assert_eq!(names.iter().filter(|n| n.starts_with("race-")).count(), 1, "{names:?}");
+
     // unknown route
     let (s, v) = admin.get("/api/v1/nothing").await;
     assert_eq!((s.as_u16(), v["error"].as_str()), (404, Some("not_found")));

@@ -31,14 +31,35 @@ async fn every_route_by_every_bad_credential() {
     let last = bad_sig.pop().unwrap();
     bad_sig.push(if last == 'A' { 'B' } else { 'A' });
     let other_key = fleet_devkit::keys::Signer::generate(&dk.issuer());
+    // Forgeries (SPEC §11): no signature at all, and HS256 "signed" with the public key as
+    // the HMAC secret (the classic key-confusion attack); and claims the rules refuse.
+    let b64 = |v: serde_json::Value| {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+    };
+    let good_claims = claims(&dk.issuer(), "fleet", "fleet:admin", now + 600);
+    let alg_none = format!("{}.{}.", b64(json!({"alg": "none", "typ": "JWT"})), b64(good_claims.clone()));
+    let signer = dk.signer();
+    let mut hs = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    hs.kid = Some(signer.kid().to_string());
+    let hs256 =
+        jsonwebtoken::encode(&hs, &good_claims, &jsonwebtoken::EncodingKey::from_secret(signer.public_key())).unwrap();
+    let no_exp = signer.sign(&json!({"iss": dk.issuer(), "aud": "fleet", "scope": "fleet:admin"}));
+    let mut later = good_claims.clone();
+    later["nbf"] = json!(now + 300);
+    let not_yet = signer.sign(&later);
     let tokens: Vec<(&str, String)> = vec![
         ("no token", String::new()),
         ("malformed", "not-a-jwt".into()),
         ("bad signature", bad_sig),
         ("signed by an unknown key", other_key.mint("fleet", "fleet:admin", 600)),
-        ("expired", dk.signer.sign(&claims(&dk.issuer(), "fleet", "fleet:admin", now - 300))),
-        ("wrong audience", dk.signer.sign(&claims(&dk.issuer(), "other", "fleet:admin", now + 600))),
-        ("wrong issuer", dk.signer.sign(&claims("http://evil", "fleet", "fleet:admin", now + 600))),
+        ("expired", dk.signer().sign(&claims(&dk.issuer(), "fleet", "fleet:admin", now - 300))),
+        ("wrong audience", dk.signer().sign(&claims(&dk.issuer(), "other", "fleet:admin", now + 600))),
+        ("wrong issuer", dk.signer().sign(&claims("http://evil", "fleet", "fleet:admin", now + 600))),
+        ("alg none", alg_none),
+        ("HS256 with the public key", hs256),
+        ("no exp", no_exp),
+        ("nbf in the future", not_yet),
         ("read scope", dk.mint("fleet", &["fleet:read"], 600)),
         ("no fleet scope", dk.mint("fleet", &["other:admin"], 600)),
         ("node token", node.token.clone()),

@@ -27,7 +27,7 @@ pub async fn create_join_key(
     headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<JoinKeyResponse>), ApiError> {
-    app.jwks.admin(&headers, SCOPE_ADMIN).await?;
+    let admin = app.jwks.admin(&headers, SCOPE_ADMIN).await?;
     let req: JoinKeyRequest = read_json(&headers, body, true).await?;
     let ttl = req.ttl_seconds.unwrap_or(JOIN_KEY_TTL_DEFAULT);
     if !(JOIN_KEY_TTL_MIN..=JOIN_KEY_TTL_MAX).contains(&ttl) {
@@ -40,7 +40,7 @@ pub async fn create_join_key(
         return Err(ApiError::invalid_request("note: at most 200 characters"));
     }
     let (key, expires) = app.store.issue_join_key(Duration::from_secs(ttl), &note).await?;
-    tracing::info!(note = %note, ttl_seconds = ttl, "join key issued");
+    tracing::info!(by = %admin.sub, note = %super::error::cut(&note), ttl_seconds = ttl, "join key issued");
     Ok((StatusCode::CREATED, Json(JoinKeyResponse { join_key: key, expires_at: clock::rfc3339_ms(expires) })))
 }
 

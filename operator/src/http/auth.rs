@@ -8,9 +8,10 @@ use crate::store::{Id, Store};
 use axum::http::HeaderMap;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use serde::Deserialize;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub const SCOPE_READ: &str = "fleet:read";
@@ -28,26 +29,64 @@ pub fn node(store: &Store, headers: &HeaderMap) -> Result<Id, ApiError> {
     store.state.read().node_id_by_token(token).ok_or_else(ApiError::node_token_invalid)
 }
 
-struct Keys {
+/// The keys of one JWKS fetch, swapped in whole.
+#[derive(Default)]
+struct KeySet {
     by_kid: HashMap<String, (DecodingKey, Algorithm)>,
     anonymous: Vec<(DecodingKey, Algorithm)>,
-    fetched: Option<Instant>,
 }
 
+impl KeySet {
+    fn from_jwks(set: &JwkSet) -> KeySet {
+        let mut k = KeySet::default();
+        for jwk in &set.keys {
+            let (Some(alg), Ok(key)) = (alg_of(jwk), DecodingKey::from_jwk(jwk)) else { continue };
+            match &jwk.common.key_id {
+                Some(kid) => {
+                    k.by_kid.insert(kid.clone(), (key, alg));
+                }
+                None => k.anonymous.push((key, alg)),
+            }
+        }
+        k
+    }
+
+    fn is_empty(&self) -> bool {
+        self.by_kid.is_empty() && self.anonymous.is_empty()
+    }
+}
+
+/// The keys that sign admin tokens (SPEC §3.7, §11): refreshed in the background every
+/// `FLEET_JWKS_REFRESH_SECONDS` (10 minutes) and on an unknown `kid` at most once a minute.
+/// A key that left the JWKS is refused after the next refresh; a failed or empty fetch keeps
+/// the last keys; verifying a token whose key is known never waits for a fetch.
 pub struct Jwks {
     http: reqwest::Client,
     url: String,
     issuer: String,
     audience: String,
-    keys: Mutex<Keys>,
+    keys: RwLock<Arc<KeySet>>,
+    /// When a fetch was last tried, for the once-a-minute limit on unknown kids.
+    tried: Mutex<Option<Instant>>,
     /// Serialises fetches so a burst of unknown kids makes one request.
     fetching: tokio::sync::Mutex<()>,
+    refresh_every: Duration,
 }
 
 #[derive(Deserialize)]
 struct Claims {
     #[serde(default)]
     scope: Option<String>,
+    #[serde(default)]
+    sub: Option<String>,
+}
+
+/// Who a verified admin token speaks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admin {
+    /// The token's `sub` (cut and escaped for logs), or `?`.
+    pub sub: String,
+    pub scopes: Vec<String>,
 }
 
 fn alg_of(jwk: &jsonwebtoken::jwk::Jwk) -> Option<Algorithm> {
@@ -61,74 +100,74 @@ fn alg_of(jwk: &jsonwebtoken::jwk::Jwk) -> Option<Algorithm> {
 }
 
 impl Jwks {
-    pub fn new(http: reqwest::Client, url: &str, issuer: &str, audience: &str) -> Self {
+    pub fn new(http: reqwest::Client, url: &str, issuer: &str, audience: &str, refresh_every: Duration) -> Self {
         Jwks {
             http,
             url: url.to_string(),
             issuer: issuer.to_string(),
             audience: audience.to_string(),
-            keys: Mutex::new(Keys { by_kid: HashMap::new(), anonymous: vec![], fetched: None }),
+            keys: RwLock::new(Arc::default()),
+            tried: Mutex::new(None),
             fetching: tokio::sync::Mutex::new(()),
+            refresh_every,
         }
     }
 
-    async fn refresh(&self, force: bool) {
+    /// The background refresh, for the life of the controller.
+    pub async fn run(self: Arc<Self>) {
+        loop {
+            self.refresh().await;
+            tokio::time::sleep(self.refresh_every).await;
+        }
+    }
+
+    async fn fetch(&self) -> Result<JwkSet, String> {
+        let resp = self.http.get(&self.url).send().await.map_err(|e| e.to_string())?;
+        if !resp.status().is_success() {
+            return Err(format!("JWKS answered {}", resp.status()));
+        }
+        resp.json::<JwkSet>().await.map_err(|e| e.to_string())
+    }
+
+    /// Fetches the JWKS and swaps in its keys; keeps the last ones when the fetch fails or
+    /// holds no usable key.
+    async fn refresh(&self) {
         let _one = self.fetching.lock().await;
-        {
-            let k = self.keys.lock();
-            if let Some(t) = k.fetched {
-                if !force || t.elapsed() < REFETCH_EVERY {
-                    return;
-                }
-            }
+        *self.tried.lock() = Some(Instant::now());
+        match self.fetch().await.map(|set| KeySet::from_jwks(&set)) {
+            Ok(set) if !set.is_empty() => *self.keys.write() = Arc::new(set),
+            Ok(_) => tracing::warn!(url = %self.url, "the JWKS holds no usable key; keeping the last keys"),
+            Err(e) => tracing::warn!(error = %e, url = %self.url, "cannot fetch the JWKS; keeping the last keys"),
         }
-        let got = async {
-            let resp = self.http.get(&self.url).send().await.map_err(|e| e.to_string())?;
-            if !resp.status().is_success() {
-                return Err(format!("JWKS answered {}", resp.status()));
-            }
-            resp.json::<JwkSet>().await.map_err(|e| e.to_string())
-        }
-        .await;
-        let mut k = self.keys.lock();
-        k.fetched = Some(Instant::now());
-        match got {
-            Ok(set) => {
-                k.by_kid.clear();
-                k.anonymous.clear();
-                for jwk in &set.keys {
-                    let (Some(alg), Ok(key)) = (alg_of(jwk), DecodingKey::from_jwk(jwk)) else { continue };
-                    match &jwk.common.key_id {
-                        Some(kid) => {
-                            k.by_kid.insert(kid.clone(), (key, alg));
-                        }
-                        None => k.anonymous.push((key, alg)),
-                    }
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, url = %self.url, "cannot fetch the JWKS for admin tokens"),
+    }
+
+    /// Refreshes for an unknown key, at most once a minute (and at once when nothing was
+    /// fetched yet).
+    async fn refresh_for_unknown_key(&self) {
+        let recent = self.tried.lock().is_some_and(|t| t.elapsed() < REFETCH_EVERY);
+        if !recent {
+            self.refresh().await;
         }
     }
 
     fn candidates(&self, kid: Option<&str>) -> Vec<(DecodingKey, Algorithm)> {
-        let k = self.keys.lock();
+        let k = self.keys.read().clone();
         match kid {
             Some(kid) => k.by_kid.get(kid).cloned().into_iter().collect(),
             None => k.by_kid.values().cloned().chain(k.anonymous.iter().cloned()).collect(),
         }
     }
 
-    /// Verifies `token` and returns its scopes.
-    pub async fn verify(&self, token: &str) -> Result<Vec<String>, ApiError> {
+    /// Verifies `token` and returns who it speaks for.
+    pub async fn verify(&self, token: &str) -> Result<Admin, ApiError> {
         let header =
             jsonwebtoken::decode_header(token).map_err(|_| ApiError::invalid_token("the token is not a JWT"))?;
         if !matches!(header.alg, Algorithm::RS256 | Algorithm::ES256 | Algorithm::EdDSA) {
             return Err(ApiError::invalid_token("the token's algorithm is not RS256, ES256 or EdDSA"));
         }
-        self.refresh(false).await;
         let mut keys = self.candidates(header.kid.as_deref());
         if keys.is_empty() {
-            self.refresh(true).await;
+            self.refresh_for_unknown_key().await;
             keys = self.candidates(header.kid.as_deref());
         }
         if keys.is_empty() {
@@ -147,7 +186,9 @@ impl Jwks {
             }
             match jsonwebtoken::decode::<Claims>(token, &key, &v) {
                 Ok(data) => {
-                    return Ok(data.claims.scope.unwrap_or_default().split_whitespace().map(str::to_string).collect())
+                    let scopes = data.claims.scope.unwrap_or_default().split_whitespace().map(str::to_string).collect();
+                    let sub = data.claims.sub.as_deref().map(super::error::cut).unwrap_or_else(|| "?".into());
+                    return Ok(Admin { sub, scopes });
                 }
                 Err(e) => {
                     use jsonwebtoken::errors::ErrorKind as K;
@@ -167,12 +208,11 @@ impl Jwks {
     }
 
     /// Checks an admin request for `need` (`fleet:admin` implies `fleet:read`).
-    pub async fn admin(&self, headers: &HeaderMap, need: &str) -> Result<(), ApiError> {
+    pub async fn admin(&self, headers: &HeaderMap, need: &str) -> Result<Admin, ApiError> {
         let token = bearer(headers).ok_or_else(|| ApiError::invalid_token("an admin bearer token is required"))?;
-        let scopes = self.verify(token).await?;
-        let ok = scopes.iter().any(|s| s == need || s == SCOPE_ADMIN);
-        if ok {
-            Ok(())
+        let admin = self.verify(token).await?;
+        if admin.scopes.iter().any(|s| s == need || s == SCOPE_ADMIN) {
+            Ok(admin)
         } else {
             Err(ApiError::insufficient_scope(need))
         }

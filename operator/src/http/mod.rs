@@ -39,7 +39,7 @@ pub struct App {
     /// What the HTTP side sees of the reconciler; `None` in the not-configured mode (no
     /// client credentials), where no pass runs.
     pub reconciler: Option<Reconciler>,
-    pub jwks: auth::Jwks,
+    pub jwks: Arc<auth::Jwks>,
     pub offline_after: Duration,
     failed_joins: Mutex<(u64, u32)>,
 }
@@ -49,7 +49,7 @@ impl App {
         store: Arc<Store>,
         metrics: Arc<Metrics>,
         reconciler: Option<Reconciler>,
-        jwks: auth::Jwks,
+        jwks: Arc<auth::Jwks>,
         offline_after: Duration,
     ) -> Arc<App> {
         Arc::new(App { store, metrics, reconciler, jwks, offline_after, failed_joins: Mutex::new((0, 0)) })
