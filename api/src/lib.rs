@@ -11,6 +11,7 @@ pub mod labels;
 pub mod names;
 pub mod seal;
 pub mod types;
+pub mod urls;
 pub mod validate;
 
 pub use types::*;

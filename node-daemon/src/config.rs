@@ -67,6 +67,9 @@ pub struct NodeConfig {
     pub container_prefix: String,
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
+    /// [ext] Allows a plain `http://` controllerUrl to a host other than this machine.
+    #[serde(default)]
+    pub insecure: bool,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -168,6 +171,12 @@ impl NodeConfig {
         let mut p = Vec::new();
         if !(self.controller_url.starts_with("http://") || self.controller_url.starts_with("https://")) {
             p.push(format!("controllerUrl: {:?} must be an http:// or https:// URL", self.controller_url));
+        } else if !self.insecure && fleet_api::urls::is_insecure(&self.controller_url) {
+            p.push(format!(
+                "controllerUrl: {:?}: plain http:// is allowed only for loopback hosts; use https:// (caFile adds a CA) \
+                 or set insecure: true",
+                self.controller_url
+            ));
         }
         if !names::is_node_name(&self.name) {
             p.push(format!("name: {:?} must match ^[a-z0-9][a-z0-9.-]*$ and be at most 100 characters", self.name));

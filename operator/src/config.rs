@@ -38,6 +38,8 @@ pub struct Config {
     pub token_revoke_grace: Duration,
     /// [ext] How often the JWKS of admin tokens is fetched again (SPEC §11: 10 minutes).
     pub jwks_refresh: Duration,
+    /// [ext] `FLEET_CA_FILE`: CAs trusted for outbound TLS besides the built-in roots.
+    pub ca_certs: Vec<reqwest::Certificate>,
     pub kubernetes_mirror: bool,
     pub kubernetes_namespace: Option<String>,
     pub log_format: LogFormat,
@@ -247,6 +249,26 @@ impl Config {
         ));
         let jwks_refresh =
             Duration::from_secs(r.seconds("FLEET_JWKS_REFRESH_SECONDS", defaults::JWKS_REFRESH_SECONDS, 1, day));
+        let allow_insecure = r.flag("FLEET_ALLOW_INSECURE_HTTP");
+        for (name, url) in [
+            ("FLEET_CONTROL_PLANE_URL", &control_plane_url),
+            ("FLEET_IAM_URL", &iam_url),
+            ("FLEET_JWKS_URL", &jwks_url),
+        ] {
+            if !allow_insecure && fleet_api::urls::is_insecure(url) {
+                r.problems.push(format!(
+                    "{name}={url:?}: plain http:// is allowed only for loopback hosts; use https:// (FLEET_CA_FILE \
+                     adds a CA) or set FLEET_ALLOW_INSECURE_HTTP=true"
+                ));
+            }
+        }
+        let ca_certs = match r.opt("FLEET_CA_FILE") {
+            None => Vec::new(),
+            Some(p) => crate::platform::read_ca_file(std::path::Path::new(&p)).unwrap_or_else(|e| {
+                r.problems.push(format!("FLEET_CA_FILE: {e}"));
+                Vec::new()
+            }),
+        };
         let kubernetes_mirror = r.flag("FLEET_KUBERNETES_MIRROR");
         let kubernetes_namespace = r.opt("FLEET_KUBERNETES_NAMESPACE");
         let log_format = r.log_format();
@@ -277,6 +299,7 @@ impl Config {
             node_offline_after,
             token_revoke_grace,
             jwks_refresh,
+            ca_certs,
             kubernetes_mirror,
             kubernetes_namespace,
             log_format,
@@ -296,6 +319,8 @@ mod tests {
     }
 
     const BASE: &[(&str, &str)] = &[
+        // Plain http:// to these hosts only because this says so (see `plain_http_...`).
+        ("FLEET_ALLOW_INSECURE_HTTP", "true"),
         ("FLEET_CONTROL_PLANE_URL", "http://cp"),
         ("FLEET_IAM_URL", "http://iam/"),
         ("FLEET_IAM_ISSUER", "http://iam"),
@@ -317,6 +342,32 @@ mod tests {
         assert_eq!(c.token_revoke_grace, Duration::from_secs(600));
         assert!(c.credentials.is_none());
         assert!(c.token_scopes.is_empty());
+    }
+
+    /// SPEC §11: http:// only for loopback hosts unless FLEET_ALLOW_INSECURE_HTTP says so;
+    /// each refused URL is named.
+    #[test]
+    fn plain_http_to_other_hosts_is_refused_naming_the_variable() {
+        let vars = [
+            ("FLEET_CONTROL_PLANE_URL", "http://127.0.0.1:8041"),
+            ("FLEET_IAM_URL", "http://iam.example.com"),
+            ("FLEET_IAM_ISSUER", "https://iam.example.com"),
+            ("FLEET_IAM_TENANT", "t1"),
+            ("FLEET_JWKS_URL", "http://iam.example.com/jwks"),
+        ];
+        let e = with(&vars).unwrap_err().to_string();
+        assert!(
+            e.contains("FLEET_IAM_URL=\"http://iam.example.com\": plain http:// is allowed only for loopback"),
+            "{e}"
+        );
+        assert!(e.contains("FLEET_JWKS_URL="), "{e}");
+        assert!(!e.contains("FLEET_CONTROL_PLANE_URL="), "loopback is fine: {e}");
+        let mut allowed = vars.to_vec();
+        allowed.push(("FLEET_ALLOW_INSECURE_HTTP", "true"));
+        assert!(with(&allowed).is_ok());
+        let mut bad_ca = allowed.clone();
+        bad_ca.push(("FLEET_CA_FILE", "/nonexistent/ca.pem"));
+        assert!(with(&bad_ca).unwrap_err().to_string().contains("FLEET_CA_FILE: cannot read /nonexistent/ca.pem"));
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub struct Ctx {
 
 impl Ctx {
     pub fn new(cfg: Config, store: Arc<Store>, metrics: Arc<Metrics>) -> Arc<Ctx> {
-        let http = crate::platform::http_client();
+        let http = crate::platform::http_client_trusting(&cfg.ca_certs);
         let tokens = Arc::new(TokenSource::new(http.clone(), &cfg.iam_url, cfg.credentials.clone()));
         let cp = CpClient::new(http.clone(), &cfg.control_plane_url, tokens.clone());
         let iam = IamClient::new(http, &cfg.iam_url, &cfg.iam_tenant, tokens);

@@ -170,6 +170,7 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
         node_offline_after: Duration::from_secs(crate::config::defaults::NODE_OFFLINE_SECONDS),
         token_revoke_grace: Duration::from_secs(crate::config::defaults::TOKEN_REVOKE_GRACE_SECONDS),
         jwks_refresh: Duration::from_secs(crate::config::defaults::JWKS_REFRESH_SECONDS),
+        ca_certs: Vec::new(),
         kubernetes_mirror: false,
         kubernetes_namespace: None,
         log_format: LogFormat::Text,

@@ -98,7 +98,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             }
         });
     }
-    let http = crate::platform::http_client();
+    let http = crate::platform::http_client_trusting(&cfg.ca_certs);
     let jwks = Arc::new(Jwks::new(http, &cfg.jwks_url, &cfg.iam_issuer, &cfg.audience, cfg.jwks_refresh));
     tasks.spawn("jwks-refresher", jwks.clone().run());
     let reconciler = ctx.as_ref().map(|c| Reconciler { trigger: c.trigger.clone(), pass_clock: c.pass_clock.clone() });

@@ -21,7 +21,7 @@ joinKeyFile: /etc/fleet-node/join-key
 observeSeconds: 20
 "#;
 
-const MINIMAL: &str = "controllerUrl: http://c:8040\nname: w1\ncapacity: {slots: 1}\nexecutors: {k: {image: img:1}}\nstateDir: /s\nsecretsDir: /x\n";
+const MINIMAL: &str = "controllerUrl: http://127.0.0.1:8040\nname: w1\ncapacity: {slots: 1}\nexecutors: {k: {image: img:1}}\nstateDir: /s\nsecretsDir: /x\n";
 
 fn no_env(_: &str) -> Option<String> {
     None
@@ -79,13 +79,13 @@ fn substitution_lists_every_unset_name_and_skips_comments() {
     assert_eq!(e, ConfigError::Unset(vec!["URL".into(), "A".into(), "B".into()]));
     assert_eq!(e.to_string(), "unset environment variables: URL, A, B");
     let env = |k: &str| match k {
-        "URL" => Some("http://c".to_string()),
+        "URL" => Some("http://localhost".to_string()),
         "A" => Some("w".into()),
         "B" => Some("1".into()),
         _ => None,
     };
     let c = NodeConfig::parse(text, "node.yaml", &env).unwrap();
-    assert_eq!((c.controller_url.as_str(), c.name.as_str()), ("http://c", "w-1"));
+    assert_eq!((c.controller_url.as_str(), c.name.as_str()), ("http://localhost", "w-1"));
     assert_eq!(substitute("x: ${UNCLOSED\n", &no_env).unwrap(), "x: ${UNCLOSED\n");
 }
 
@@ -151,4 +151,20 @@ fn observe_seconds_edges() {
     assert!(parse(&format!("{MINIMAL}observeSeconds: 5\n")).is_ok());
     assert!(parse(&format!("{MINIMAL}observeSeconds: 300\n")).is_ok());
     assert!(parse(&format!("{MINIMAL}observeSeconds: 301\n")).is_err());
+}
+
+/// SPEC §11: a plain http:// controllerUrl only to this machine, unless `insecure: true`.
+#[test]
+fn plain_http_to_another_host_needs_insecure() {
+    let remote = MINIMAL.replace("http://127.0.0.1:8040", "http://controller.example.com/fleet");
+    let p = problems(&remote);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(
+        p[0].starts_with(
+            "controllerUrl: \"http://controller.example.com/fleet\": plain http:// is allowed only for loopback hosts"
+        ),
+        "{p:?}"
+    );
+    parse(&format!("{remote}insecure: true\n")).unwrap();
+    parse(&MINIMAL.replace("http://127.0.0.1:8040", "https://controller.example.com/fleet")).unwrap();
 }

@@ -3,7 +3,7 @@ use fleet_api::{DesiredIdentity, Executor, Resources, SealedCredential};
 
 fn cfg(dir: &Path) -> NodeConfig {
     let text = format!(
-        "controllerUrl: http://c\nname: w1\ncapacity: {{slots: 4}}\nexecutors:\n  k: {{image: base:1, dataPath: /data, env: {{SHARED: kind, KIND_ONLY: x}}, images: [reg/obs:1.*]}}\nstateDir: {s}\nhostStateDir: /host/state\nsecretsDir: {x}\nhostSecretsDir: /host/secrets\nagentEnv: {{SHARED: agent, AGENT_ONLY: y}}\nnetwork: fleet-agents\n",
+        "controllerUrl: http://127.0.0.1\nname: w1\ncapacity: {{slots: 4}}\nexecutors:\n  k: {{image: base:1, dataPath: /data, env: {{SHARED: kind, KIND_ONLY: x}}, images: [reg/obs:1.*]}}\nstateDir: {s}\nhostStateDir: /host/state\nsecretsDir: {x}\nhostSecretsDir: /host/secrets\nagentEnv: {{SHARED: agent, AGENT_ONLY: y}}\nnetwork: fleet-agents\n",
         s = dir.join("state").display(),
         x = dir.join("secrets").display()
     );

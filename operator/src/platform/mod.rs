@@ -33,13 +33,31 @@ impl PlatformError {
 }
 
 pub fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
+    http_client_trusting(&[])
+}
+
+/// The client for CP, IAM and the JWKS, trusting `extra` CAs (`FLEET_CA_FILE`) besides the
+/// built-in roots.
+pub fn http_client_trusting(extra: &[reqwest::Certificate]) -> reqwest::Client {
+    let mut b = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(20))
         .pool_idle_timeout(Duration::from_secs(60))
-        .user_agent(concat!("fleet-controller/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .expect("the HTTP client builds with static settings")
+        .user_agent(concat!("fleet-controller/", env!("CARGO_PKG_VERSION")));
+    for c in extra {
+        b = b.add_root_certificate(c.clone());
+    }
+    b.build().expect("the HTTP client builds with static settings")
+}
+
+/// The certificates of a PEM bundle, for `FLEET_CA_FILE`.
+pub fn read_ca_file(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| format!("{}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{}: no PEM certificate in it", path.display()));
+    }
+    Ok(certs)
 }
 
 /// Reads a body cut to a length safe to log: error bodies from peers are not trusted.
