@@ -35,7 +35,12 @@ fn example_node_yaml_validates_and_names_unset_variables() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("kinds: claude-code, observer"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("kinds: claude-code, observer"), "{text}");
+    assert!(
+        text.contains("  claude-code: image agent-runner:1.4.0, capAdd [], pidsLimit 1024, user (the image's)"),
+        "{text}"
+    );
 }
 
 /// `--version` on every subcommand (SPEC §3.2), before any configuration is read.

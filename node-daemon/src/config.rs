@@ -16,6 +16,30 @@ pub struct Executor {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub data_path: Option<String>,
+    /// [ext] Capabilities granted back after dropping all (SPEC §11), e.g. `[NET_BIND_SERVICE]`.
+    #[serde(default)]
+    pub cap_add: Vec<String>,
+    /// [ext] Most processes in one agent container (default 1024).
+    #[serde(default)]
+    pub pids_limit: Option<i64>,
+    /// [ext] The user agent containers run as (`uid[:gid]` or a name the image knows).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// [ext] Resources of an agent that sets none.
+    #[serde(default)]
+    pub default_resources: Option<ResourceLimits>,
+    /// [ext] Most resources an agent of this kind gets; more is clamped.
+    #[serde(default)]
+    pub max_resources: Option<ResourceLimits>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResourceLimits {
+    #[serde(default)]
+    pub cpus: Option<f64>,
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -145,6 +169,45 @@ fn env_problems(field: &str, env: &BTreeMap<String, String>, p: &mut Vec<String>
 pub const FLEET_ENV: [&str; 4] =
     ["CONTROL_PLANE_AGENT_KEY", "IAM_PRINCIPAL", "CONTROL_PLANE_IAM_TENANT", "FLEET_REPLICA"];
 
+/// Problems of a kind's container limits (SPEC §11), each naming its field.
+fn hardening_problems(f: &str, e: &Executor, p: &mut Vec<String>) {
+    for (i, cap) in e.cap_add.iter().enumerate() {
+        let ok = !cap.is_empty()
+            && cap.len() <= 32
+            && cap != "ALL"
+            && cap.bytes().all(|c| c.is_ascii_uppercase() || c == b'_');
+        if !ok {
+            p.push(format!("{f}.capAdd[{i}]: {cap:?} is not a capability name like NET_BIND_SERVICE"));
+        }
+    }
+    if let Some(n) = e.pids_limit {
+        if !(16..=1_000_000).contains(&n) {
+            p.push(format!("{f}.pidsLimit: must be 16–1000000, got {n}"));
+        }
+    }
+    if let Some(u) = &e.user {
+        let ok = !u.is_empty() && u.len() <= 64 && u.bytes().all(|c| c.is_ascii_alphanumeric() || b"_.:-".contains(&c));
+        if !ok {
+            p.push(format!("{f}.user: {u:?} is not uid[:gid] or a user name"));
+        }
+    }
+    for (which, r) in [("defaultResources", &e.default_resources), ("maxResources", &e.max_resources)] {
+        let Some(r) = r else { continue };
+        if r.cpus.is_some_and(|c| !(c.is_finite() && c > 0.0)) {
+            p.push(format!("{f}.{which}.cpus: must be a positive number"));
+        }
+        if r.memory_mb.is_some_and(|m| m < 6) {
+            p.push(format!("{f}.{which}.memoryMb: must be at least 6 (Docker's minimum)"));
+        }
+    }
+    if let (Some(d), Some(m)) = (&e.default_resources, &e.max_resources) {
+        let over = |a: Option<f64>, b: Option<f64>| matches!((a, b), (Some(a), Some(b)) if a > b);
+        if over(d.cpus, m.cpus) || over(d.memory_mb.map(|v| v as f64), m.memory_mb.map(|v| v as f64)) {
+            p.push(format!("{f}.defaultResources: must not exceed maxResources"));
+        }
+    }
+}
+
 impl NodeConfig {
     /// Reads, substitutes, parses and validates `path`.
     pub fn load(path: &Path) -> Result<NodeConfig, ConfigError> {
@@ -211,6 +274,7 @@ impl NodeConfig {
                 }
             }
             env_problems(&format!("{f}.env"), &e.env, &mut p);
+            hardening_problems(&f, e, &mut p);
             if let Some(d) = &e.data_path {
                 if !d.starts_with('/') {
                     p.push(format!("{f}.dataPath: {d:?} must be an absolute path"));

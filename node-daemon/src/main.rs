@@ -67,6 +67,21 @@ async fn main() -> ExitCode {
             println!("{}: ok", cli.config.display());
             println!("node {} → {}", cfg.name, cfg.controller_url);
             println!("kinds: {}", cfg.kinds().join(", "));
+            for (kind, e) in &cfg.executors {
+                let res = |r: &Option<fleet_node::config::ResourceLimits>| match r {
+                    Some(r) => format!("cpus {:?}, memoryMb {:?}", r.cpus, r.memory_mb),
+                    None => "none".into(),
+                };
+                println!(
+                    "  {kind}: image {}, capAdd [{}], pidsLimit {}, user {}, defaultResources {}, maxResources {}",
+                    e.image,
+                    e.cap_add.join(", "),
+                    e.pids_limit.unwrap_or(fleet_node::runtime::DEFAULT_PIDS_LIMIT),
+                    e.user.as_deref().unwrap_or("(the image's)"),
+                    res(&e.default_resources),
+                    res(&e.max_resources),
+                );
+            }
             println!("labels: {}", cfg.sorted_labels().join(", "));
             let secrets: Vec<String> = fleet_node::plan::read_secrets(&cfg.secrets_dir).into_iter().collect();
             println!("secrets: {}", secrets.join(", "));

@@ -2,7 +2,10 @@
 //! with its `fleet.spec` hash, or a refusal that costs nothing (no container, no restarts).
 
 use crate::config::NodeConfig;
-use crate::runtime::{Bind, ContainerSpec, LABEL_AGENT, LABEL_MANAGED, LABEL_NODE, LABEL_REPLICA, LABEL_SPEC};
+use crate::runtime::{
+    Bind, ContainerSpec, Hardening, DEFAULT_PIDS_LIMIT, LABEL_AGENT, LABEL_MANAGED, LABEL_NODE, LABEL_REPLICA,
+    LABEL_SPEC,
+};
 use crate::state::StateDir;
 use fleet_api::images::AllowList;
 use fleet_api::{names, DesiredAgent, DesiredState};
@@ -117,8 +120,37 @@ pub fn plan(desired: &DesiredState, cfg: &NodeConfig, state: &StateDir, secret_k
     out
 }
 
+/// The resources a replica runs with (SPEC §11): the agent's, else the kind's
+/// `defaultResources`, each clamped to `maxResources`; and, when one was clamped, the note its
+/// report carries.
+fn resources(a: &DesiredAgent, exec: &crate::config::Executor) -> (Option<f64>, Option<u64>, Option<String>) {
+    let default = exec.default_resources.as_ref();
+    let cpus = a.resources.cpus.or(default.and_then(|d| d.cpus));
+    let memory_mb = a.resources.memory_mb.or(default.and_then(|d| d.memory_mb));
+    let max = exec.max_resources.as_ref();
+    let mut clamped = Vec::new();
+    let cpus = match (cpus, max.and_then(|m| m.cpus)) {
+        (Some(c), Some(m)) if c > m => {
+            clamped.push(format!("cpus {c} → {m}"));
+            Some(m)
+        }
+        (c, _) => c,
+    };
+    let memory_mb = match (memory_mb, max.and_then(|m| m.memory_mb)) {
+        (Some(c), Some(m)) if c > m => {
+            clamped.push(format!("memoryMb {c} → {m}"));
+            Some(m)
+        }
+        (c, _) => c,
+    };
+    let note = (!clamped.is_empty())
+        .then(|| format!("resources clamped to executors.{}.maxResources: {}", a.executor.kind, clamped.join(", ")));
+    (cpus, memory_mb, note)
+}
+
 /// The container of one replica. `fleet.spec` hashes exactly what forces a recreate: image,
-/// final environment, secret names and mount sources, PAT credential id, resources, network,
+/// final environment, secret names and mount sources, PAT credential id, resources (after the
+/// kind's defaults and maximum), the kind's capabilities, pids limit and user, network,
 /// dataPath and the container name.
 pub fn spec(a: &DesiredAgent, replica: u32, image: &str, cfg: &NodeConfig) -> ContainerSpec {
     let exec = &cfg.executors[&a.executor.kind];
@@ -144,8 +176,14 @@ pub fn spec(a: &DesiredAgent, replica: u32, image: &str, cfg: &NodeConfig) -> Co
         binds.push(Bind { source: host_secrets.join(s).display().to_string(), target: format!("/run/secrets/{s}") });
     }
     let volume = exec.data_path.as_ref().map(|p| (volume_name(prefix, &a.agent_key, replica), p.clone()));
-    let nano_cpus = a.resources.cpus.filter(|c| c.is_finite() && *c > 0.0).map(|c| (c * 1e9) as i64);
-    let memory_bytes = a.resources.memory_mb.map(|m| (m as i64).saturating_mul(1024 * 1024));
+    let (cpus, memory_mb, note) = resources(a, exec);
+    let nano_cpus = cpus.filter(|c| c.is_finite() && *c > 0.0).map(|c| (c * 1e9) as i64);
+    let memory_bytes = memory_mb.map(|m| (m as i64).saturating_mul(1024 * 1024));
+    let hardening = Hardening {
+        cap_add: exec.cap_add.clone(),
+        pids_limit: exec.pids_limit.unwrap_or(DEFAULT_PIDS_LIMIT),
+        user: exec.user.clone(),
+    };
     let mut s = ContainerSpec {
         name,
         image: image.to_string(),
@@ -156,6 +194,8 @@ pub fn spec(a: &DesiredAgent, replica: u32, image: &str, cfg: &NodeConfig) -> Co
         nano_cpus,
         memory_bytes,
         network: cfg.network.clone(),
+        hardening,
+        note,
     };
     let digest = {
         let mut h = Sha256::new();

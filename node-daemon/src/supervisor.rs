@@ -122,6 +122,11 @@ impl<R: Runtime> Supervisor<R> {
                 let s = self.records.get(&(w.agent.clone(), w.replica)).map(|r| r.status.clone()).unwrap_or(
                     ReplicaStatus { state: ReplicaState::Starting, restarts: 0, last_exit_code: None, message: None },
                 );
+                // A note of the plan (resources clamped) while nothing else is to be said.
+                let note = match &w.plan {
+                    Plan::Run(spec) => spec.note.clone(),
+                    Plan::Refuse(_) => None,
+                };
                 ReplicaReport {
                     agent_key: w.agent.clone(),
                     revision: w.revision,
@@ -129,7 +134,7 @@ impl<R: Runtime> Supervisor<R> {
                     state: s.state,
                     restarts: s.restarts,
                     last_exit_code: s.last_exit_code,
-                    message: s.message.map(cut_message),
+                    message: s.message.or(note).map(cut_message),
                 }
             })
             .collect()

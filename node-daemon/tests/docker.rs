@@ -178,6 +178,18 @@ async fn scenarios(via: Via, tag: &str) {
     assert_eq!(c["HostConfig"]["RestartPolicy"]["Name"], "no");
     assert_eq!(c["HostConfig"]["NanoCpus"], 500_000_000);
     assert_eq!(c["HostConfig"]["Memory"], 64 * 1024 * 1024);
+    // SPEC §11, as the engine shows it: every capability dropped, no new privileges, a pids
+    // limit, no swap beyond the memory limit, rotated logs.
+    let hc = &c["HostConfig"];
+    assert_eq!(hc["CapDrop"], serde_json::json!(["ALL"]));
+    assert!(hc["CapAdd"].is_null() || hc["CapAdd"] == serde_json::json!([]), "{}", hc["CapAdd"]);
+    assert_eq!(hc["SecurityOpt"], serde_json::json!(["no-new-privileges"]));
+    assert_eq!(hc["PidsLimit"], 1024);
+    assert_eq!(hc["MemorySwap"], 64 * 1024 * 1024);
+    assert_eq!(
+        hc["LogConfig"],
+        serde_json::json!({"Type": "json-file", "Config": {"max-file": "3", "max-size": "10m"}})
+    );
     let mounts = c["Mounts"].as_array().unwrap().clone();
     let m = |dest: &str| {
         mounts.iter().find(|m| m["Destination"] == dest).unwrap_or_else(|| panic!("mount {dest}: {mounts:?}")).clone()
@@ -273,6 +285,33 @@ async fn scenarios(via: Via, tag: &str) {
         Some("start failed: No such image: fleet-test-agent:sleep-missing"),
         "Docker's own message, naming the image"
     );
+    drop(h);
+
+    // The kind's capabilities, pids limit and user (node.yaml), and its maximum resources.
+    let prefix = format!("fte{tag}h");
+    let kind = format!(
+        "executors:\n  k: {{image: \"{}\", capAdd: [NET_BIND_SERVICE], pidsLimit: 100, user: \"65534:65534\",\n      maxResources: {{memoryMb: 32}}}}\n",
+        image("sleep")
+    );
+    let mut h = Harness::with_yaml(&via, &prefix, "").await;
+    let yaml = format!(
+        "controllerUrl: http://127.0.0.1:1\nname: x\ncapacity: {{slots: 1}}\n{kind}stateDir: /s\nsecretsDir: /x\n"
+    );
+    h.cfg.executors = NodeConfig::parse(&yaml, "t", &|_| None).unwrap().executors;
+    if let Via::Guard = via {
+        // The guard reads the same node.yaml: give it the kind's grants.
+        let url = start_guard(&h.cfg).await;
+        h.cfg.docker_url = url.clone();
+        h.sup = Supervisor::new(DockerRuntime::connect(&url, &h.cfg.name).unwrap());
+    }
+    let d = state(vec![h.agent("hardened", None, &[], "c")]);
+    let r = h.until(&d, 30, "running", |r| r.state == ReplicaState::Running).await;
+    assert_eq!(r.message.as_deref(), Some("resources clamped to executors.k.maxResources: memoryMb 64 → 32"));
+    let c = doc(&format!("{prefix}-hardened-0"));
+    assert_eq!(c["HostConfig"]["CapAdd"], serde_json::json!(["NET_BIND_SERVICE"]));
+    assert_eq!(c["HostConfig"]["PidsLimit"], 100);
+    assert_eq!(c["HostConfig"]["Memory"], 32 * 1024 * 1024);
+    assert_eq!(c["Config"]["User"], "65534:65534");
     drop(h);
 
     // A network that does not exist: Docker's message names it.

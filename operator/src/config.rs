@@ -153,6 +153,27 @@ impl Reader<'_> {
         }
     }
 
+    /// SPEC §11 for the controller's outbound calls: plain http:// only to loopback hosts
+    /// (unless `FLEET_ALLOW_INSECURE_HTTP=true`), and the CAs of `FLEET_CA_FILE`.
+    fn outbound_tls(&mut self, urls: &[(&str, &String)]) -> Vec<reqwest::Certificate> {
+        let allow_insecure = self.flag("FLEET_ALLOW_INSECURE_HTTP");
+        for (name, url) in urls {
+            if !allow_insecure && fleet_api::urls::is_insecure(url) {
+                self.problems.push(format!(
+                    "{name}={url:?}: plain http:// is allowed only for loopback hosts; use https:// (FLEET_CA_FILE \
+                     adds a CA) or set FLEET_ALLOW_INSECURE_HTTP=true"
+                ));
+            }
+        }
+        match self.opt("FLEET_CA_FILE") {
+            None => Vec::new(),
+            Some(p) => crate::platform::read_ca_file(std::path::Path::new(&p)).unwrap_or_else(|e| {
+                self.problems.push(format!("FLEET_CA_FILE: {e}"));
+                Vec::new()
+            }),
+        }
+    }
+
     /// A boolean: `true`/`1` or `false`/`0`, false when unset.
     fn flag(&mut self, name: &str) -> bool {
         match self.opt(name).as_deref() {
@@ -249,26 +270,12 @@ impl Config {
         ));
         let jwks_refresh =
             Duration::from_secs(r.seconds("FLEET_JWKS_REFRESH_SECONDS", defaults::JWKS_REFRESH_SECONDS, 1, day));
-        let allow_insecure = r.flag("FLEET_ALLOW_INSECURE_HTTP");
-        for (name, url) in [
+        let outbound = [
             ("FLEET_CONTROL_PLANE_URL", &control_plane_url),
             ("FLEET_IAM_URL", &iam_url),
             ("FLEET_JWKS_URL", &jwks_url),
-        ] {
-            if !allow_insecure && fleet_api::urls::is_insecure(url) {
-                r.problems.push(format!(
-                    "{name}={url:?}: plain http:// is allowed only for loopback hosts; use https:// (FLEET_CA_FILE \
-                     adds a CA) or set FLEET_ALLOW_INSECURE_HTTP=true"
-                ));
-            }
-        }
-        let ca_certs = match r.opt("FLEET_CA_FILE") {
-            None => Vec::new(),
-            Some(p) => crate::platform::read_ca_file(std::path::Path::new(&p)).unwrap_or_else(|e| {
-                r.problems.push(format!("FLEET_CA_FILE: {e}"));
-                Vec::new()
-            }),
-        };
+        ];
+        let ca_certs = r.outbound_tls(&outbound);
         let kubernetes_mirror = r.flag("FLEET_KUBERNETES_MIRROR");
         let kubernetes_namespace = r.opt("FLEET_KUBERNETES_NAMESPACE");
         let log_format = r.log_format();

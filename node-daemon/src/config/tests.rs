@@ -168,3 +168,21 @@ fn plain_http_to_another_host_needs_insecure() {
     parse(&format!("{remote}insecure: true\n")).unwrap();
     parse(&MINIMAL.replace("http://127.0.0.1:8040", "https://controller.example.com/fleet")).unwrap();
 }
+
+/// SPEC §11: the kind's container limits are validated like the rest of node.yaml.
+#[test]
+fn container_limits_are_validated_naming_the_field() {
+    let with = |extra: &str| MINIMAL.replace("{k: {image: img:1}}", &format!("{{k: {{image: img:1, {extra}}}}}"));
+    parse(&with("capAdd: [NET_BIND_SERVICE], pidsLimit: 64, user: \"10001:10001\", defaultResources: {cpus: 0.5, memoryMb: 128}, maxResources: {cpus: 2, memoryMb: 4096}")).unwrap();
+    for (extra, field) in [
+        ("capAdd: [ALL]", "executors.k.capAdd[0]"),
+        ("capAdd: [sys_admin]", "executors.k.capAdd[0]"),
+        ("pidsLimit: 1", "executors.k.pidsLimit"),
+        ("user: \"root; rm\"", "executors.k.user"),
+        ("maxResources: {memoryMb: 2}", "executors.k.maxResources.memoryMb"),
+        ("defaultResources: {cpus: 4}, maxResources: {cpus: 2}", "executors.k.defaultResources"),
+    ] {
+        let p = problems(&with(extra));
+        assert!(p.iter().any(|m| m.starts_with(&format!("{field}:"))), "{extra}: {p:?}");
+    }
+}

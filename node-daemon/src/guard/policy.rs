@@ -74,6 +74,8 @@ pub struct Policy {
     pub pat_root: PathBuf,
     pub secrets_dir: PathBuf,
     pub network: Option<String>,
+    /// Capabilities some kind grants (`executors.<kind>.capAdd`).
+    caps: std::collections::BTreeSet<String>,
     /// Default images of the kinds, and their allow-lists.
     images: Vec<String>,
     allow: Vec<AllowList>,
@@ -87,6 +89,7 @@ impl Policy {
             pat_root: cfg.host_state_dir().join("agents"),
             secrets_dir: cfg.host_secrets_dir().to_path_buf(),
             network: cfg.network.clone(),
+            caps: cfg.executors.values().flat_map(|e| e.cap_add.iter().cloned()).collect(),
             images: cfg.executors.values().map(|e| e.image.clone()).collect(),
             allow: cfg.executors.values().filter_map(|e| AllowList::parse(&e.images).ok()).collect(),
         }
@@ -156,8 +159,17 @@ impl Policy {
                 return refuse(format!("HostConfig.NetworkMode {mode:?} is not allowed: only node.yaml's network"));
             }
         }
-        if strings(host.get("CapAdd")).next().is_some() {
-            return refuse("HostConfig.CapAdd is not allowed: node.yaml grants no capabilities");
+        for cap in strings(host.get("CapAdd")) {
+            if !self.caps.contains(cap) {
+                return refuse(format!(
+                    "HostConfig.CapAdd {cap:?} is not allowed: node.yaml's capAdd does not grant it"
+                ));
+            }
+        }
+        if let Some(t) = host.get("LogConfig").and_then(|l| l.get("Type")).and_then(Value::as_str) {
+            if !matches!(t, "" | "json-file" | "local") {
+                return refuse(format!("HostConfig.LogConfig.Type {t:?} is not allowed: only json-file or local"));
+            }
         }
         for opt in strings(host.get("SecurityOpt")) {
             if !opt.starts_with("no-new-privileges") {

@@ -112,6 +112,49 @@ fn spec_hash_covers_exactly_what_forces_a_recreate() {
     let mut c4 = c.clone();
     c4.executors.get_mut("k").unwrap().data_path = Some("/other".into());
     assert_ne!(h(&base, &c4), h0, "dataPath");
+    let mut c5 = c.clone();
+    c5.executors.get_mut("k").unwrap().cap_add = vec!["NET_BIND_SERVICE".into()];
+    assert_ne!(h(&base, &c5), h0, "the kind's capabilities");
+}
+
+/// SPEC §11: an agent without resources gets the kind's defaults; one above the maximum is
+/// clamped and its report says so; the kind's hardening reaches the spec.
+#[test]
+fn default_and_maximum_resources_and_hardening_per_kind() {
+    let (_t, mut c, st, sk, pk) = setup();
+    let k = c.executors.get_mut("k").unwrap();
+    k.default_resources = Some(crate::config::ResourceLimits { cpus: Some(0.5), memory_mb: Some(256) });
+    k.max_resources = Some(crate::config::ResourceLimits { cpus: Some(1.0), memory_mb: Some(1024) });
+    k.cap_add = vec!["NET_BIND_SERVICE".into()];
+    k.pids_limit = Some(200);
+    k.user = Some("10001:10001".into());
+    let mut bare = agent(&pk, None, &[]);
+    bare.resources = Resources { cpus: None, memory_mb: None };
+    let mut big = agent(&pk, None, &[]);
+    big.agent_key = "big".into();
+    big.resources = Resources { cpus: Some(4.0), memory_mb: Some(512) };
+    let d = DesiredState { generation: 1, agents: vec![bare, big] };
+    let p = plan(&d, &c, &st, &sk);
+    let spec_of = |agent: &str| match &p.wanted.iter().find(|w| w.agent == agent).unwrap().plan {
+        Plan::Run(s) => s.clone(),
+        other => panic!("{other:?}"),
+    };
+    let bare = spec_of("coder");
+    assert_eq!((bare.nano_cpus, bare.memory_bytes), (Some(500_000_000), Some(256 * 1024 * 1024)), "the defaults");
+    assert_eq!(bare.note, None);
+    let big = spec_of("big");
+    assert_eq!((big.nano_cpus, big.memory_bytes), (Some(1_000_000_000), Some(512 * 1024 * 1024)), "cpus clamped");
+    assert_eq!(big.note.as_deref(), Some("resources clamped to executors.k.maxResources: cpus 4 → 1"));
+    assert_eq!(
+        big.hardening,
+        crate::runtime::Hardening {
+            cap_add: vec!["NET_BIND_SERVICE".into()],
+            pids_limit: 200,
+            user: Some("10001:10001".into())
+        }
+    );
+    let plain = spec(&agent(&pk, None, &[]), 0, "base:1", &setup().1);
+    assert_eq!(plain.hardening, crate::runtime::Hardening::default(), "1024 pids, no capabilities, the image's user");
 }
 
 #[test]

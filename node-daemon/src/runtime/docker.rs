@@ -3,7 +3,8 @@
 
 use super::{Bind, ContainerSpec, RtError, RunInfo, Runtime, Seen, LABEL_MANAGED, LABEL_NODE};
 use bollard::models::{
-    ContainerCreateBody, HostConfig, Mount, MountType, RestartPolicy, RestartPolicyNameEnum, VolumeCreateRequest,
+    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType, RestartPolicy, RestartPolicyNameEnum,
+    VolumeCreateRequest,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
@@ -169,16 +170,29 @@ impl Runtime for DockerRuntime {
                 ..Default::default()
             });
         }
+        let h = &spec.hardening;
         let host = HostConfig {
             init: Some(true),
             restart_policy: Some(RestartPolicy { name: Some(RestartPolicyNameEnum::NO), maximum_retry_count: None }),
             mounts: Some(mounts),
             nano_cpus: spec.nano_cpus,
             memory: spec.memory_bytes,
+            // No swap beyond the memory limit: the limit means what it says.
+            memory_swap: spec.memory_bytes,
             network_mode: spec.network.clone(),
+            // SPEC §11: nothing but what the kind grants back, no privilege gained by exec.
+            cap_drop: Some(vec!["ALL".into()]),
+            cap_add: (!h.cap_add.is_empty()).then(|| h.cap_add.clone()),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            pids_limit: Some(h.pids_limit),
+            log_config: Some(HostConfigLogConfig {
+                typ: Some("json-file".into()),
+                config: Some([("max-size", "10m"), ("max-file", "3")].map(|(k, v)| (k.into(), v.into())).into()),
+            }),
             ..Default::default()
         };
         let body = ContainerCreateBody {
+            user: h.user.clone(),
             image: Some(spec.image.clone()),
             env: Some(spec.env.clone()),
             labels: Some(spec.labels.clone().into_iter().collect()),

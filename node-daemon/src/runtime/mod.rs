@@ -36,6 +36,30 @@ pub struct ContainerSpec {
     pub nano_cpus: Option<i64>,
     pub memory_bytes: Option<i64>,
     pub network: Option<String>,
+    /// What the container may do beyond nothing (SPEC §11): every capability is dropped but
+    /// these, no new privileges, at most `pids_limit` processes, as `user`.
+    pub hardening: Hardening,
+    /// Said in the replica's report while it runs (resources clamped to the kind's maximum);
+    /// not part of the spec hash.
+    #[serde(skip)]
+    pub note: Option<String>,
+}
+
+/// The kind's limits on what an agent container may do (node.yaml `executors.<kind>`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Hardening {
+    pub cap_add: Vec<String>,
+    pub pids_limit: i64,
+    pub user: Option<String>,
+}
+
+/// Processes an agent container may run when its kind sets no `pidsLimit`.
+pub const DEFAULT_PIDS_LIMIT: i64 = 1024;
+
+impl Default for Hardening {
+    fn default() -> Self {
+        Hardening { cap_add: Vec::new(), pids_limit: DEFAULT_PIDS_LIMIT, user: None }
+    }
 }
 
 impl ContainerSpec {

@@ -28,6 +28,8 @@ fn spec(agent: &str, replica: u32, image: &str) -> ContainerSpec {
         nano_cpus: None,
         memory_bytes: None,
         network: None,
+        hardening: Default::default(),
+        note: None,
     }
 }
 

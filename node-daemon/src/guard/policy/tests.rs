@@ -3,7 +3,7 @@ use serde_json::json;
 
 fn policy() -> Policy {
     let yaml = "controllerUrl: https://c.example\nname: n1\ncapacity: {slots: 2}\n\
-                executors:\n  k: {image: \"agent:1\", images: [\"reg/obs:1.*\"]}\n\
+                executors:\n  k: {image: \"agent:1\", images: [\"reg/obs:1.*\"], capAdd: [NET_BIND_SERVICE]}\n\
                 stateDir: /var/lib/fleet-node\nhostStateDir: /srv/state\nsecretsDir: /etc/fleet-node/secrets\n\
                 hostSecretsDir: /srv/secrets\nnetwork: fleet-agents\ncontainerPrefix: fl\n";
     Policy::from_config(&NodeConfig::parse(yaml, "node.yaml", &|_| None).unwrap())
@@ -20,6 +20,11 @@ fn create() -> Value {
             "RestartPolicy": {"Name": "no"},
             "NetworkMode": "fleet-agents",
             "Memory": 1073741824,
+            "MemorySwap": 1073741824,
+            "CapDrop": ["ALL"],
+            "SecurityOpt": ["no-new-privileges"],
+            "PidsLimit": 1024,
+            "LogConfig": {"Type": "json-file", "Config": {"max-size": "10m", "max-file": "3"}},
             "Mounts": [
                 {"Target": "/run/secrets/agent-pat", "Source": "/srv/state/agents/coder/agent-pat", "Type": "bind", "ReadOnly": true},
                 {"Target": "/run/secrets/gh", "Source": "/srv/secrets/gh", "Type": "bind", "ReadOnly": true},
@@ -99,7 +104,13 @@ fn privileged_host_namespaces_devices_and_capabilities_are_refused() {
     assert_eq!(refused(b), "HostConfig.Devices is not allowed");
     let mut b = create();
     b["HostConfig"]["CapAdd"] = json!(["SYS_ADMIN"]);
-    assert!(refused(b).starts_with("HostConfig.CapAdd is not allowed"));
+    assert_eq!(refused(b), "HostConfig.CapAdd \"SYS_ADMIN\" is not allowed: node.yaml's capAdd does not grant it");
+    let mut b = create();
+    b["HostConfig"]["CapAdd"] = json!(["NET_BIND_SERVICE"]);
+    assert_eq!(policy().check_container(&b), Ok(()), "what node.yaml grants");
+    let mut b = create();
+    b["HostConfig"]["LogConfig"] = json!({"Type": "syslog", "Config": {"syslog-address": "udp://x:514"}});
+    assert!(refused(b).starts_with("HostConfig.LogConfig.Type \"syslog\" is not allowed"));
     let mut b = create();
     b["HostConfig"]["SecurityOpt"] = json!(["seccomp=unconfined"]);
     assert_eq!(refused(b), "HostConfig.SecurityOpt \"seccomp=unconfined\" is not allowed");
