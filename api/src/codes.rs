@@ -13,6 +13,7 @@ pub const NODE_NAME_TAKEN: &str = "node_name_taken";
 pub const INTERNAL: &str = "internal";
 pub const NOT_READY: &str = "not_ready";
 pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
+pub const REQUEST_TIMEOUT: &str = "request_timeout";
 
 /// Reasons an agent waits for a node (§5.1), in the order the filters apply.
 pub const NO_NODE: &str = "no_node";

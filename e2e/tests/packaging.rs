@@ -38,7 +38,7 @@ fn example_node_yaml_validates_and_names_unset_variables() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("kinds: claude-code, observer"), "{text}");
     assert!(
-        text.contains("  claude-code: image agent-runner:1.4.0, capAdd [], pidsLimit 1024, user (the image's)"),
+        text.contains("  claude-code: image agent-runner:1.4.0, capAdd [], pidsLimit 1024, user (the node's own)"),
         "{text}"
     );
 }

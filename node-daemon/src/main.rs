@@ -77,7 +77,7 @@ async fn main() -> ExitCode {
                     e.image,
                     e.cap_add.join(", "),
                     e.pids_limit.unwrap_or(fleet_node::runtime::DEFAULT_PIDS_LIMIT),
-                    e.user.as_deref().unwrap_or("(the image's)"),
+                    e.user.as_deref().unwrap_or("(the node's own)"),
                     res(&e.default_resources),
                     res(&e.max_resources),
                 );

@@ -120,6 +120,15 @@ pub fn plan(desired: &DesiredState, cfg: &NodeConfig, state: &StateDir, secret_k
     out
 }
 
+/// The node's own `uid:gid`, which agent containers run as when their kind names no `user`:
+/// the PAT and the secrets are files only the node's user may read (0600), and with every
+/// capability dropped even root in the container could not read another user's files.
+fn own_user() -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    static OWN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    OWN.get_or_init(|| std::fs::metadata("/proc/self").ok().map(|m| format!("{}:{}", m.uid(), m.gid()))).clone()
+}
+
 /// The resources a replica runs with (SPEC §11): the agent's, else the kind's
 /// `defaultResources`, each clamped to `maxResources`; and, when one was clamped, the note its
 /// report carries.
@@ -182,7 +191,7 @@ pub fn spec(a: &DesiredAgent, replica: u32, image: &str, cfg: &NodeConfig) -> Co
     let hardening = Hardening {
         cap_add: exec.cap_add.clone(),
         pids_limit: exec.pids_limit.unwrap_or(DEFAULT_PIDS_LIMIT),
-        user: exec.user.clone(),
+        user: exec.user.clone().or_else(own_user),
     };
     let mut s = ContainerSpec {
         name,

@@ -38,6 +38,8 @@ pub struct Config {
     pub token_revoke_grace: Duration,
     /// [ext] How often the JWKS of admin tokens is fetched again (SPEC §11: 10 minutes).
     pub jwks_refresh: Duration,
+    /// [ext] `FLEET_MAX_CONNECTIONS`: connections the API port holds at once (SPEC §11).
+    pub max_connections: usize,
     /// [ext] `FLEET_CA_FILE`: CAs trusted for outbound TLS besides the built-in roots.
     pub ca_certs: Vec<reqwest::Certificate>,
     pub kubernetes_mirror: bool,
@@ -98,6 +100,7 @@ pub mod defaults {
     pub const NODE_OFFLINE_SECONDS: u64 = 60;
     pub const TOKEN_REVOKE_GRACE_SECONDS: u64 = 600;
     pub const JWKS_REFRESH_SECONDS: u64 = 600;
+    pub const MAX_CONNECTIONS: u64 = 40_000;
     /// hyper also runs this timer while a keep-alive connection waits for its next request,
     /// so it is the keep-alive limit too: above the nodes' 20 s report period, so a node's
     /// connection is reused rather than reopened for every report.
@@ -129,11 +132,16 @@ impl Reader<'_> {
     }
 
     fn seconds(&mut self, name: &str, default: u64, min: u64, max: u64) -> u64 {
+        self.number(name, default, min, max, " of seconds")
+    }
+
+    /// A whole number in `min..=max`; `unit` completes the message ("of seconds").
+    fn number(&mut self, name: &str, default: u64, min: u64, max: u64, unit: &str) -> u64 {
         let Some(v) = self.opt(name) else { return default };
         match v.parse::<u64>() {
             Ok(n) if (min..=max).contains(&n) => n,
             _ => {
-                self.problems.push(format!("{name}={v:?} must be a whole number of seconds from {min} to {max}"));
+                self.problems.push(format!("{name}={v:?} must be a whole number{unit} from {min} to {max}"));
                 default
             }
         }
@@ -276,6 +284,7 @@ impl Config {
             ("FLEET_JWKS_URL", &jwks_url),
         ];
         let ca_certs = r.outbound_tls(&outbound);
+        let max_connections = r.number("FLEET_MAX_CONNECTIONS", defaults::MAX_CONNECTIONS, 16, 10_000_000, "") as usize;
         let kubernetes_mirror = r.flag("FLEET_KUBERNETES_MIRROR");
         let kubernetes_namespace = r.opt("FLEET_KUBERNETES_NAMESPACE");
         let log_format = r.log_format();
@@ -307,6 +316,7 @@ impl Config {
             token_revoke_grace,
             jwks_refresh,
             ca_certs,
+            max_connections,
             kubernetes_mirror,
             kubernetes_namespace,
             log_format,

@@ -171,6 +171,7 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
         token_revoke_grace: Duration::from_secs(crate::config::defaults::TOKEN_REVOKE_GRACE_SECONDS),
         jwks_refresh: Duration::from_secs(crate::config::defaults::JWKS_REFRESH_SECONDS),
         ca_certs: Vec::new(),
+        max_connections: crate::config::defaults::MAX_CONNECTIONS as usize,
         kubernetes_mirror: false,
         kubernetes_namespace: None,
         log_format: LogFormat::Text,

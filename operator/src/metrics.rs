@@ -73,6 +73,7 @@ pub struct Metrics {
     pub agents_skipped: Counter,
     pub joins: Family<OutcomeLabels, Counter>,
     pub mirror_writes: Family<MirrorLabels, Counter>,
+    pub connections_refused: Counter,
     pub memory_allocated: Gauge,
     pub memory_resident: Gauge,
 }
@@ -101,6 +102,7 @@ impl Default for Metrics {
             agents_skipped: Counter::default(),
             joins: Family::default(),
             mirror_writes: Family::default(),
+            connections_refused: Counter::default(),
             memory_allocated: Gauge::default(),
             memory_resident: Gauge::default(),
             registry: Registry::default(),
@@ -124,6 +126,11 @@ impl Default for Metrics {
             "mirror_writes",
             "Kubernetes mirror writes by kind, operation and outcome",
             m.mirror_writes.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Connections closed at accept because FLEET_MAX_CONNECTIONS were open",
+            m.connections_refused.clone(),
         );
         registry.register(
             "memory_allocated_bytes",

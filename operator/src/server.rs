@@ -114,9 +114,12 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let router = http::router(app);
     let rx = stop_rx.clone();
     let timeouts = cfg.http_timeouts;
-    tasks.spawn("api-listener", http::serve::serve(api, router, timeouts, shutdown(rx)));
-    let mrouter = http::metrics_router(metrics);
-    tasks.spawn("metrics-listener", http::serve::serve(met, mrouter, timeouts, shutdown(stop_rx)));
+    let limit = http::serve::ConnLimit::new(cfg.max_connections, metrics.connections_refused.clone());
+    tasks.spawn("api-listener", http::serve::serve(api, router, timeouts, limit, shutdown(rx)));
+    let mrouter = http::metrics_router(metrics.clone());
+    // The metrics port is scraped by one or two collectors: a small cap of its own.
+    let mlimit = http::serve::ConnLimit::new(64, metrics.connections_refused.clone());
+    tasks.spawn("metrics-listener", http::serve::serve(met, mrouter, timeouts, mlimit, shutdown(stop_rx)));
     tracing::info!(%addr, %metrics_addr, configured = ctx.is_some(), "fleet-controller serving");
     Ok(Running { addr, metrics_addr, store, ctx, stop, tasks })
 }

@@ -154,7 +154,12 @@ fn default_and_maximum_resources_and_hardening_per_kind() {
         }
     );
     let plain = spec(&agent(&pk, None, &[]), 0, "base:1", &setup().1);
-    assert_eq!(plain.hardening, crate::runtime::Hardening::default(), "1024 pids, no capabilities, the image's user");
+    let me = std::fs::metadata("/proc/self").map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        format!("{}:{}", m.uid(), m.gid())
+    });
+    let expected = crate::runtime::Hardening { user: me.ok(), ..Default::default() };
+    assert_eq!(plain.hardening, expected, "1024 pids, no capabilities, the node's own user");
 }
 
 #[test]

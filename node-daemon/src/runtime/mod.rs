@@ -37,7 +37,8 @@ pub struct ContainerSpec {
     pub memory_bytes: Option<i64>,
     pub network: Option<String>,
     /// What the container may do beyond nothing (SPEC §11): every capability is dropped but
-    /// these, no new privileges, at most `pids_limit` processes, as `user`.
+    /// these, no new privileges, at most `pids_limit` processes, as `user` (the kind's, else
+    /// the node's own uid:gid, so it can read the 0600 PAT and secret files).
     pub hardening: Hardening,
     /// Said in the replica's report while it runs (resources clamped to the kind's maximum);
     /// not part of the spec hash.

@@ -133,6 +133,11 @@ impl Jwks {
     /// holds no usable key.
     async fn refresh(&self) {
         let _one = self.fetching.lock().await;
+        self.fetch_and_swap().await;
+    }
+
+    /// The fetch itself; the caller holds `fetching`.
+    async fn fetch_and_swap(&self) {
         *self.tried.lock() = Some(Instant::now());
         match self.fetch().await.map(|set| KeySet::from_jwks(&set)) {
             Ok(set) if !set.is_empty() => *self.keys.write() = Arc::new(set),
@@ -141,12 +146,16 @@ impl Jwks {
         }
     }
 
-    /// Refreshes for an unknown key, at most once a minute (and at once when nothing was
-    /// fetched yet).
-    async fn refresh_for_unknown_key(&self) {
+    /// For a key not known yet: waits for a fetch under way (it may bring the key), else
+    /// fetches, at most once a minute.
+    async fn refresh_for_unknown_key(&self, kid: Option<&str>) {
+        let _one = self.fetching.lock().await;
+        if !self.candidates(kid).is_empty() {
+            return;
+        }
         let recent = self.tried.lock().is_some_and(|t| t.elapsed() < REFETCH_EVERY);
         if !recent {
-            self.refresh().await;
+            self.fetch_and_swap().await;
         }
     }
 
@@ -167,7 +176,7 @@ impl Jwks {
         }
         let mut keys = self.candidates(header.kid.as_deref());
         if keys.is_empty() {
-            self.refresh_for_unknown_key().await;
+            self.refresh_for_unknown_key(header.kid.as_deref()).await;
             keys = self.candidates(header.kid.as_deref());
         }
         if keys.is_empty() {

@@ -7,6 +7,10 @@ use axum::http::HeaderMap;
 use serde::de::DeserializeOwned;
 
 pub const LIMIT: usize = 1024 * 1024;
+/// A join body is at most this (SPEC §11): a join announces a node, nothing large.
+pub const JOIN_LIMIT: usize = 64 * 1024;
+/// A body must arrive within this of its head (SPEC §11); a trickled body is answered `408`.
+pub const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Whether a body-read error is the length limit (http-body-util's `LengthLimitError`,
 /// wrapped by axum; matched by its text since the type is not re-exported).
@@ -22,13 +26,24 @@ fn is_limit(e: &axum::Error) -> bool {
 }
 
 pub async fn read_json<T: DeserializeOwned>(headers: &HeaderMap, body: Body, empty_ok: bool) -> Result<T, ApiError> {
+    read_json_within(headers, body, empty_ok, LIMIT).await
+}
+
+/// [`read_json`] with a body limit of `limit` bytes.
+pub async fn read_json_within<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Body,
+    empty_ok: bool,
+    limit: usize,
+) -> Result<T, ApiError> {
     let declared = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > LIMIT as u64) {
-        return Err(ApiError::too_large());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(ApiError::too_large(limit));
     }
-    let bytes = axum::body::to_bytes(body, LIMIT).await.map_err(|e| {
+    let read = tokio::time::timeout(BODY_DEADLINE, axum::body::to_bytes(body, limit));
+    let bytes = read.await.map_err(|_| ApiError::request_timeout())?.map_err(|e| {
         if is_limit(&e) {
-            ApiError::too_large()
+            ApiError::too_large(limit)
         } else {
             ApiError::invalid_request(format!("cannot read the body: {e}"))
         }

@@ -35,8 +35,16 @@ impl ApiError {
     pub fn invalid_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, codes::INVALID_REQUEST, message)
     }
-    pub fn too_large() -> Self {
-        Self::new(StatusCode::PAYLOAD_TOO_LARGE, codes::PAYLOAD_TOO_LARGE, "the body is larger than 1 MiB")
+    pub fn too_large(limit: usize) -> Self {
+        let size = if limit >= 1 << 20 { format!("{} MiB", limit >> 20) } else { format!("{} KiB", limit >> 10) };
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, codes::PAYLOAD_TOO_LARGE, format!("the body is larger than {size}"))
+    }
+    pub fn request_timeout() -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            codes::REQUEST_TIMEOUT,
+            "the body did not arrive within 10 s of the request head",
+        )
     }
     pub fn too_many(message: impl Into<String>) -> Self {
         Self::new(StatusCode::TOO_MANY_REQUESTS, codes::TOO_MANY_REQUESTS, message)

@@ -2,7 +2,7 @@
 //! the observed report.
 
 use super::auth;
-use super::body::read_json;
+use super::body::{read_json, read_json_within, JOIN_LIMIT};
 use super::error::ApiError;
 use super::App;
 use crate::clock;
@@ -34,7 +34,7 @@ pub async fn join(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
         return Err(ApiError::too_many("too many failed joins; try again in a second"));
     }
     let result = async {
-        let req: JoinRequest = read_json(&headers, body, false).await?;
+        let req: JoinRequest = read_json_within(&headers, body, false, JOIN_LIMIT).await?;
         validate::join(&req).map_err(|e| ApiError::invalid_request(e.to_string()))?;
         match app.store.join(&req).await {
             Ok(resp) => {

@@ -13,6 +13,8 @@ use hyper_util::service::TowerToHyperService;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -107,11 +109,59 @@ impl AsyncWrite for IdleStream {
     }
 }
 
+/// A request head must fit this (SPEC §11); hyper answers `431` past it. It also bounds how far
+/// one connection's read buffer grows (hyper's default lets a trickled head reach ~400 KiB).
+pub const MAX_HEAD: usize = 64 * 1024;
+
+/// At most `max` connections at once; past it new ones are closed at accept and counted.
+#[derive(Clone)]
+pub struct ConnLimit {
+    pub max: usize,
+    open: Arc<AtomicUsize>,
+    pub refused: prometheus_client::metrics::counter::Counter,
+}
+
+impl ConnLimit {
+    pub fn new(max: usize, refused: prometheus_client::metrics::counter::Counter) -> ConnLimit {
+        ConnLimit { max, open: Arc::new(AtomicUsize::new(0)), refused }
+    }
+
+    /// A slot for one more connection, released when dropped; `None` at the cap.
+    fn admit(&self) -> Option<ConnSlot> {
+        let n = self.open.fetch_add(1, Ordering::AcqRel);
+        if n >= self.max {
+            self.open.fetch_sub(1, Ordering::AcqRel);
+            self.refused.inc();
+            return None;
+        }
+        Some(ConnSlot(self.open.clone()))
+    }
+}
+
+struct ConnSlot(Arc<AtomicUsize>);
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Serves `router` on `listener` until `stop` resolves, then lets open requests finish.
-pub async fn serve(listener: TcpListener, router: Router, timeouts: Timeouts, stop: impl Future<Output = ()>) {
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    timeouts: Timeouts,
+    limit: ConnLimit,
+    stop: impl Future<Output = ()>,
+) {
     let graceful = GracefulShutdown::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(timeouts.header_read).keep_alive(true);
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(timeouts.header_read)
+        .keep_alive(true)
+        .max_header_size(MAX_HEAD)
+        .max_buf_size(MAX_HEAD);
     tokio::pin!(stop);
     loop {
         let (stream, peer) = tokio::select! {
@@ -126,6 +176,10 @@ pub async fn serve(listener: TcpListener, router: Router, timeouts: Timeouts, st
             },
             _ = &mut stop => break,
         };
+        let Some(slot) = limit.admit() else {
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let io = TokioIo::new(IdleStream::new(stream, timeouts.idle));
         let svc = TowerToHyperService::new(router.clone());
@@ -135,6 +189,7 @@ pub async fn serve(listener: TcpListener, router: Router, timeouts: Timeouts, st
             if let Err(e) = conn.await {
                 tracing::debug!(%peer, error = %e, "connection closed");
             }
+            drop(slot);
         });
     }
     drop(listener);
