@@ -30,8 +30,8 @@ pub struct Capacity {
     pub memory_mb: Option<u64>,
 }
 
-/// `POST /api/v1/nodes:join` body (§4.1).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+/// `POST /api/v1/nodes:join` body (§4.1). Its `Debug` hides the key (SPEC §11).
+#[derive(Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JoinRequest {
     pub join_key: String,
@@ -50,7 +50,8 @@ pub struct JoinRequest {
     pub version: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// Its `Debug` hides the token.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JoinResponse {
     pub node_id: String,
@@ -67,11 +68,74 @@ pub struct JoinKeyRequest {
     pub note: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// Its `Debug` hides the key.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JoinKeyResponse {
     pub join_key: String,
     pub expires_at: String,
+}
+
+/// What a derived `Debug` would print of a secret.
+const REDACTED: &str = "<redacted>";
+
+impl std::fmt::Debug for JoinRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinRequest")
+            .field("join_key", &REDACTED)
+            .field("name", &self.name)
+            .field("public_key", &self.public_key)
+            .field("labels", &self.labels)
+            .field("executor_kinds", &self.executor_kinds)
+            .field("executor_images", &self.executor_images)
+            .field("capacity", &self.capacity)
+            .field("secrets", &self.secrets)
+            .field("version", &self.version)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for JoinResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinResponse").field("node_id", &self.node_id).field("node_token", &REDACTED).finish()
+    }
+}
+
+impl std::fmt::Debug for JoinKeyResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinKeyResponse").field("join_key", &REDACTED).field("expires_at", &self.expires_at).finish()
+    }
+}
+
+#[cfg(test)]
+mod redaction_tests {
+    use super::*;
+
+    /// SPEC §11: no secret in a derived `Debug` (a `?req` in a log line must not leak it).
+    #[test]
+    fn debug_output_hides_keys_and_tokens() {
+        let req = JoinRequest {
+            join_key: "fjk_secret".into(),
+            name: "n1".into(),
+            public_key: "pk".into(),
+            labels: vec![],
+            executor_kinds: vec![],
+            executor_images: BTreeMap::new(),
+            capacity: Capacity { slots: 1, cpus: None, memory_mb: None },
+            secrets: vec![],
+            version: "1".into(),
+        };
+        let resp = JoinResponse { node_id: "id".into(), node_token: "fnt_secret".into() };
+        let key = JoinKeyResponse { join_key: "fjk_other".into(), expires_at: "2030".into() };
+        for text in [format!("{req:?}"), format!("{resp:?}"), format!("{key:?}")] {
+            assert!(
+                !text.contains("fjk_secret") && !text.contains("fnt_secret") && !text.contains("fjk_other"),
+                "{text}"
+            );
+            assert!(text.contains(REDACTED), "{text}");
+        }
+        assert!(format!("{req:?}").contains("n1"), "the rest is shown");
+    }
 }
 
 /// Join-key TTL bounds (§3.2, §3.3).

@@ -75,6 +75,7 @@ impl IamClient {
     }
 
     pub async fn create_principal(&self, agent_key: &str) -> Result<String, PlatformError> {
+        segment("the tenant", &self.tenant)?;
         let token = self.tokens.token(AUDIENCE).await?;
         let resp = self
             .http
@@ -91,12 +92,7 @@ impl IamClient {
             .json()
             .await
             .map_err(|e| PlatformError::Invalid { service: SERVICE, detail: e.to_string() })?;
-        if c.id.is_empty() || c.id.len() > 200 {
-            return Err(PlatformError::Invalid {
-                service: SERVICE,
-                detail: "principal id is empty or too long".into(),
-            });
-        }
+        segment("the principal id IAM answered", &c.id)?;
         Ok(c.id)
     }
 
@@ -106,6 +102,8 @@ impl IamClient {
         idempotency_key: &str,
         req: &PatRequest,
     ) -> Result<IssuedPat, PlatformError> {
+        segment("the tenant", &self.tenant)?;
+        segment("the principal id", principal)?;
         let token = self.tokens.token(AUDIENCE).await?;
         let resp = self
             .http
@@ -122,16 +120,17 @@ impl IamClient {
             .json()
             .await
             .map_err(|e| PlatformError::Invalid { service: SERVICE, detail: e.to_string() })?;
-        if pat.id.is_empty() || pat.token.is_empty() || pat.token.len() > 8192 {
-            return Err(PlatformError::Invalid {
-                service: SERVICE,
-                detail: "PAT answer lacks an id or a token".into(),
-            });
+        if pat.token.is_empty() || pat.token.len() > 8192 {
+            return Err(PlatformError::Invalid { service: SERVICE, detail: "PAT answer lacks a token".into() });
         }
+        segment("the PAT id IAM answered", &pat.id)?;
         Ok(pat)
     }
 
     pub async fn revoke_pat(&self, principal: &str, credential_id: &str) -> Result<(), PlatformError> {
+        segment("the tenant", &self.tenant)?;
+        segment("the principal id", principal)?;
+        segment("the PAT id", credential_id)?;
         let token = self.tokens.token(AUDIENCE).await?;
         let resp = self
             .http
@@ -147,5 +146,40 @@ impl IamClient {
             return Ok(());
         }
         self.check(resp).await.map(|_| ())
+    }
+}
+
+/// An id that goes into a URL path must be one plain segment (SPEC §11): an id IAM answered
+/// with `/`, `..` or `%` in it must not turn a revoke into a call on another path.
+fn segment<'a>(what: &str, id: &'a str) -> Result<&'a str, PlatformError> {
+    let ok = !id.is_empty()
+        && id.len() <= 200
+        && id != "."
+        && id != ".."
+        && id.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b'~'));
+    if ok {
+        Ok(id)
+    } else {
+        let shown: String = id.chars().take(60).collect();
+        Err(PlatformError::Invalid {
+            service: SERVICE,
+            detail: format!("{what} {shown:?} is not a plain URL path segment"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::segment;
+
+    #[test]
+    fn ids_in_url_paths_are_single_plain_segments() {
+        for ok in ["prn_123", "a.b-c~d", "0"] {
+            assert!(segment("id", ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "..", ".", "a/b", "../../admin", "a%2Fb", "a b", "a?x=1", "a#b", &"x".repeat(201)] {
+            let e = segment("the PAT id", bad).unwrap_err().to_string();
+            assert!(e.contains("is not a plain URL path segment"), "{bad}: {e}");
+        }
     }
 }
