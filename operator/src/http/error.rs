@@ -32,8 +32,10 @@ impl ApiError {
     pub fn node_token_invalid() -> Self {
         Self::new(StatusCode::UNAUTHORIZED, codes::NODE_TOKEN_INVALID, "the node token is missing, unknown or revoked")
     }
+    /// The message names the bad field; what the client sent in it is bounded (SPEC §11): a
+    /// field name of 60,000 characters makes no 60,000-character answer or log line.
     pub fn invalid_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, codes::INVALID_REQUEST, message)
+        Self::new(StatusCode::BAD_REQUEST, codes::INVALID_REQUEST, bounded(&message.into()))
     }
     pub fn too_large(limit: usize) -> Self {
         let size = if limit >= 1 << 20 { format!("{} MiB", limit >> 20) } else { format!("{} KiB", limit >> 10) };
@@ -69,6 +71,16 @@ impl ApiError {
     }
 }
 
+/// A message that may quote what a client sent: at most 300 characters (then `…`), control
+/// characters replaced.
+fn bounded(message: &str) -> String {
+    let mut out: String = message.chars().take(300).map(|c| if c.is_control() { '\u{fffd}' } else { c }).collect();
+    if message.chars().nth(300).is_some() {
+        out.push('…');
+    }
+    out
+}
+
 /// A string from a request as it may appear in a message or a log line: at most 200
 /// characters, control characters escaped (SPEC §11).
 pub fn cut(s: &str) -> String {
@@ -85,5 +97,21 @@ impl From<crate::store::db::DbError> for ApiError {
     fn from(e: crate::store::db::DbError) -> Self {
         tracing::error!(error = %e, "store failure");
         ApiError::internal("the controller's store failed; try again")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_client_sent_is_bounded_in_messages_and_logs() {
+        let long = format!("invalid body: unknown field `{}\n`", "x".repeat(60_000));
+        let e = ApiError::invalid_request(long);
+        assert_eq!(e.message.chars().count(), 301);
+        assert!(e.message.ends_with('…') && !e.message.contains('\n'), "{}", &e.message[..40]);
+        assert_eq!(ApiError::invalid_request("ttlSeconds: must be 60–604800").message, "ttlSeconds: must be 60–604800");
+        assert_eq!(cut(&"é".repeat(300)).chars().count(), 200);
+        assert_eq!(cut("a\nb\u{1b}[31m"), "a\\nb\\u{1b}[31m");
     }
 }
