@@ -16,7 +16,7 @@ fn env() -> &'static Env {
     ENV.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let text = format!(
-            "controllerUrl: http://c\nname: w1\ncapacity: {{slots: 4}}\nexecutors:\n  k: {{image: base:1, dataPath: /data, images: [reg/obs:1.*]}}\nstateDir: {s}\nhostStateDir: /host/state\nsecretsDir: {x}\nhostSecretsDir: /host/secrets\n",
+            "controllerUrl: http://127.0.0.1\nname: w1\ncapacity: {{slots: 4}}\nexecutors:\n  k: {{image: base:1, dataPath: /data, images: [reg/obs:1.*]}}\nstateDir: {s}\nhostStateDir: /host/state\nsecretsDir: {x}\nhostSecretsDir: /host/secrets\n",
             s = dir.path().join("state").display(),
             x = dir.path().join("secrets").display()
         );
