@@ -30,7 +30,8 @@ pub struct Capacity {
     pub memory_mb: Option<u64>,
 }
 
-/// `POST /api/v1/nodes:join` body (§4.1). Its `Debug` hides the key (SPEC §11).
+/// `POST /api/v1/nodes:join` body (§4.1).
+// Its `Debug` (below) hides the key (SPEC §11).
 #[derive(Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JoinRequest {
@@ -50,7 +51,7 @@ pub struct JoinRequest {
     pub version: String,
 }
 
-/// Its `Debug` hides the token.
+// Its `Debug` (below) hides the token.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JoinResponse {
@@ -68,7 +69,7 @@ pub struct JoinKeyRequest {
     pub note: Option<String>,
 }
 
-/// Its `Debug` hides the key.
+// Its `Debug` (below) hides the key.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JoinKeyResponse {
