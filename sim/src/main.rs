@@ -7,17 +7,20 @@
 //! recovery when a share of the nodes goes silent. Prints a table and JSON.
 //!
 //! Defaults reproduce the target run (10,000 nodes, 20,000 agents × 5 = 100,000 replicas);
-//! flags shrink it: `fleet-sim --nodes 500 --agents 1000`.
+//! flags shrink it: `fleet-sim --nodes 500 --agents 1000`. `--hostile` measures the fleet
+//! under an attack by clients without credentials instead (issue #19, [`attack_phase`]).
 
+mod attack_phase;
+mod hostile;
 mod measure;
 mod node;
+mod wake;
 
 use anyhow::{bail, Context};
 use clap::Parser;
 use fleet_devkit::{Devkit, DevkitConfig};
 use node::{Shared, SimNode};
 use parking_lot::Mutex;
-use rand::Rng;
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -85,6 +88,23 @@ struct Args {
     /// `auto` — `own` when the open-file limit allows two sockets per node, else `shared`.
     #[arg(long, value_enum, default_value_t = ReportConnections::Auto)]
     report_connections: ReportConnections,
+    /// After cold convergence, measure the fleet before, during and after an attack by
+    /// clients without credentials (SPEC §11) instead of the steady, burst and recovery
+    /// phases: `fleet-sim --nodes 1000 --agents 2000 --hostile`.
+    #[arg(long)]
+    hostile: bool,
+    /// Hostile connections that connect and send nothing.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    hostile_idle: u32,
+    /// Hostile connections that trickle a request head that never ends.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    hostile_head: u32,
+    /// Hostile connections that send a join's head and trickle its body.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    hostile_body: u32,
+    /// Length of each measured window (before and during the attack).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(10..=600))]
+    hostile_seconds: u64,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,19 +199,6 @@ fn start_controller(args: &Args, dk: &Devkit, dir: &std::path::Path) -> anyhow::
     })
 }
 
-async fn wait_until<F: FnMut() -> bool>(limit: Duration, what: &str, mut f: F) -> anyhow::Result<Duration> {
-    let t = Instant::now();
-    loop {
-        if f() {
-            return Ok(t.elapsed());
-        }
-        if t.elapsed() > limit {
-            bail!("timed out after {limit:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Agents whose CP status says running with every replica ready.
 fn agents_running(dk: &Devkit, replicas: u32) -> usize {
     let st = dk.state.lock();
@@ -257,7 +264,7 @@ async fn main() -> anyhow::Result<()> {
     let ctl = start_controller(&args, &dk, &dir)?;
     let pid = ctl.child.id();
     let http = reqwest::Client::builder().pool_max_idle_per_host(4096).build()?;
-    wait_until(Duration::from_secs(30), "the controller's /healthz", || {
+    measure::wait_until(Duration::from_secs(30), "the controller's /healthz", || {
         std::net::TcpStream::connect(ctl.url.trim_start_matches("http://")).is_ok()
     })
     .await?;
@@ -369,6 +376,10 @@ async fn main() -> anyhow::Result<()> {
     let live_pats = dk.pats().iter().filter(|p| !p.revoked).count();
     eprintln!("fleet-sim: converged in {:.1}s ({live_pats} live PATs)", t_converged.as_secs_f64());
 
+    if args.hostile {
+        return hostile_measurement(&args, &dk, &shared, &http, pid, &ctl).await;
+    }
+
     // Phase 2: steady state at the fleet's natural report rate.
     let metrics = |http: reqwest::Client, url: String| async move {
         let text = http.get(url).send().await.ok()?.text().await.ok()?;
@@ -390,39 +401,12 @@ async fn main() -> anyhow::Result<()> {
     );
 
     // Phase 3: wake latency after agent changes.
-    let mut wake_ms = Vec::new();
-    let mut listed_ms = Vec::new();
-    let mut e2e_ms = Vec::new();
+    let mut wake = wake::Samples::default();
     for _ in 0..args.wake_samples {
-        let key = format!("agent-{:05}", rand::thread_rng().gen_range(0..args.agents));
-        let mut rev = 0;
-        dk.edit_agent(&key, |a| {
-            rev = a["revision"].as_u64().unwrap_or(1) + 1;
-            a["revision"] = json!(rev);
-        });
-        let version = dk.state.lock().version;
-        let t_edit = Instant::now();
-        wait_until(Duration::from_secs(30), "a node to receive the changed agent", || {
-            shared.received.lock().contains_key(&(key.clone(), rev))
-        })
-        .await?;
-        let recv = shared.received.lock()[&(key.clone(), rev)];
-        let (served, listed) = {
-            let st = dk.state.lock();
-            (st.version_served_at.get(&version).copied(), st.version_listed_at.get(&version).copied())
-        };
-        if let Some(served) = served {
-            wake_ms.push(recv.saturating_duration_since(served).as_secs_f64() * 1000.0);
-        }
-        if let Some(listed) = listed {
-            listed_ms.push(recv.saturating_duration_since(listed).as_secs_f64() * 1000.0);
-        }
-        e2e_ms.push(recv.saturating_duration_since(t_edit).as_secs_f64() * 1000.0);
+        wake::sample(&dk, &shared, args.agents, &mut wake).await?;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    wake_ms.sort_by(f64::total_cmp);
-    listed_ms.sort_by(f64::total_cmp);
-    e2e_ms.sort_by(f64::total_cmp);
+    let wake = wake.finish();
 
     // Phase 4: report throughput, some nodes reporting back-to-back.
     let (r0, b0) = (shared.reports_ok.load(Ordering::Relaxed), Instant::now());
@@ -487,9 +471,9 @@ async fn main() -> anyhow::Result<()> {
         "coldCpuSeconds": cold_cpu,
         "livePats": live_pats,
         "steadyPassP50Ms": passes.quantile_ms(0.5), "steadyPassP99Ms": passes.quantile_ms(0.99), "steadyPasses": passes.count,
-        "wakeP50Ms": measure::percentile(&wake_ms, 0.5), "wakeP99Ms": measure::percentile(&wake_ms, 0.99),
-        "listedToNodeP50Ms": measure::percentile(&listed_ms, 0.5), "listedToNodeP99Ms": measure::percentile(&listed_ms, 0.99),
-        "cpEditToNodeP50Ms": measure::percentile(&e2e_ms, 0.5), "cpEditToNodeP99Ms": measure::percentile(&e2e_ms, 0.99),
+        "wakeP50Ms": wake.wake_p(0.5), "wakeP99Ms": wake.wake_p(0.99),
+        "listedToNodeP50Ms": measure::percentile(&wake.listed, 0.5), "listedToNodeP99Ms": measure::percentile(&wake.listed, 0.99),
+        "cpEditToNodeP50Ms": measure::percentile(&wake.edit, 0.5), "cpEditToNodeP99Ms": measure::percentile(&wake.edit, 0.99),
         "steadyReportsPerSecond": steady_rate, "steadyCpuPercent": steady_cpu,
         "burstReportsPerSecond": burst_rate, "burstCpuPercent": burst_cpu,
         "peakRssMiB": peak_rss,
@@ -499,6 +483,38 @@ async fn main() -> anyhow::Result<()> {
         "reportConnections": if own_report_connections { "own" } else { "shared" },
     });
     print_table(&results);
+    println!("{}", serde_json::to_string_pretty(&results)?);
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_string_pretty(&results)?)?;
+    }
+    Ok(())
+}
+
+/// `--hostile`: the measurement of [`attack_phase`], printed and written like the others.
+async fn hostile_measurement(
+    args: &Args,
+    dk: &Devkit,
+    shared: &Shared,
+    http: &reqwest::Client,
+    pid: u32,
+    ctl: &Controller,
+) -> anyhow::Result<()> {
+    let fleet = attack_phase::Fleet {
+        dk,
+        shared,
+        http,
+        pid,
+        agents: args.agents,
+        addr: ctl.url.trim_start_matches("http://").parse()?,
+        metrics_url: &ctl.metrics_url,
+    };
+    let mix =
+        hostile::Mix { idle: args.hostile_idle as usize, head: args.hostile_head as usize, body: args.hostile_body as usize };
+    let mut results = attack_phase::run(&fleet, mix, Duration::from_secs(args.hostile_seconds)).await?;
+    results["nodes"] = json!(args.nodes);
+    results["agents"] = json!(args.agents);
+    results["replicas"] = json!(args.agents as u64 * args.replicas as u64);
+    attack_phase::print_table(&results);
     println!("{}", serde_json::to_string_pretty(&results)?);
     if let Some(p) = &args.json {
         std::fs::write(p, serde_json::to_string_pretty(&results)?)?;

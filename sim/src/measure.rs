@@ -1,7 +1,9 @@
 //! What the simulator reads off the controller: its process's CPU time and peak RSS from
 //! `/proc`, and the pass-duration histogram from its Prometheus metrics.
 
+use anyhow::bail;
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 /// Peak resident set (VmHWM) in MiB.
 pub fn peak_rss_mib(pid: u32) -> Option<f64> {
@@ -35,6 +37,11 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
     Some(ticks / 100.0) // USER_HZ is 100 on Linux
+}
+
+/// The value of an unlabelled sample `name` in Prometheus text.
+pub fn sample(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// A cumulative Prometheus histogram: upper bound (seconds) → count.
@@ -95,6 +102,20 @@ pub fn percentile(sorted_ms: &[f64], q: f64) -> Option<f64> {
     Some(sorted_ms[i])
 }
 
+/// Polls `f` every 100 ms until it holds; fails naming `what` after `limit`.
+pub async fn wait_until<F: FnMut() -> bool>(limit: Duration, what: &str, mut f: F) -> anyhow::Result<Duration> {
+    let t = Instant::now();
+    loop {
+        if f() {
+            return Ok(t.elapsed());
+        }
+        if t.elapsed() > limit {
+            bail!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,6 +150,13 @@ fleet_pass_duration_seconds_bucket{le=\"+Inf\"} 10
         assert_eq!(w.quantile_ms(0.5), Some(50.0));
         assert_eq!(w.quantile_ms(0.99), Some(1000.0));
         assert_eq!(Histogram::default().quantile_ms(0.5), None);
+    }
+
+    #[test]
+    fn unlabelled_samples_are_read_by_exact_name() {
+        let text = "fleet_joins_total{outcome=\"ok\"} 3\nfleet_connections_refused_total 7\nfleet_connections_refused_total_x 1\n";
+        assert_eq!(sample(text, "fleet_connections_refused_total"), Some(7.0));
+        assert_eq!(sample(text, "fleet_joins_total"), None);
     }
 
     #[test]
