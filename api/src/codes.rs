@@ -17,6 +17,8 @@ pub const REQUEST_TIMEOUT: &str = "request_timeout";
 
 /// Reasons an agent waits for a node (§5.1), in the order the filters apply.
 pub const NO_NODE: &str = "no_node";
+/// [ext] Every online node is cordoned or draining (SPEC §10.1).
+pub const NO_SCHEDULABLE_NODE: &str = "no_schedulable_node";
 pub const NO_EXECUTOR_KIND: &str = "no_executor_kind";
 pub const IMAGE_NOT_ALLOWED: &str = "image_not_allowed";
 pub const NO_LABEL: &str = "no_label";

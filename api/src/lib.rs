@@ -9,9 +9,11 @@ pub mod failpoint;
 pub mod images;
 pub mod labels;
 pub mod names;
+pub mod ops;
 pub mod seal;
 pub mod types;
 pub mod urls;
 pub mod validate;
 
+pub use ops::*;
 pub use types::*;

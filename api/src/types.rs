@@ -13,10 +13,21 @@ pub struct ErrorBody {
     pub message: String,
 }
 
-/// `{items: [...]}` envelope of list routes.
+/// `{items: [...]}` envelope of list routes. With `?limit=`, `nextCursor` is there while more
+/// items follow: pass it back as `?cursor=` for the next page.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct List<T> {
     pub items: Vec<T>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+impl<T> List<T> {
+    /// The whole list, unpaged.
+    pub fn all(items: Vec<T>) -> List<T> {
+        List { items, next_cursor: None }
+    }
 }
 
 /// What a node offers: slots always; cpus and memory only where set.
@@ -302,6 +313,18 @@ pub struct NodeView {
     pub status: NodeStatus,
     pub last_seen_at: String,
     pub version: String,
+    /// Slots taken by the replicas placed here.
+    #[serde(default)]
+    pub slots_used: u32,
+    /// False when cordoned or draining (SPEC §10.1).
+    #[serde(default = "yes")]
+    pub schedulable: bool,
+    #[serde(default)]
+    pub drain: Option<crate::ops::DrainView>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// `GET /api/v1/nodes/{id}`: the node with what it last reported.

@@ -28,6 +28,8 @@ pub fn nodes(n: usize) -> Vec<NodeFacts> {
                 id: format!("node-{i:05}").into(),
                 name: format!("worker-{i:05}").into(),
                 online: i % 97 != 0,
+                schedulable: true,
+                draining: None,
                 kinds,
                 images,
                 labels,

@@ -35,6 +35,9 @@ pub struct Config {
     pub token_ttl_seconds: u64,
     pub reconcile_every: Duration,
     pub node_offline_after: Duration,
+    /// [ext] `FLEET_NODE_GC_SECONDS`: a node offline longer than this is deleted (SPEC §10.1);
+    /// `None` (0, the default) keeps offline nodes until an admin deletes them.
+    pub node_gc_after: Option<Duration>,
     pub token_revoke_grace: Duration,
     /// [ext] How often the JWKS of admin tokens is fetched again (SPEC §11: 10 minutes).
     pub jwks_refresh: Duration,
@@ -98,6 +101,7 @@ pub mod defaults {
     pub const TOKEN_TTL_MAX: u64 = 604_800;
     pub const RECONCILE_SECONDS: u64 = 5;
     pub const NODE_OFFLINE_SECONDS: u64 = 60;
+    pub const NODE_GC_SECONDS: u64 = 0;
     pub const TOKEN_REVOKE_GRACE_SECONDS: u64 = 600;
     pub const JWKS_REFRESH_SECONDS: u64 = 600;
     pub const MAX_CONNECTIONS: u64 = 40_000;
@@ -269,6 +273,8 @@ impl Config {
             Duration::from_secs(r.seconds("FLEET_RECONCILE_SECONDS", defaults::RECONCILE_SECONDS, 1, day));
         let node_offline_after =
             Duration::from_secs(r.seconds("FLEET_NODE_OFFLINE_SECONDS", defaults::NODE_OFFLINE_SECONDS, 1, day));
+        let gc = r.seconds("FLEET_NODE_GC_SECONDS", defaults::NODE_GC_SECONDS, 0, day);
+        let node_gc_after = (gc > 0).then(|| Duration::from_secs(gc));
         let http_timeouts = r.http_timeouts();
         let token_revoke_grace = Duration::from_secs(r.seconds(
             "FLEET_TOKEN_REVOKE_GRACE_SECONDS",
@@ -313,6 +319,7 @@ impl Config {
             token_ttl_seconds,
             reconcile_every,
             node_offline_after,
+            node_gc_after,
             token_revoke_grace,
             jwks_refresh,
             ca_certs,

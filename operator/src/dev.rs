@@ -167,6 +167,7 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
         token_scopes: DEV_TOKEN_SCOPES.split_whitespace().map(str::to_string).collect(),
         token_ttl_seconds: crate::config::defaults::TOKEN_TTL_SECONDS,
         reconcile_every: Duration::from_secs(crate::config::defaults::RECONCILE_SECONDS),
+        node_gc_after: None,
         node_offline_after: Duration::from_secs(crate::config::defaults::NODE_OFFLINE_SECONDS),
         token_revoke_grace: Duration::from_secs(crate::config::defaults::TOKEN_REVOKE_GRACE_SECONDS),
         jwks_refresh: Duration::from_secs(crate::config::defaults::JWKS_REFRESH_SECONDS),

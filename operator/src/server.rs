@@ -36,6 +36,9 @@ impl Running {
         if let Err(e) = self.store.flush_reports().await {
             tracing::error!(error = %e, "final flush of node reports failed");
         }
+        if let Err(e) = self.store.flush_events().await {
+            tracing::error!(error = %e, "final flush of events failed");
+        }
     }
 }
 
@@ -77,6 +80,9 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
                 tasks.spawn("worker", work::worker(ctx.clone()));
             }
             tasks.spawn("pass", pass::run(ctx.clone()));
+            if let Some(after) = cfg.node_gc_after {
+                tasks.spawn("node-gc", crate::reconcile::gc::run(ctx.clone(), after));
+            }
             tasks.spawn("cp-watcher", agents::watch_cp(ctx.clone()));
             ctx.kick();
             Some(ctx)
@@ -94,6 +100,9 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
                 tick.tick().await;
                 if let Err(e) = store.flush_reports().await {
                     tracing::error!(error = %e, "cannot persist node reports; retrying");
+                }
+                if let Err(e) = store.flush_events().await {
+                    tracing::error!(error = %e, "cannot persist events; retrying");
                 }
             }
         });

@@ -137,8 +137,20 @@ async fn every_status_code_of_the_api() {
     assert_eq!(s, 400);
     assert!(m.contains("capacity.slots"), "{m}");
     n1.join(&key).await;
-    let (s, v) = n1.try_join(&key).await;
-    assert_eq!((s.as_u16(), v["error"].as_str()), (401, Some("join_key_invalid")), "a key works once");
+    // A key works once: another node (its own key pair) cannot use it, under the same name or
+    // another.
+    for name in ["w1", "w1b"] {
+        let (s, v) = TestNode::new(&url, name, json!({"capacity": {"slots": 1}})).try_join(&key).await;
+        assert_eq!((s.as_u16(), v["error"].as_str()), (401, Some("join_key_invalid")), "a key works once");
+    }
+    // SPEC §10.1: the same node (name and public key) joining again while the key lasts — its
+    // first `201` was lost — gets the same id and a new token; the old token stops working.
+    let first = n1.clone();
+    n1.join(&key).await;
+    assert_eq!(n1.id, first.id, "no ghost: the same node");
+    assert_ne!(n1.token, first.token);
+    assert_eq!(first.desired(None, 0).await.0, 401, "the previous token no longer works");
+    assert_eq!(n1.desired(None, 0).await.0, 200);
     let key2 = admin.join_key().await;
     let (s, v) = TestNode::new(&url, "w1", json!({"capacity": {"slots": 1}})).try_join(&key2).await;
     assert_eq!((s.as_u16(), v["error"].as_str()), (409, Some("node_name_taken")));

@@ -100,6 +100,9 @@ fn node(id: &str, name: &str, slots: u32, seen: &str) -> NodeView {
         status: NodeStatus::Online,
         last_seen_at: seen.into(),
         version: "0.1.0".into(),
+        slots_used: 0,
+        schedulable: true,
+        drain: None,
     }
 }
 

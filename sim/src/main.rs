@@ -508,8 +508,11 @@ async fn hostile_measurement(
         addr: ctl.url.trim_start_matches("http://").parse()?,
         metrics_url: &ctl.metrics_url,
     };
-    let mix =
-        hostile::Mix { idle: args.hostile_idle as usize, head: args.hostile_head as usize, body: args.hostile_body as usize };
+    let mix = hostile::Mix {
+        idle: args.hostile_idle as usize,
+        head: args.hostile_head as usize,
+        body: args.hostile_body as usize,
+    };
     let mut results = attack_phase::run(&fleet, mix, Duration::from_secs(args.hostile_seconds)).await?;
     results["nodes"] = json!(args.nodes);
     results["agents"] = json!(args.agents);

@@ -1,18 +1,22 @@
-//! Admin routes: join keys, nodes, one node, placements. Every route checks its scope.
+//! Admin routes: join keys, nodes, one node, placements (paged on request). Every route
+//! checks its scope.
 
 use super::auth::{SCOPE_ADMIN, SCOPE_READ};
 use super::body::read_json;
 use super::error::ApiError;
+use super::page::{self, Page};
 use super::App;
 use crate::clock;
+use crate::store::NodeRec;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use fleet_api::{
     ErrorBody, JoinKeyRequest, JoinKeyResponse, List, NodeDetail, NodeView, PlacementView, JOIN_KEY_TTL_DEFAULT,
     JOIN_KEY_TTL_MAX, JOIN_KEY_TTL_MIN,
 };
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,21 +48,33 @@ pub async fn create_join_key(
     Ok((StatusCode::CREATED, Json(JoinKeyResponse { join_key: key, expires_at: clock::rfc3339_ms(expires) })))
 }
 
-/// Every node with its announced attributes and liveness.
+/// Every node with its announced attributes, liveness and lifecycle, by name.
 #[utoipa::path(get, path = "/api/v1/nodes", tag = "admin", security(("admin" = ["fleet:read"])),
-    responses((status = 200, body = List<NodeView>), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
-pub async fn list_nodes(State(app): State<Arc<App>>, headers: HeaderMap) -> Result<Json<List<NodeView>>, ApiError> {
+    params(("limit" = Option<u32>, Query, description = "at most this many (1…5000); without it, every node"),
+           ("cursor" = Option<String>, Query, description = "the nextCursor of the last page")),
+    responses((status = 200, body = List<NodeView>), (status = 400, description = "invalid_request", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
+pub async fn list_nodes(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json<List<NodeView>>, ApiError> {
     app.jwks.admin(&headers, SCOPE_READ).await?;
+    let page = Page::parse(&q)?;
     let now = clock::now_ms();
-    let mut items: Vec<NodeView> =
-        app.store.state.read().nodes.values().map(|n| n.view(now, app.offline_after)).collect();
-    items.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(Json(List { items }))
+    let st = app.store.state.read();
+    let mut nodes: Vec<&NodeRec> =
+        st.nodes.values().filter(|n| page.after.as_deref().is_none_or(|a| &*n.name > a)).collect();
+    nodes.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    let more = page.limit.is_some_and(|l| nodes.len() > l);
+    nodes.truncate(page.limit.unwrap_or(usize::MAX));
+    let next_cursor = more.then(|| nodes.last().map(|n| page::encode(&n.name))).flatten();
+    let items = nodes.into_iter().map(|n| st.node_view(n, now, app.offline_after)).collect();
+    Ok(Json(List { items, next_cursor }))
 }
 
-/// One node with the replicas it last reported.
+/// One node (by id or name) with the replicas it last reported.
 #[utoipa::path(get, path = "/api/v1/nodes/{id}", tag = "admin", security(("admin" = ["fleet:read"])),
-    params(("id" = String, Path, description = "node id")),
+    params(("id" = String, Path, description = "node id or name")),
     responses((status = 200, body = NodeDetail), (status = 404, description = "not_found", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn get_node(
     State(app): State<Arc<App>>,
@@ -67,10 +83,10 @@ pub async fn get_node(
 ) -> Result<Json<NodeDetail>, ApiError> {
     app.jwks.admin(&headers, SCOPE_READ).await?;
     let st = app.store.state.read();
-    let n = st.nodes.get(id.as_str()).ok_or_else(|| ApiError::not_found(format!("no node with id {id:?}")))?;
+    let n = st.resolve(&id).and_then(|id| st.nodes.get(&id)).ok_or_else(|| super::ops::unknown_node(&id))?;
     Ok(Json(NodeDetail {
-        node: n.view(clock::now_ms(), app.offline_after),
-        generation: st.desired.get(id.as_str()).map(|d| d.generation).unwrap_or(0),
+        node: st.node_view(n, clock::now_ms(), app.offline_after),
+        generation: st.desired.get(&n.id).map(|d| d.generation).unwrap_or(0),
         applied_generation: n.info.applied_generation,
         replicas: n.info.replicas.clone(),
     }))
@@ -78,12 +94,34 @@ pub async fn get_node(
 
 /// Placements: one item per (agent, node) with a replica count, plus pending and stopped items.
 #[utoipa::path(get, path = "/api/v1/placements", tag = "admin", security(("admin" = ["fleet:read"])),
-    responses((status = 200, body = List<PlacementView>), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
+    params(("limit" = Option<u32>, Query, description = "at most this many items (1…5000); without it, every item"),
+           ("cursor" = Option<String>, Query, description = "the nextCursor of the last page")),
+    responses((status = 200, body = List<PlacementView>), (status = 400, description = "invalid_request", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn list_placements(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<List<PlacementView>>, ApiError> {
     app.jwks.admin(&headers, SCOPE_READ).await?;
+    let page = Page::parse(&q)?;
     let views = app.store.state.read().views.clone();
-    Ok(Json(List { items: views.to_vec() }))
+    let Some(limit) = page.limit else { return Ok(Json(List::all(views.to_vec()))) };
+    // The cursor is "<index within the agent's items>:<agent key>" of the next item.
+    let (skip, from) = match page.after.as_deref().and_then(|a| a.split_once(':')) {
+        Some((i, key)) => (i.parse::<usize>().unwrap_or(0), key.to_string()),
+        None => (0, String::new()),
+    };
+    let mut items = Vec::with_capacity(limit.min(views.len()));
+    let mut next_cursor = None;
+    'agents: for (key, list) in views.range_from(&from) {
+        let start = if **key == *from { skip } else { 0 };
+        for (i, v) in list.iter().enumerate().skip(start) {
+            if items.len() == limit {
+                next_cursor = Some(page::encode(&format!("{i}:{key}")));
+                break 'agents;
+            }
+            items.push(v.clone());
+        }
+    }
+    Ok(Json(List { items, next_cursor }))
 }

@@ -7,6 +7,8 @@ pub mod body;
 pub mod error;
 pub mod node;
 pub mod openapi;
+pub mod ops;
+pub mod page;
 pub mod serve;
 
 use crate::metrics::Metrics;
@@ -130,8 +132,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/openapi.json", get(openapi::serve))
         .route("/api/v1/join-keys", post(admin::create_join_key))
         .route("/api/v1/nodes", get(admin::list_nodes))
-        .route("/api/v1/nodes/{id}", get(admin::get_node))
+        .route("/api/v1/nodes/{id}", get(admin::get_node).post(ops::node_action).delete(ops::delete_node))
         .route("/api/v1/placements", get(admin::list_placements))
+        .route("/api/v1/agents/{key}/placement", get(ops::explain))
+        .route("/api/v1/events", get(ops::events))
         .route("/api/v1/nodes:join", post(node::join))
         .route("/api/v1/nodes/me/desired", get(node::desired))
         .route("/api/v1/nodes/me/observed", put(node::observed))

@@ -124,12 +124,12 @@ pub async fn desired(
             return Ok(desired_response(body));
         }
     }
-    match tokio::time::timeout(Duration::from_secs(wait), rx.changed()).await {
-        Ok(Ok(())) => match app.store.desired_body(&node) {
-            Some((g, body)) if g != generation => Ok(desired_response(body)),
-            _ => Ok(StatusCode::NOT_MODIFIED.into_response()),
-        },
-        _ => Ok(StatusCode::NOT_MODIFIED.into_response()),
+    let _ = tokio::time::timeout(Duration::from_secs(wait), rx.changed()).await;
+    match app.store.desired_body(&node) {
+        Some((g, body)) if g != generation => Ok(desired_response(body)),
+        Some(_) => Ok(StatusCode::NOT_MODIFIED.into_response()),
+        // Deleted while the poll was held (SPEC §10.1).
+        None => Err(ApiError::node_token_invalid()),
     }
 }
 

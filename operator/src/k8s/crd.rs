@@ -35,6 +35,12 @@ pub const VERSION: &str = "v1alpha1";
         description = "ok or degraded, as the node reports"
     ),
     printcolumn(
+        name = "Scheduling",
+        type_ = "string",
+        json_path = ".status.scheduling",
+        description = "schedulable, cordoned, draining (N left) or drained"
+    ),
+    printcolumn(
         name = "Slots",
         type_ = "string",
         json_path = ".status.slots",
@@ -74,6 +80,12 @@ pub struct FleetNodeStatus {
     pub placed_replicas: u32,
     /// `used/total` slots, for the printer column.
     pub slots: String,
+    /// `schedulable`, `cordoned`, `draining (N left)` or `drained` (SPEC §10.1).
+    #[serde(default)]
+    pub scheduling: String,
+    /// Replicas left on a draining node with nowhere else to go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_blocked: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -72,7 +72,10 @@ pub struct Snapshot {
 }
 
 pub fn snapshot(st: &State, now_ms: i64, offline_after: Duration) -> Snapshot {
-    Snapshot { nodes: st.nodes.values().map(|n| n.view(now_ms, offline_after)).collect(), views: st.views.clone() }
+    Snapshot {
+        nodes: st.nodes.values().map(|n| st.node_view(n, now_ms, offline_after)).collect(),
+        views: st.views.clone(),
+    }
 }
 
 pub fn wanted(snap: Snapshot) -> Wanted {
@@ -105,6 +108,8 @@ pub fn wanted(snap: Snapshot) -> Wanted {
                 last_seen_at: view.last_seen_at.clone(),
                 version: view.version.clone(),
                 placed_replicas: used,
+                scheduling: view.scheduling(),
+                drain_blocked: view.drain.as_ref().map(|d| d.blocked.len() as u32),
             };
             want(names::node_object(&view.name), &FleetNodeSpec { node_id: view.id.clone() }, &status)
         })

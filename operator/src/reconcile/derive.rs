@@ -32,6 +32,8 @@ pub fn facts_of(n: &NodeRec, online: bool) -> NodeFacts {
         id: n.id.clone(),
         name: n.name.clone(),
         online,
+        schedulable: n.lifecycle.schedulable(),
+        draining: n.lifecycle.draining(),
         kinds: n.info.executor_kinds.clone(),
         images: n.allow.clone(),
         labels: n.info.labels.clone(),

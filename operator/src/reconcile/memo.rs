@@ -145,6 +145,7 @@ mod tests {
             last_seen_ms: 0,
             info: NodeInfo { labels: labels.iter().map(|l| l.to_string()).collect(), ..Default::default() },
             allow: BTreeMap::new(),
+            lifecycle: Default::default(),
         }
     }
 

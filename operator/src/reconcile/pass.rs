@@ -19,6 +19,7 @@
 //! published state differs; the tests hold the incremental pass to it.
 
 mod decide;
+mod drains;
 mod place;
 mod snapshot;
 
@@ -115,8 +116,13 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     let mut phases = Phases::new();
     let mut plan = Plan::default();
     let mut snap = snapshot::take(ctx, memo, clock::now_ms());
+    // Credentials of deleted nodes: revoked now, with no drain window (SPEC §10.1).
+    for id in std::mem::take(&mut snap.changes.revoke_now) {
+        ctx.queue.add(WorkKey::Revoke(id));
+    }
     phases.mark("snapshot");
-    let placed = place::place(memo, &mut snap, &mut plan.rows);
+    let mut placed = place::place(memo, &mut snap, &mut plan.rows);
+    drains::flip_events(memo, &snap.flips, snap.full, &mut placed.events);
     phases.mark("place");
     decide::identity_work(ctx, memo, &snap, &mut plan);
     decide::pat_work(ctx, memo, &snap, &placed, &mut plan);
@@ -132,8 +138,11 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     let (desired, hashes) = (std::mem::take(&mut plan.desired), std::mem::take(&mut plan.desired_hashes));
     ctx.store.commit_pass(&rows, desired, hashes).await?;
     phases.mark("persist");
-    publish(ctx, memo, &snap, placed, plan);
+    let drained = publish(ctx, memo, &snap, placed, plan);
     count_nodes(ctx, memo, &snap);
+    for id in drained {
+        ctx.store.drain_done(&id).await?;
+    }
     memo.primed = true;
     memo.last_pass_ms = snap.now;
     drop(snap.old_agents.take());
@@ -143,14 +152,19 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
 }
 
 /// Publishes what the plan decided besides the desired states (already out): the outcome,
-/// placed pairs, items, retirements and statuses, then queues the work they call for.
-fn publish(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: Placed, mut plan: Plan) {
+/// placed pairs, items, retirements, statuses, drain progress and events, then queues the
+/// work they call for. Returns the draining nodes with no replica left.
+fn publish(ctx: &Ctx, memo: &Memo, snap: &Snapshot, mut placed: Placed, mut plan: Plan) -> Vec<Id> {
     // The nodes are woken first; copying the placement items (an `Arc` per agent) comes after.
     plan.publish.views = plan.views_changed.then(|| Arc::new(memo.views.clone()));
     if plan.publish.views.is_some() {
         memo.gauges.publish_placements(&ctx.metrics);
     }
+    let mut drained = Vec::new();
     if placed.replaced {
+        let progress = drains::progress(memo, &placed.outcome);
+        drained = progress.iter().filter(|(_, p)| p.remaining == 0).map(|(id, _)| id.clone()).collect();
+        plan.publish.drains = Some(progress);
         plan.publish.placed_pairs = if snap.full {
             let pairs = memo.per_node.iter().flat_map(|(node, m)| m.keys().map(move |a| (a.clone(), node.clone())));
             PlacedPairs::All(pairs.collect())
@@ -163,6 +177,7 @@ fn publish(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: Placed, mut plan: Pl
         };
         plan.publish.outcome = Some(placed.outcome);
     }
+    ctx.store.events.record_all(std::mem::take(&mut placed.events).finish());
     let retired = plan.publish.retired.clone();
     let to_send = ctx.store.publish_pass(plan.publish);
     // Revocations are queued once their credential says when (the worker reads it).
@@ -176,6 +191,7 @@ fn publish(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: Placed, mut plan: Pl
     for key in to_send {
         ctx.queue.add_after(WorkKey::Status(key), STATUS_DEBOUNCE);
     }
+    drained
 }
 
 /// Queues identity and PAT work. A node's PATs are issued together (the queue is first in,

@@ -19,6 +19,10 @@ pub struct NodeFacts {
     pub id: Arc<str>,
     pub name: Arc<str>,
     pub online: bool,
+    /// Not cordoned or draining (SPEC §10.1): new replicas may come here.
+    pub schedulable: bool,
+    /// `Some(force)` while draining: its replicas move off.
+    pub draining: Option<bool>,
     pub kinds: Vec<String>,
     pub images: BTreeMap<String, AllowList>,
     pub labels: Vec<String>,
@@ -40,7 +44,7 @@ pub struct Demand {
     pub memory_mb: Option<u64>,
 }
 
-pub use crate::store::kept::{Bindings, Outcome, ReplicaKey};
+pub use crate::store::kept::{Bindings, Free, Outcome, ReplicaKey};
 
 fn milli(c: f64) -> u64 {
     (c * 1000.0).round().max(0.0) as u64
@@ -93,41 +97,52 @@ struct Signature<'a> {
     mem: Option<u64>,
 }
 
+/// Where `schedulable` sits in the filter order (SPEC §10.2: right after `online`).
+const SCHEDULABLE: usize = 1;
+
 /// Which static filter a node fails first, in SPEC order; `None` when it passes all.
-fn first_failure(sig: &Signature, n: &NodeFacts) -> Option<usize> {
+/// `cordon_counts`: whether an unschedulable node fails (new replicas) or not (replicas
+/// already on a cordoned node stay).
+fn first_failure(sig: &Signature, n: &NodeFacts, cordon_counts: bool) -> Option<usize> {
     if !n.online {
         return Some(0);
     }
+    if cordon_counts && !n.schedulable {
+        return Some(SCHEDULABLE);
+    }
     if !n.kinds.iter().any(|k| k == sig.kind) {
-        return Some(1);
+        return Some(2);
     }
     if let Some(img) = sig.image {
         if !n.images.get(sig.kind).is_some_and(|l| l.admits(img)) {
-            return Some(2);
+            return Some(3);
         }
     }
     if !labels::all_met(&sig.requires, &n.labels) {
-        return Some(3);
+        return Some(4);
     }
     if !sig.secrets.iter().all(|s| n.secrets.binary_search_by(|x| x.as_str().cmp(s)).is_ok()) {
-        return Some(4);
+        return Some(5);
     }
     None
 }
 
-const REASONS: [&str; 6] = [
+/// The waiting reason of each filter, in order; the last is capacity.
+pub const REASONS: [&str; 7] = [
     codes::NO_NODE,
+    codes::NO_SCHEDULABLE_NODE,
     codes::NO_EXECUTOR_KIND,
     codes::IMAGE_NOT_ALLOWED,
     codes::NO_LABEL,
     codes::NO_SECRET,
     codes::NO_CAPACITY,
 ];
+const CAPACITY: usize = REASONS.len() - 1;
 
 struct SigState {
     /// Statically fitting nodes, as a lazy max-heap of (free slots, name rank).
     heap: BinaryHeap<(u32, Reverse<u32>)>,
-    /// Reason when the static filters leave no candidate (index into REASONS), else 5.
+    /// Reason when the static filters leave no candidate (index into REASONS), else capacity.
     empty_reason: usize,
 }
 
@@ -141,6 +156,7 @@ pub fn place(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> Ou
     let mut bound: Vec<(ReplicaKey, Arc<str>)> = Vec::with_capacity(previous.len());
     let unbound = p.sticky(previous, &mut bound);
     p.place_new(unbound, &mut bound, &mut out);
+    out.free = p.free();
     // Sticky and new bindings are each in order: `from_iter`'s stable sort merges two runs
     // and the map is bulk-built.
     out.bindings = bound.into_iter().collect();
@@ -188,13 +204,29 @@ impl<'a> Placer<'a> {
 
     fn static_fit(&mut self, sig: usize, ni: u32) -> bool {
         if !self.dense {
-            return first_failure(&self.sigs[sig], &self.nodes[ni as usize]).is_none();
+            return first_failure(&self.sigs[sig], &self.nodes[ni as usize], true).is_none();
         }
         let slot = &mut self.fit_memo[sig * self.nodes.len() + ni as usize];
         if *slot == 0 {
-            *slot = if first_failure(&self.sigs[sig], &self.nodes[ni as usize]).is_none() { 1 } else { 2 };
+            *slot = if first_failure(&self.sigs[sig], &self.nodes[ni as usize], true).is_none() { 1 } else { 2 };
         }
         *slot == 1
+    }
+
+    /// Whether a replica already on node `ni` may stay: it fits, or the node is only
+    /// cordoned (not draining) and it fits otherwise.
+    fn may_stay(&mut self, sig: usize, ni: u32) -> bool {
+        if self.static_fit(sig, ni) {
+            return true;
+        }
+        let n = &self.nodes[ni as usize];
+        !n.schedulable && n.draining.is_none() && first_failure(&self.sigs[sig], n, false).is_none()
+    }
+
+    /// Each node's room left, by id.
+    fn free(&self) -> HashMap<Arc<str>, Free> {
+        let room = self.room.iter().map(|r| Free { slots: r.slots, cpus_milli: r.cpus, memory_mb: r.mem });
+        self.nodes.iter().map(|n| n.id.clone()).zip(room).collect()
     }
 
     fn need(&self, sig: usize) -> Need {
@@ -228,7 +260,7 @@ impl<'a> Placer<'a> {
             for r in 0..d.replicas {
                 let prev = prev_nodes[r as usize];
                 match prev {
-                    Some(ni) if self.static_fit(sig, ni) && self.room[ni as usize].fits(&need) => {
+                    Some(ni) if self.may_stay(sig, ni) && self.room[ni as usize].fits(&need) => {
                         self.room[ni as usize].take(&need);
                         bound.push(((d.key.clone(), r), self.nodes[ni as usize].id.clone()));
                     }
@@ -256,6 +288,11 @@ impl<'a> Placer<'a> {
                         bound.push(((d.key.clone(), r), self.nodes[ni as usize].id.clone()));
                         out.stuck.insert((d.key.clone(), r));
                     }
+                    // Draining without force: a replica with nowhere to go stays, blocked.
+                    Some(ni) if self.nodes[ni as usize].draining == Some(false) => {
+                        bound.push(((d.key.clone(), r), self.nodes[ni as usize].id.clone()));
+                        out.blocked.insert((d.key.clone(), r));
+                    }
                     _ => {
                         let e = out.waiting.entry(d.key.clone()).or_insert((0, REASONS[st.empty_reason]));
                         e.0 += 1;
@@ -270,9 +307,9 @@ impl<'a> Placer<'a> {
         let mut deepest = 0usize;
         let mut heap = BinaryHeap::new();
         for (i, n) in self.nodes.iter().enumerate() {
-            match first_failure(&self.sigs[sig], n) {
+            match first_failure(&self.sigs[sig], n, true) {
                 None => {
-                    deepest = 5;
+                    deepest = CAPACITY;
                     if self.room[i].fits(need) {
                         heap.push((self.room[i].slots, Reverse(self.rank[i])));
                     }

@@ -31,6 +31,7 @@ pub struct StatusInput<'a> {
 pub fn waiting_message(code: &str) -> &'static str {
     match code {
         codes::NO_NODE => "no node is online",
+        codes::NO_SCHEDULABLE_NODE => "every online node is cordoned or draining",
         codes::NO_EXECUTOR_KIND => "no online node runs this executor kind",
         codes::IMAGE_NOT_ALLOWED => "no node with this executor kind admits the agent's image",
         codes::NO_LABEL => "no node has every required label",

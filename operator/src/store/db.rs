@@ -36,6 +36,7 @@ pub struct NodeRow {
     pub joined_ms: i64,
     pub last_seen_ms: i64,
     pub info: String,
+    pub lifecycle: super::Lifecycle,
 }
 
 #[derive(Debug, Clone)]
@@ -66,6 +67,11 @@ pub struct Snapshot {
 
 pub enum JoinOutcome {
     Joined,
+    /// The key's node joined again (same name and public key, key still within its TTL): it
+    /// keeps its id and has the new token (SPEC §10.1).
+    Rejoined {
+        id: String,
+    },
     KeyInvalid,
     NameTaken,
 }
@@ -116,7 +122,6 @@ impl Db {
         Ok(())
     }
 
-    #[cfg(test)]
     pub(crate) fn pool(&self) -> &SqlitePool {
         &self.pool
     }
@@ -137,19 +142,27 @@ impl Db {
         Ok(())
     }
 
-    /// Marks the key used and creates the node in one transaction; a refusal leaves the key usable.
+    /// Marks the key used and creates the node in one transaction; a refusal leaves the key
+    /// usable. A used key answers again for the node it made, while its TTL lasts, when the
+    /// name and public key are the same: that node gets the new token.
     pub async fn join(&self, key_hash: &[u8], node: &NodeRow, now_ms: i64) -> Result<JoinOutcome, DbError> {
         let mut tx = self.pool.begin().await?;
-        let taken =
-            sqlx::query("UPDATE join_keys SET used_ms = ? WHERE hash = ? AND used_ms IS NULL AND expires_ms > ?")
-                .bind(now_ms)
-                .bind(key_hash)
-                .bind(now_ms)
-                .execute(&mut *tx)
-                .await?;
+        let taken = sqlx::query(
+            "UPDATE join_keys SET used_ms = ?, node_id = ? WHERE hash = ? AND used_ms IS NULL AND expires_ms > ?",
+        )
+        .bind(now_ms)
+        .bind(&node.id)
+        .bind(key_hash)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await?;
         if taken.rows_affected() != 1 {
-            tx.rollback().await?;
-            return Ok(JoinOutcome::KeyInvalid);
+            let again = rejoin(&mut tx, key_hash, node, now_ms).await?;
+            match &again {
+                JoinOutcome::Rejoined { .. } => tx.commit().await?,
+                _ => tx.rollback().await?,
+            }
+            return Ok(again);
         }
         let exists =
             sqlx::query("SELECT 1 FROM nodes WHERE name = ?").bind(&node.name).fetch_optional(&mut *tx).await?;
@@ -175,6 +188,44 @@ impl Db {
             .await?;
         tx.commit().await?;
         Ok(JoinOutcome::Joined)
+    }
+
+    /// Stores a node's lifecycle columns.
+    pub async fn set_lifecycle(&self, id: &str, c: (bool, Option<i64>, bool, Option<i64>)) -> Result<(), DbError> {
+        sqlx::query(
+            "UPDATE nodes SET cordoned = ?, drain_started_ms = ?, drain_force = ?, drain_done_ms = ? WHERE id = ?",
+        )
+        .bind(c.0)
+        .bind(c.1)
+        .bind(c.2)
+        .bind(c.3)
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Deletes the node and what hangs on it; its credentials are due for revocation now.
+    pub async fn delete_node(&self, id: &str, now_ms: i64) -> Result<(), DbError> {
+        let mut tx = self.pool.begin().await?;
+        for sql in [
+            "DELETE FROM nodes WHERE id = ?",
+            "DELETE FROM desired WHERE node_id = ?",
+            "DELETE FROM placements WHERE node_id = ?",
+            "DELETE FROM pat_pairs WHERE node_id = ?",
+            // The key cannot make the deleted node join again.
+            "UPDATE join_keys SET node_id = NULL WHERE node_id = ?",
+        ] {
+            sqlx::query(sql).bind(id).execute(&mut *tx).await?;
+        }
+        sqlx::query("UPDATE credentials SET revoke_ms = ? WHERE node_id = ? AND (revoke_ms IS NULL OR revoke_ms > ?)")
+            .bind(now_ms)
+            .bind(id)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// Writes reported node state (a batch, from the report flusher), in order.
@@ -271,20 +322,24 @@ impl Db {
 
     pub async fn load(&self) -> Result<Snapshot, DbError> {
         let p = &self.pool;
-        let nodes = sqlx::query("SELECT id, name, token_hash, public_key, joined_ms, last_seen_ms, info FROM nodes")
-            .fetch_all(p)
-            .await?
-            .into_iter()
-            .map(|r| NodeRow {
-                id: r.get(0),
-                name: r.get(1),
-                token_hash: r.get(2),
-                public_key: r.get(3),
-                joined_ms: r.get(4),
-                last_seen_ms: r.get(5),
-                info: r.get(6),
-            })
-            .collect();
+        let nodes = sqlx::query(
+            "SELECT id, name, token_hash, public_key, joined_ms, last_seen_ms, info, \
+             cordoned, drain_started_ms, drain_force, drain_done_ms FROM nodes",
+        )
+        .fetch_all(p)
+        .await?
+        .into_iter()
+        .map(|r| NodeRow {
+            id: r.get(0),
+            name: r.get(1),
+            token_hash: r.get(2),
+            public_key: r.get(3),
+            joined_ms: r.get(4),
+            last_seen_ms: r.get(5),
+            info: r.get(6),
+            lifecycle: super::Lifecycle::from_columns(r.get(7), r.get(8), r.get(9), r.get(10)),
+        })
+        .collect();
         let placements = sqlx::query("SELECT agent_key, replica, node_id FROM placements")
             .fetch_all(p)
             .await?
@@ -341,6 +396,32 @@ impl Db {
             .collect();
         Ok(Snapshot { nodes, placements, identities, pairs, credentials, desired, statuses, kv })
     }
+}
+
+/// A used key's second join: the node it made, if the key is within its TTL and the name and
+/// public key match, gets the new token.
+async fn rejoin(
+    tx: &mut sqlx::SqliteConnection,
+    key_hash: &[u8],
+    node: &NodeRow,
+    now_ms: i64,
+) -> Result<JoinOutcome, DbError> {
+    let made: Option<String> = sqlx::query_scalar(
+        "SELECT node_id FROM join_keys WHERE hash = ? AND used_ms IS NOT NULL AND expires_ms > ? AND node_id IS NOT NULL",
+    )
+    .bind(key_hash)
+    .bind(now_ms)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(id) = made else { return Ok(JoinOutcome::KeyInvalid) };
+    let updated = sqlx::query("UPDATE nodes SET token_hash = ? WHERE id = ? AND name = ? AND public_key = ?")
+        .bind(&node.token_hash)
+        .bind(&id)
+        .bind(&node.name)
+        .bind(&node.public_key)
+        .execute(&mut *tx)
+        .await?;
+    Ok(if updated.rows_affected() == 1 { JoinOutcome::Rejoined { id } } else { JoinOutcome::KeyInvalid })
 }
 
 /// One pass's writes.
@@ -414,6 +495,7 @@ mod tests {
             joined_ms: 1,
             last_seen_ms: 1,
             info: "{}".into(),
+            lifecycle: Default::default(),
         };
         db.insert_join_key(b"k1", i64::MAX, "", 0).await.unwrap();
         db.insert_join_key(b"k2", i64::MAX, "", 0).await.unwrap();

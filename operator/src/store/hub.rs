@@ -64,6 +64,11 @@ impl Hub {
         Some(HeldGuard { held, total: self.held_total.clone() })
     }
 
+    /// Forgets a deleted node: its held polls wake (their channel closes) and answer.
+    pub fn remove(&self, node: &Arc<str>) {
+        self.nodes.lock().remove(node);
+    }
+
     pub fn held_total(&self) -> usize {
         self.held_total.load(Ordering::Relaxed)
     }

@@ -21,8 +21,21 @@ pub struct Outcome {
     pub bindings: Bindings,
     /// Replicas bound to an offline node because no other node fits (`node_unavailable`).
     pub stuck: BTreeSet<(Arc<str>, u32)>,
+    /// Replicas left on a draining node because no other node fits them (SPEC §10.1).
+    pub blocked: BTreeSet<(Arc<str>, u32)>,
     /// Agents with unplaced replicas: how many, and the first filter that left no node.
     pub waiting: BTreeMap<Arc<str>, (u32, &'static str)>,
+    /// What each node has left after this placement: the explanation's capacity filter
+    /// (SPEC §10.2) reads it instead of summing every binding.
+    pub free: rustc_hash::FxHashMap<Arc<str>, Free>,
+}
+
+/// A node's room left: slots, and cpus (thousandths) and memory where the node declares them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Free {
+    pub slots: u32,
+    pub cpus_milli: Option<u64>,
+    pub memory_mb: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,6 +102,12 @@ impl ViewMap {
         } else {
             self.0.insert(agent, views.into());
         }
+    }
+
+    /// Each agent's items from `agent` on, in key order.
+    pub fn range_from<'a>(&'a self, agent: &str) -> impl Iterator<Item = (&'a Id, &'a [PlacementView])> + 'a {
+        let from: Id = agent.into();
+        self.0.range(from..).map(|(k, v)| (k, &v[..]))
     }
 
     /// One agent's items.

@@ -4,11 +4,14 @@
 //! across `.await`: callers copy what they need out, write the database, then publish.
 
 pub mod db;
+pub mod events;
 pub mod hub;
 pub mod kept;
+pub mod lifecycle;
 pub mod writer;
 pub mod writes;
 
+pub use lifecycle::{Action, Deleted, DrainProgress, Lifecycle};
 pub use writes::{PassPublish, PlacedPairs};
 
 use crate::clock;
@@ -55,6 +58,7 @@ pub struct NodeRec {
     pub last_seen_ms: i64,
     pub info: NodeInfo,
     pub allow: BTreeMap<String, AllowList>,
+    pub lifecycle: Lifecycle,
 }
 
 impl NodeRec {
@@ -80,6 +84,9 @@ impl NodeRec {
             status: if self.online(now_ms, offline_after) { NodeStatus::Online } else { NodeStatus::Offline },
             last_seen_at: clock::rfc3339_ms(self.last_seen_ms),
             version: self.info.version.clone(),
+            slots_used: 0,
+            schedulable: self.lifecycle.schedulable(),
+            drain: None,
         }
     }
 
@@ -199,6 +206,8 @@ pub struct State {
     pub statuses_want: HashMap<Id, StatusBody>,
     /// Nodes whose report is newer than the database copy.
     pub dirty_nodes: HashSet<Id>,
+    /// Each draining node's progress, as the last pass saw it.
+    pub drains: HashMap<Id, DrainProgress>,
     /// What changed since the pass last looked, recorded with each change under the same
     /// lock: the pass recomputes only what these touch.
     changes: Changes,
@@ -221,6 +230,11 @@ pub struct Changes {
     pub creds: HashSet<(Id, Id)>,
     /// Agents whose identity or identity error changed.
     pub identities: HashSet<Id>,
+    /// A node was deleted: the next pass starts from scratch (deletes are rare; the memo's
+    /// per-node parts are simpler rebuilt than patched).
+    pub rebuild: bool,
+    /// Credentials of deleted nodes, to revoke now.
+    pub revoke_now: Vec<String>,
 }
 
 impl State {
@@ -368,6 +382,8 @@ pub struct Store {
     pub db: Db,
     pub state: RwLock<State>,
     pub hub: hub::Hub,
+    /// Events recorded and not yet written (the report flusher writes them).
+    pub events: events::Pending,
 }
 
 impl Store {
@@ -395,6 +411,7 @@ impl Store {
                 last_seen_ms: r.last_seen_ms.max(now),
                 info: NodeInfo::default(),
                 allow: BTreeMap::new(),
+                lifecycle: r.lifecycle,
             };
             rec.set_info(info);
             st.by_token.insert(token_hash, id.clone());
@@ -445,7 +462,7 @@ impl Store {
         for (id, d) in &st.desired {
             hub.publish(id, d.generation);
         }
-        Ok(Store { db, state: RwLock::new(st), hub })
+        Ok(Store { db, state: RwLock::new(st), hub, events: events::Pending::default() })
     }
 
     /// Issues a join key valid for `ttl`; returns the key and its expiry (ms).
@@ -483,10 +500,12 @@ impl Store {
             joined_ms: now,
             last_seen_ms: now,
             info: serde_json::to_string(&info).unwrap_or_default(),
+            lifecycle: Lifecycle::default(),
         };
         match self.db.join(&hash(&req.join_key), &row, now).await? {
             JoinOutcome::KeyInvalid => return Err(JoinError::KeyInvalid),
             JoinOutcome::NameTaken => return Err(JoinError::NameTaken(req.name.clone())),
+            JoinOutcome::Rejoined { id } => return Ok(self.rejoined(id.into(), token, info, now)),
             JoinOutcome::Joined => {}
         }
         let idr: Id = id.clone().into();
@@ -500,18 +519,46 @@ impl Store {
             last_seen_ms: now,
             info: NodeInfo::default(),
             allow: BTreeMap::new(),
+            lifecycle: Lifecycle::default(),
         };
         rec.set_info(info);
         {
             let mut st = self.state.write();
             st.by_token.insert(rec.token_hash, idr.clone());
-            st.by_name.insert(name, idr.clone());
+            st.by_name.insert(name.clone(), idr.clone());
             st.nodes.insert(idr.clone(), rec);
             st.changes.facts.insert(idr.clone());
             st.desired.insert(idr.clone(), DesiredRec::new(1, "[]"));
         }
         self.hub.publish(&idr, 1);
+        self.events.record(events::Event::new(events::Kind::NodeJoined, "joined").node(&idr, &name));
         Ok(JoinResponse { node_id: id, node_token: token })
+    }
+
+    /// The registry side of a join answered again: the node keeps its id and its state, takes
+    /// the new token (the previous one stops working) and what it announced now.
+    fn rejoined(&self, id: Id, token: String, info: NodeInfo, now: i64) -> JoinResponse {
+        let mut st = self.state.write();
+        let name = match st.nodes.get_mut(&id) {
+            Some(rec) => {
+                let old = std::mem::replace(&mut rec.token_hash, hash(&token));
+                rec.last_seen_ms = now.max(rec.last_seen_ms);
+                let replicas = std::mem::take(&mut rec.info.replicas);
+                rec.set_info(NodeInfo { replicas, ..info });
+                let name = rec.name.clone();
+                st.by_token.remove(&old);
+                st.by_token.insert(hash(&token), id.clone());
+                st.changes.facts.insert(id.clone());
+                st.dirty_nodes.insert(id.clone());
+                name
+            }
+            None => id.clone(),
+        };
+        drop(st);
+        tracing::info!(node = %name, id = %id, "node joined again with its key (the first answer was lost?); its previous token no longer works");
+        let msg = "joined again with the same key, name and public key; the previous token no longer works";
+        self.events.record(events::Event::new(events::Kind::NodeJoined, msg).node(&id, &name));
+        JoinResponse { node_id: id.to_string(), node_token: token }
     }
 
     /// Takes an observed report (validated). Memory first; the flusher persists it.
@@ -581,6 +628,16 @@ impl Store {
         }
         self.db.update_nodes(&rows).await?;
         Ok(rows.len())
+    }
+
+    /// Writes the events recorded since the last call; called with the report flush.
+    pub async fn flush_events(&self) -> Result<usize, DbError> {
+        Ok(events::flush(self.db.pool(), &self.events).await?)
+    }
+
+    /// The events a reader asked for, oldest first.
+    pub async fn read_events(&self, f: &events::Filter) -> Result<Vec<fleet_api::EventView>, DbError> {
+        Ok(events::read(self.db.pool(), f).await?)
     }
 
     /// The desired body of `node` as served: `{"generation":G,"agents":[…]}`.

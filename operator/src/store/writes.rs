@@ -4,6 +4,7 @@
 //! to the store). A database failure changes nothing in memory: the caller retries.
 
 use super::db::{CredRow, DbError, PassWrite};
+use super::events::{Event, Kind};
 use super::kept::{Outcome, StatusBody, ViewMap};
 use super::{Cred, DesiredRec, Id, IdentityRec, PairRec, State, Store};
 use std::sync::Arc;
@@ -22,6 +23,8 @@ pub struct PassPublish {
     pub reset_statuses: bool,
     /// Each agent's status as computed; `None`: it gets none.
     pub statuses: Vec<(Id, Option<StatusBody>)>,
+    /// Every draining node's progress (when placement ran).
+    pub drains: Option<rustc_hash::FxHashMap<Id, super::DrainProgress>>,
 }
 
 /// How a pass changes the set of placed (agent, node) pairs.
@@ -55,7 +58,11 @@ impl Store {
     /// Records why the agent's identity or a PAT is not ready (memory only: a restart retries
     /// anyway). Returns whether the message changed.
     pub fn identity_failed(&self, agent: &Id, message: String) -> bool {
-        self.state.write().set_identity_error(agent, Some(message))
+        let changed = self.state.write().set_identity_error(agent, Some(message.clone()));
+        if changed {
+            self.events.record(Event::new(Kind::IdentityFailed, message).agent(agent));
+        }
+        changed
     }
 
     /// The agent's identity work succeeded: its error, if any, is cleared.
@@ -89,8 +96,16 @@ impl Store {
         }
         st.pairs.insert(pair.clone(), PairRec { next_n: cred.n + 1, pending_n: None });
         let id = cred.id.clone();
+        let name = st.nodes.get(&cred.node).map(|n| n.name.clone()).unwrap_or_else(|| cred.node.clone());
+        let (kind, msg) = match &retire {
+            Some(_) => (Kind::PatRotated, format!("PAT {} issued for {name}, replacing the previous one", cred.n)),
+            None => (Kind::PatIssued, format!("PAT {} issued for {name}", cred.n)),
+        };
+        let event = Event::new(kind, msg).agent(&cred.agent).node(&cred.node, &name);
         st.creds.insert(id.clone(), Arc::new(cred));
         st.set_active(pair, id);
+        drop(st);
+        self.events.record(event);
         Ok(())
     }
 
@@ -100,6 +115,10 @@ impl Store {
         let mut st = self.state.write();
         st.creds.remove(&c.id);
         st.unset_active((c.agent.clone(), c.node.clone()), &c.id);
+        let name = st.nodes.get(&c.node).map(|n| n.name.clone()).unwrap_or_else(|| c.node.clone());
+        drop(st);
+        let msg = format!("PAT {} for {name} revoked", c.n);
+        self.events.record(Event::new(Kind::PatRevoked, msg).agent(&c.agent).node(&c.node, &name));
         Ok(())
     }
 
@@ -114,7 +133,17 @@ impl Store {
         if st.statuses_want.get(agent) == Some(&body) {
             st.statuses_want.remove(agent);
         }
-        st.statuses_sent.insert(agent.clone(), body);
+        let phase = body.phase;
+        let before = st.statuses_sent.insert(agent.clone(), body).map(|b| b.phase);
+        drop(st);
+        if before != Some(phase) {
+            let name = |p: super::kept::Phase| serde_json::to_value(p).ok().and_then(|v| v.as_str().map(String::from));
+            let msg = match before {
+                Some(b) => format!("{} (was {})", name(phase).unwrap_or_default(), name(b).unwrap_or_default()),
+                None => name(phase).unwrap_or_default(),
+            };
+            self.events.record(Event::new(Kind::AgentPhase, msg).agent(agent));
+        }
     }
 
     /// Stores a pass's rows, then publishes its new desired states: each wakes its node's
@@ -161,6 +190,9 @@ impl Store {
         }
         if let Some(v) = publish.views {
             st.views = v;
+        }
+        if let Some(d) = publish.drains {
+            st.drains = d.into_iter().collect();
         }
         st.want_statuses(publish.reset_statuses, publish.statuses)
     }

@@ -8,6 +8,7 @@ use super::super::placement::{self, Bindings, Demand, Outcome};
 use super::snapshot::Snapshot;
 use crate::model::Id;
 use crate::store::db::PassWrite;
+use crate::store::events::{Batch, Event, Kind};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::Arc;
 
@@ -22,6 +23,8 @@ pub struct Placed {
     pub touched_nodes: HashSet<Id>,
     /// Pairs whose presence may have changed, with whether they were placed before.
     pub touched_pairs: HashMap<(Id, Id), bool>,
+    /// What moved, for the event history.
+    pub events: Batch,
 }
 
 pub fn place(memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWrite) -> Placed {
@@ -33,13 +36,15 @@ pub fn place(memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWrite) -> Plac
         touched_agents: HashSet::default(),
         touched_nodes: HashSet::default(),
         touched_pairs: HashMap::default(),
+        events: Batch::default(),
     };
     if !replaced {
         return placed;
     }
     let demands: Vec<Demand> = snap.agents.iter().filter_map(demand).collect();
     placed.outcome = Arc::new(placement::place(&demands, &memo.facts, &previous.bindings));
-    let moves = diff_bindings(&previous.bindings, &placed.outcome, memo, rows);
+    let moves = diff_bindings(&previous.bindings, &placed.outcome, memo, rows, &mut placed.events);
+    waiting_events(&previous, &placed.outcome, &mut placed.events);
     if snap.full {
         memo.per_node = per_node_of(&placed.outcome);
     } else {
@@ -92,12 +97,25 @@ fn touched_by_waiting(previous: &Outcome, placed: &mut Placed) {
     for k in previous.stuck.symmetric_difference(&outcome.stuck) {
         placed.touched_agents.insert(k.0.clone());
     }
+    for k in previous.blocked.symmetric_difference(&outcome.blocked) {
+        placed.touched_agents.insert(k.0.clone());
+    }
+}
+
+/// An agent whose waiting count or reason changed: one event.
+fn waiting_events(previous: &Outcome, next: &Outcome, events: &mut Batch) {
+    for (key, w) in &next.waiting {
+        if previous.waiting.get(key) != Some(w) {
+            let msg = format!("{} replicas waiting: {} ({})", w.0, w.1, super::super::status::waiting_message(w.1));
+            events.push(Event::new(Kind::ReplicaWaiting, msg).agent(key));
+        }
+    }
 }
 
 /// Walks the previous and the new bindings together (both ordered by (agent, replica)):
 /// records what to store, logs every placement decision and returns the moves, in one
 /// linear merge.
-fn diff_bindings(prev: &Bindings, next: &Outcome, memo: &Memo, rows: &mut PassWrite) -> Vec<Move> {
+fn diff_bindings(prev: &Bindings, next: &Outcome, memo: &Memo, rows: &mut PassWrite, events: &mut Batch) -> Vec<Move> {
     use std::cmp::Ordering;
     let mut moves = Vec::new();
     let mut a = prev.iter().peekable();
@@ -114,12 +132,18 @@ fn diff_bindings(prev: &Bindings, next: &Outcome, memo: &Memo, rows: &mut PassWr
                 let ((agent, r), node) = a.next().expect("peeked");
                 let why = next.waiting.get(agent).map(|w| w.1).unwrap_or("no longer wanted");
                 tracing::info!(agent = %agent, replica = r, node = %memo.name(node), reason = why, "replica unbound");
+                let name: Id = memo.name(node).into();
+                let msg = format!("unbound from {name}: {why}");
+                events.push(Event::new(Kind::ReplicaUnbound, msg).agent(agent).node(node, &name).replica(*r));
                 rows.unbind.push((agent.to_string(), *r));
                 moves.push((agent.clone(), *r, Some(node.clone()), None));
             }
             Ordering::Greater => {
                 let ((agent, r), node) = b.next().expect("peeked");
                 tracing::info!(agent = %agent, replica = r, node = %memo.name(node), "replica placed");
+                let name: Id = memo.name(node).into();
+                let msg = format!("placed on {name}");
+                events.push(Event::new(Kind::ReplicaPlaced, msg).agent(agent).node(node, &name).replica(*r));
                 rows.bind.push((agent.to_string(), *r, node.to_string()));
                 moves.push((agent.clone(), *r, None, Some(node.clone())));
             }
@@ -128,6 +152,9 @@ fn diff_bindings(prev: &Bindings, next: &Outcome, memo: &Memo, rows: &mut PassWr
                 let ((agent, r), node) = b.next().expect("peeked");
                 if old != node {
                     tracing::info!(agent = %agent, replica = r, from = %memo.name(old), to = %memo.name(node), "replica moved");
+                    let name: Id = memo.name(node).into();
+                    let msg = format!("moved from {} to {name}", memo.name(old));
+                    events.push(Event::new(Kind::ReplicaMoved, msg).agent(agent).node(node, &name).replica(*r));
                     rows.bind.push((agent.to_string(), *r, node.to_string()));
                     moves.push((agent.clone(), *r, Some(old.clone()), Some(node.clone())));
                 }

@@ -37,8 +37,12 @@ pub struct Snapshot {
 }
 
 pub fn take(ctx: &Ctx, memo: &mut Memo, now: i64) -> Snapshot {
-    let full = !memo.primed;
     let mut changes = ctx.store.state.write().take_changes();
+    if changes.rebuild {
+        // A node was deleted: start from scratch rather than patch every per-node part.
+        *memo = Memo::default();
+    }
+    let full = !memo.primed;
     let (agents, previous, flips) = {
         let st = ctx.store.state.read();
         if full {

@@ -9,6 +9,8 @@ fn node(name: &str, slots: u32) -> NodeFacts {
         id: format!("id-{name}").into(),
         name: name.into(),
         online: true,
+        schedulable: true,
+        draining: None,
         kinds: vec!["claude-code".into()],
         images: BTreeMap::new(),
         labels: vec![],

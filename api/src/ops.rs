@@ -1,0 +1,133 @@
+//! Wire types of the day-two routes (SPEC §10): node lifecycle, the placement explanation,
+//! events and list pages. Answers only: clients are lenient readers of them.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use utoipa::ToSchema;
+
+/// `POST /api/v1/nodes/{id}:drain`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DrainRequest {
+    /// Unbind replicas that have nowhere to go instead of leaving them on the node.
+    #[serde(default)]
+    pub force: Option<bool>,
+}
+
+/// A node's drain in progress (or done: `remaining` 0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainView {
+    pub started_at: String,
+    /// Replicas still bound to the node.
+    pub remaining: u32,
+    /// Replicas that stay because no other node fits them.
+    pub blocked: Vec<BlockedReplica>,
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockedReplica {
+    pub agent_key: String,
+    pub replica: u32,
+}
+
+/// One event of `GET /api/v1/events` (SPEC §10.3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventView {
+    pub seq: i64,
+    pub at: String,
+    pub kind: String,
+    pub agent_key: Option<String>,
+    pub node_id: Option<String>,
+    pub node: Option<String>,
+    pub replica: Option<u32>,
+    pub message: String,
+}
+
+/// One filter of the placement explanation, in SPEC §5.1's order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FilterCount {
+    pub filter: String,
+    /// Nodes left before this filter.
+    pub before: u32,
+    /// Nodes this filter removed.
+    pub excluded: u32,
+    /// `labels` and `secrets`: per required label or secret, the nodes (of those before the
+    /// filter) lacking it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing: Option<BTreeMap<String, u32>>,
+    /// `capacity`: the nodes short of each resource.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exhausted: Option<Exhausted>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Exhausted {
+    pub slots: u32,
+    pub cpus: u32,
+    pub memory_mb: u32,
+}
+
+/// Where one replica is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaPlacement {
+    pub replica: u32,
+    pub node_id: Option<String>,
+    pub node: Option<String>,
+    /// The node's report (`running`, `crashloop`, …), `pending` before one.
+    pub state: String,
+    pub message: Option<String>,
+}
+
+/// One node's verdict for the agent (`?nodes=true`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeVerdict {
+    pub node_id: String,
+    pub name: String,
+    pub fits: bool,
+    /// The first filter the node fails, as a §5.1 code.
+    pub reason: Option<String>,
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ReasonView {
+    pub code: String,
+    pub message: String,
+}
+
+/// `GET /api/v1/agents/{key}/placement` (SPEC §10.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementExplanation {
+    pub agent_key: String,
+    pub revision: u64,
+    pub phase: String,
+    pub reason: Option<ReasonView>,
+    pub desired_replicas: u32,
+    pub replicas: Vec<ReplicaPlacement>,
+    pub filters: Vec<FilterCount>,
+    pub hint: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<Vec<NodeVerdict>>,
+}
+
+impl crate::NodeView {
+    /// `schedulable`, `cordoned`, `draining (N left)` or `drained`: one word or two for
+    /// tables and printer columns.
+    pub fn scheduling(&self) -> String {
+        match &self.drain {
+            Some(d) if d.remaining == 0 => "drained".into(),
+            Some(d) => format!("draining ({} left)", d.remaining),
+            None if !self.schedulable => "cordoned".into(),
+            None => "schedulable".into(),
+        }
+    }
+}

@@ -1,0 +1,407 @@
+//! One function per command: call the API, print a table (or JSON).
+
+use crate::client::{CallError, Client};
+use crate::table::{age, or_dash, Table};
+use crate::Output;
+use fleet_api::{EventView, JoinKeyResponse, List, NodeDetail, NodeView, PlacementExplanation, PlacementView};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::json;
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+pub type Result<T> = std::result::Result<T, CallError>;
+
+fn now() -> time::OffsetDateTime {
+    time::OffsetDateTime::now_utc()
+}
+
+fn print_json<T: Serialize>(v: &T) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// Every page of a list route.
+async fn all<T: DeserializeOwned>(c: &Client, path: &str) -> Result<Vec<T>> {
+    let mut items = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let page_path = match &cursor {
+            Some(c) => format!("{path}{sep}limit=1000&cursor={c}"),
+            None => format!("{path}{sep}limit=1000"),
+        };
+        let page: List<T> = c.get(&page_path).await?;
+        items.extend(page.items);
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(items),
+        }
+    }
+}
+
+/// Percent-encodes a path segment or query value (node names and agent keys are plain, but
+/// what an admin types may not be).
+fn enc(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn lifecycle(n: &NodeView) -> String {
+    n.scheduling()
+}
+
+pub async fn nodes(c: &Client, out: Output) -> Result<()> {
+    let nodes: Vec<NodeView> = all(c, "/api/v1/nodes").await?;
+    if out == Output::Json {
+        print_json(&json!({ "items": nodes }));
+        return Ok(());
+    }
+    let wide = out == Output::Wide;
+    let mut header = vec!["NAME", "STATUS", "HEALTH", "SCHEDULING", "SLOTS", "VERSION", "LAST SEEN"];
+    if wide {
+        header.extend(["ID", "KINDS", "LABELS"]);
+    }
+    let mut t = Table::new(&header);
+    let now = now();
+    for n in &nodes {
+        let mut row = vec![
+            n.name.clone(),
+            json!(n.status).as_str().unwrap_or_default().to_string(),
+            json!(n.health).as_str().unwrap_or_default().to_string(),
+            lifecycle(n),
+            format!("{}/{}", n.slots_used, n.capacity.slots),
+            or_dash(Some(&n.version)),
+            age(&n.last_seen_at, now),
+        ];
+        if wide {
+            row.extend([n.id.clone(), or_dash(Some(n.executor_kinds.join(","))), or_dash(Some(n.labels.join(",")))]);
+        }
+        t.row(row);
+    }
+    print!("{}", t.render());
+    if nodes.is_empty() {
+        eprintln!("no nodes yet: issue a key with `fleetctl join-key` and start fleet-node with it");
+    }
+    Ok(())
+}
+
+pub async fn node(c: &Client, out: Output, node: &str) -> Result<()> {
+    let d: NodeDetail = c.get(&format!("/api/v1/nodes/{}", enc(node))).await?;
+    if out == Output::Json {
+        print_json(&d);
+        return Ok(());
+    }
+    let n = &d.node;
+    let status = json!(n.status);
+    let lines = [
+        ("Name", n.name.clone()),
+        ("ID", n.id.clone()),
+        ("Status", status.as_str().unwrap_or_default().to_string()),
+        ("Scheduling", lifecycle(n)),
+        ("Slots", format!("{}/{} used", n.slots_used, n.capacity.slots)),
+        ("Kinds", or_dash(Some(n.executor_kinds.join(", ")))),
+        ("Labels", or_dash(Some(n.labels.join(", ")))),
+        ("Secrets", or_dash(Some(n.secrets.join(", ")))),
+        ("Version", or_dash(Some(&n.version))),
+        ("Last seen", format!("{} ago ({})", age(&n.last_seen_at, now()), n.last_seen_at)),
+        ("Generation", format!("{} (applied {})", d.generation, d.applied_generation)),
+    ];
+    for (k, v) in lines {
+        println!("{:<12}{v}", format!("{k}:"));
+    }
+    if let Some(drain) = &n.drain {
+        for b in &drain.blocked {
+            println!("Blocked:    {} replica {} has nowhere else to go", b.agent_key, b.replica);
+        }
+    }
+    let mut t = Table::new(&["AGENT", "REPLICA", "STATE", "RESTARTS", "MESSAGE"]);
+    for r in &d.replicas {
+        let state = json!(r.state);
+        t.row(vec![
+            r.agent_key.clone(),
+            r.replica.to_string(),
+            state.as_str().unwrap_or_default().to_string(),
+            r.restarts.to_string(),
+            or_dash(r.message.as_ref()),
+        ]);
+    }
+    println!();
+    print!("{}", t.render());
+    Ok(())
+}
+
+pub async fn placements(c: &Client, out: Output) -> Result<()> {
+    let items: Vec<PlacementView> = all(c, "/api/v1/placements").await?;
+    if out == Output::Json {
+        print_json(&json!({ "items": items }));
+        return Ok(());
+    }
+    let names: HashMap<String, String> =
+        all::<NodeView>(c, "/api/v1/nodes").await?.into_iter().map(|n| (n.id, n.name)).collect();
+    let wide = out == Output::Wide;
+    let mut header = vec!["AGENT", "REVISION", "NODE", "REPLICAS", "STATUS", "REASON"];
+    if wide {
+        header.push("NODE ID");
+    }
+    let mut t = Table::new(&header);
+    for p in &items {
+        let node = p.node_id.as_ref().map(|id| names.get(id).cloned().unwrap_or_else(|| id.clone()));
+        let status = json!(p.status);
+        let mut row = vec![
+            p.agent_key.clone(),
+            p.revision.to_string(),
+            or_dash(node),
+            p.replicas.to_string(),
+            status.as_str().unwrap_or_default().to_string(),
+            or_dash(p.reason.as_ref()),
+        ];
+        if wide {
+            row.push(or_dash(p.node_id.as_ref()));
+        }
+        t.row(row);
+    }
+    print!("{}", t.render());
+    Ok(())
+}
+
+pub async fn why(c: &Client, out: Output, agent: &str, nodes: bool) -> Result<()> {
+    let q = if nodes { "?nodes=true" } else { "" };
+    let e: PlacementExplanation = c.get(&format!("/api/v1/agents/{}/placement{q}", enc(agent))).await?;
+    if out == Output::Json {
+        print_json(&e);
+        return Ok(());
+    }
+    println!("Agent:      {} (revision {})", e.agent_key, e.revision);
+    println!("Phase:      {}", e.phase);
+    if let Some(r) = &e.reason {
+        println!("Reason:     {} — {}", r.code, r.message);
+    }
+    if let Some(h) = &e.hint {
+        println!("Hint:       {h}");
+    }
+    let ready = e.replicas.iter().filter(|r| r.state == "running").count();
+    println!("Replicas:   {ready}/{} running", e.desired_replicas);
+    let mut t = Table::new(&["REPLICA", "NODE", "STATE", "MESSAGE"]);
+    for r in &e.replicas {
+        t.row(vec![r.replica.to_string(), or_dash(r.node.as_ref()), r.state.clone(), or_dash(r.message.as_ref())]);
+    }
+    println!();
+    print!("{}", t.render());
+    if !e.filters.is_empty() {
+        let mut f = Table::new(&["FILTER", "NODES BEFORE", "EXCLUDED", "DETAIL"]);
+        for c in &e.filters {
+            let mut detail: Vec<String> = c
+                .missing
+                .iter()
+                .flatten()
+                .filter(|(_, n)| **n > 0)
+                .map(|(what, n)| format!("{n} lack {what}"))
+                .collect();
+            if let Some(x) = &c.exhausted {
+                for (n, what) in [(x.slots, "slots"), (x.cpus, "cpus"), (x.memory_mb, "memory")] {
+                    if n > 0 {
+                        detail.push(format!("{n} short of {what}"));
+                    }
+                }
+            }
+            f.row(vec![
+                c.filter.clone(),
+                c.before.to_string(),
+                c.excluded.to_string(),
+                or_dash(Some(detail.join(", "))),
+            ]);
+        }
+        println!();
+        print!("{}", f.render());
+    }
+    if let Some(verdicts) = &e.nodes {
+        let mut t = Table::new(&["NODE", "FITS", "REASON", "DETAIL"]);
+        for v in verdicts {
+            t.row(vec![
+                v.name.clone(),
+                if v.fits { "yes" } else { "no" }.into(),
+                or_dash(v.reason.as_ref()),
+                or_dash(v.detail.as_ref()),
+            ]);
+        }
+        println!();
+        print!("{}", t.render());
+    }
+    Ok(())
+}
+
+pub struct EventsQuery<'a> {
+    pub agent: Option<&'a str>,
+    pub node: Option<&'a str>,
+    pub follow: bool,
+}
+
+pub async fn events(c: &Client, out: Output, q: EventsQuery<'_>) -> Result<()> {
+    let mut filter = String::new();
+    if let Some(a) = q.agent {
+        filter.push_str(&format!("&agent={}", enc(a)));
+    }
+    if let Some(n) = q.node {
+        filter.push_str(&format!("&node={}", enc(n)));
+    }
+    let mut since = 0i64;
+    let mut header_done = false;
+    loop {
+        let page: List<EventView> = c.get(&format!("/api/v1/events?since={since}{filter}")).await?;
+        let full = page.next_cursor.is_some();
+        if let Some(last) = page.items.last() {
+            since = last.seq;
+        }
+        print_events(&page.items, out, &mut header_done);
+        if full {
+            continue; // more are waiting: read on at once
+        }
+        if !q.follow {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+fn print_events(items: &[EventView], out: Output, header_done: &mut bool) {
+    if out == Output::Json {
+        for e in items {
+            println!("{}", serde_json::to_string(e).unwrap_or_default());
+        }
+        return;
+    }
+    let mut t = Table::new(&["SEQ", "AT", "KIND", "AGENT", "NODE", "REPLICA", "MESSAGE"]);
+    for e in items {
+        t.row(vec![
+            e.seq.to_string(),
+            e.at.clone(),
+            e.kind.clone(),
+            or_dash(e.agent_key.as_ref()),
+            or_dash(e.node.as_ref()),
+            or_dash(e.replica),
+            e.message.clone(),
+        ]);
+    }
+    let text = t.render();
+    // Followed pages keep the columns of their own page; the header is printed once.
+    let body = if *header_done { text.split_once('\n').map(|x| x.1).unwrap_or("") } else { &text };
+    if !items.is_empty() || !*header_done {
+        print!("{body}");
+        let _ = std::io::stdout().flush();
+        *header_done = true;
+    }
+}
+
+pub async fn lifecycle_action(c: &Client, out: Output, node: &str, action: &str) -> Result<()> {
+    let n: NodeView = c.post(&format!("/api/v1/nodes/{}:{action}", enc(node)), json!({})).await?;
+    if out == Output::Json {
+        print_json(&n);
+    } else {
+        println!("node {} {action}ed", n.name);
+    }
+    Ok(())
+}
+
+pub struct DrainOptions {
+    pub force: bool,
+    pub wait: bool,
+    pub timeout: Duration,
+}
+
+pub async fn drain(c: &Client, out: Output, node: &str, o: DrainOptions) -> Result<()> {
+    let path = format!("/api/v1/nodes/{}", enc(node));
+    let mut n: NodeView = c.post(&format!("{path}:drain"), json!({ "force": o.force })).await?;
+    if !o.wait {
+        if out == Output::Json {
+            print_json(&n);
+        } else {
+            println!("node {} draining: {}", n.name, progress(&n));
+        }
+        return Ok(());
+    }
+    let tty = std::io::stderr().is_terminal();
+    let start = Instant::now();
+    loop {
+        let line = format!("draining {}: {}", n.name, progress(&n));
+        if tty {
+            eprint!("\r\x1b[2K{line}");
+        } else {
+            eprintln!("{line}");
+        }
+        if n.drain.as_ref().is_some_and(|d| d.remaining == 0) {
+            if tty {
+                eprintln!();
+            }
+            println!("node {} drained", n.name);
+            return Ok(());
+        }
+        if start.elapsed() > o.timeout {
+            if tty {
+                eprintln!();
+            }
+            let blocked = n.drain.as_ref().map(|d| d.blocked.len()).unwrap_or(0);
+            let hint = if blocked > 0 {
+                " (blocked replicas have nowhere else to go: add room, or drain --force)"
+            } else {
+                ""
+            };
+            return Err(CallError(format!("the drain of {} did not finish in {:?}{hint}", n.name, o.timeout)));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        n = c.get::<NodeDetail>(&path).await?.node;
+    }
+}
+
+fn progress(n: &NodeView) -> String {
+    match &n.drain {
+        Some(d) if d.remaining == 0 => "no replica left".into(),
+        Some(d) if !d.blocked.is_empty() => {
+            format!("{} replicas left, {} blocked (nowhere else to go)", d.remaining, d.blocked.len())
+        }
+        Some(d) => format!("{} replicas left", d.remaining),
+        None => "not draining".into(),
+    }
+}
+
+pub async fn delete(c: &Client, node: &str, yes: bool) -> Result<()> {
+    if !yes {
+        if !std::io::stdin().is_terminal() {
+            return Err(CallError(format!(
+                "refusing to delete {node} without confirmation: stdin is not a terminal; pass --yes"
+            )));
+        }
+        eprint!("Delete node {node}? Its token stops working, every PAT sealed to it is revoked now and its replicas move. [y/N] ");
+        let mut answer = String::new();
+        let _ = std::io::stdin().read_line(&mut answer);
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            println!("not deleted");
+            return Ok(());
+        }
+    }
+    c.delete(&format!("/api/v1/nodes/{}", enc(node))).await?;
+    println!("node {node} deleted");
+    Ok(())
+}
+
+pub async fn join_key(c: &Client, out: Output, ttl: Option<u64>, note: Option<&str>) -> Result<()> {
+    let mut body = json!({});
+    if let Some(t) = ttl {
+        body["ttlSeconds"] = json!(t);
+    }
+    if let Some(n) = note {
+        body["note"] = json!(n);
+    }
+    let k: JoinKeyResponse = c.post("/api/v1/join-keys", body).await?;
+    if out == Output::Json {
+        print_json(&k);
+    } else {
+        println!("{}", k.join_key);
+        eprintln!("expires {}; shown once: write it to the file node.yaml's joinKeyFile names", k.expires_at);
+    }
+    Ok(())
+}

@@ -1,0 +1,128 @@
+#![forbid(unsafe_code)]
+//! `fleetctl`: the Fleet admin's command line (SPEC §10.4). Reads like kubectl: tables by
+//! default, `-o wide` for more columns, `-o json` for the API's own answer.
+
+mod client;
+mod commands;
+mod table;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use commands::{DrainOptions, EventsQuery};
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "fleetctl",
+    version,
+    about = "Look at and operate a Fleet: nodes, placements, why an agent waits, events, cordon, drain, delete, join keys",
+    after_help = "Start a dev fleet with `fleet-controller dev`: it prints the FLEET_URL and FLEET_TOKEN to use."
+)]
+struct Cli {
+    /// The controller's URL.
+    #[arg(long, env = "FLEET_URL", default_value = "http://127.0.0.1:8040", global = true)]
+    url: String,
+    /// An admin token (a JWT from IAM with fleet:read, or fleet:admin for changes).
+    #[arg(long, env = "FLEET_TOKEN", hide_env_values = true, global = true)]
+    token: Option<String>,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Output::Table, global = true)]
+    output: Output,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Table,
+    Wide,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Every node: status, health, scheduling, slots, version, last report.
+    Nodes,
+    /// One node (id or name) with the replicas it reported.
+    Node { node: String },
+    /// Every placement: where each agent's replicas are, or why they wait.
+    Placements,
+    /// Why an agent is where it is, or why it waits: the placement filters with counts.
+    Why {
+        agent: String,
+        /// Also every node's verdict.
+        #[arg(long)]
+        nodes: bool,
+    },
+    /// The event history, oldest first.
+    Events {
+        #[arg(long)]
+        agent: Option<String>,
+        #[arg(long)]
+        node: Option<String>,
+        /// Keep printing new events as they happen.
+        #[arg(short, long)]
+        follow: bool,
+    },
+    /// Place no new replica on the node; those there stay.
+    Cordon { node: String },
+    /// Make the node eligible again (also ends a drain).
+    Uncordon { node: String },
+    /// Cordon the node and move every replica off it.
+    Drain {
+        node: String,
+        /// Unbind replicas that have nowhere else to go (their agents wait).
+        #[arg(long)]
+        force: bool,
+        /// Wait until no replica is left, showing progress.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up after this many seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
+    /// Remove the node from the fleet now: its token stops working and its PATs are revoked.
+    Delete {
+        node: String,
+        /// Do not ask for confirmation.
+        #[arg(short, long)]
+        yes: bool,
+    },
+    /// Issue a one-time join key for a new node.
+    JoinKey {
+        /// Validity in seconds (60…604800, default 3600).
+        #[arg(long)]
+        ttl: Option<u64>,
+        /// A note kept with the key.
+        #[arg(long)]
+        note: Option<String>,
+    },
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let cli = Cli::parse();
+    let c = client::Client::new(&cli.url, cli.token.clone());
+    let out = cli.output;
+    let result = match &cli.command {
+        Command::Nodes => commands::nodes(&c, out).await,
+        Command::Node { node } => commands::node(&c, out, node).await,
+        Command::Placements => commands::placements(&c, out).await,
+        Command::Why { agent, nodes } => commands::why(&c, out, agent, *nodes).await,
+        Command::Events { agent, node, follow } => {
+            let q = EventsQuery { agent: agent.as_deref(), node: node.as_deref(), follow: *follow };
+            commands::events(&c, out, q).await
+        }
+        Command::Cordon { node } => commands::lifecycle_action(&c, out, node, "cordon").await,
+        Command::Uncordon { node } => commands::lifecycle_action(&c, out, node, "uncordon").await,
+        Command::Drain { node, force, wait, timeout } => {
+            let o = DrainOptions { force: *force, wait: *wait, timeout: Duration::from_secs(*timeout) };
+            commands::drain(&c, out, node, o).await
+        }
+        Command::Delete { node, yes } => commands::delete(&c, node, *yes).await,
+        Command::JoinKey { ttl, note } => commands::join_key(&c, out, *ttl, note.as_deref()).await,
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,183 @@
+//! Day-two admin routes (SPEC §10): cordon, uncordon, drain and delete a node, the placement
+//! explanation, and the event history. Reads need `fleet:read`, the rest `fleet:admin`.
+
+use super::auth::{SCOPE_ADMIN, SCOPE_READ};
+use super::body::read_json;
+use super::error::ApiError;
+use super::App;
+use crate::clock;
+use crate::store::events::{Filter, PAGE};
+use crate::store::Action;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use fleet_api::{DrainRequest, ErrorBody, EventView, List, NodeView, PlacementExplanation};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// `POST /api/v1/nodes/{id}:{action}`: the router has one route for the node path; the action
+/// is the suffix after the last `:` (node names never hold one).
+pub async fn node_action(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(target): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let Some((node, action)) = target.rsplit_once(':') else {
+        return Err(ApiError::not_found(format!(
+            "POST /api/v1/nodes/{} needs an action: :cordon, :uncordon or :drain",
+            super::error::cut(&target)
+        )));
+    };
+    let node = node.to_string();
+    match action {
+        "cordon" => cordon(State(app), headers, Path(node)).await.map(IntoResponse::into_response),
+        "uncordon" => uncordon(State(app), headers, Path(node)).await.map(IntoResponse::into_response),
+        "drain" => drain(State(app), headers, Path(node), body).await.map(IntoResponse::into_response),
+        other => Err(ApiError::not_found(format!(
+            "unknown node action {:?}: use :cordon, :uncordon or :drain",
+            super::error::cut(other)
+        ))),
+    }
+}
+
+async fn apply(app: &App, by: &str, node: &str, action: Action) -> Result<NodeView, ApiError> {
+    let Some(id) = app.store.set_lifecycle(node, action, by).await? else {
+        return Err(unknown_node(node));
+    };
+    app.kick();
+    let st = app.store.state.read();
+    let n = st.nodes.get(&id).ok_or_else(|| unknown_node(node))?;
+    Ok(st.node_view(n, clock::now_ms(), app.offline_after))
+}
+
+pub fn unknown_node(node: &str) -> ApiError {
+    ApiError::not_found(format!("no node with id or name {:?}", super::error::cut(node)))
+}
+
+/// No new replica is placed on the node; those there stay.
+#[utoipa::path(post, path = "/api/v1/nodes/{id}:cordon", tag = "admin", security(("admin" = ["fleet:admin"])),
+    params(("id" = String, Path, description = "node id or name")),
+    responses((status = 200, body = NodeView), (status = 404, description = "not_found", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
+pub async fn cordon(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<NodeView>, ApiError> {
+    let admin = app.jwks.admin(&headers, SCOPE_ADMIN).await?;
+    apply(&app, &admin.sub, &id, Action::Cordon).await.map(Json)
+}
+
+/// Undoes a cordon, and ends a drain.
+#[utoipa::path(post, path = "/api/v1/nodes/{id}:uncordon", tag = "admin", security(("admin" = ["fleet:admin"])),
+    params(("id" = String, Path, description = "node id or name")),
+    responses((status = 200, body = NodeView), (status = 404, description = "not_found", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
+pub async fn uncordon(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<NodeView>, ApiError> {
+    let admin = app.jwks.admin(&headers, SCOPE_ADMIN).await?;
+    apply(&app, &admin.sub, &id, Action::Uncordon).await.map(Json)
+}
+
+/// Cordons the node and moves every replica off; `force` unbinds those with nowhere to go.
+#[utoipa::path(post, path = "/api/v1/nodes/{id}:drain", tag = "admin", security(("admin" = ["fleet:admin"])),
+    params(("id" = String, Path, description = "node id or name")),
+    request_body(content = DrainRequest, description = "an empty body drains without force"),
+    responses((status = 202, description = "draining; the node view shows the progress", body = NodeView),
+              (status = 400, description = "invalid_request", body = ErrorBody), (status = 404, description = "not_found", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
+pub async fn drain(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Body,
+) -> Result<(StatusCode, Json<NodeView>), ApiError> {
+    let admin = app.jwks.admin(&headers, SCOPE_ADMIN).await?;
+    let req: DrainRequest = read_json(&headers, body, true).await?;
+    let view = apply(&app, &admin.sub, &id, Action::Drain { force: req.force.unwrap_or(false) }).await?;
+    Ok((StatusCode::ACCEPTED, Json(view)))
+}
+
+/// The node leaves the fleet now: its token stops working, its name is free, its replicas
+/// move, and every PAT sealed to it is revoked with no drain window.
+#[utoipa::path(delete, path = "/api/v1/nodes/{id}", tag = "admin", security(("admin" = ["fleet:admin"])),
+    params(("id" = String, Path, description = "node id or name")),
+    responses((status = 204, description = "deleted"), (status = 404, description = "not_found", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
+pub async fn delete_node(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let admin = app.jwks.admin(&headers, SCOPE_ADMIN).await?;
+    let why = format!("by {}", admin.sub);
+    match app.store.delete_node(&id, &why).await? {
+        Some(_) => {
+            app.kick();
+            Ok(StatusCode::NO_CONTENT)
+        }
+        None => Err(unknown_node(&id)),
+    }
+}
+
+/// Why the agent is where it is, or why it waits (SPEC §10.2).
+#[utoipa::path(get, path = "/api/v1/agents/{key}/placement", tag = "admin", security(("admin" = ["fleet:read"])),
+    params(("key" = String, Path, description = "agent key"),
+           ("nodes" = Option<bool>, Query, description = "also every node's verdict")),
+    responses((status = 200, body = PlacementExplanation), (status = 404, description = "not_found: not in the active list", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
+pub async fn explain(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json<PlacementExplanation>, ApiError> {
+    app.jwks.admin(&headers, SCOPE_READ).await?;
+    let with_nodes = match q.get("nodes").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") | Some("") => true,
+        Some(_) => return Err(ApiError::invalid_request("nodes: must be true or false")),
+    };
+    let st = app.store.state.read();
+    crate::reconcile::explain::explain(&st, &key, clock::now_ms(), app.offline_after, with_nodes)
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("no agent {:?} in the active list", super::error::cut(&key))))
+}
+
+/// Events, oldest first, at most 500 a call; `since` is the last `seq` seen.
+#[utoipa::path(get, path = "/api/v1/events", tag = "admin", security(("admin" = ["fleet:read"])),
+    params(("agent" = Option<String>, Query, description = "only this agent's events"),
+           ("node" = Option<String>, Query, description = "only this node's events (id or name)"),
+           ("since" = Option<i64>, Query, description = "events after this seq"),
+           ("limit" = Option<u32>, Query, description = "at most this many (1…500, default 500)"),
+           ("cursor" = Option<String>, Query, description = "a nextCursor from the last page (same as since)")),
+    responses((status = 200, body = List<EventView>), (status = 400, description = "invalid_request", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
+pub async fn events(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json<List<EventView>>, ApiError> {
+    app.jwks.admin(&headers, SCOPE_READ).await?;
+    let number = |name: &str| -> Result<Option<i64>, ApiError> {
+        match q.get(name).filter(|s| !s.is_empty()) {
+            None => Ok(None),
+            Some(s) => s
+                .parse::<i64>()
+                .ok()
+                .filter(|n| *n >= 0)
+                .map(Some)
+                .ok_or_else(|| ApiError::invalid_request(format!("{name}: must be a number ≥ 0"))),
+        }
+    };
+    let since = number("cursor")?.or(number("since")?).unwrap_or(0);
+    let limit = match number("limit")? {
+        None => PAGE,
+        Some(n) if (1..=i64::from(PAGE)).contains(&n) => n as u32,
+        Some(_) => return Err(ApiError::invalid_request(format!("limit: must be 1–{PAGE}"))),
+    };
+    let filter = Filter { agent: q.get("agent").cloned(), node: q.get("node").cloned(), since, limit };
+    let items = app.store.read_events(&filter).await?;
+    let next_cursor = (items.len() == limit as usize).then(|| items.last().map(|e| e.seq.to_string())).flatten();
+    Ok(Json(List { items, next_cursor }))
+}

@@ -1,0 +1,50 @@
+//! Drain progress (SPEC §10.1): for each draining node, the replicas still bound to it and
+//! those blocked there, from the pass's per-node bindings; and the node events of the pass
+//! (liveness flips).
+
+use super::super::memo::Memo;
+use super::super::placement::Outcome;
+use crate::model::Id;
+use crate::store::events::{Batch, Event, Kind};
+use crate::store::DrainProgress;
+use rustc_hash::FxHashMap as HashMap;
+
+/// Every draining node's progress. Costs one look at each node's facts; only draining nodes
+/// do more.
+pub fn progress(memo: &Memo, outcome: &Outcome) -> HashMap<Id, DrainProgress> {
+    let mut out: HashMap<Id, DrainProgress> = memo
+        .facts
+        .iter()
+        .filter(|f| f.draining.is_some())
+        .map(|f| {
+            let remaining = memo.per_node.get(&f.id).map(|m| m.values().map(|r| r.len() as u32).sum()).unwrap_or(0);
+            (f.id.clone(), DrainProgress { remaining, blocked: Vec::new() })
+        })
+        .collect();
+    if out.is_empty() {
+        return out;
+    }
+    for key in &outcome.blocked {
+        if let Some(p) = outcome.bindings.get(key).and_then(|node| out.get_mut(node)) {
+            p.blocked.push(key.clone());
+        }
+    }
+    out
+}
+
+/// `node_online` / `node_offline` for the nodes whose state flipped (not in a full pass,
+/// where every node is loaded offline and "comes online").
+pub fn flip_events(memo: &Memo, flips: &[Id], full: bool, events: &mut Batch) {
+    if full {
+        return;
+    }
+    for id in flips {
+        let Some(f) = memo.node(id) else { continue };
+        let (kind, msg) = if f.online {
+            (Kind::NodeOnline, "online")
+        } else {
+            (Kind::NodeOffline, "offline: no report within its threshold")
+        };
+        events.push(Event::new(kind, msg).node(id, &f.name));
+    }
+}

@@ -1,0 +1,346 @@
+//! The event history (SPEC §10.3): recorded where the state changes, in memory first (a
+//! bounded queue, so recording never waits), written by the report flusher every second,
+//! and kept bounded in the database — the last [`KEEP_TOTAL`], at most [`KEEP_PER_SUBJECT`]
+//! per agent or node — so it survives a restart.
+
+use super::Id;
+use crate::clock;
+use fleet_api::EventView;
+use parking_lot::Mutex;
+use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Events kept in the database at most.
+pub const KEEP_TOTAL: i64 = 10_000;
+/// Events kept per agent and per node at most.
+pub const KEEP_PER_SUBJECT: i64 = 100;
+/// Events one call returns at most.
+pub const PAGE: u32 = 500;
+/// Events waiting for the flusher at most; past it the oldest are dropped and counted.
+const PENDING_MAX: usize = 20_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    NodeJoined,
+    NodeOnline,
+    NodeOffline,
+    NodeCordoned,
+    NodeUncordoned,
+    NodeDraining,
+    NodeDrained,
+    NodeDeleted,
+    ReplicaPlaced,
+    ReplicaMoved,
+    ReplicaUnbound,
+    ReplicaWaiting,
+    IdentityFailed,
+    PatIssued,
+    PatRotated,
+    PatRevoked,
+    AgentPhase,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::NodeJoined => "node_joined",
+            Kind::NodeOnline => "node_online",
+            Kind::NodeOffline => "node_offline",
+            Kind::NodeCordoned => "node_cordoned",
+            Kind::NodeUncordoned => "node_uncordoned",
+            Kind::NodeDraining => "node_draining",
+            Kind::NodeDrained => "node_drained",
+            Kind::NodeDeleted => "node_deleted",
+            Kind::ReplicaPlaced => "replica_placed",
+            Kind::ReplicaMoved => "replica_moved",
+            Kind::ReplicaUnbound => "replica_unbound",
+            Kind::ReplicaWaiting => "replica_waiting",
+            Kind::IdentityFailed => "identity_failed",
+            Kind::PatIssued => "pat_issued",
+            Kind::PatRotated => "pat_rotated",
+            Kind::PatRevoked => "pat_revoked",
+            Kind::AgentPhase => "agent_phase",
+        }
+    }
+}
+
+/// One event as recorded.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub at_ms: i64,
+    pub kind: Kind,
+    pub agent: Option<Id>,
+    pub node_id: Option<Id>,
+    pub node: Option<Id>,
+    pub replica: Option<u32>,
+    pub message: String,
+}
+
+impl Event {
+    pub fn new(kind: Kind, message: impl Into<String>) -> Event {
+        Event {
+            at_ms: clock::now_ms(),
+            kind,
+            agent: None,
+            node_id: None,
+            node: None,
+            replica: None,
+            message: message.into(),
+        }
+    }
+
+    pub fn agent(mut self, key: &Id) -> Event {
+        self.agent = Some(key.clone());
+        self
+    }
+
+    /// The node, by id and name.
+    pub fn node(mut self, id: &Id, name: &Id) -> Event {
+        self.node_id = Some(id.clone());
+        self.node = Some(name.clone());
+        self
+    }
+
+    pub fn replica(mut self, r: u32) -> Event {
+        self.replica = Some(r);
+        self
+    }
+}
+
+/// Events one pass records at most one by one; past it, one summary per kind says how many
+/// more there were (a fleet coming up places 100,000 replicas in one pass).
+pub const PER_PASS: usize = 1_000;
+
+/// The events of one pass, bounded by [`PER_PASS`].
+#[derive(Debug, Default)]
+pub struct Batch {
+    events: Vec<Event>,
+    skipped: Vec<(Kind, u32)>,
+}
+
+impl Batch {
+    pub fn push(&mut self, e: Event) {
+        if self.events.len() < PER_PASS {
+            self.events.push(e);
+            return;
+        }
+        match self.skipped.iter_mut().find(|(k, _)| *k == e.kind) {
+            Some((_, n)) => *n += 1,
+            None => self.skipped.push((e.kind, 1)),
+        }
+    }
+
+    /// The events, with a summary of those not recorded one by one.
+    pub fn finish(mut self) -> Vec<Event> {
+        for (kind, n) in std::mem::take(&mut self.skipped) {
+            let msg = format!("{n} more {} events in this pass (a pass records {PER_PASS} one by one)", kind.as_str());
+            self.events.push(Event::new(kind, msg));
+        }
+        self.events
+    }
+}
+
+/// Events recorded and not yet written.
+#[derive(Default)]
+pub struct Pending {
+    queue: Mutex<VecDeque<Event>>,
+    pub dropped: AtomicU64,
+}
+
+impl Pending {
+    pub fn record(&self, e: Event) {
+        tracing::debug!(kind = e.kind.as_str(), agent = ?e.agent, node = ?e.node, message = %e.message, "event");
+        let mut q = self.queue.lock();
+        if q.len() >= PENDING_MAX {
+            q.pop_front();
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        q.push_back(e);
+    }
+
+    pub fn record_all(&self, events: Vec<Event>) {
+        for e in events {
+            self.record(e);
+        }
+    }
+
+    fn take(&self) -> Vec<Event> {
+        self.queue.lock().drain(..).collect()
+    }
+
+    /// Puts back events whose write failed, ahead of newer ones.
+    fn restore(&self, events: Vec<Event>) {
+        let mut q = self.queue.lock();
+        for e in events.into_iter().rev() {
+            if q.len() >= PENDING_MAX {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            q.push_front(e);
+        }
+    }
+}
+
+/// Rows per insert statement (8 bound values each, under SQLite's 32,766).
+const ROWS_PER_INSERT: usize = 2_000;
+
+/// Writes the pending events and trims the history; returns how many were written.
+pub async fn flush(pool: &SqlitePool, pending: &Pending) -> Result<usize, sqlx::Error> {
+    let events = pending.take();
+    if events.is_empty() {
+        return Ok(0);
+    }
+    match write(pool, &events).await {
+        Ok(()) => Ok(events.len()),
+        Err(e) => {
+            pending.restore(events);
+            Err(e)
+        }
+    }
+}
+
+async fn write(pool: &SqlitePool, events: &[Event]) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    for chunk in events.chunks(ROWS_PER_INSERT) {
+        let mut q: QueryBuilder<Sqlite> =
+            QueryBuilder::new("INSERT INTO events (at_ms, kind, agent_key, node_id, node, replica, message) ");
+        q.push_values(chunk, |mut b, e| {
+            b.push_bind(e.at_ms)
+                .push_bind(e.kind.as_str())
+                .push_bind(e.agent.as_deref())
+                .push_bind(e.node_id.as_deref())
+                .push_bind(e.node.as_deref())
+                .push_bind(e.replica.map(i64::from))
+                .push_bind(&e.message);
+        });
+        q.build().execute(&mut *tx).await?;
+    }
+    // Over the whole (bounded) table: a few milliseconds, and one statement per subject kind
+    // however many subjects the batch touched.
+    for column in ["agent_key", "node_id"] {
+        let trim = format!(
+            "DELETE FROM events WHERE seq IN (SELECT seq FROM (SELECT seq, ROW_NUMBER() OVER \
+             (PARTITION BY {column} ORDER BY seq DESC) AS rn FROM events WHERE {column} IS NOT NULL) \
+             WHERE rn > ?)"
+        );
+        sqlx::query(&trim).bind(KEEP_PER_SUBJECT).execute(&mut *tx).await?;
+    }
+    sqlx::query("DELETE FROM events WHERE seq <= (SELECT MAX(seq) FROM events) - ?")
+        .bind(KEEP_TOTAL)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
+}
+
+/// Which events a reader wants.
+#[derive(Debug, Default, Clone)]
+pub struct Filter {
+    pub agent: Option<String>,
+    /// A node id or name.
+    pub node: Option<String>,
+    pub since: i64,
+    pub limit: u32,
+}
+
+pub async fn read(pool: &SqlitePool, f: &Filter) -> Result<Vec<EventView>, sqlx::Error> {
+    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+        "SELECT seq, at_ms, kind, agent_key, node_id, node, replica, message FROM events WHERE seq > ",
+    );
+    q.push_bind(f.since);
+    if let Some(a) = &f.agent {
+        q.push(" AND agent_key = ").push_bind(a);
+    }
+    if let Some(n) = &f.node {
+        q.push(" AND (node_id = ").push_bind(n).push(" OR node = ").push_bind(n).push(")");
+    }
+    q.push(" ORDER BY seq LIMIT ").push_bind(i64::from(f.limit.clamp(1, PAGE)));
+    let rows = q.build().fetch_all(pool).await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| EventView {
+            seq: r.get(0),
+            at: clock::rfc3339_ms(r.get(1)),
+            kind: r.get(2),
+            agent_key: r.get(3),
+            node_id: r.get(4),
+            node: r.get(5),
+            replica: r.get::<Option<i64>, _>(6).map(|n| n as u32),
+            message: r.get(7),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn pool() -> (tempfile::TempDir, SqlitePool) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = super::super::db::Db::open(&format!("sqlite://{}", dir.path().join("e.db").display())).await.unwrap();
+        (dir, db.pool().clone())
+    }
+
+    /// The history stays bounded per agent, per node and in all, and reads page by `since`.
+    #[tokio::test]
+    async fn history_is_bounded_per_subject_and_in_all_and_pages_by_seq() {
+        let (_dir, pool) = pool().await;
+        let pending = Pending::default();
+        let (a, n, name): (Id, Id, Id) = ("a".into(), "n-id".into(), "n".into());
+        for i in 0..150 {
+            pending.record(Event::new(Kind::ReplicaPlaced, format!("a {i}")).agent(&a).replica(0));
+            pending.record(Event::new(Kind::NodeOnline, format!("n {i}")).node(&n, &name));
+        }
+        assert_eq!(flush(&pool, &pending).await.unwrap(), 300);
+        let of_a = read(&pool, &Filter { agent: Some("a".into()), limit: 500, ..Default::default() }).await.unwrap();
+        assert_eq!(of_a.len(), 100);
+        assert_eq!(of_a[0].message, "a 50", "the oldest are trimmed first");
+        let by_name = read(&pool, &Filter { node: Some("n".into()), limit: 500, ..Default::default() }).await.unwrap();
+        let by_id = read(&pool, &Filter { node: Some("n-id".into()), limit: 500, ..Default::default() }).await.unwrap();
+        assert_eq!((by_name.len(), by_id.len()), (100, 100));
+        let page = read(&pool, &Filter { since: of_a[9].seq, limit: 3, ..Default::default() }).await.unwrap();
+        assert_eq!(page.len(), 3);
+        assert!(page.iter().all(|e| e.seq > of_a[9].seq) && page.windows(2).all(|w| w[0].seq < w[1].seq));
+
+        // In all: many subjects, each under its own bound.
+        for i in 0..(KEEP_TOTAL + 500) {
+            let key: Id = format!("agent-{i}").into();
+            pending.record(Event::new(Kind::AgentPhase, "running").agent(&key));
+        }
+        flush(&pool, &pending).await.unwrap();
+        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events").fetch_one(&pool).await.unwrap();
+        assert_eq!(count, KEEP_TOTAL);
+        let all = read(&pool, &Filter { limit: 10_000, ..Default::default() }).await.unwrap();
+        assert_eq!(all.len(), PAGE as usize, "one call returns at most {PAGE}");
+    }
+
+    #[test]
+    fn a_pass_records_a_bounded_number_and_summarises_the_rest() {
+        let mut b = Batch::default();
+        for i in 0..PER_PASS + 30 {
+            b.push(Event::new(if i % 2 == 0 { Kind::ReplicaPlaced } else { Kind::ReplicaMoved }, "x"));
+        }
+        let events = b.finish();
+        assert_eq!(events.len(), PER_PASS + 2);
+        let summaries: Vec<&str> = events[PER_PASS..].iter().map(|e| e.message.as_str()).collect();
+        assert_eq!(
+            summaries,
+            [
+                "15 more replica_placed events in this pass (a pass records 1000 one by one)",
+                "15 more replica_moved events in this pass (a pass records 1000 one by one)"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_pending_queue_drops_its_oldest_past_its_bound() {
+        let p = Pending::default();
+        for i in 0..PENDING_MAX + 5 {
+            p.record(Event::new(Kind::NodeOnline, i.to_string()));
+        }
+        assert_eq!(p.dropped.load(Ordering::Relaxed), 5);
+        let taken = p.take();
+        assert_eq!(taken.len(), PENDING_MAX);
+        assert_eq!(taken[0].message, "5");
+    }
+}
