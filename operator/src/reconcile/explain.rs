@@ -229,3 +229,231 @@ pub fn hint(code: &str) -> &'static str {
         _ => "",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Agent;
+    use crate::reconcile::derive::facts_of;
+    use crate::reconcile::placement::place;
+    use crate::store::{Lifecycle, NodeInfo, NodeRec};
+    use fleet_api::Capacity;
+    use serde_json::json;
+    use std::sync::Arc;
+
+    const OFFLINE: Duration = Duration::from_secs(60);
+
+    fn node(name: &str, online: bool, f: impl FnOnce(&mut NodeRec)) -> NodeRec {
+        let mut n = NodeRec {
+            id: format!("id-{name}").into(),
+            name: name.into(),
+            token_hash: [0; 32],
+            public_key: [0; 32],
+            joined_ms: 0,
+            last_seen_ms: if online { crate::clock::now_ms() } else { 0 },
+            info: NodeInfo {
+                executor_kinds: vec!["k".into()],
+                capacity: Capacity { slots: 2, cpus: Some(1.0), memory_mb: Some(1024) },
+                ..Default::default()
+            },
+            allow: Default::default(),
+            lifecycle: Lifecycle::Schedulable,
+        };
+        f(&mut n);
+        n
+    }
+
+    fn agent(key: &str, placement: serde_json::Value) -> Agent {
+        serde_json::from_value(json!({"key": key, "revision": 3, "state": "running",
+            "identity": {"kind": "agent"}, "executor": {"kind": "k", "image": null}, "placement": placement}))
+        .unwrap()
+    }
+
+    /// A registry with these nodes and one agent, placed as the pass would.
+    fn state(nodes: Vec<NodeRec>, a: Agent) -> State {
+        let mut st = State::default();
+        let now = crate::clock::now_ms();
+        let facts: Vec<_> = nodes.iter().map(|n| facts_of(n, n.online(now, OFFLINE))).collect();
+        let demands: Vec<_> = crate::reconcile::derive::demand(&a).into_iter().collect();
+        st.outcome = Arc::new(place(&demands, &facts, &Default::default()));
+        for n in nodes {
+            st.nodes.insert(n.id.clone(), n);
+        }
+        st.set_agents(Arc::new(vec![a]));
+        st
+    }
+
+    fn counts(e: &PlacementExplanation) -> Vec<(String, u32, u32)> {
+        e.filters.iter().map(|f| (f.filter.clone(), f.before, f.excluded)).collect()
+    }
+
+    fn row(f: &str, before: u32, excluded: u32) -> (String, u32, u32) {
+        (f.to_string(), before, excluded)
+    }
+
+    /// Every waiting reason of SPEC §5.1 (and §10.1's `no_schedulable_node`): the first filter
+    /// that leaves no node is the reason, the counts say how many each filter removed, and
+    /// the hint says what to do.
+    #[test]
+    fn every_waiting_reason_is_explained_with_its_filter_counts() {
+        let gpu = |n: &mut NodeRec| n.info.labels = vec!["gpu".into()];
+        let cordon = |n: &mut NodeRec| n.lifecycle = Lifecycle::Cordoned;
+        let cases: Vec<(&str, Vec<NodeRec>, serde_json::Value, Vec<(String, u32, u32)>)> = vec![
+            (
+                codes::NO_NODE,
+                vec![node("a", false, |_| {}), node("b", false, |_| {})],
+                json!({"replicas": 1}),
+                vec![row("online", 2, 2), row("schedulable", 0, 0)],
+            ),
+            (
+                codes::NO_SCHEDULABLE_NODE,
+                vec![node("a", true, cordon), node("b", false, |_| {})],
+                json!({"replicas": 1}),
+                vec![row("online", 2, 1), row("schedulable", 1, 1), row("executor_kind", 0, 0)],
+            ),
+            (
+                codes::NO_EXECUTOR_KIND,
+                vec![node("a", true, |n| n.info.executor_kinds = vec!["other".into()])],
+                json!({"replicas": 1}),
+                vec![row("online", 1, 0), row("schedulable", 1, 0), row("executor_kind", 1, 1)],
+            ),
+            (
+                codes::NO_LABEL,
+                vec![node("a", true, |_| {}), node("b", true, |_| {}), node("c", true, gpu)],
+                json!({"replicas": 1, "requires": ["gpu", "zone=eu"]}),
+                vec![row("executor_kind", 3, 0), row("image", 3, 0), row("labels", 3, 3), row("secrets", 0, 0)],
+            ),
+            (
+                codes::NO_SECRET,
+                vec![node("a", true, |_| {})],
+                json!({"replicas": 1, "secrets": ["github-token"]}),
+                vec![row("labels", 1, 0), row("secrets", 1, 1), row("capacity", 0, 0)],
+            ),
+            (
+                codes::NO_CAPACITY,
+                vec![node("a", true, |n| n.info.capacity.slots = 0), node("b", true, |_| {})],
+                json!({"replicas": 1, "resources": {"memoryMb": 4096}}),
+                vec![row("secrets", 2, 0), row("capacity", 2, 2)],
+            ),
+        ];
+        for (code, nodes, placement, want) in cases {
+            let st = state(nodes, agent("x", placement));
+            let e = explain(&st, "x", crate::clock::now_ms(), OFFLINE, false).unwrap();
+            assert_eq!(e.phase, "waiting_for_node", "{code}");
+            assert_eq!(e.reason.as_ref().map(|r| r.code.as_str()), Some(code), "{code}");
+            assert_eq!(e.hint.as_deref(), Some(hint(code)), "{code}");
+            let got = counts(&e);
+            for w in &want {
+                assert!(got.contains(w), "{code}: {w:?} in {got:?}");
+            }
+            assert_eq!(e.filters.len(), 7, "every filter, in order");
+            assert!(e.nodes.is_none());
+        }
+    }
+
+    #[test]
+    fn missing_labels_secrets_and_exhausted_resources_are_counted_per_item() {
+        let nodes = vec![
+            node("a", true, |n| n.info.labels = vec!["gpu".into()]),
+            node("b", true, |n| n.info.labels = vec!["zone=eu".into()]),
+            node("c", true, |_| {}),
+        ];
+        let st = state(nodes, agent("x", json!({"replicas": 1, "requires": ["gpu", "zone=eu"]})));
+        let e = explain(&st, "x", crate::clock::now_ms(), OFFLINE, true).unwrap();
+        let labels = e.filters.iter().find(|f| f.filter == "labels").unwrap();
+        assert_eq!(labels.missing.as_ref().unwrap(), &BTreeMap::from([("gpu".into(), 2), ("zone=eu".into(), 2)]));
+        let verdicts = e.nodes.unwrap();
+        assert_eq!(verdicts.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
+        assert_eq!(verdicts[0].detail.as_deref(), Some("missing label zone=eu"));
+        assert_eq!(verdicts[2].detail.as_deref(), Some("missing label gpu, zone=eu"));
+        assert!(verdicts.iter().all(|v| !v.fits && v.reason.as_deref() == Some(codes::NO_LABEL)));
+
+        let nodes = vec![node("a", true, |n| n.info.capacity.slots = 0), node("b", true, |_| {})];
+        let st = state(nodes, agent("y", json!({"replicas": 1, "resources": {"cpus": 2, "memoryMb": 2048}})));
+        let e = explain(&st, "y", crate::clock::now_ms(), OFFLINE, true).unwrap();
+        let cap = e.filters.iter().find(|f| f.filter == "capacity").unwrap();
+        assert_eq!(cap.exhausted, Some(Exhausted { slots: 1, cpus: 2, memory_mb: 2 }));
+        assert_eq!(e.nodes.unwrap()[0].detail.as_deref(), Some("short of slots, cpus, memoryMb"));
+    }
+
+    /// A placed agent: where each replica runs, and the filters as they stand.
+    #[test]
+    fn a_placed_agent_shows_its_replicas_and_unknown_agents_are_none() {
+        let st = state(vec![node("a", true, |_| {})], agent("x", json!({"replicas": 2})));
+        let e = explain(&st, "x", crate::clock::now_ms(), OFFLINE, false).unwrap();
+        assert_eq!((e.revision, e.desired_replicas), (3, 2));
+        assert!(e.replicas.iter().all(|r| r.node.as_deref() == Some("a") && r.node_id.as_deref() == Some("id-a")));
+        assert_eq!(e.replicas[0].state, "pending", "no report yet");
+        let cap = e.filters.iter().find(|f| f.filter == "capacity").unwrap();
+        assert_eq!((cap.before, cap.excluded), (1, 1), "its own replicas took the node's two slots");
+        assert!(explain(&st, "nope", 0, OFFLINE, false).is_none());
+    }
+
+    /// SPEC §10.2 with §6.4 rule 7: a node's refusal of a placed replica is the reason, its
+    /// message is the replica's, and the hint says what to do on the node.
+    #[test]
+    fn node_side_refusals_are_the_reason_of_a_placed_agent() {
+        use codes::refusal;
+        let table = [
+            (refusal::secret_missing("github-token"), fleet_api::ReplicaState::Stopped, refusal::SECRET_MISSING),
+            (
+                refusal::CREDENTIAL_UNOPENABLE.to_string(),
+                fleet_api::ReplicaState::Stopped,
+                refusal::CREDENTIAL_UNREADABLE,
+            ),
+            (refusal::executor_kind_missing("k"), fleet_api::ReplicaState::Stopped, refusal::EXECUTOR_KIND_MISSING),
+            (refusal::start_failed("No such image: a:1"), fleet_api::ReplicaState::Starting, refusal::START_FAILED),
+        ];
+        for (message, replica_state, code) in table {
+            let report = fleet_api::ReplicaReport {
+                agent_key: "x".into(),
+                revision: 3,
+                replica: 0,
+                state: replica_state,
+                restarts: 0,
+                last_exit_code: None,
+                message: Some(message.clone()),
+            };
+            let a = node("a", true, |n| n.info.replicas = vec![report]);
+            let mut st = state(vec![a], agent("x", json!({"replicas": 1})));
+            st.put_identity("x", crate::store::IdentityRec { principal_id: "p".into(), bound: true });
+            st.put_live_cred(Arc::new(crate::store::Cred {
+                id: "c".into(),
+                agent: "x".into(),
+                node: "id-a".into(),
+                n: 0,
+                principal_id: "p".into(),
+                ciphertext: "s".into(),
+                expires_ms: i64::MAX,
+                issued_ms: 0,
+                revoke_ms: None,
+            }));
+            let e = explain(&st, "x", crate::clock::now_ms(), OFFLINE, false).unwrap();
+            assert_eq!(e.phase, "pending", "{code}");
+            assert_eq!(e.reason.as_ref().map(|r| r.code.as_str()), Some(code), "{code}");
+            assert_eq!(e.replicas[0].message.as_deref(), Some(message.as_str()));
+            assert_eq!(e.replicas[0].node.as_deref(), Some("a"));
+            assert_eq!(e.hint.as_deref(), Some(hint(code)), "{code}");
+        }
+    }
+
+    /// Every hint is the text docs/troubleshooting.md gives for its reason.
+    #[test]
+    fn every_hint_is_in_the_troubleshooting_table() {
+        let doc = include_str!("../../../docs/troubleshooting.md");
+        use codes::refusal;
+        let others = [
+            codes::NODE_UNAVAILABLE,
+            codes::IDENTITY_PENDING,
+            refusal::SECRET_MISSING,
+            refusal::CREDENTIAL_UNREADABLE,
+            refusal::EXECUTOR_KIND_MISSING,
+            refusal::START_FAILED,
+        ];
+        for code in super::super::placement::REASONS.iter().chain(&others) {
+            let h = hint(code);
+            assert!(!h.is_empty(), "{code} has a hint");
+            assert!(doc.contains(h), "docs/troubleshooting.md lacks the hint for {code}: {h}");
+        }
+    }
+}

@@ -303,6 +303,12 @@ impl State {
         self.creds.insert(c.id.clone(), c);
     }
 
+    /// Sets an agent's identity without recording a change (tests only, as above).
+    #[cfg(test)]
+    pub(crate) fn put_identity(&mut self, agent: &str, rec: IdentityRec) {
+        self.identities.insert(agent.into(), rec);
+    }
+
     /// What changed since the pass last took the record.
     pub fn take_changes(&mut self) -> Changes {
         std::mem::take(&mut self.changes)

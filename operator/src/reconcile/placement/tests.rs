@@ -95,6 +95,67 @@ fn offline_moves_or_stays_unavailable() {
     assert!(!out.waiting.contains_key("y"));
 }
 
+/// SPEC §10.1: a cordon keeps what is there and takes nothing new; a drain moves everything
+/// that can go, leaves the rest blocked, and with `force` unbinds the rest instead.
+#[test]
+fn cordon_keeps_drain_moves_blocked_stay_and_force_unbinds() {
+    let mut a = node("a", 3);
+    a.schedulable = false;
+    let b = node("b", 1);
+    let mut prev = Bindings::new();
+    prev.insert(("x".into(), 0), "id-a".into());
+    prev.insert(("y".into(), 0), "id-a".into());
+    let demands = [agent("x", 1), agent("y", 1), agent("z", 2)];
+    let out = place(&demands, &[a.clone(), b.clone()], &prev);
+    assert_eq!(on(&out, "x", 0).as_deref(), Some("id-a"), "cordoned: x stays");
+    assert_eq!(on(&out, "y", 0).as_deref(), Some("id-a"), "cordoned: y stays");
+    assert_eq!(on(&out, "z", 0).as_deref(), Some("id-b"), "new replicas avoid the cordoned node");
+    assert_eq!(out.waiting.get("z"), Some(&(1, codes::NO_CAPACITY)), "a's free slots are not offered");
+    assert!(out.blocked.is_empty());
+
+    a.draining = Some(false);
+    let out = place(&demands[..2], &[a.clone(), b.clone()], &prev);
+    assert_eq!(on(&out, "x", 0).as_deref(), Some("id-b"), "draining: x moves to the only room");
+    assert_eq!(on(&out, "y", 0).as_deref(), Some("id-a"), "y has nowhere to go: stays, blocked");
+    assert_eq!(out.blocked.iter().cloned().collect::<Vec<_>>(), vec![(Arc::from("y"), 0)]);
+    assert!(!out.waiting.contains_key("y"));
+
+    a.draining = Some(true);
+    let out = place(&demands[..2], &[a, b], &prev);
+    assert_eq!(on(&out, "x", 0).as_deref(), Some("id-b"));
+    assert_eq!(on(&out, "y", 0), None, "force: unbound");
+    assert!(out.blocked.is_empty());
+    assert_eq!(out.waiting.get("y"), Some(&(1, codes::NO_CAPACITY)));
+}
+
+#[test]
+fn every_online_node_cordoned_is_no_schedulable_node() {
+    let mut a = node("a", 3);
+    a.schedulable = false;
+    let mut off = node("off", 3);
+    off.online = false;
+    let out = place(&[agent("x", 1)], &[a.clone(), off], &Bindings::new());
+    assert_eq!(out.waiting.get("x"), Some(&(1, codes::NO_SCHEDULABLE_NODE)));
+    // A kind no node runs is still no_executor_kind only once a schedulable node exists:
+    // the first filter that empties the set gives the reason.
+    let mut other = agent("other", 1);
+    other.kind = "unknown".into();
+    let out = place(&[other.clone()], &[a, node("b", 1)], &Bindings::new());
+    assert_eq!(out.waiting.get("other"), Some(&(1, codes::NO_EXECUTOR_KIND)));
+}
+
+/// Each node's room left is published for the explanation's capacity filter.
+#[test]
+fn the_room_left_on_each_node_is_kept() {
+    let mut a = node("a", 3);
+    a.capacity.cpus = Some(2.0);
+    let out = place(&[agent("x", 2)], &[a, node("b", 1)], &Bindings::new());
+    let free = |id: &str| out.free.get(id).copied().unwrap();
+    assert_eq!(free("id-a").slots + free("id-b").slots, 2);
+    assert_eq!(free("id-a").cpus_milli, Some(2000), "x needs no cpus");
+    assert_eq!(free("id-b").cpus_milli, None, "b declares none");
+}
+
 #[test]
 fn lowering_replicas_drops_highest_indexes() {
     let nodes = [node("a", 5)];
