@@ -146,6 +146,11 @@ impl Store {
             }
             if after.draining().is_none() {
                 st.drains.remove(&id);
+            } else if !st.drains.contains_key(&id) {
+                // Until the next pass says otherwise, everything bound there remains (one
+                // scan of the bindings per drain asked: an admin's action, not a hot path).
+                let remaining = st.outcome.bindings.values().filter(|n| **n == id).count() as u32;
+                st.drains.insert(id.clone(), DrainProgress { remaining, blocked: Vec::new() });
             }
             st.changes.facts.insert(id.clone());
         }

@@ -136,6 +136,19 @@ impl Admin {
         (s, r.json().await.unwrap_or(Value::Null))
     }
 
+    pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        let r =
+            self.http.post(format!("{}{path}", self.url)).bearer_auth(&self.token).json(&body).send().await.unwrap();
+        let s = r.status();
+        (s, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn delete(&self, path: &str) -> (StatusCode, Value) {
+        let r = self.http.delete(format!("{}{path}", self.url)).bearer_auth(&self.token).send().await.unwrap();
+        let s = r.status();
+        (s, r.json().await.unwrap_or(Value::Null))
+    }
+
     pub async fn join_key(&self) -> String {
         let r = self
             .http
