@@ -298,7 +298,8 @@ mod tests {
     fn every_waiting_reason_is_explained_with_its_filter_counts() {
         let gpu = |n: &mut NodeRec| n.info.labels = vec!["gpu".into()];
         let cordon = |n: &mut NodeRec| n.lifecycle = Lifecycle::Cordoned;
-        let cases: Vec<(&str, Vec<NodeRec>, serde_json::Value, Vec<(String, u32, u32)>)> = vec![
+        type Case = (&'static str, Vec<NodeRec>, serde_json::Value, Vec<(String, u32, u32)>);
+        let cases: Vec<Case> = vec![
             (
                 codes::NO_NODE,
                 vec![node("a", false, |_| {}), node("b", false, |_| {})],
