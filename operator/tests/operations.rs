@@ -5,7 +5,6 @@
 mod support;
 
 use serde_json::{json, Value};
-use std::time::Duration;
 use support::*;
 
 /// Where each placed replica is: (agent, node id) → count.
