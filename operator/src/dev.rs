@@ -218,8 +218,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     println!("devkit CP + IAM       {}   (agents: GET {}/devkit/agents)", fleet.devkit.url, fleet.devkit.url);
     println!("store                 {}", abs(&args.dir).join("fleet.sqlite").display());
     println!();
-    println!("Admin token (fleet:admin, 24 h):");
-    println!("  export FLEET_TOKEN={}", fleet.admin_token);
+    println!("Admin token (fleet:admin, 24 h), and fleetctl to look and operate:");
+    println!("  export FLEET_URL={api} FLEET_TOKEN={}", fleet.admin_token);
+    println!("  cargo run -q -p fleetctl -- nodes        # or: fleetctl nodes | placements | why coder | events");
     println!("  curl -s -H \"Authorization: Bearer $FLEET_TOKEN\" {api}/api/v1/placements");
     println!();
     println!("Join key (one use, 1 h): {}", fleet.join_key);

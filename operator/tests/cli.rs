@@ -105,7 +105,8 @@ async fn dev_prints_token_key_and_node_line() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("export FLEET_TOKEN=ey"), "{text}");
+    assert!(text.contains(&format!("export FLEET_URL=http://127.0.0.1:{p1} FLEET_TOKEN=ey")), "{text}");
+    assert!(text.contains("cargo run -q -p fleetctl -- nodes"), "the ready fleetctl line: {text}");
     assert!(text.contains("Join key (one use, 1 h): fjk_"), "{text}");
     assert!(text.contains("fleet-node -- --config"), "{text}");
     let yaml = std::fs::read_to_string(dir.path().join("dev/node.yaml")).unwrap();

@@ -163,6 +163,7 @@ impl Store {
         };
         tracing::info!(node = %name, %by, "node {what}");
         self.events.record(Event::new(kind, format!("{what} by {by}")).node(&id, &name));
+        self.flush_events_now().await;
         Ok(Some(id))
     }
 
@@ -199,7 +200,18 @@ impl Store {
         tracing::info!(node = %deleted.name, id = %id, credentials = deleted.revoke.len(), "node deleted ({why})");
         let msg = format!("deleted ({why}); {} credentials revoked", deleted.revoke.len());
         self.events.record(Event::new(Kind::NodeDeleted, msg).node(&id, &deleted.name));
+        self.flush_events_now().await;
         Ok(Some(deleted))
+    }
+}
+
+impl Store {
+    /// An admin's action is in the history by the time the admin asks for it: written now
+    /// rather than with the next second's flush (a failure leaves it for that flush).
+    async fn flush_events_now(&self) {
+        if let Err(e) = self.flush_events().await {
+            tracing::warn!(error = %e, "cannot write events now; the flusher retries");
+        }
     }
 }
 

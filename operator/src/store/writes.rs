@@ -98,8 +98,10 @@ impl Store {
         let id = cred.id.clone();
         let name = st.nodes.get(&cred.node).map(|n| n.name.clone()).unwrap_or_else(|| cred.node.clone());
         let (kind, msg) = match &retire {
-            Some(_) => (Kind::PatRotated, format!("PAT {} issued for {name}, replacing the previous one", cred.n)),
-            None => (Kind::PatIssued, format!("PAT {} issued for {name}", cred.n)),
+            Some(_) => {
+                (Kind::PatRotated, format!("new PAT sealed to {name}; the previous one is revoked after its grace"))
+            }
+            None => (Kind::PatIssued, format!("PAT issued and sealed to {name}")),
         };
         let event = Event::new(kind, msg).agent(&cred.agent).node(&cred.node, &name);
         st.creds.insert(id.clone(), Arc::new(cred));
@@ -117,7 +119,7 @@ impl Store {
         st.unset_active((c.agent.clone(), c.node.clone()), &c.id);
         let name = st.nodes.get(&c.node).map(|n| n.name.clone()).unwrap_or_else(|| c.node.clone());
         drop(st);
-        let msg = format!("PAT {} for {name} revoked", c.n);
+        let msg = format!("PAT of {name} revoked");
         self.events.record(Event::new(Kind::PatRevoked, msg).agent(&c.agent).node(&c.node, &name));
         Ok(())
     }

@@ -106,7 +106,8 @@ fn touched_by_waiting(previous: &Outcome, placed: &mut Placed) {
 fn waiting_events(previous: &Outcome, next: &Outcome, events: &mut Batch) {
     for (key, w) in &next.waiting {
         if previous.waiting.get(key) != Some(w) {
-            let msg = format!("{} replicas waiting: {} ({})", w.0, w.1, super::super::status::waiting_message(w.1));
+            let (n, what) = (w.0, if w.0 == 1 { "replica" } else { "replicas" });
+            let msg = format!("{n} {what} waiting: {} ({})", w.1, super::super::status::waiting_message(w.1));
             events.push(Event::new(Kind::ReplicaWaiting, msg).agent(key));
         }
     }

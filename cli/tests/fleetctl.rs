@@ -1,0 +1,219 @@
+//! `fleetctl` as an admin runs it: the real binary against a dev controller
+//! (`fleet_controller::dev::start`, the code behind `fleet-controller dev`) with a node joined
+//! over HTTP: each command's table and JSON, the lifecycle commands, and the messages for
+//! 401, 403, 503, a missing token and an unknown node.
+
+use base64::Engine;
+use fleet_controller::dev::{self, DevArgs, DevFleet};
+use serde_json::{json, Value};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn dev_args(dir: &std::path::Path) -> DevArgs {
+    DevArgs {
+        dir: dir.to_path_buf(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        metrics_listen: "127.0.0.1:0".parse().unwrap(),
+        devkit_listen: "127.0.0.1:0".parse().unwrap(),
+        agents: None,
+        executor_kind: "claude-code".into(),
+        image: "fleet-agent:dev".into(),
+        node_name: "dev-node".into(),
+        with_node: false,
+        print_and_exit: false,
+    }
+}
+
+struct Ctl {
+    url: String,
+    token: String,
+}
+
+impl Ctl {
+    fn run(&self, args: &[&str]) -> Output {
+        self.run_with_token(Some(&self.token), args)
+    }
+
+    fn run_with_token(&self, token: Option<&str>, args: &[&str]) -> Output {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_fleetctl"));
+        c.env_remove("FLEET_TOKEN").env("FLEET_URL", &self.url).args(args).stdin(Stdio::null());
+        if let Some(t) = token {
+            c.env("FLEET_TOKEN", t);
+        }
+        c.output().unwrap()
+    }
+
+    /// stdout of a command that must succeed.
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(o.status.success(), "fleetctl {args:?}: {}{}", text(&o.stdout), text(&o.stderr));
+        text(&o.stdout)
+    }
+
+    /// stderr of a command that must fail with exit code 1.
+    fn fails(&self, token: Option<&str>, args: &[&str]) -> String {
+        let o = self.run_with_token(token, args);
+        assert_eq!(o.status.code(), Some(1), "fleetctl {args:?}: {}", text(&o.stdout));
+        text(&o.stderr)
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A node joined over HTTP that reports every 500 ms (no containers: enough to be online).
+async fn join_node(url: &str, key: &str, name: &str, slots: u32) -> tokio::task::JoinHandle<()> {
+    let http = reqwest::Client::new();
+    let (_, pk) = fleet_api::seal::generate_keypair();
+    let announce = json!({"labels": ["zone=eu"], "executorKinds": ["claude-code"], "capacity": {"slots": slots}, "secrets": [], "executorImages": {}});
+    let mut body = announce.clone();
+    body["joinKey"] = json!(key);
+    body["name"] = json!(name);
+    body["publicKey"] = json!(base64::engine::general_purpose::STANDARD.encode(pk));
+    body["version"] = json!("0.1.0");
+    let r = http.post(format!("{url}/api/v1/nodes:join")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    let token = r.json::<Value>().await.unwrap()["nodeToken"].as_str().unwrap().to_string();
+    let url = url.to_string();
+    tokio::spawn(async move {
+        for seq in 1.. {
+            let mut report = announce.clone();
+            report["appliedGeneration"] = json!(0);
+            report["health"] = json!("ok");
+            report["replicas"] = json!([]);
+            report["version"] = json!("0.1.0");
+            report["bootId"] = json!("b");
+            report["seq"] = json!(seq);
+            let _ = http.put(format!("{url}/api/v1/nodes/me/observed")).bearer_auth(&token).json(&report).send().await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+}
+
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < Duration::from_secs(20), "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn dev_fleet(dir: &std::path::Path) -> (DevFleet, Ctl) {
+    let fleet = dev::start(&dev_args(dir)).await.unwrap();
+    let ctl = Ctl { url: format!("http://{}", fleet.controller.addr), token: fleet.admin_token.clone() };
+    (fleet, ctl)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_against_a_dev_controller() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fleet, ctl) = dev_fleet(dir.path()).await;
+    let _a = join_node(&ctl.url, &fleet.join_key, "node-a", 4).await;
+
+    // join-key prints the key alone on stdout.
+    let key = ctl.ok(&["join-key", "--ttl", "600", "--note", "second"]);
+    assert!(key.trim().starts_with("fjk_") && key.lines().count() == 1, "{key}");
+    let _b = join_node(&ctl.url, key.trim(), "node-b", 4).await;
+
+    // The dev agents (coder 1 replica, reviewer 2) get placed.
+    let c = &ctl;
+    eventually("three replicas placed", || c.ok(&["placements"]).matches("placed").count() >= 2).await;
+    let nodes = ctl.ok(&["nodes"]);
+    let header = nodes.lines().next().unwrap();
+    assert!(header.starts_with("NAME     STATUS   HEALTH   SCHEDULING    SLOTS   VERSION   LAST SEEN"), "{nodes}");
+    assert!(
+        nodes.lines().any(|l| l.starts_with("node-a") && l.contains("online") && l.contains("schedulable")),
+        "{nodes}"
+    );
+    let wide = ctl.ok(&["nodes", "-o", "wide"]);
+    assert!(wide.lines().next().unwrap().ends_with("ID   KINDS   LABELS") || wide.contains("KINDS"), "{wide}");
+    assert!(wide.contains("claude-code") && wide.contains("zone=eu"), "{wide}");
+    let json: Value = serde_json::from_str(&ctl.ok(&["nodes", "-o", "json"])).unwrap();
+    assert_eq!(json["items"].as_array().unwrap().len(), 2);
+
+    let node = ctl.ok(&["node", "node-a"]);
+    assert!(node.starts_with("Name:       node-a\n"), "{node}");
+    assert!(node.contains("Scheduling: schedulable") && node.contains("AGENT"), "{node}");
+    let placements = ctl.ok(&["placements"]);
+    assert!(
+        placements.starts_with("AGENT") && placements.contains("reviewer") && placements.contains("node-"),
+        "{placements}"
+    );
+    let pj: Value = serde_json::from_str(&ctl.ok(&["placements", "-o", "json"])).unwrap();
+    assert!(pj["items"].as_array().unwrap().iter().any(|p| p["agentKey"] == "coder"));
+
+    let why = ctl.ok(&["why", "reviewer", "--nodes"]);
+    assert!(why.starts_with("Agent:      reviewer (revision 1)\n"), "{why}");
+    assert!(why.contains("FILTER") && why.contains("online") && why.contains("capacity"), "{why}");
+    assert!(why.contains("NODE     FITS"), "{why}");
+    let wj: Value = serde_json::from_str(&ctl.ok(&["why", "reviewer", "-o", "json"])).unwrap();
+    assert_eq!(wj["desiredReplicas"], 2);
+
+    // Lifecycle.
+    assert_eq!(ctl.ok(&["cordon", "node-a"]), "node node-a cordoned\n");
+    assert!(ctl.ok(&["nodes"]).lines().any(|l| l.starts_with("node-a") && l.contains("cordoned")));
+    assert_eq!(ctl.ok(&["uncordon", "node-a"]), "node node-a uncordoned\n");
+    let drain = ctl.run(&["drain", "node-a", "--wait", "--timeout", "30"]);
+    assert!(drain.status.success(), "{}", text(&drain.stderr));
+    assert!(text(&drain.stdout).ends_with("node node-a drained\n"), "{}", text(&drain.stdout));
+    assert!(text(&drain.stderr).contains("draining node-a: "), "the progress line: {}", text(&drain.stderr));
+    assert!(ctl.ok(&["nodes"]).lines().any(|l| l.starts_with("node-a") && l.contains("drained")));
+
+    // Delete asks; without a terminal and without --yes it refuses.
+    let e = ctl.fails(Some(&ctl.token), &["delete", "node-a"]);
+    assert!(e.contains("pass --yes"), "{e}");
+    assert_eq!(ctl.ok(&["delete", "node-a", "--yes"]), "node node-a deleted\n");
+    assert!(!ctl.ok(&["nodes"]).contains("node-a"));
+
+    // Events, oldest first, and as JSON lines.
+    let c = &ctl;
+    eventually("the deletion in the events", || c.ok(&["events", "--node", "node-a"]).contains("node_deleted")).await;
+    let events = ctl.ok(&["events", "--node", "node-a"]);
+    assert!(events.starts_with("SEQ"), "{events}");
+    let kinds: Vec<&str> = events.lines().skip(1).filter_map(|l| l.split_whitespace().nth(2)).collect();
+    let pos = |k: &str| kinds.iter().position(|x| *x == k).unwrap_or_else(|| panic!("{k} in {kinds:?}"));
+    assert!(pos("node_joined") < pos("node_cordoned") && pos("node_draining") < pos("node_deleted"), "{kinds:?}");
+    let first: Value = serde_json::from_str(ctl.ok(&["events", "-o", "json"]).lines().next().unwrap()).unwrap();
+    assert!(first["seq"].as_i64().unwrap() >= 1);
+
+    // What goes wrong, and what to do about it.
+    let e = ctl.fails(Some(&ctl.token), &["node", "nope"]);
+    assert_eq!(e, "error: no node with id or name \"nope\" (not_found)\n");
+    let e = ctl.fails(Some("not-a-jwt"), &["nodes"]);
+    assert!(e.contains("(invalid_token) — the token was refused: it may be expired"), "{e}");
+    let read_only = fleet.devkit.mint("fleet", &["fleet:read"], 600);
+    assert!(ctl.run_with_token(Some(&read_only), &["nodes"]).status.success(), "fleet:read reads");
+    let e = ctl.fails(Some(&read_only), &["cordon", "node-b"]);
+    assert!(e.contains("(insufficient_scope) — the token lacks fleet:admin"), "{e}");
+    let e = ctl.fails(None, &["nodes"]);
+    assert!(e.contains("no token: set FLEET_TOKEN or pass --token"), "{e}");
+    let gone = Ctl { url: "http://127.0.0.1:1".into(), token: ctl.token.clone() };
+    let e = gone.fails(Some(&ctl.token), &["nodes"]);
+    assert!(e.contains("cannot reach the controller at http://127.0.0.1:1") && e.contains("FLEET_URL"), "{e}");
+    fleet.controller.shutdown().await;
+}
+
+/// A controller without a service account answers 503: fleetctl says which settings it lacks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_without_credentials_is_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("FLEET_LISTEN", "127.0.0.1:0".to_string()),
+        ("FLEET_METRICS_LISTEN", "127.0.0.1:0".to_string()),
+        ("FLEET_DATA_DIR", dir.path().display().to_string()),
+        ("FLEET_CONTROL_PLANE_URL", "http://127.0.0.1:1".to_string()),
+        ("FLEET_IAM_URL", "http://127.0.0.1:1".to_string()),
+        ("FLEET_IAM_ISSUER", "http://127.0.0.1:1".to_string()),
+        ("FLEET_IAM_TENANT", "t".to_string()),
+        ("FLEET_JWKS_URL", "http://127.0.0.1:1/jwks".to_string()),
+    ];
+    let cfg =
+        fleet_controller::config::Config::from_lookup(&|k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
+            .unwrap();
+    let running = fleet_controller::server::start(cfg).await.unwrap();
+    let ctl = Ctl { url: format!("http://{}", running.addr), token: "any".into() };
+    let e = ctl.fails(Some("any"), &["nodes"]);
+    assert!(e.contains("(not_configured) — the controller has no service account yet: set FLEET_CLIENT_ID"), "{e}");
+    running.shutdown().await;
+}
