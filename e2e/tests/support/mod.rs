@@ -424,3 +424,83 @@ impl Partition {
         self.open.store(open, Ordering::SeqCst);
     }
 }
+
+/// An HTTP/1.1 proxy that forwards request by request and, for the first join it sees, lets
+/// the controller answer and then drops the answer: a `201` lost on the way back (SPEC §10.1).
+pub struct LosesFirstJoin {
+    pub url: String,
+    /// Joins that passed through, the lost one included.
+    pub joins: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl LosesFirstJoin {
+    pub async fn start(upstream: String) -> LosesFirstJoin {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let joins = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = joins.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((c, _)) = listener.accept().await else { return };
+                let (upstream, seen) = (upstream.clone(), seen.clone());
+                tokio::spawn(async move {
+                    let _ = relay(c, &upstream, &seen).await;
+                });
+            }
+        });
+        LosesFirstJoin { url, joins }
+    }
+}
+
+/// One client connection: each request goes upstream whole and its answer comes back whole,
+/// except the answer to the first join overall, after which the connection is dropped.
+async fn relay(
+    mut client: tokio::net::TcpStream,
+    upstream: &str,
+    joins: &std::sync::atomic::AtomicUsize,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let mut server = tokio::net::TcpStream::connect(upstream).await?;
+    let (mut from_client, mut from_server) = (Vec::new(), Vec::new());
+    loop {
+        let Some(request) = read_message(&mut client, &mut from_client).await? else { return Ok(()) };
+        let is_join = request.starts_with(b"POST /api/v1/nodes:join ");
+        server.write_all(&request).await?;
+        let Some(answer) = read_message(&mut server, &mut from_server).await? else { return Ok(()) };
+        if is_join && joins.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Ok(()); // the controller answered; the node never hears it
+        }
+        client.write_all(&answer).await?;
+    }
+}
+
+/// One HTTP/1.1 message (head and a `Content-Length` body) from `s`, `buf` holding what was
+/// read past it; `None` at a clean end of stream.
+async fn read_message(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Option<Vec<u8>>> {
+    use tokio::io::AsyncReadExt;
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
+                .unwrap_or(0);
+            let total = end + 4 + len;
+            while buf.len() < total {
+                let n = s.read(&mut chunk).await?;
+                if n == 0 {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let rest = buf.split_off(total);
+            return Ok(Some(std::mem::replace(buf, rest)));
+        }
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
