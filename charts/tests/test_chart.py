@@ -100,7 +100,7 @@ class Render(unittest.TestCase):
             "FLEET_LISTEN", "FLEET_METRICS_LISTEN", "FLEET_DATA_DIR", "FLEET_CONTROL_PLANE_URL", "FLEET_IAM_URL",
             "FLEET_IAM_ISSUER", "FLEET_IAM_TENANT", "FLEET_JWKS_URL", "FLEET_CLIENT_ID", "FLEET_CLIENT_SECRET",
             "FLEET_AUDIENCE", "FLEET_TOKEN_AUDIENCES", "FLEET_TOKEN_SCOPES", "FLEET_TOKEN_TTL_SECONDS",
-            "FLEET_RECONCILE_SECONDS", "FLEET_NODE_OFFLINE_SECONDS", "FLEET_TOKEN_REVOKE_GRACE_SECONDS",
+            "FLEET_RECONCILE_SECONDS", "FLEET_NODE_OFFLINE_SECONDS", "FLEET_NODE_GC_SECONDS", "FLEET_TOKEN_REVOKE_GRACE_SECONDS",
             "FLEET_KUBERNETES_MIRROR", "FLEET_LOG_FORMAT", "RUST_LOG",
         ]:
             self.assertIn(name, env)
@@ -108,6 +108,7 @@ class Render(unittest.TestCase):
         self.assertEqual(env["FLEET_TOKEN_TTL_SECONDS"]["value"], "604800")
         self.assertEqual(env["FLEET_KUBERNETES_MIRROR"]["value"], "false")
         self.assertEqual(env["FLEET_DATA_DIR"]["value"], "/data")
+        self.assertEqual(env["FLEET_NODE_GC_SECONDS"]["value"], "0", "offline nodes are kept unless asked")
         self.assertEqual(
             env["FLEET_CLIENT_SECRET"]["valueFrom"]["secretKeyRef"],
             {"name": "fleet-fleet-controller-credentials", "key": "client-secret"},
