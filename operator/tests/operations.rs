@@ -279,3 +279,41 @@ async fn list_routes_page_with_limit_and_cursor() {
     assert_eq!(s, 400, "{v}");
     running.shutdown().await;
 }
+
+/// `FLEET_NODE_GC_SECONDS`: a node offline longer than this is deleted as by `DELETE`; one
+/// that keeps reporting stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offline_nodes_are_collected_after_the_gc_period() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = in_process_config(&dk, dir.path());
+    cfg.node_gc_after = Some(std::time::Duration::from_secs(2));
+    let running = fleet_controller::server::start(cfg).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let admin = Admin::new(&url, dk.mint("fleet", &["fleet:admin"], 3600));
+    let announce = json!({"executorKinds": ["k"], "capacity": {"slots": 2}});
+    let (mut gone, mut stays) =
+        (TestNode::new(&url, "n-gone", announce.clone()), TestNode::new(&url, "n-stays", announce));
+    gone.join(&admin.join_key().await).await;
+    stays.join(&admin.join_key().await).await;
+    let _online = keep_reporting(vec![stays.clone()]);
+    // n-gone never reports: offline after 3 s, deleted 2 s later.
+    eventually(20, "n-gone collected", || async { (admin.get("/api/v1/nodes/n-gone").await.0 == 404).then_some(()) })
+        .await;
+    assert_eq!(gone.desired(None, 0).await.0, 401);
+    assert_eq!(admin.get("/api/v1/nodes/n-stays").await.0, 200, "a reporting node stays");
+    eventually(5, "the reason in the events", || async {
+        let (_, v) = admin.get(&format!("/api/v1/events?node={}", gone.id)).await;
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| {
+                e["kind"] == "node_deleted"
+                    && e["message"].as_str().unwrap_or("").contains("offline longer than FLEET_NODE_GC_SECONDS=2")
+            })
+            .then_some(())
+    })
+    .await;
+    running.shutdown().await;
+}
