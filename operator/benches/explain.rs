@@ -16,7 +16,7 @@ const OFFLINE: Duration = Duration::from_secs(60);
 
 fn node(i: usize, now: i64) -> NodeRec {
     let mut labels = vec![format!("zone=z{}", i % 8)];
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         labels.push("repos".into());
     }
     NodeRec {
@@ -25,12 +25,12 @@ fn node(i: usize, now: i64) -> NodeRec {
         token_hash: [0; 32],
         public_key: [0; 32],
         joined_ms: 0,
-        last_seen_ms: if i % 97 == 0 { 0 } else { now },
+        last_seen_ms: if i.is_multiple_of(97) { 0 } else { now },
         info: NodeInfo {
             labels,
             executor_kinds: vec!["claude-code".into()],
             capacity: Capacity { slots: 12, cpus: Some(32.0), memory_mb: Some(65536) },
-            secrets: if i % 3 == 0 { vec!["github-token".into()] } else { vec![] },
+            secrets: if i.is_multiple_of(3) { vec!["github-token".into()] } else { vec![] },
             ..Default::default()
         },
         allow: Default::default(),
