@@ -131,3 +131,43 @@ impl crate::NodeView {
         }
     }
 }
+
+/// `GET /api/v1/summary`: the fleet at a glance (the web view's overview).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetSummary {
+    pub nodes: NodeCounts,
+    pub replicas: ReplicaCounts,
+    /// Pending replicas by reason code.
+    pub pending_by_reason: BTreeMap<String, u32>,
+    /// Agents with replicas waiting, by key: at most 100.
+    pub waiting: Vec<WaitingAgent>,
+    /// More agents wait than `waiting` lists.
+    pub waiting_truncated: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct NodeCounts {
+    pub total: u32,
+    pub online: u32,
+    pub offline: u32,
+    pub degraded: u32,
+    pub cordoned: u32,
+    pub draining: u32,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ReplicaCounts {
+    pub placed: u64,
+    pub pending: u64,
+    /// Agents stopped in the CP.
+    pub stopped: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitingAgent {
+    pub agent_key: String,
+    pub replicas: u32,
+    pub reason: String,
+}

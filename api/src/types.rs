@@ -21,12 +21,20 @@ pub struct List<T> {
     pub items: Vec<T>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
+    /// A page of placements: the name of each node the page names by id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_names: Option<BTreeMap<String, String>>,
 }
 
 impl<T> List<T> {
     /// The whole list, unpaged.
     pub fn all(items: Vec<T>) -> List<T> {
-        List { items, next_cursor: None }
+        List { items, next_cursor: None, node_names: None }
+    }
+
+    /// One page.
+    pub fn page(items: Vec<T>, next_cursor: Option<String>) -> List<T> {
+        List { items, next_cursor, node_names: None }
     }
 }
 

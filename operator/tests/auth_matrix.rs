@@ -78,6 +78,7 @@ async fn every_route_by_every_bad_credential() {
         ("POST", format!("/api/v1/nodes/{}:uncordon", node.id), Kind::Admin),
         ("GET", "/api/v1/agents/coder/placement".into(), Kind::Read),
         ("GET", "/api/v1/events".into(), Kind::Read),
+        ("GET", "/api/v1/summary".into(), Kind::Read),
         // Last: the admin token deletes the node.
         ("DELETE", format!("/api/v1/nodes/{}", node.id), Kind::Admin),
     ];
@@ -112,13 +113,24 @@ async fn every_route_by_every_bad_credential() {
         }
     }
     assert_eq!(checked, routes.len() * tokens.len());
-    // The open routes answer whatever the credential.
+    // The open routes answer whatever the credential; the web view's files hold no data and
+    // keep the page to this origin (SPEC §10.5).
     for token in ["", "not-a-jwt"] {
-        let mut req = http.get(format!("{url}/healthz"));
-        if !token.is_empty() {
-            req = req.bearer_auth(token);
+        for path in ["/healthz", "/ui", "/ui/app.js", "/ui/app.css"] {
+            let mut req = http.get(format!("{url}{path}"));
+            if !token.is_empty() {
+                req = req.bearer_auth(token);
+            }
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status(), 200, "{path}");
+            if path.starts_with("/ui") {
+                let csp = r.headers()["content-security-policy"].to_str().unwrap().to_string();
+                assert!(csp.contains("connect-src 'self'") && csp.contains("frame-ancestors 'none'"), "{csp}");
+                assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+            }
         }
-        assert_eq!(req.send().await.unwrap().status(), 200);
     }
+    let r = http.get(format!("{url}/ui/")).send().await.unwrap();
+    assert_eq!(r.url().path(), "/ui", "/ui/ redirects to the page");
     running.shutdown().await;
 }

@@ -69,7 +69,7 @@ pub async fn list_nodes(
     nodes.truncate(page.limit.unwrap_or(usize::MAX));
     let next_cursor = more.then(|| nodes.last().map(|n| page::encode(&n.name))).flatten();
     let items = nodes.into_iter().map(|n| st.node_view(n, now, app.offline_after)).collect();
-    Ok(Json(List { items, next_cursor }))
+    Ok(Json(List::page(items, next_cursor)))
 }
 
 /// One node (by id or name) with the replicas it last reported.
@@ -123,5 +123,11 @@ pub async fn list_placements(
             items.push(v.clone());
         }
     }
-    Ok(Json(List { items, next_cursor }))
+    // A page names its nodes: the reader needs no whole node list to show them.
+    let names = {
+        let st = app.store.state.read();
+        let ids = items.iter().filter_map(|v: &PlacementView| v.node_id.as_deref());
+        ids.filter_map(|id| st.nodes.get(id).map(|n| (id.to_string(), n.name.to_string()))).collect()
+    };
+    Ok(Json(List { items, next_cursor, node_names: Some(names) }))
 }

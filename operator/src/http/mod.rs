@@ -10,6 +10,7 @@ pub mod openapi;
 pub mod ops;
 pub mod page;
 pub mod serve;
+pub mod ui;
 
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -85,7 +86,9 @@ impl App {
 
 async fn configured_gate(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
-    if app.reconciler.is_none() && !matches!(path, "/healthz" | "/readyz" | "/openapi.json") {
+    // The web view loads without a service account and shows the API's 503.
+    let open = matches!(path, "/healthz" | "/readyz" | "/openapi.json") || path == "/ui" || path.starts_with("/ui/");
+    if app.reconciler.is_none() && !open {
         return ApiError::not_configured().into_response();
     }
     next.run(req).await
@@ -136,6 +139,11 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/v1/placements", get(admin::list_placements))
         .route("/api/v1/agents/{key}/placement", get(ops::explain))
         .route("/api/v1/events", get(ops::events))
+        .route("/api/v1/summary", get(ops::summary))
+        .route("/ui", get(ui::index))
+        .route("/ui/", get(ui::slash))
+        .route("/ui/app.js", get(ui::script))
+        .route("/ui/app.css", get(ui::style))
         .route("/api/v1/nodes:join", post(node::join))
         .route("/api/v1/nodes/me/desired", get(node::desired))
         .route("/api/v1/nodes/me/observed", put(node::observed))

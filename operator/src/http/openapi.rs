@@ -26,6 +26,7 @@ use utoipa::{Modify, OpenApi};
         super::ops::delete_node,
         super::ops::explain,
         super::ops::events,
+        super::ops::summary,
         super::node::join,
         super::node::desired,
         super::node::observed,

@@ -1,0 +1,107 @@
+//! What the fleetctl and web-view tests share: a dev controller in-process, nodes joined over
+//! HTTP, the fleetctl binary.
+#![allow(dead_code)]
+
+pub mod webdriver;
+
+use base64::Engine;
+use fleet_controller::dev::{self, DevArgs, DevFleet};
+use serde_json::{json, Value};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn dev_args(dir: &std::path::Path) -> DevArgs {
+    DevArgs {
+        dir: dir.to_path_buf(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        metrics_listen: "127.0.0.1:0".parse().unwrap(),
+        devkit_listen: "127.0.0.1:0".parse().unwrap(),
+        agents: None,
+        executor_kind: "claude-code".into(),
+        image: "fleet-agent:dev".into(),
+        node_name: "dev-node".into(),
+        with_node: false,
+        print_and_exit: false,
+    }
+}
+
+pub struct Ctl {
+    pub url: String,
+    pub token: String,
+}
+
+impl Ctl {
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.run_with_token(Some(&self.token), args)
+    }
+
+    pub fn run_with_token(&self, token: Option<&str>, args: &[&str]) -> Output {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_fleetctl"));
+        c.env_remove("FLEET_TOKEN").env("FLEET_URL", &self.url).args(args).stdin(Stdio::null());
+        if let Some(t) = token {
+            c.env("FLEET_TOKEN", t);
+        }
+        c.output().unwrap()
+    }
+
+    /// stdout of a command that must succeed.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(o.status.success(), "fleetctl {args:?}: {}{}", text(&o.stdout), text(&o.stderr));
+        text(&o.stdout)
+    }
+
+    /// stderr of a command that must fail with exit code 1.
+    pub fn fails(&self, token: Option<&str>, args: &[&str]) -> String {
+        let o = self.run_with_token(token, args);
+        assert_eq!(o.status.code(), Some(1), "fleetctl {args:?}: {}", text(&o.stdout));
+        text(&o.stderr)
+    }
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A node joined over HTTP that reports every 500 ms (no containers: enough to be online).
+pub async fn join_node(url: &str, key: &str, name: &str, slots: u32) -> tokio::task::JoinHandle<()> {
+    let http = reqwest::Client::new();
+    let (_, pk) = fleet_api::seal::generate_keypair();
+    let announce = json!({"labels": ["zone=eu"], "executorKinds": ["claude-code"], "capacity": {"slots": slots}, "secrets": [], "executorImages": {}});
+    let mut body = announce.clone();
+    body["joinKey"] = json!(key);
+    body["name"] = json!(name);
+    body["publicKey"] = json!(base64::engine::general_purpose::STANDARD.encode(pk));
+    body["version"] = json!("0.1.0");
+    let r = http.post(format!("{url}/api/v1/nodes:join")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    let token = r.json::<Value>().await.unwrap()["nodeToken"].as_str().unwrap().to_string();
+    let url = url.to_string();
+    tokio::spawn(async move {
+        for seq in 1.. {
+            let mut report = announce.clone();
+            report["appliedGeneration"] = json!(0);
+            report["health"] = json!("ok");
+            report["replicas"] = json!([]);
+            report["version"] = json!("0.1.0");
+            report["bootId"] = json!("b");
+            report["seq"] = json!(seq);
+            let _ = http.put(format!("{url}/api/v1/nodes/me/observed")).bearer_auth(&token).json(&report).send().await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+}
+
+pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < Duration::from_secs(20), "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+pub async fn dev_fleet(dir: &std::path::Path) -> (DevFleet, Ctl) {
+    let fleet = dev::start(&dev_args(dir)).await.unwrap();
+    let ctl = Ctl { url: format!("http://{}", fleet.controller.addr), token: fleet.admin_token.clone() };
+    (fleet, ctl)
+}

@@ -1,0 +1,154 @@
+//! The web view (SPEC §10.5) in Debian's headless Chromium, driven over WebDriver: on a dev
+//! controller with two nodes, the admin enters the token, sees the nodes and placements,
+//! opens a waiting agent and reads its reason and filter counts, drains a node with fleetctl
+//! and watches the page show it without a reload. Screenshots go to the target directory.
+
+mod support;
+
+use serde_json::json;
+use std::path::PathBuf;
+use support::webdriver::{browser_paths, Browser};
+use support::*;
+
+fn shots() -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_reads_the_fleet_and_watches_a_drain() {
+    let Some((driver, chromium)) = browser_paths() else {
+        let msg = "chromium and chromium-driver are not installed: apt-get install chromium chromium-driver";
+        assert!(std::env::var("FLEET_E2E").as_deref() != Ok("1"), "{msg}");
+        eprintln!("SKIPPED the browser test: {msg}");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (fleet, ctl) = dev_fleet(dir.path()).await;
+    let _a = join_node(&ctl.url, &fleet.join_key, "node-a", 4).await;
+    let key = ctl.ok(&["join-key"]);
+    let _b = join_node(&ctl.url, key.trim(), "node-b", 4).await;
+    fleet.devkit.put_agent(json!({"key": "gpu-job", "revision": 1, "state": "running",
+        "identity": {"kind": "agent"}, "executor": {"kind": "claude-code", "image": null},
+        "placement": {"replicas": 1, "requires": ["gpu"], "secrets": []}}));
+    let c = &ctl;
+    eventually("the dev agents placed", || c.ok(&["placements"]).matches("placed").count() >= 2).await;
+
+    let b = Browser::start(&driver, &chromium).await;
+    b.goto(&format!("{}/ui", ctl.url)).await;
+    // The token is asked once, kept for the tab, never put in the URL.
+    b.wait_text("main", &["Admin token"], 20).await;
+    b.type_into("#token", &ctl.token).await;
+    b.click("#login-form button[type=submit]").await;
+    let overview = b.wait_text("main", &["Overview", "Nodes", "online", "Waiting agents", "gpu-job"], 20).await;
+    assert!(overview.contains("no_label"), "{overview}");
+    let url = b.js("return location.href").await;
+    assert!(!url.as_str().unwrap().contains(&ctl.token), "no secret in the URL: {url}");
+    assert_eq!(b.js("return sessionStorage.getItem('fleet.token')").await, json!(ctl.token));
+    b.screenshot(&shots().join("overview.png")).await;
+
+    b.goto(&format!("{}/ui#/nodes", ctl.url)).await;
+    let nodes = b.wait_text("main", &["Nodes by name", "node-a", "node-b", "schedulable"], 20).await;
+    assert!(nodes.contains("online"), "status in words, not colour alone: {nodes}");
+    b.screenshot(&shots().join("nodes.png")).await;
+
+    b.goto(&format!("{}/ui#/placements", ctl.url)).await;
+    let placements = b.wait_text("main", &["Placements by agent", "reviewer", "coder", "gpu-job"], 20).await;
+    assert!(placements.contains("node-a") || placements.contains("node-b"), "nodes by name: {placements}");
+
+    // A waiting agent: its reason, the hint, the filter counts and every node's verdict.
+    b.goto(&format!("{}/ui#/agents/gpu-job", ctl.url)).await;
+    let agent = b.wait_text("main", &["Agent gpu-job", "waiting_for_node", "no_label", "2 lack gpu"], 20).await;
+    assert!(agent.contains("What to do: no online node has every label"), "{agent}");
+    assert!(agent.contains("missing label gpu"), "{agent}");
+    b.screenshot(&shots().join("agent.png")).await;
+
+    // Drained through fleetctl: the open nodes page shows it at its next refresh.
+    b.goto(&format!("{}/ui#/nodes", ctl.url)).await;
+    b.wait_text("main", &["node-a"], 20).await;
+    assert!(ctl.ok(&["drain", "node-a"]).starts_with("node node-a draining"));
+    b.wait_text("main", &["drained"], 20).await;
+    b.screenshot(&shots().join("nodes-drained.png")).await;
+
+    // Keyboard and semantics: every control is a link or a button, tables have headers.
+    let report = b
+        .js("return {clickable: [...document.querySelectorAll('[onclick]')].length,
+                     links: document.querySelectorAll('a[href]').length,
+                     buttons: document.querySelectorAll('button').length,
+                     headers: document.querySelectorAll('th[scope=col]').length}")
+        .await;
+    assert_eq!(report["clickable"], 0, "{report}");
+    assert!(report["links"].as_u64().unwrap() >= 6 && report["headers"].as_u64().unwrap() >= 7, "{report}");
+    // A refused token sends the admin back to the form with the server's message.
+    b.js("sessionStorage.setItem('fleet.token', 'not-a-jwt'); location.hash = '#/placements';").await;
+    b.wait_text("main", &["The token was refused", "invalid_token"], 20).await;
+    fleet.controller.shutdown().await;
+}
+
+/// The measurement of issue #21 (run by hand: `cargo test --release -p fleetctl --test web_view
+/// -- --ignored --nocapture`): the nodes page at 10,000 nodes — time from navigation to the
+/// first rendered page of nodes, and the bytes the browser fetched for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn nodes_page_at_ten_thousand_nodes() {
+    let (driver, chromium) = browser_paths().expect("chromium and chromium-driver");
+    let dir = tempfile::tempdir().unwrap();
+    let (fleet, ctl) = dev_fleet(dir.path()).await;
+    let store = fleet.controller.store.clone();
+    let started = std::time::Instant::now();
+    let mut joins = Vec::new();
+    for i in 0..10_000 {
+        let (key, _) = store.issue_join_key(std::time::Duration::from_secs(3600), "").await.unwrap();
+        joins.push(tokio::spawn(join_once(ctl.url.clone(), key, format!("sim-{i:05}"))));
+        if joins.len() == 64 {
+            for j in joins.drain(..) {
+                j.await.unwrap();
+            }
+        }
+    }
+    for j in joins {
+        j.await.unwrap();
+    }
+    eprintln!("10,000 nodes joined in {:.1}s", started.elapsed().as_secs_f64());
+    let whole = reqwest::Client::new()
+        .get(format!("{}/api/v1/nodes", ctl.url))
+        .bearer_auth(&ctl.token)
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap()
+        .len();
+
+    let b = Browser::start(&driver, &chromium).await;
+    b.goto(&format!("{}/ui", ctl.url)).await;
+    b.js(&format!("sessionStorage.setItem('fleet.token', {:?})", ctl.token)).await;
+    let mut samples = Vec::new();
+    for _ in 0..5 {
+        b.goto(&format!("{}/ui?{}#/nodes", ctl.url, samples.len())).await;
+        b.wait_text("main", &["Nodes by name", "sim-00000"], 60).await;
+        let m = b
+            .js("const ready = performance.getEntriesByType('mark').length; \
+                 const nav = performance.getEntriesByType('navigation')[0]; \
+                 const res = performance.getEntriesByType('resource'); \
+                 return {rendered: window.fleetRenderedAt - nav.startTime, \
+                         bytes: nav.transferSize + res.reduce((s, r) => s + r.transferSize, 0), \
+                         api: res.filter(r => r.name.includes('/api/')).reduce((s, r) => s + r.encodedBodySize, 0)}")
+            .await;
+        samples.push(m);
+    }
+    eprintln!("nodes page at 10,000 nodes: {samples:?}; the whole GET /api/v1/nodes is {whole} bytes");
+    fleet.controller.shutdown().await;
+}
+
+async fn join_once(url: String, key: String, name: String) {
+    use base64::Engine;
+    let (_, pk) = fleet_api::seal::generate_keypair();
+    let body = json!({"joinKey": key, "name": name, "publicKey": base64::engine::general_purpose::STANDARD.encode(pk),
+        "labels": ["zone=eu"], "executorKinds": ["claude-code"], "executorImages": {}, "capacity": {"slots": 12},
+        "secrets": [], "version": "0.1.0"});
+    let r = reqwest::Client::new().post(format!("{url}/api/v1/nodes:join")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 201);
+}
