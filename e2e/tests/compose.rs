@@ -40,12 +40,45 @@ fn ok(out: Output, what: &str) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
-/// Brings a project down (containers and volumes) when the test ends, however it ends.
+/// Brings a project down (containers, volumes, networks) when the test ends, however it ends.
+/// `down` reads the compose file too, so with a required variable unset it fails: what is left
+/// is removed by the project's label. (A run that left the controller's project up kept port
+/// 8040 taken, and `fleet-controller dev` after the test suite could not start.)
 struct Down<'a>(&'a Path, &'a str);
+
+impl Down<'_> {
+    fn now(&self) {
+        let _ = compose(self.0, self.1).args(["down", "-v", "--timeout", "2"]).output();
+        let label = format!("label=com.docker.compose.project={}", self.1);
+        for (list, rm) in [
+            (vec!["ps", "-aq", "--filter", &label], vec!["rm", "-f"]),
+            (vec!["volume", "ls", "-q", "--filter", &label], vec!["volume", "rm", "-f"]),
+            (vec!["network", "ls", "-q", "--filter", &label], vec!["network", "rm"]),
+        ] {
+            let ids = project_objects(&list);
+            if !ids.is_empty() {
+                let _ = Command::new("docker").args(&rm).args(&ids).output();
+            }
+        }
+    }
+}
+
+fn project_objects(list: &[&str]) -> Vec<String> {
+    let out = Command::new("docker").args(list).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    out.unwrap_or_default().split_whitespace().map(str::to_string).collect()
+}
+
+/// Nothing of the project is left: no container, volume or network.
+fn assert_gone(project: &str) {
+    let label = format!("label=com.docker.compose.project={project}");
+    for list in [vec!["ps", "-aq", "--filter", &label], vec!["volume", "ls", "-q", "--filter", &label]] {
+        assert_eq!(project_objects(&list), Vec::<String>::new(), "{project} left {list:?} behind");
+    }
+}
 
 impl Drop for Down<'_> {
     fn drop(&mut self) {
-        let _ = compose(self.0, self.1).args(["down", "-v", "--timeout", "2"]).output();
+        self.now();
     }
 }
 
@@ -128,6 +161,8 @@ async fn node_compose_comes_up_as_shipped() {
         .unwrap();
     assert!(String::from_utf8_lossy(&net.stdout).contains("fleet-agents"), "on the agents' network");
     assert!(!logs().contains("no such container"), "{}", logs());
+    _down.now();
+    assert_gone(project);
 }
 
 /// Removes the agent container the node started (it outlives the node by design).
@@ -207,4 +242,6 @@ async fn controller_compose_comes_up_as_shipped() {
     assert!(
         header.contains("docker compose exec fleet-controller /fleet-controller join-key --ttl 3600 --note worker-1")
     );
+    _down.now();
+    assert_gone(project);
 }
