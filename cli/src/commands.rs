@@ -51,10 +51,6 @@ fn enc(s: &str) -> String {
         .collect()
 }
 
-fn lifecycle(n: &NodeView) -> String {
-    n.scheduling()
-}
-
 pub async fn nodes(c: &Client, out: Output) -> Result<()> {
     let nodes: Vec<NodeView> = all(c, "/api/v1/nodes").await?;
     if out == Output::Json {
@@ -73,7 +69,7 @@ pub async fn nodes(c: &Client, out: Output) -> Result<()> {
             n.name.clone(),
             json!(n.status).as_str().unwrap_or_default().to_string(),
             json!(n.health).as_str().unwrap_or_default().to_string(),
-            lifecycle(n),
+            n.scheduling(),
             format!("{}/{}", n.slots_used, n.capacity.slots),
             or_dash(Some(&n.version)),
             age(&n.last_seen_at, now),
@@ -102,7 +98,7 @@ pub async fn node(c: &Client, out: Output, node: &str) -> Result<()> {
         ("Name", n.name.clone()),
         ("ID", n.id.clone()),
         ("Status", status.as_str().unwrap_or_default().to_string()),
-        ("Scheduling", lifecycle(n)),
+        ("Scheduling", n.scheduling()),
         ("Slots", format!("{}/{} used", n.slots_used, n.capacity.slots)),
         ("Kinds", or_dash(Some(n.executor_kinds.join(", ")))),
         ("Labels", or_dash(Some(n.labels.join(", ")))),

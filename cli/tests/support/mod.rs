@@ -64,8 +64,8 @@ pub fn text(b: &[u8]) -> String {
 }
 
 /// A node joined over HTTP that reports every 500 ms (no containers: enough to be online).
-pub async fn join_node(url: &str, key: &str, name: &str, slots: u32) -> tokio::task::JoinHandle<()> {
-    let http = reqwest::Client::new();
+/// Joins a node (a fresh key pair) over HTTP; returns its token and what it announced.
+pub async fn join(http: &reqwest::Client, url: &str, key: &str, name: &str, slots: u32) -> (String, Value) {
     let (_, pk) = fleet_api::seal::generate_keypair();
     let announce = json!({"labels": ["zone=eu"], "executorKinds": ["claude-code"], "capacity": {"slots": slots}, "secrets": [], "executorImages": {}});
     let mut body = announce.clone();
@@ -76,6 +76,12 @@ pub async fn join_node(url: &str, key: &str, name: &str, slots: u32) -> tokio::t
     let r = http.post(format!("{url}/api/v1/nodes:join")).json(&body).send().await.unwrap();
     assert_eq!(r.status(), 201);
     let token = r.json::<Value>().await.unwrap()["nodeToken"].as_str().unwrap().to_string();
+    (token, announce)
+}
+
+pub async fn join_node(url: &str, key: &str, name: &str, slots: u32) -> tokio::task::JoinHandle<()> {
+    let http = reqwest::Client::new();
+    let (token, announce) = join(&http, url, key, name, slots).await;
     let url = url.to_string();
     tokio::spawn(async move {
         for seq in 1.. {
