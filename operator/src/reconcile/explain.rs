@@ -115,7 +115,7 @@ fn verdict(d: &Demand, n: &NodeRec, online: bool, free: Option<&Free>) -> Option
 /// Whether the node's room left is short of a slot, the cpus or the memory `d` needs.
 fn shortages(d: &Demand, free: Option<&Free>) -> [bool; 3] {
     let f = free.copied().unwrap_or_default();
-    let cpus = d.cpus.map(|c| (c * 1000.0).round().max(0.0) as u64);
+    let cpus = d.cpus.map(super::placement::milli);
     [
         f.slots == 0,
         matches!((f.cpus_milli, cpus), (Some(have), Some(need)) if have < need),

@@ -46,7 +46,8 @@ pub struct Demand {
 
 pub use crate::store::kept::{Bindings, Free, Outcome, ReplicaKey};
 
-fn milli(c: f64) -> u64 {
+/// Cpus as thousandths, the unit placement compares in.
+pub(crate) fn milli(c: f64) -> u64 {
     (c * 1000.0).round().max(0.0) as u64
 }
 

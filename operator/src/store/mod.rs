@@ -547,13 +547,14 @@ impl Store {
         let mut st = self.state.write();
         let name = match st.nodes.get_mut(&id) {
             Some(rec) => {
-                let old = std::mem::replace(&mut rec.token_hash, hash(&token));
+                let new = hash(&token);
+                let old = std::mem::replace(&mut rec.token_hash, new);
                 rec.last_seen_ms = now.max(rec.last_seen_ms);
                 let replicas = std::mem::take(&mut rec.info.replicas);
                 rec.set_info(NodeInfo { replicas, ..info });
                 let name = rec.name.clone();
                 st.by_token.remove(&old);
-                st.by_token.insert(hash(&token), id.clone());
+                st.by_token.insert(new, id.clone());
                 st.changes.facts.insert(id.clone());
                 st.dirty_nodes.insert(id.clone());
                 name
