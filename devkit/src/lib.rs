@@ -8,6 +8,7 @@
 mod cp;
 mod iam;
 pub mod keys;
+pub mod postgres;
 pub mod state;
 
 pub use state::{DevState, Faults, PatRecord};

@@ -3,11 +3,12 @@
 //! and kept bounded in the database — the last [`KEEP_TOTAL`], at most [`KEEP_PER_SUBJECT`]
 //! per agent or node — so it survives a restart.
 
+use super::db::{on, Db, DbError, Pool};
 use super::Id;
 use crate::clock;
+use crate::store::backend::{pg, sqlite};
 use fleet_api::EventView;
 use parking_lot::Mutex;
-use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -182,55 +183,19 @@ impl Pending {
     }
 }
 
-/// Rows per insert statement (8 bound values each, under SQLite's 32,766).
-const ROWS_PER_INSERT: usize = 2_000;
-
 /// Writes the pending events and trims the history; returns how many were written.
-pub async fn flush(pool: &SqlitePool, pending: &Pending) -> Result<usize, sqlx::Error> {
+pub async fn flush(db: &Db, pending: &Pending) -> Result<usize, DbError> {
     let events = pending.take();
     if events.is_empty() {
         return Ok(0);
     }
-    match write(pool, &events).await {
+    match on!(db.pool(), write_events(&events, KEEP_PER_SUBJECT, KEEP_TOTAL)) {
         Ok(()) => Ok(events.len()),
         Err(e) => {
             pending.restore(events);
             Err(e)
         }
     }
-}
-
-async fn write(pool: &SqlitePool, events: &[Event]) -> Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    for chunk in events.chunks(ROWS_PER_INSERT) {
-        let mut q: QueryBuilder<Sqlite> =
-            QueryBuilder::new("INSERT INTO events (at_ms, kind, agent_key, node_id, node, replica, message) ");
-        q.push_values(chunk, |mut b, e| {
-            b.push_bind(e.at_ms)
-                .push_bind(e.kind.as_str())
-                .push_bind(e.agent.as_deref())
-                .push_bind(e.node_id.as_deref())
-                .push_bind(e.node.as_deref())
-                .push_bind(e.replica.map(i64::from))
-                .push_bind(&e.message);
-        });
-        q.build().execute(&mut *tx).await?;
-    }
-    // Over the whole (bounded) table: a few milliseconds, and one statement per subject kind
-    // however many subjects the batch touched.
-    for column in ["agent_key", "node_id"] {
-        let trim = format!(
-            "DELETE FROM events WHERE seq IN (SELECT seq FROM (SELECT seq, ROW_NUMBER() OVER \
-             (PARTITION BY {column} ORDER BY seq DESC) AS rn FROM events WHERE {column} IS NOT NULL) \
-             WHERE rn > ?)"
-        );
-        sqlx::query(&trim).bind(KEEP_PER_SUBJECT).execute(&mut *tx).await?;
-    }
-    sqlx::query("DELETE FROM events WHERE seq <= (SELECT MAX(seq) FROM events) - ?")
-        .bind(KEEP_TOTAL)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await
 }
 
 /// Which events a reader wants.
@@ -243,62 +208,42 @@ pub struct Filter {
     pub limit: u32,
 }
 
-pub async fn read(pool: &SqlitePool, f: &Filter) -> Result<Vec<EventView>, sqlx::Error> {
-    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
-        "SELECT seq, at_ms, kind, agent_key, node_id, node, replica, message FROM events WHERE seq > ",
-    );
-    q.push_bind(f.since);
-    if let Some(a) = &f.agent {
-        q.push(" AND agent_key = ").push_bind(a);
-    }
-    if let Some(n) = &f.node {
-        q.push(" AND (node_id = ").push_bind(n).push(" OR node = ").push_bind(n).push(")");
-    }
-    q.push(" ORDER BY seq LIMIT ").push_bind(i64::from(f.limit.clamp(1, PAGE)));
-    let rows = q.build().fetch_all(pool).await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| EventView {
-            seq: r.get(0),
-            at: clock::rfc3339_ms(r.get(1)),
-            kind: r.get(2),
-            agent_key: r.get(3),
-            node_id: r.get(4),
-            node: r.get(5),
-            replica: r.get::<Option<i64>, _>(6).map(|n| n as u32),
-            message: r.get(7),
-        })
-        .collect())
+pub async fn read(db: &Db, f: &Filter) -> Result<Vec<EventView>, DbError> {
+    let limit = i64::from(f.limit.clamp(1, PAGE));
+    on!(db.pool(), read_events(f, limit))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    async fn pool() -> (tempfile::TempDir, SqlitePool) {
-        let dir = tempfile::tempdir().unwrap();
-        let db = super::super::db::Db::open(&format!("sqlite://{}", dir.path().join("e.db").display())).await.unwrap();
-        (dir, db.pool().clone())
-    }
+    use crate::store::db::testing::{count, each};
 
     /// The history stays bounded per agent, per node and in all, and reads page by `since`.
     #[tokio::test]
     async fn history_is_bounded_per_subject_and_in_all_and_pages_by_seq() {
-        let (_dir, pool) = pool().await;
+        for fresh in each() {
+            eprintln!("on {}", fresh.backend);
+            let db = Db::open(&fresh.url).await.unwrap();
+            history_on(&db).await;
+        }
+    }
+
+    async fn history_on(pool: &Db) {
         let pending = Pending::default();
         let (a, n, name): (Id, Id, Id) = ("a".into(), "n-id".into(), "n".into());
         for i in 0..150 {
             pending.record(Event::new(Kind::ReplicaPlaced, format!("a {i}")).agent(&a).replica(0));
             pending.record(Event::new(Kind::NodeOnline, format!("n {i}")).node(&n, &name));
         }
-        assert_eq!(flush(&pool, &pending).await.unwrap(), 300);
-        let of_a = read(&pool, &Filter { agent: Some("a".into()), limit: 500, ..Default::default() }).await.unwrap();
+        assert_eq!(flush(pool, &pending).await.unwrap(), 300);
+        let of_a = read(pool, &Filter { agent: Some("a".into()), limit: 500, ..Default::default() }).await.unwrap();
         assert_eq!(of_a.len(), 100);
         assert_eq!(of_a[0].message, "a 50", "the oldest are trimmed first");
-        let by_name = read(&pool, &Filter { node: Some("n".into()), limit: 500, ..Default::default() }).await.unwrap();
-        let by_id = read(&pool, &Filter { node: Some("n-id".into()), limit: 500, ..Default::default() }).await.unwrap();
+        let by_name = read(pool, &Filter { node: Some("n".into()), limit: 500, ..Default::default() }).await.unwrap();
+        let by_id = read(pool, &Filter { node: Some("n-id".into()), limit: 500, ..Default::default() }).await.unwrap();
         assert_eq!((by_name.len(), by_id.len()), (100, 100));
-        let page = read(&pool, &Filter { since: of_a[9].seq, limit: 3, ..Default::default() }).await.unwrap();
+        let page = read(pool, &Filter { since: of_a[9].seq, limit: 3, ..Default::default() }).await.unwrap();
         assert_eq!(page.len(), 3);
         assert!(page.iter().all(|e| e.seq > of_a[9].seq) && page.windows(2).all(|w| w[0].seq < w[1].seq));
 
@@ -307,10 +252,9 @@ mod tests {
             let key: Id = format!("agent-{i}").into();
             pending.record(Event::new(Kind::AgentPhase, "running").agent(&key));
         }
-        flush(&pool, &pending).await.unwrap();
-        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events").fetch_one(&pool).await.unwrap();
-        assert_eq!(count, KEEP_TOTAL);
-        let all = read(&pool, &Filter { limit: 10_000, ..Default::default() }).await.unwrap();
+        flush(pool, &pending).await.unwrap();
+        assert_eq!(count(pool, "events").await, KEEP_TOTAL);
+        let all = read(pool, &Filter { limit: 10_000, ..Default::default() }).await.unwrap();
         assert_eq!(all.len(), PAGE as usize, "one call returns at most {PAGE}");
     }
 

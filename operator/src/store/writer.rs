@@ -9,18 +9,17 @@
 //! call, a node's desired state) follows stored state. A batch that fails is written again
 //! one item at a time, so one bad item fails only its own caller.
 
-use super::db::{CredRow, DbError};
-use sqlx::query_builder::Separated;
-use sqlx::{QueryBuilder, Sqlite, SqliteConnection, SqlitePool};
+use super::db::{fence_of, on, CredRow, DbError, Fence, Pool};
+use crate::store::backend::{pg, sqlite};
+use parking_lot::RwLock;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 /// Writes taken into one transaction at most.
 const MAX_BATCH: usize = 1024;
 /// Writes waiting at most; callers wait for room beyond it.
 const QUEUE: usize = 4096;
-/// Bound parameters per statement, under SQLite's limit of 32,766.
-const MAX_VARS: usize = 30_000;
 
 /// One write, as the worker asked for it.
 #[derive(Debug, Clone)]
@@ -55,9 +54,9 @@ pub struct Writer {
 
 impl Writer {
     /// Starts the writer task; its handle is for the controller's supervisor.
-    pub fn spawn(pool: SqlitePool) -> (Writer, tokio::task::JoinHandle<()>) {
+    pub fn spawn(pool: Pool, fence: Arc<RwLock<Option<Fence>>>) -> (Writer, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(QUEUE);
-        let task = tokio::spawn(run(pool, rx));
+        let task = tokio::spawn(run(Target { pool, fence }, rx));
         (Writer { tx }, task)
     }
 
@@ -70,7 +69,13 @@ impl Writer {
     }
 }
 
-async fn run(pool: SqlitePool, mut rx: mpsc::Receiver<Request>) {
+/// Where the writer commits, and the lease its commits carry (they are the leader's writes).
+pub struct Target {
+    pub pool: Pool,
+    pub fence: Arc<RwLock<Option<Fence>>>,
+}
+
+async fn run(pool: Target, mut rx: mpsc::Receiver<Request>) {
     let mut requests = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut requests, MAX_BATCH).await > 0 {
         // Let the tasks that are ready now (workers woken by the last commit or an IAM answer)
@@ -106,13 +111,11 @@ async fn run(pool: SqlitePool, mut rx: mpsc::Receiver<Request>) {
     }
 }
 
-/// Writes `ops` in one transaction.
-pub async fn commit(pool: &SqlitePool, ops: &[&Op]) -> Result<(), DbError> {
+/// Writes `ops` in one fenced transaction.
+pub async fn commit(t: &Target, ops: &[&Op]) -> Result<(), DbError> {
     let batch = Batch::fold(ops);
-    let mut tx = pool.begin().await?;
-    batch.write(&mut tx).await?;
-    tx.commit().await?;
-    Ok(())
+    let fence = fence_of(&t.pool, &t.fence)?;
+    on!(&t.pool, commit_batch(fence.as_ref(), &batch))
 }
 
 /// What a run of writes comes to. Each table's writes are final values keyed by row (the
@@ -120,15 +123,15 @@ pub async fn commit(pool: &SqlitePool, ops: &[&Op]) -> Result<(), DbError> {
 /// order that gives the same result as running them in sequence: a credential is inserted
 /// before it can be retired, and deletions come last (an id is never re-inserted).
 #[derive(Default)]
-struct Batch<'a> {
-    identities: BTreeMap<&'a str, (&'a str, bool)>,
+pub struct Batch<'a> {
+    pub identities: BTreeMap<&'a str, (&'a str, bool)>,
     /// Each pair's PAT counter, raised with the credential it keyed.
-    pairs: BTreeMap<(&'a str, &'a str), i64>,
-    credentials: Vec<&'a CredRow>,
+    pub pairs: BTreeMap<(&'a str, &'a str), i64>,
+    pub credentials: Vec<&'a CredRow>,
     /// In order: applied one by one, the last retirement of an id wins.
-    retire: Vec<(&'a str, i64)>,
-    delete: Vec<&'a str>,
-    statuses: BTreeMap<&'a str, &'a str>,
+    pub retire: Vec<(&'a str, i64)>,
+    pub delete: Vec<&'a str>,
+    pub statuses: BTreeMap<&'a str, &'a str>,
 }
 
 impl<'a> Batch<'a> {
@@ -154,108 +157,16 @@ impl<'a> Batch<'a> {
         }
         b
     }
-
-    async fn write(&self, c: &mut SqliteConnection) -> Result<(), sqlx::Error> {
-        let identities: Vec<_> = self.identities.iter().collect();
-        rows(
-            c,
-            "INSERT INTO identities (agent_key, principal_id, bound) ",
-            " ON CONFLICT (agent_key) DO UPDATE SET principal_id = excluded.principal_id, bound = excluded.bound",
-            3,
-            &identities,
-            |b, (agent, (principal, bound))| {
-                b.push_bind(**agent).push_bind(*principal).push_bind(*bound);
-            },
-        )
-        .await?;
-        let pairs: Vec<_> = self.pairs.iter().collect();
-        rows(
-            c,
-            // `pending_n` is cleared: a row from an earlier version may still carry one.
-            "INSERT INTO pat_pairs (agent_key, node_id, next_n) ",
-            " ON CONFLICT (agent_key, node_id) DO UPDATE SET next_n = excluded.next_n, pending_n = NULL",
-            3,
-            &pairs,
-            |b, ((agent, node), next_n)| {
-                b.push_bind(*agent).push_bind(*node).push_bind(*next_n);
-            },
-        )
-        .await?;
-        rows(
-            c,
-            "INSERT INTO credentials (id, agent_key, node_id, n, principal_id, ciphertext, expires_ms, issued_ms, revoke_ms) ",
-            " ON CONFLICT (id) DO NOTHING",
-            9,
-            &self.credentials,
-            |b, r| {
-                b.push_bind(&r.id)
-                    .push_bind(&r.agent_key)
-                    .push_bind(&r.node_id)
-                    .push_bind(r.n)
-                    .push_bind(&r.principal_id)
-                    .push_bind(&r.ciphertext)
-                    .push_bind(r.expires_ms)
-                    .push_bind(r.issued_ms)
-                    .push_bind(None::<i64>);
-            },
-        )
-        .await?;
-        retire_credentials(c, &self.retire).await?;
-        rows(c, "DELETE FROM credentials WHERE id IN (SELECT column1 FROM (", "))", 1, &self.delete, |b, id| {
-            b.push_bind(*id);
-        })
-        .await?;
-        let statuses: Vec<_> = self.statuses.iter().collect();
-        rows(
-            c,
-            "INSERT INTO statuses (agent_key, body) ",
-            " ON CONFLICT (agent_key) DO UPDATE SET body = excluded.body",
-            2,
-            &statuses,
-            |b, (agent, body)| {
-                b.push_bind(**agent).push_bind(**body);
-            },
-        )
-        .await?;
-        Ok(())
-    }
-}
-
-/// Sets `revoke_ms` of each credential id in turn, one prepared UPDATE each (a rotation
-/// retires one).
-pub async fn retire_credentials(c: &mut SqliteConnection, retire: &[(&str, i64)]) -> Result<(), sqlx::Error> {
-    for (id, at) in retire {
-        sqlx::query("UPDATE credentials SET revoke_ms = ? WHERE id = ?").bind(*at).bind(*id).execute(&mut *c).await?;
-    }
-    Ok(())
-}
-
-/// Runs `head VALUES (...), (...) tail` over `items`, as many rows per statement as SQLite
-/// takes parameters for. Nothing is run for no items.
-pub async fn rows<'q, T>(
-    c: &mut SqliteConnection,
-    head: &str,
-    tail: &str,
-    cols: usize,
-    items: &'q [T],
-    mut bind: impl FnMut(&mut Separated<'_, 'q, Sqlite, &'static str>, &'q T),
-) -> Result<(), sqlx::Error> {
-    for chunk in items.chunks((MAX_VARS / cols).max(1)) {
-        let mut qb = QueryBuilder::<Sqlite>::new(head);
-        qb.push_values(chunk, |mut b, item| bind(&mut b, item));
-        qb.push(tail);
-        qb.build().execute(&mut *c).await?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::db::testing::{each, open_leading};
     use crate::store::db::{Db, Snapshot};
 
-    async fn db(dir: &tempfile::TempDir, name: &str) -> Db {
-        Db::open(&format!("sqlite://{}", dir.path().join(name).display())).await.unwrap()
+    fn target(db: &Db) -> Target {
+        Target { pool: db.pool().clone(), fence: Arc::new(RwLock::new(db.fence().unwrap())) }
     }
 
     /// A snapshot in a fixed order, for comparing two stores.
@@ -300,14 +211,19 @@ mod tests {
 
     #[tokio::test]
     async fn one_batch_stores_what_the_writes_store_one_by_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let (one_by_one, batched) = (db(&dir, "a.db").await, db(&dir, "b.db").await);
+        for (a, b) in each().into_iter().zip(each()) {
+            eprintln!("on {}", a.backend);
+            one_batch_on(&open_leading(&a.url).await, &open_leading(&b.url).await).await;
+        }
+    }
+
+    async fn one_batch_on(one_by_one: &Db, batched: &Db) {
         let ops = history();
         for op in &ops {
-            commit(one_by_one.pool(), &[op]).await.unwrap();
+            commit(&target(one_by_one), &[op]).await.unwrap();
         }
         let refs: Vec<&Op> = ops.iter().collect();
-        commit(batched.pool(), &refs).await.unwrap();
+        commit(&target(batched), &refs).await.unwrap();
         let (a, b) = (one_by_one.load().await.unwrap(), batched.load().await.unwrap());
         // The history ends with pat-0 deleted, pat-1 retired, pat-2 live, no counter pending.
         assert_eq!(a.credentials.len(), 2, "{a:?}");
@@ -317,8 +233,13 @@ mod tests {
 
     #[tokio::test]
     async fn concurrent_writers_are_all_committed() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = db(&dir, "c.db").await;
+        for fresh in each() {
+            eprintln!("on {}", fresh.backend);
+            concurrent_writers_on(open_leading(&fresh.url).await).await;
+        }
+    }
+
+    async fn concurrent_writers_on(db: Db) {
         let tasks: Vec<_> = (0..40)
             .map(|t| {
                 let db = db.clone();
@@ -339,22 +260,35 @@ mod tests {
 
     #[tokio::test]
     async fn a_refused_write_fails_alone() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = db(&dir, "d.db").await;
-        sqlx::query(
-            "CREATE TRIGGER refuse BEFORE INSERT ON statuses WHEN NEW.agent_key = 'bad' \
-             BEGIN SELECT RAISE(ABORT, 'refused'); END",
-        )
-        .execute(db.pool())
-        .await
-        .unwrap();
+        for fresh in each() {
+            eprintln!("on {}", fresh.backend);
+            let db = open_leading(&fresh.url).await;
+            // A constraint either backend enforces, refusing one row.
+            let refuse = "ALTER TABLE statuses ADD CONSTRAINT refused CHECK (agent_key <> 'bad')";
+            match db.pool() {
+                // SQLite cannot add a constraint to a table: a trigger refuses instead.
+                Pool::Sqlite(p) => sqlx::query(
+                    "CREATE TRIGGER refuse BEFORE INSERT ON statuses WHEN NEW.agent_key = 'bad' \
+                     BEGIN SELECT RAISE(ABORT, 'refused'); END",
+                )
+                .execute(p)
+                .await
+                .map(drop),
+                Pool::Pg(p) => sqlx::query(refuse).execute(p).await.map(drop),
+            }
+            .unwrap();
+            a_refused_write_on(&db).await;
+        }
+    }
+
+    async fn a_refused_write_on(db: &Db) {
         let ops = [
             Op::Status { agent: "good".into(), body: "{}".into() },
             Op::Status { agent: "bad".into(), body: "{}".into() },
             Op::Identity { agent: "good".into(), principal: "p".into(), bound: true },
         ];
         let refs: Vec<&Op> = ops.iter().collect();
-        assert!(commit(db.pool(), &refs).await.is_err(), "the batch as a whole is refused");
+        assert!(commit(&target(db), &refs).await.is_err(), "the batch as a whole is refused");
         // Through the writer: the batch fails, then each write is tried alone.
         let results = futures::future::join_all(ops.iter().map(|op| db.writer().write(op.clone()))).await;
         assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");

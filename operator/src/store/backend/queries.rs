@@ -1,0 +1,468 @@
+// The store's SQL, written once and compiled once per backend (`backend/mod.rs` includes this
+// file into `sqlite` and `pg`, each with its own `DB`, `Conn`, `Pool` and `FOR_SHARE`). Raw
+// statements use `$N` placeholders, which both drivers take; multi-row statements are built
+// with `QueryBuilder<DB>`, which writes each driver's own. Fenced statements (SPEC §3.9) run
+// `fence` first, in their transaction.
+
+use crate::store::db::{CredRow, DbError, Fence, JoinOutcome, NodeRow, PassWrite, Snapshot};
+use crate::store::events::{Event, Filter};
+use crate::store::writer::Batch;
+use fleet_api::EventView;
+use sqlx::query_builder::Separated;
+use sqlx::{QueryBuilder, Row};
+
+/// Bound parameters per statement, under SQLite's limit of 32,766 (PostgreSQL's is 65,535).
+const MAX_VARS: usize = 30_000;
+/// Rows per event insert (7 bound values each).
+const EVENT_ROWS: usize = 2_000;
+
+/// Refuses the transaction unless `fence` still holds the lease: the same predicate as the
+/// renewal, and the row is share-locked so a takeover waits for this transaction to end.
+pub async fn fence(c: &mut Conn, fence: Option<&Fence>) -> Result<(), DbError> {
+    let Some(f) = fence else { return Ok(()) };
+    let sql = format!(
+        "SELECT 1 FROM leader_lease WHERE name = 'controller' AND holder = $1 AND epoch = $2 \
+         AND expires_at > now(){FOR_SHARE}"
+    );
+    let held = sqlx::query(&sql).bind(&f.holder).bind(f.epoch).fetch_optional(&mut *c).await?;
+    match held {
+        Some(_) => Ok(()),
+        None => Err(DbError::Fenced { epoch: f.epoch }),
+    }
+}
+
+pub async fn ping(p: &Pool) -> Result<(), DbError> {
+    sqlx::query("SELECT 1").execute(p).await?;
+    Ok(())
+}
+
+pub async fn insert_join_key(p: &Pool, hash: &[u8], expires_ms: i64, note: &str, now_ms: i64) -> Result<(), DbError> {
+    sqlx::query("INSERT INTO join_keys (hash, expires_ms, note, created_ms) VALUES ($1, $2, $3, $4)")
+        .bind(hash)
+        .bind(expires_ms)
+        .bind(note)
+        .bind(now_ms)
+        .execute(p)
+        .await?;
+    Ok(())
+}
+
+pub async fn join(p: &Pool, key_hash: &[u8], node: &NodeRow, now_ms: i64) -> Result<JoinOutcome, DbError> {
+    let mut tx = p.begin().await?;
+    let taken = sqlx::query(
+        "UPDATE join_keys SET used_ms = $1, node_id = $2 WHERE hash = $3 AND used_ms IS NULL AND expires_ms > $1",
+    )
+    .bind(now_ms)
+    .bind(&node.id)
+    .bind(key_hash)
+    .execute(&mut *tx)
+    .await?;
+    if taken.rows_affected() != 1 {
+        let again = rejoin(&mut tx, key_hash, node, now_ms).await?;
+        match &again {
+            JoinOutcome::Rejoined { .. } => tx.commit().await?,
+            _ => tx.rollback().await?,
+        }
+        return Ok(again);
+    }
+    let exists = sqlx::query("SELECT 1 FROM nodes WHERE name = $1").bind(&node.name).fetch_optional(&mut *tx).await?;
+    if exists.is_some() {
+        tx.rollback().await?;
+        return Ok(JoinOutcome::NameTaken);
+    }
+    sqlx::query(
+        "INSERT INTO nodes (id, name, token_hash, public_key, joined_ms, last_seen_ms, info) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(&node.id)
+    .bind(&node.name)
+    .bind(&node.token_hash)
+    .bind(&node.public_key)
+    .bind(node.joined_ms)
+    .bind(node.last_seen_ms)
+    .bind(&node.info)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("INSERT INTO desired (node_id, generation, agents) VALUES ($1, 1, '[]')")
+        .bind(&node.id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(JoinOutcome::Joined)
+}
+
+/// A used key's second join: the node it made, if the key is within its TTL and the name and
+/// public key match, gets the new token.
+async fn rejoin(tx: &mut Conn, key_hash: &[u8], node: &NodeRow, now_ms: i64) -> Result<JoinOutcome, DbError> {
+    let made: Option<String> = sqlx::query_scalar(
+        "SELECT node_id FROM join_keys WHERE hash = $1 AND used_ms IS NOT NULL AND expires_ms > $2 AND node_id IS NOT NULL",
+    )
+    .bind(key_hash)
+    .bind(now_ms)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(id) = made else { return Ok(JoinOutcome::KeyInvalid) };
+    let updated = sqlx::query("UPDATE nodes SET token_hash = $1 WHERE id = $2 AND name = $3 AND public_key = $4")
+        .bind(&node.token_hash)
+        .bind(&id)
+        .bind(&node.name)
+        .bind(&node.public_key)
+        .execute(&mut *tx)
+        .await?;
+    Ok(if updated.rows_affected() == 1 { JoinOutcome::Rejoined { id } } else { JoinOutcome::KeyInvalid })
+}
+
+pub async fn set_lifecycle(p: &Pool, id: &str, c: (bool, Option<i64>, bool, Option<i64>)) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE nodes SET cordoned = $1, drain_started_ms = $2, drain_force = $3, drain_done_ms = $4 WHERE id = $5",
+    )
+    .bind(c.0)
+    .bind(c.1)
+    .bind(c.2)
+    .bind(c.3)
+    .bind(id)
+    .execute(p)
+    .await?;
+    Ok(())
+}
+
+pub async fn delete_node(p: &Pool, id: &str, now_ms: i64) -> Result<(), DbError> {
+    let mut tx = p.begin().await?;
+    for sql in [
+        "DELETE FROM nodes WHERE id = $1",
+        "DELETE FROM desired WHERE node_id = $1",
+        "DELETE FROM placements WHERE node_id = $1",
+        "DELETE FROM pat_pairs WHERE node_id = $1",
+        // The key cannot make the deleted node join again.
+        "UPDATE join_keys SET node_id = NULL WHERE node_id = $1",
+    ] {
+        sqlx::query(sql).bind(id).execute(&mut *tx).await?;
+    }
+    sqlx::query("UPDATE credentials SET revoke_ms = $1 WHERE node_id = $2 AND (revoke_ms IS NULL OR revoke_ms > $1)")
+        .bind(now_ms)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub async fn update_nodes(p: &Pool, rows: &[(String, i64, String)]) -> Result<(), DbError> {
+    let mut tx = p.begin().await?;
+    for (id, last_seen, info) in rows {
+        sqlx::query("UPDATE nodes SET last_seen_ms = $1, info = $2 WHERE id = $3")
+            .bind(last_seen)
+            .bind(info)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+pub async fn apply_pass(p: &Pool, f: Option<&Fence>, w: &PassWrite) -> Result<(), DbError> {
+    let mut tx = p.begin().await?;
+    fence(&mut tx, f).await?;
+    rows(
+        &mut tx,
+        "DELETE FROM placements WHERE (agent_key, replica) IN (SELECT column1, column2 FROM (",
+        ") AS v)",
+        2,
+        &w.unbind,
+        |b, (agent, replica)| {
+            b.push_bind(agent).push_bind(*replica as i64);
+        },
+    )
+    .await?;
+    let bind = last_per_key(&w.bind, |(agent, replica, _)| (agent.as_str(), *replica));
+    rows(
+        &mut tx,
+        "INSERT INTO placements (agent_key, replica, node_id) ",
+        " ON CONFLICT (agent_key, replica) DO UPDATE SET node_id = excluded.node_id",
+        3,
+        &bind,
+        |b, (agent, replica, node)| {
+            b.push_bind(agent).push_bind(*replica as i64).push_bind(node);
+        },
+    )
+    .await?;
+    let desired = last_per_key(&w.desired, |(node, _, _)| node.as_str());
+    rows(
+        &mut tx,
+        "INSERT INTO desired (node_id, generation, agents) ",
+        " ON CONFLICT (node_id) DO UPDATE SET generation = excluded.generation, agents = excluded.agents",
+        3,
+        &desired,
+        |b, (node, generation, agents)| {
+            b.push_bind(node).push_bind(*generation as i64).push_bind(agents);
+        },
+    )
+    .await?;
+    let retire: Vec<(&str, i64)> = w.retire.iter().map(|(id, at)| (id.as_str(), *at)).collect();
+    retire_credentials(&mut tx, &retire).await?;
+    let kv = last_per_key(&w.kv, |(k, _)| k.as_str());
+    rows(
+        &mut tx,
+        "INSERT INTO kv (key, value) ",
+        " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        2,
+        &kv,
+        |b, (k, v)| {
+            b.push_bind(k).push_bind(v);
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Writes a folded run of the workers' writes in one (fenced) transaction.
+pub async fn commit_batch(p: &Pool, f: Option<&Fence>, b: &Batch<'_>) -> Result<(), DbError> {
+    let mut tx = p.begin().await?;
+    fence(&mut tx, f).await?;
+    let identities: Vec<_> = b.identities.iter().collect();
+    rows(
+        &mut tx,
+        "INSERT INTO identities (agent_key, principal_id, bound) ",
+        " ON CONFLICT (agent_key) DO UPDATE SET principal_id = excluded.principal_id, bound = excluded.bound",
+        3,
+        &identities,
+        |q, (agent, (principal, bound))| {
+            q.push_bind(**agent).push_bind(*principal).push_bind(*bound);
+        },
+    )
+    .await?;
+    let pairs: Vec<_> = b.pairs.iter().collect();
+    rows(
+        &mut tx,
+        // `pending_n` is cleared: a row from an earlier version may still carry one.
+        "INSERT INTO pat_pairs (agent_key, node_id, next_n) ",
+        " ON CONFLICT (agent_key, node_id) DO UPDATE SET next_n = excluded.next_n, pending_n = NULL",
+        3,
+        &pairs,
+        |q, ((agent, node), next_n)| {
+            q.push_bind(*agent).push_bind(*node).push_bind(*next_n);
+        },
+    )
+    .await?;
+    rows(
+        &mut tx,
+        "INSERT INTO credentials (id, agent_key, node_id, n, principal_id, ciphertext, expires_ms, issued_ms, revoke_ms) ",
+        " ON CONFLICT (id) DO NOTHING",
+        9,
+        &b.credentials,
+        |q, r| {
+            q.push_bind(&r.id)
+                .push_bind(&r.agent_key)
+                .push_bind(&r.node_id)
+                .push_bind(r.n)
+                .push_bind(&r.principal_id)
+                .push_bind(&r.ciphertext)
+                .push_bind(r.expires_ms)
+                .push_bind(r.issued_ms)
+                .push_bind(None::<i64>);
+        },
+    )
+    .await?;
+    retire_credentials(&mut tx, &b.retire).await?;
+    rows(&mut tx, "DELETE FROM credentials WHERE id IN (SELECT column1 FROM (", ") AS v)", 1, &b.delete, |q, id| {
+        q.push_bind(*id);
+    })
+    .await?;
+    let statuses: Vec<_> = b.statuses.iter().collect();
+    rows(
+        &mut tx,
+        "INSERT INTO statuses (agent_key, body) ",
+        " ON CONFLICT (agent_key) DO UPDATE SET body = excluded.body",
+        2,
+        &statuses,
+        |q, (agent, body)| {
+            q.push_bind(**agent).push_bind(**body);
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Sets `revoke_ms` of each credential id in turn, one prepared UPDATE each (a rotation
+/// retires one).
+async fn retire_credentials(c: &mut Conn, retire: &[(&str, i64)]) -> Result<(), DbError> {
+    for (id, at) in retire {
+        sqlx::query("UPDATE credentials SET revoke_ms = $1 WHERE id = $2").bind(*at).bind(*id).execute(&mut *c).await?;
+    }
+    Ok(())
+}
+
+/// Runs `head VALUES (...), (...) tail` over `items`, as many rows per statement as the
+/// backend takes parameters for. Nothing is run for no items.
+async fn rows<'q, T>(
+    c: &mut Conn,
+    head: &str,
+    tail: &str,
+    cols: usize,
+    items: &'q [T],
+    mut bind: impl FnMut(&mut Separated<'_, 'q, DB, &'static str>, &'q T),
+) -> Result<(), DbError> {
+    for chunk in items.chunks((MAX_VARS / cols).max(1)) {
+        let mut qb = QueryBuilder::<DB>::new(head);
+        qb.push_values(chunk, |mut b, item| bind(&mut b, item));
+        qb.push(tail);
+        qb.build().execute(&mut *c).await?;
+    }
+    Ok(())
+}
+
+/// The last entry of each key, in the order of those last entries: an upsert statement
+/// touches each row once (PostgreSQL refuses a second touch), with the result of applying
+/// the entries one by one.
+fn last_per_key<'a, T: Clone, K: Eq + std::hash::Hash>(items: &'a [T], key: impl Fn(&'a T) -> K) -> Vec<T> {
+    let mut last = std::collections::HashMap::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        last.insert(key(item), i);
+    }
+    if last.len() == items.len() {
+        return items.to_vec();
+    }
+    let mut keep: Vec<usize> = last.into_values().collect();
+    keep.sort_unstable();
+    keep.into_iter().map(|i| items[i].clone()).collect()
+}
+
+pub async fn load(p: &Pool) -> Result<Snapshot, DbError> {
+    let nodes = sqlx::query(
+        "SELECT id, name, token_hash, public_key, joined_ms, last_seen_ms, info, \
+         cordoned, drain_started_ms, drain_force, drain_done_ms FROM nodes",
+    )
+    .fetch_all(p)
+    .await?
+    .into_iter()
+    .map(|r| NodeRow {
+        id: r.get(0),
+        name: r.get(1),
+        token_hash: r.get(2),
+        public_key: r.get(3),
+        joined_ms: r.get(4),
+        last_seen_ms: r.get(5),
+        info: r.get(6),
+        lifecycle: crate::store::Lifecycle::from_columns(r.get(7), r.get(8), r.get(9), r.get(10)),
+    })
+    .collect();
+    let placements = sqlx::query("SELECT agent_key, replica, node_id FROM placements")
+        .fetch_all(p)
+        .await?
+        .into_iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let identities = sqlx::query("SELECT agent_key, principal_id, bound FROM identities")
+        .fetch_all(p)
+        .await?
+        .into_iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let pairs = sqlx::query("SELECT agent_key, node_id, next_n, pending_n FROM pat_pairs")
+        .fetch_all(p)
+        .await?
+        .into_iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    let credentials = sqlx::query(
+        "SELECT id, agent_key, node_id, n, principal_id, ciphertext, expires_ms, issued_ms, revoke_ms FROM credentials",
+    )
+    .fetch_all(p)
+    .await?
+    .into_iter()
+    .map(|r| CredRow {
+        id: r.get(0),
+        agent_key: r.get(1),
+        node_id: r.get(2),
+        n: r.get(3),
+        principal_id: r.get(4),
+        ciphertext: r.get(5),
+        expires_ms: r.get(6),
+        issued_ms: r.get(7),
+        revoke_ms: r.get(8),
+    })
+    .collect();
+    let desired = sqlx::query("SELECT node_id, generation, agents FROM desired")
+        .fetch_all(p)
+        .await?
+        .into_iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let statuses = sqlx::query("SELECT agent_key, body FROM statuses")
+        .fetch_all(p)
+        .await?
+        .into_iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let kv = sqlx::query("SELECT key, value FROM kv")
+        .fetch_all(p)
+        .await?
+        .into_iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    Ok(Snapshot { nodes, placements, identities, pairs, credentials, desired, statuses, kv })
+}
+
+/// Inserts events and trims the history to its bounds, in one transaction.
+pub async fn write_events(p: &Pool, events: &[Event], keep_per_subject: i64, keep_total: i64) -> Result<(), DbError> {
+    let mut tx = p.begin().await?;
+    for chunk in events.chunks(EVENT_ROWS) {
+        let mut q = QueryBuilder::<DB>::new("INSERT INTO events (at_ms, kind, agent_key, node_id, node, replica, message) ");
+        q.push_values(chunk, |mut b, e| {
+            b.push_bind(e.at_ms)
+                .push_bind(e.kind.as_str())
+                .push_bind(e.agent.as_deref())
+                .push_bind(e.node_id.as_deref())
+                .push_bind(e.node.as_deref())
+                .push_bind(e.replica.map(i64::from))
+                .push_bind(&e.message);
+        });
+        q.build().execute(&mut *tx).await?;
+    }
+    // Over the whole (bounded) table: a few milliseconds, and one statement per subject kind
+    // however many subjects the batch touched.
+    for column in ["agent_key", "node_id"] {
+        let trim = format!(
+            "DELETE FROM events WHERE seq IN (SELECT seq FROM (SELECT seq, ROW_NUMBER() OVER \
+             (PARTITION BY {column} ORDER BY seq DESC) AS rn FROM events WHERE {column} IS NOT NULL) AS r \
+             WHERE rn > $1)"
+        );
+        sqlx::query(&trim).bind(keep_per_subject).execute(&mut *tx).await?;
+    }
+    sqlx::query("DELETE FROM events WHERE seq <= (SELECT MAX(seq) FROM events) - $1")
+        .bind(keep_total)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub async fn read_events(p: &Pool, f: &Filter, limit: i64) -> Result<Vec<EventView>, DbError> {
+    let mut q =
+        QueryBuilder::<DB>::new("SELECT seq, at_ms, kind, agent_key, node_id, node, replica, message FROM events WHERE seq > ");
+    q.push_bind(f.since);
+    if let Some(a) = &f.agent {
+        q.push(" AND agent_key = ").push_bind(a);
+    }
+    if let Some(n) = &f.node {
+        q.push(" AND (node_id = ").push_bind(n).push(" OR node = ").push_bind(n).push(")");
+    }
+    q.push(" ORDER BY seq LIMIT ").push_bind(limit);
+    let rows = q.build().fetch_all(p).await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| EventView {
+            seq: r.get(0),
+            at: crate::clock::rfc3339_ms(r.get(1)),
+            kind: r.get(2),
+            agent_key: r.get(3),
+            node_id: r.get(4),
+            node: r.get(5),
+            replica: r.get::<Option<i64>, _>(6).map(|n| n as u32),
+            message: r.get(7),
+        })
+        .collect())
+}

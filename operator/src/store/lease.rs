@@ -1,0 +1,122 @@
+//! The leader lease in PostgreSQL (SPEC §3.9): one row with its holder, an `epoch` that
+//! grows with every takeover, and an expiry in the database's clock (`now()`), so replicas'
+//! clocks never matter. Taking it is one statement that succeeds only when the row is free or
+//! expired; renewing is the fencing predicate (`holder = me AND epoch = mine`) with a new
+//! expiry. The writes that need the lease check the same predicate in their own transaction
+//! (`backend/queries.rs`, `fence`).
+
+use super::db::Fence;
+use sqlx::PgPool;
+use std::time::Duration;
+
+const NAME: &str = "controller";
+
+/// Takes the lease for `ttl` when it is free, expired or released; returns the new epoch.
+pub async fn acquire(pool: &PgPool, holder: &str, ttl: Duration) -> Result<Option<Fence>, sqlx::Error> {
+    let epoch: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO leader_lease (name, holder, epoch, expires_at) \
+         VALUES ($1, $2, 1, now() + $3 * interval '1 millisecond') \
+         ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, epoch = leader_lease.epoch + 1, \
+         expires_at = excluded.expires_at WHERE leader_lease.expires_at <= now() \
+         RETURNING epoch",
+    )
+    .bind(NAME)
+    .bind(holder)
+    .bind(ttl.as_millis() as f64)
+    .fetch_optional(pool)
+    .await?;
+    Ok(epoch.map(|epoch| Fence { holder: holder.to_string(), epoch }))
+}
+
+/// Extends the lease by `ttl` from now; `false` when it is no longer ours.
+pub async fn renew(pool: &PgPool, fence: &Fence, ttl: Duration) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "UPDATE leader_lease SET expires_at = now() + $1 * interval '1 millisecond' \
+         WHERE name = $2 AND holder = $3 AND epoch = $4 AND expires_at > now()",
+    )
+    .bind(ttl.as_millis() as f64)
+    .bind(NAME)
+    .bind(&fence.holder)
+    .bind(fence.epoch)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Gives the lease up at once (SIGTERM), so another replica need not wait for it to expire.
+pub async fn release(pool: &PgPool, fence: &Fence) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE leader_lease SET expires_at = now() - interval '1 millisecond' \
+         WHERE name = $1 AND holder = $2 AND epoch = $3",
+    )
+    .bind(NAME)
+    .bind(&fence.holder)
+    .bind(fence.epoch)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Who holds the lease now, with its epoch (for logs and tests).
+pub async fn holder(pool: &PgPool) -> Result<Option<(String, i64, bool)>, sqlx::Error> {
+    let row: Option<(String, i64, bool)> =
+        sqlx::query_as("SELECT holder, epoch, expires_at > now() FROM leader_lease WHERE name = $1")
+            .bind(NAME)
+            .fetch_optional(pool)
+            .await?;
+    Ok(row)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::db::{Db, DbError, PassWrite};
+
+    async fn db() -> Db {
+        Db::open(&fleet_devkit::postgres::shared().database().unwrap()).await.unwrap()
+    }
+
+    fn a_write() -> PassWrite {
+        PassWrite { bind: vec![("coder".into(), 0, "n1".into())], ..Default::default() }
+    }
+
+    /// One holder at a time; a takeover raises the epoch; a deposed leader can neither renew
+    /// nor write, and a replica that never led cannot write at all.
+    #[tokio::test]
+    async fn the_lease_passes_with_a_new_epoch_and_fences_the_old_leader() {
+        let a = db().await;
+        let pool = a.pg().unwrap().clone();
+        let ttl = Duration::from_secs(60);
+        assert!(matches!(a.apply_pass(&a_write()).await, Err(DbError::NotLeader)));
+
+        let first = acquire(&pool, "one", ttl).await.unwrap().expect("free");
+        assert_eq!(first.epoch, 1);
+        assert_eq!(acquire(&pool, "two", ttl).await.unwrap(), None, "held and unexpired");
+        assert!(renew(&pool, &first, ttl).await.unwrap());
+        a.set_fence(Some(first.clone()));
+        a.apply_pass(&a_write()).await.unwrap();
+
+        release(&pool, &first).await.unwrap();
+        let second = acquire(&pool, "two", ttl).await.unwrap().expect("released");
+        assert_eq!(second.epoch, 2);
+        assert!(!renew(&pool, &first, ttl).await.unwrap(), "the old holder cannot renew");
+        let refused = a.apply_pass(&a_write()).await;
+        assert!(matches!(refused, Err(DbError::Fenced { epoch: 1 })), "{refused:?}");
+        let refused = a.put_status("coder", "{}").await;
+        assert!(matches!(refused, Err(DbError::Fenced { epoch: 1 })), "the writer is fenced too: {refused:?}");
+        assert_eq!(holder(&pool).await.unwrap(), Some(("two".into(), 2, true)));
+    }
+
+    /// An unrenewed lease expires in the database's clock and can be taken.
+    #[tokio::test]
+    async fn an_unrenewed_lease_expires() {
+        let db = db().await;
+        let pool = db.pg().unwrap();
+        let first = acquire(pool, "one", Duration::from_millis(300)).await.unwrap().unwrap();
+        assert_eq!(acquire(pool, "two", Duration::from_secs(60)).await.unwrap(), None);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(!renew(pool, &first, Duration::from_secs(60)).await.unwrap(), "too late to renew");
+        let second = acquire(pool, "two", Duration::from_secs(60)).await.unwrap().expect("expired");
+        assert_eq!(second.epoch, first.epoch + 1);
+    }
+}
