@@ -51,6 +51,14 @@ pub struct Config {
     /// Header-read and idle timeouts of both listeners ([ext] `FLEET_HTTP_HEADER_READ_SECONDS`,
     /// `FLEET_HTTP_IDLE_SECONDS`).
     pub http_timeouts: HttpTimeouts,
+    /// [ext] `FLEET_LEADER_LEASE_SECONDS`: the leader lease's TTL on PostgreSQL (SPEC §3.9).
+    pub leader_lease: Duration,
+    /// [ext] `FLEET_REPLICA_NAME`: this replica's name in the lease and the notifications;
+    /// the host name and a random suffix by default (unique per process).
+    pub replica_name: String,
+    /// [ext] `FLEET_ADVERTISE_URL`: where the other replicas reach this one's API (admin
+    /// reads on a follower are answered by the leader); `http://127.0.0.1:<port>` by default.
+    pub advertise_url: String,
 }
 
 /// The HTTP listeners' timeouts (`http::serve`).
@@ -111,6 +119,7 @@ pub mod defaults {
     pub const HTTP_HEADER_READ_SECONDS: u64 = 30;
     /// Above the longest long-poll (60 s), which sends nothing while it waits.
     pub const HTTP_IDLE_SECONDS: u64 = 300;
+    pub const LEADER_LEASE_SECONDS: u64 = 15;
 }
 
 struct Reader<'a> {
@@ -216,6 +225,15 @@ impl Reader<'_> {
     }
 }
 
+/// The host name (the pod's name in Kubernetes) and a random suffix, so two processes on one
+/// host are two replicas.
+fn default_replica_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = host.trim();
+    let suffix: u32 = rand::random();
+    format!("{}-{:08x}", if host.is_empty() { "fleet-controller" } else { host }, suffix)
+}
+
 impl StoreConfig {
     pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> StoreConfig {
         let r = Reader { get, problems: vec![] };
@@ -294,6 +312,20 @@ impl Config {
         let kubernetes_mirror = r.flag("FLEET_KUBERNETES_MIRROR");
         let kubernetes_namespace = r.opt("FLEET_KUBERNETES_NAMESPACE");
         let log_format = r.log_format();
+        let leader_lease =
+            Duration::from_secs(r.seconds("FLEET_LEADER_LEASE_SECONDS", defaults::LEADER_LEASE_SECONDS, 3, 600));
+        let replica_name = r.opt("FLEET_REPLICA_NAME").unwrap_or_else(default_replica_name);
+        if replica_name.contains(char::is_whitespace) {
+            r.problems.push(format!("FLEET_REPLICA_NAME={replica_name:?} must not contain spaces"));
+        }
+        let advertise_url = match r.opt("FLEET_ADVERTISE_URL") {
+            None => format!("http://127.0.0.1:{}", listen.port()),
+            Some(v) if v.starts_with("http://") || v.starts_with("https://") => v.trim_end_matches('/').to_string(),
+            Some(v) => {
+                r.problems.push(format!("FLEET_ADVERTISE_URL={v:?} must be an http:// or https:// URL"));
+                String::new()
+            }
+        };
         let store = StoreConfig::from_lookup(get);
         let mut problems = Vec::new();
         if !missing.is_empty() {
@@ -328,6 +360,9 @@ impl Config {
             kubernetes_namespace,
             log_format,
             http_timeouts,
+            leader_lease,
+            replica_name,
+            advertise_url,
         })
     }
 }

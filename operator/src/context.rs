@@ -26,19 +26,24 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    pub fn new(cfg: Config, store: Arc<Store>, metrics: Arc<Metrics>) -> Arc<Ctx> {
+    pub fn new(
+        cfg: Config,
+        store: Arc<Store>,
+        metrics: Arc<Metrics>,
+        trigger: Arc<Trigger>,
+        pass_clock: Arc<PassClock>,
+    ) -> Arc<Ctx> {
         let http = crate::platform::http_client_trusting(&cfg.ca_certs);
         let tokens = Arc::new(TokenSource::new(http.clone(), &cfg.iam_url, cfg.credentials.clone()));
         let cp = CpClient::new(http.clone(), &cfg.control_plane_url, tokens.clone());
         let iam = IamClient::new(http, &cfg.iam_url, &cfg.iam_tenant, tokens);
-        let pass_clock = Arc::new(PassClock::new(cfg.reconcile_every, crate::clock::now_ms()));
         Arc::new(Ctx {
             cfg,
             store,
             cp,
             iam,
             metrics,
-            trigger: Arc::new(Trigger::default()),
+            trigger,
             pass_clock,
             queue: WorkQueue::new(Backoff { base: Duration::from_secs(1), max: Duration::from_secs(300) }),
         })

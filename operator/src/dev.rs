@@ -177,6 +177,9 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
         kubernetes_namespace: None,
         log_format: LogFormat::Text,
         http_timeouts: Default::default(),
+        leader_lease: Duration::from_secs(crate::config::defaults::LEADER_LEASE_SECONDS),
+        replica_name: "dev".into(),
+        advertise_url: format!("http://{}", args.listen),
     };
     let controller = server::start(cfg).await?;
     let admin_token = devkit.mint("fleet", &["fleet:admin"], 86_400);

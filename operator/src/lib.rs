@@ -10,6 +10,7 @@ pub mod context;
 pub mod dev;
 pub mod http;
 pub mod k8s;
+pub mod leader;
 pub mod metrics;
 pub mod model;
 pub mod platform;

@@ -76,6 +76,8 @@ pub struct Metrics {
     pub connections_refused: Counter,
     pub memory_allocated: Gauge,
     pub memory_resident: Gauge,
+    /// 1 on the replica that holds the lease (always 1 on SQLite), else 0 (SPEC §3.9).
+    pub leader: Gauge,
 }
 
 fn work_histogram() -> Histogram {
@@ -105,12 +107,14 @@ impl Default for Metrics {
             connections_refused: Counter::default(),
             memory_allocated: Gauge::default(),
             memory_resident: Gauge::default(),
+            leader: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register("nodes", "Nodes by status and health", m.nodes.clone());
         registry.register("placements", "Placement items by status and reason", m.placements.clone());
         registry.register("pass_duration_seconds", "Duration of a reconcile pass", m.pass_seconds.clone());
         registry.register("passes", "Reconcile passes run", m.passes.clone());
+        registry.register("leader", "1 on the replica that leads (runs the pass), else 0", m.leader.clone());
         registry.register("pass_errors", "Reconcile passes that failed", m.pass_errors.clone());
         registry.register("longpolls_held", "Desired-state long-polls held open", m.longpolls_held.clone());
         registry.register("reports", "Observed reports by outcome", m.reports.clone());

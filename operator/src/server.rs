@@ -5,10 +5,11 @@
 use crate::config::Config;
 use crate::context::Ctx;
 use crate::http::{self, auth::Jwks, App, Reconciler};
+use crate::leader::{self, Role};
 use crate::metrics::Metrics;
-use crate::reconcile::{agents, pass, work};
 use crate::store::Store;
 use crate::supervisor::{Ended, Supervisor};
+use crate::trigger::{PassClock, Trigger};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,16 +30,36 @@ impl Running {
         self.tasks.ended().await
     }
 
-    /// Stops serving, flushes reports to the database and returns.
+    /// Stops serving, gives the lease up (PostgreSQL), flushes reports to the database and
+    /// returns.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
         self.tasks.abort_all();
+        if let (Some(pool), Ok(Some(fence))) = (self.store.db.pg(), self.store.db.fence()) {
+            self.store.db.set_fence(None);
+            match crate::store::lease::release(pool, &fence).await {
+                Ok(()) => tracing::info!(epoch = fence.epoch, "released the lease"),
+                Err(e) => tracing::warn!(error = %e, "cannot release the lease; it expires by itself"),
+            }
+        }
         if let Err(e) = self.store.flush_reports().await {
             tracing::error!(error = %e, "final flush of node reports failed");
         }
         if let Err(e) = self.store.flush_events().await {
             tracing::error!(error = %e, "final flush of events failed");
         }
+    }
+}
+
+/// A database URL without its password, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_string(),
     }
 }
 
@@ -50,42 +71,45 @@ async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<tokio::net::TcpLis
 
 pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let store = Arc::new(
-        Store::open(&cfg.store.database_url)
+        Store::open_as(&cfg.store.database_url, &cfg.replica_name)
             .await
-            .map_err(|e| anyhow::anyhow!("cannot open the store {}: {e}", cfg.store.database_url))?,
+            .map_err(|e| anyhow::anyhow!("cannot open the store {}: {e}", redact(&cfg.store.database_url)))?,
     );
     let metrics = Arc::new(Metrics::default());
     let mut tasks = Supervisor::default();
     if let Some(writer) = store.db.take_writer_task() {
         tasks.adopt("writer", writer);
     }
+    let shared_store = store.db.is_shared();
+    let role = if shared_store { Arc::new(Role::default()) } else { Role::single() };
+    let shared = leader::Shared {
+        cfg: cfg.clone(),
+        store: store.clone(),
+        metrics: metrics.clone(),
+        trigger: Arc::new(Trigger::default()),
+        pass_clock: Arc::new(PassClock::new(cfg.reconcile_every, crate::clock::now_ms())),
+        role: role.clone(),
+    };
     let ctx = match &cfg.credentials {
+        Some(_) if shared_store => {
+            tracing::info!(replica = %cfg.replica_name, url = %cfg.advertise_url, "on PostgreSQL: serving as one replica of several; campaigning for the lease");
+            let (follower, trigger) = (role.clone(), shared.trigger.clone());
+            tasks.spawn(
+                "follower",
+                crate::store::follow::run(
+                    store.clone(),
+                    cfg.replica_name.clone(),
+                    cfg.node_offline_after,
+                    move || follower.leading(),
+                    move || trigger.kick(),
+                ),
+            );
+            tasks.spawn("lease", leader::campaign(shared.clone()));
+            None
+        }
         Some(_) => {
-            let ctx = Ctx::new(cfg.clone(), store.clone(), metrics.clone());
-            // Time-driven work survives a restart: re-arm the revocations that were pending.
-            let now = crate::clock::now_ms();
-            for c in store.state.read().creds() {
-                if let Some(at) = c.revoke_ms {
-                    ctx.queue.add_after(
-                        work::WorkKey::Revoke(c.id.clone()),
-                        Duration::from_millis((at - now).max(0) as u64),
-                    );
-                }
-            }
-            if cfg.kubernetes_mirror {
-                let mirror = crate::k8s::connect(cfg.kubernetes_namespace.as_deref(), metrics.clone()).await?;
-                tasks.spawn("mirror", crate::k8s::run(mirror, store.clone(), cfg.node_offline_after));
-            }
-            for _ in 0..work::WORKERS {
-                tasks.spawn("worker", work::worker(ctx.clone()));
-            }
-            tasks.spawn("pass", pass::run(ctx.clone()));
-            if let Some(after) = cfg.node_gc_after {
-                tasks.spawn("node-gc", crate::reconcile::gc::run(ctx.clone(), after));
-            }
-            tasks.spawn("cp-watcher", agents::watch_cp(ctx.clone()));
-            ctx.kick();
-            Some(ctx)
+            metrics.leader.set(1);
+            Some(leader::start_term(&shared, &mut tasks).await?)
         }
         None => {
             tracing::warn!("FLEET_CLIENT_ID / FLEET_CLIENT_SECRET are not set: every route but /healthz answers 503 not_configured");
@@ -110,7 +134,13 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let http = crate::platform::http_client_trusting(&cfg.ca_certs);
     let jwks = Arc::new(Jwks::new(http, &cfg.jwks_url, &cfg.iam_issuer, &cfg.audience, cfg.jwks_refresh));
     tasks.spawn("jwks-refresher", jwks.clone().run());
-    let reconciler = ctx.as_ref().map(|c| Reconciler { trigger: c.trigger.clone(), pass_clock: c.pass_clock.clone() });
+    let reconciler = cfg.credentials.as_ref().map(|_| Reconciler {
+        trigger: shared.trigger.clone(),
+        pass_clock: shared.pass_clock.clone(),
+        role: role.clone(),
+        forward: crate::http::forward::Forwarder::new(&cfg.ca_certs),
+        replica: cfg.replica_name.clone(),
+    });
     let app = App::new(store.clone(), metrics.clone(), reconciler, jwks, cfg.node_offline_after);
     let api = bind(cfg.listen, "API").await?;
     let met = bind(cfg.metrics_listen, "metrics").await?;
@@ -129,6 +159,6 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     // The metrics port is scraped by one or two collectors: a small cap of its own.
     let mlimit = http::serve::ConnLimit::new(64, metrics.connections_refused.clone());
     tasks.spawn("metrics-listener", http::serve::serve(met, mrouter, timeouts, mlimit, shutdown(stop_rx)));
-    tracing::info!(%addr, %metrics_addr, configured = ctx.is_some(), "fleet-controller serving");
+    tracing::info!(%addr, %metrics_addr, configured = cfg.credentials.is_some(), "fleet-controller serving");
     Ok(Running { addr, metrics_addr, store, ctx, stop, tasks })
 }

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod auth;
 pub mod body;
 pub mod error;
+pub mod forward;
 pub mod node;
 pub mod openapi;
 pub mod ops;
@@ -29,11 +30,17 @@ use std::time::Duration;
 /// Failed joins allowed per second, all sources together (SPEC §3.3).
 pub const MAX_FAILED_JOINS_PER_SECOND: u32 = 20;
 
-/// The reconciler as the HTTP side knows it: a trigger to kick, a clock to read.
+/// The reconciler as the HTTP side knows it: a trigger to kick, a clock to read, and whether
+/// this replica leads (SPEC §3.9).
 #[derive(Clone)]
 pub struct Reconciler {
     pub trigger: Arc<Trigger>,
     pub pass_clock: Arc<PassClock>,
+    pub role: Arc<crate::leader::Role>,
+    /// Sends admin reads to the leader while this replica follows.
+    pub forward: forward::Forwarder,
+    /// This replica's name (`FLEET_REPLICA_NAME`).
+    pub replica: String,
 }
 
 pub struct App {
@@ -100,14 +107,18 @@ pub async fn healthz() -> Json<fleet_api::Healthz> {
     Json(fleet_api::Healthz { status: "ok".into() })
 }
 
-/// Readiness (SPEC §3.9): 200 while the store answers and the last pass finished within
-/// 3 × `FLEET_RECONCILE_SECONDS` + 30 s; 503 otherwise, and in the not-configured mode.
+/// Readiness (SPEC §3.9): 200 while the store answers and, on the leader, the last pass
+/// finished within 3 × `FLEET_RECONCILE_SECONDS` + 30 s; 503 otherwise, and in the
+/// not-configured mode. A follower that reaches its store can serve.
 #[utoipa::path(get, path = "/readyz", tag = "health",
     responses((status = 200, body = fleet_api::Healthz), (status = 503, description = "not_ready or not_configured", body = ErrorBody)))]
 pub async fn readyz(State(app): State<Arc<App>>) -> Result<Json<fleet_api::Healthz>, ApiError> {
     let Some(r) = &app.reconciler else { return Err(ApiError::not_configured()) };
     if let Err(e) = app.store.db.ping().await {
         return Err(ApiError::not_ready(format!("the store does not answer: {e}")));
+    }
+    if !r.role.leading() {
+        return Ok(Json(fleet_api::Healthz { status: "ok".into() }));
     }
     match r.pass_clock.check(crate::clock::now_ms()) {
         Ok(()) => Ok(Json(fleet_api::Healthz { status: "ok".into() })),
@@ -149,6 +160,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/v1/nodes/me/observed", put(node::observed))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(app.clone(), forward::follower_gate))
         .layer(axum::middleware::from_fn_with_state(app.clone(), configured_gate))
         .with_state(app)
 }

@@ -28,7 +28,7 @@ pub enum DbError {
 }
 
 /// The lease a leader holds (SPEC §3.9): its writes carry it, and are refused once it ends.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Fence {
     pub holder: String,
     pub epoch: i64,
@@ -118,8 +118,14 @@ impl Db {
     /// Opens (creating when missing) and migrates the database at `url`: `sqlite://PATH` or
     /// `postgres://…`.
     pub async fn open(url: &str) -> Result<Db, DbError> {
+        Self::open_as(url, "").await
+    }
+
+    /// [`Db::open`] for the replica named `replica`: on PostgreSQL every connection carries
+    /// the name (`fleet.replica`), and the change notifications of its writes with it.
+    pub async fn open_as(url: &str, replica: &str) -> Result<Db, DbError> {
         let pool = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Pool::Pg(open_pg(url).await?)
+            Pool::Pg(open_pg(url, replica).await?)
         } else if url.starts_with("sqlite:") {
             Pool::Sqlite(open_sqlite(url).await?)
         } else {
@@ -235,6 +241,16 @@ impl Db {
     pub async fn load(&self) -> Result<Snapshot, DbError> {
         on!(&self.pool, load())
     }
+
+    /// The node rows of `ids` that exist; every node row when `ids` is `None`.
+    pub async fn nodes(&self, ids: Option<&[String]>) -> Result<Vec<NodeRow>, DbError> {
+        on!(&self.pool, nodes(ids))
+    }
+
+    /// The desired states of `ids` that exist; every one when `ids` is `None`.
+    pub async fn desired(&self, ids: Option<&[String]>) -> Result<Vec<(String, i64, String)>, DbError> {
+        on!(&self.pool, desired(ids))
+    }
 }
 
 /// The fence a leader write on `pool` carries (see [`Db::fence`]).
@@ -272,10 +288,22 @@ async fn open_sqlite(url: &str) -> Result<sqlx::SqlitePool, DbError> {
     Ok(pool)
 }
 
-async fn open_pg(url: &str) -> Result<sqlx::PgPool, DbError> {
+async fn open_pg(url: &str, replica: &str) -> Result<sqlx::PgPool, DbError> {
+    let replica = replica.to_string();
     // A connection attempt gives up after 5 s, so a replica whose database is away says so
     // (`/readyz` 503) instead of hanging its requests.
-    let pool = PgPoolOptions::new().max_connections(8).acquire_timeout(Duration::from_secs(5)).connect(url).await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(8)
+        .acquire_timeout(Duration::from_secs(5))
+        .after_connect(move |conn, _| {
+            let replica = replica.clone();
+            Box::pin(async move {
+                sqlx::query("SELECT set_config('fleet.replica', $1, false)").bind(replica).execute(conn).await?;
+                Ok(())
+            })
+        })
+        .connect(url)
+        .await?;
     // Replicas starting together migrate one at a time: sqlx takes an advisory lock.
     sqlx::migrate!("./migrations/postgres").run(&pool).await?;
     Ok(pool)
@@ -345,7 +373,7 @@ pub(crate) mod testing {
 
     pub async fn lead(db: &Db) {
         if let Some(pool) = db.pg() {
-            let fence = crate::store::lease::acquire(pool, "test", Duration::from_secs(3600)).await.unwrap();
+            let fence = crate::store::lease::acquire(pool, "test", "", Duration::from_secs(3600)).await.unwrap();
             db.set_fence(Some(fence.expect("a fresh database's lease is free")));
         }
     }

@@ -12,17 +12,19 @@ use std::time::Duration;
 const NAME: &str = "controller";
 
 /// Takes the lease for `ttl` when it is free, expired or released; returns the new epoch.
-pub async fn acquire(pool: &PgPool, holder: &str, ttl: Duration) -> Result<Option<Fence>, sqlx::Error> {
+/// `url`: where this replica's API is, for the followers to send what only the leader answers.
+pub async fn acquire(pool: &PgPool, holder: &str, url: &str, ttl: Duration) -> Result<Option<Fence>, sqlx::Error> {
     let epoch: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO leader_lease (name, holder, epoch, expires_at) \
-         VALUES ($1, $2, 1, now() + $3 * interval '1 millisecond') \
+        "INSERT INTO leader_lease (name, holder, epoch, expires_at, url) \
+         VALUES ($1, $2, 1, now() + $3 * interval '1 millisecond', $4) \
          ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, epoch = leader_lease.epoch + 1, \
-         expires_at = excluded.expires_at WHERE leader_lease.expires_at <= now() \
+         expires_at = excluded.expires_at, url = excluded.url WHERE leader_lease.expires_at <= now() \
          RETURNING epoch",
     )
     .bind(NAME)
     .bind(holder)
     .bind(ttl.as_millis() as f64)
+    .bind(url)
     .fetch_optional(pool)
     .await?;
     Ok(epoch.map(|epoch| Fence { holder: holder.to_string(), epoch }))
@@ -57,14 +59,24 @@ pub async fn release(pool: &PgPool, fence: &Fence) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
-/// Who holds the lease now, with its epoch (for logs and tests).
-pub async fn holder(pool: &PgPool) -> Result<Option<(String, i64, bool)>, sqlx::Error> {
-    let row: Option<(String, i64, bool)> =
-        sqlx::query_as("SELECT holder, epoch, expires_at > now() FROM leader_lease WHERE name = $1")
+/// The lease as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub holder: String,
+    pub epoch: i64,
+    pub url: String,
+    /// Unexpired.
+    pub live: bool,
+}
+
+/// Who holds the lease now.
+pub async fn holder(pool: &PgPool) -> Result<Option<Holder>, sqlx::Error> {
+    let row: Option<(String, i64, String, bool)> =
+        sqlx::query_as("SELECT holder, epoch, url, expires_at > now() FROM leader_lease WHERE name = $1")
             .bind(NAME)
             .fetch_optional(pool)
             .await?;
-    Ok(row)
+    Ok(row.map(|(holder, epoch, url, live)| Holder { holder, epoch, url, live }))
 }
 
 #[cfg(test)]
@@ -89,22 +101,23 @@ mod tests {
         let ttl = Duration::from_secs(60);
         assert!(matches!(a.apply_pass(&a_write()).await, Err(DbError::NotLeader)));
 
-        let first = acquire(&pool, "one", ttl).await.unwrap().expect("free");
+        let first = acquire(&pool, "one", "http://one", ttl).await.unwrap().expect("free");
         assert_eq!(first.epoch, 1);
-        assert_eq!(acquire(&pool, "two", ttl).await.unwrap(), None, "held and unexpired");
+        assert_eq!(acquire(&pool, "two", "http://two", ttl).await.unwrap(), None, "held and unexpired");
         assert!(renew(&pool, &first, ttl).await.unwrap());
         a.set_fence(Some(first.clone()));
         a.apply_pass(&a_write()).await.unwrap();
 
         release(&pool, &first).await.unwrap();
-        let second = acquire(&pool, "two", ttl).await.unwrap().expect("released");
+        let second = acquire(&pool, "two", "http://two", ttl).await.unwrap().expect("released");
         assert_eq!(second.epoch, 2);
         assert!(!renew(&pool, &first, ttl).await.unwrap(), "the old holder cannot renew");
         let refused = a.apply_pass(&a_write()).await;
         assert!(matches!(refused, Err(DbError::Fenced { epoch: 1 })), "{refused:?}");
         let refused = a.put_status("coder", "{}").await;
         assert!(matches!(refused, Err(DbError::Fenced { epoch: 1 })), "the writer is fenced too: {refused:?}");
-        assert_eq!(holder(&pool).await.unwrap(), Some(("two".into(), 2, true)));
+        let now = holder(&pool).await.unwrap().unwrap();
+        assert_eq!((now.holder.as_str(), now.epoch, now.url.as_str(), now.live), ("two", 2, "http://two", true));
     }
 
     /// An unrenewed lease expires in the database's clock and can be taken.
@@ -112,11 +125,11 @@ mod tests {
     async fn an_unrenewed_lease_expires() {
         let db = db().await;
         let pool = db.pg().unwrap();
-        let first = acquire(pool, "one", Duration::from_millis(300)).await.unwrap().unwrap();
-        assert_eq!(acquire(pool, "two", Duration::from_secs(60)).await.unwrap(), None);
+        let first = acquire(pool, "one", "", Duration::from_millis(300)).await.unwrap().unwrap();
+        assert_eq!(acquire(pool, "two", "", Duration::from_secs(60)).await.unwrap(), None);
         tokio::time::sleep(Duration::from_millis(400)).await;
         assert!(!renew(pool, &first, Duration::from_secs(60)).await.unwrap(), "too late to renew");
-        let second = acquire(pool, "two", Duration::from_secs(60)).await.unwrap().expect("expired");
+        let second = acquire(pool, "two", "", Duration::from_secs(60)).await.unwrap().expect("expired");
         assert_eq!(second.epoch, first.epoch + 1);
     }
 }

@@ -139,21 +139,7 @@ impl Store {
             return Ok(Some(id));
         }
         self.db.set_lifecycle(&id, after.columns()).await?;
-        {
-            let mut st = self.state.write();
-            if let Some(n) = st.nodes.get_mut(&id) {
-                n.lifecycle = after;
-            }
-            if after.draining().is_none() {
-                st.drains.remove(&id);
-            } else if !st.drains.contains_key(&id) {
-                // Until the next pass says otherwise, everything bound there remains (one
-                // scan of the bindings per drain asked: an admin's action, not a hot path).
-                let remaining = st.outcome.bindings.values().filter(|n| **n == id).count() as u32;
-                st.drains.insert(id.clone(), DrainProgress { remaining, blocked: Vec::new() });
-            }
-            st.changes.facts.insert(id.clone());
-        }
+        self.state.write().put_lifecycle(&id, after);
         let (kind, what) = match after {
             Lifecycle::Schedulable => (Kind::NodeUncordoned, "uncordoned".to_string()),
             Lifecycle::Cordoned => (Kind::NodeCordoned, "cordoned".to_string()),
@@ -216,8 +202,24 @@ impl Store {
 }
 
 impl State {
+    /// Sets a node's lifecycle and records the change for the pass.
+    pub(super) fn put_lifecycle(&mut self, id: &Id, after: Lifecycle) {
+        if let Some(n) = self.nodes.get_mut(id) {
+            n.lifecycle = after;
+        }
+        if after.draining().is_none() {
+            self.drains.remove(id);
+        } else if !self.drains.contains_key(id) {
+            // Until the next pass says otherwise, everything bound there remains (one
+            // scan of the bindings per drain asked: an admin's action, not a hot path).
+            let remaining = self.outcome.bindings.values().filter(|n| *n == id).count() as u32;
+            self.drains.insert(id.clone(), DrainProgress { remaining, blocked: Vec::new() });
+        }
+        self.changes.facts.insert(id.clone());
+    }
+
     /// Removes every trace of a deleted node from the registry.
-    fn forget_node(&mut self, rec: &super::NodeRec, now: i64) -> Deleted {
+    pub(super) fn forget_node(&mut self, rec: &super::NodeRec, now: i64) -> Deleted {
         let id = rec.id.clone();
         self.by_token.remove(&rec.token_hash);
         self.by_name.remove(&rec.name);

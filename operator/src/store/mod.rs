@@ -6,6 +6,7 @@
 mod backend;
 pub mod db;
 pub mod events;
+pub mod follow;
 pub mod hub;
 pub mod kept;
 pub mod lease;
@@ -90,6 +91,28 @@ impl NodeRec {
             schedulable: self.lifecycle.schedulable(),
             drain: None,
         }
+    }
+
+    /// A stored node, seen no earlier than `now`; `None` (logged) for a malformed row.
+    fn from_row(r: NodeRow, now: i64) -> Option<NodeRec> {
+        let info: NodeInfo = serde_json::from_str(&r.info).unwrap_or_default();
+        let (Ok(token_hash), Ok(public_key)) = (r.token_hash.try_into(), r.public_key.try_into()) else {
+            tracing::error!(node = %r.id, "stored node has a malformed token hash or key; skipped");
+            return None;
+        };
+        let mut rec = NodeRec {
+            id: r.id.into(),
+            name: r.name.into(),
+            token_hash,
+            public_key,
+            joined_ms: r.joined_ms,
+            last_seen_ms: r.last_seen_ms.max(now),
+            info: NodeInfo::default(),
+            allow: BTreeMap::new(),
+            lifecycle: r.lifecycle,
+        };
+        rec.set_info(info);
+        Some(rec)
     }
 
     fn set_info(&mut self, info: NodeInfo) {
@@ -258,6 +281,101 @@ impl State {
     }
 }
 
+impl State {
+    /// Takes what a node reported (normalised) and seen at `seen_ms`, recording what changed
+    /// for the pass; `persist`: the database copy is older (a report taken here, not one read
+    /// back from another replica's write).
+    fn observe(
+        &mut self,
+        node: &Id,
+        info: NodeInfo,
+        seen_ms: i64,
+        offline_after: Duration,
+        persist: bool,
+    ) -> ReportOutcome {
+        let Some(rec) = self.nodes.get_mut(node) else { return ReportOutcome::Stale };
+        // Compared after normalising, so list order alone is never a change.
+        let old = &rec.info;
+        let facts_changed = old.labels != info.labels
+            || old.executor_kinds != info.executor_kinds
+            || old.executor_images != info.executor_images
+            || old.capacity != info.capacity
+            || old.secrets != info.secrets;
+        let reports_changed = old.replicas != info.replicas || old.health != info.health;
+        let period_changed = old.observe_seconds != info.observe_seconds;
+        let was_online = rec.online(seen_ms, offline_after);
+        rec.last_seen_ms = seen_ms.max(rec.last_seen_ms);
+        rec.set_info(info);
+        if persist {
+            self.dirty_nodes.insert(node.clone());
+        }
+        if facts_changed {
+            self.changes.facts.insert(node.clone());
+        }
+        if reports_changed {
+            self.changes.reports.insert(node.clone());
+        }
+        if !was_online || period_changed {
+            self.changes.seen.insert(node.clone());
+        }
+        ReportOutcome::Accepted { changed: facts_changed || reports_changed, was_online }
+    }
+
+    /// The registry as the database has it; every node's last-seen time becomes
+    /// max(stored, `now`), so an outage of the controller does not make the fleet look
+    /// offline (SPEC §3.6).
+    fn from_snapshot(snap: db::Snapshot, now: i64) -> State {
+        let mut st = State::default();
+        for r in snap.nodes {
+            let Some(rec) = NodeRec::from_row(r, now) else { continue };
+            st.by_token.insert(rec.token_hash, rec.id.clone());
+            st.by_name.insert(rec.name.clone(), rec.id.clone());
+            st.nodes.insert(rec.id.clone(), rec);
+        }
+        let mut bindings = BTreeMap::new();
+        for (agent, replica, node) in snap.placements {
+            bindings.insert((Id::from(agent), replica as u32), Id::from(node));
+        }
+        st.placed_pairs = bindings.iter().map(|((a, _), n)| (a.clone(), n.clone())).collect();
+        st.outcome = Arc::new(Outcome { bindings, ..Default::default() });
+        for (agent, principal_id, bound) in snap.identities {
+            st.identities.insert(agent.into(), IdentityRec { principal_id, bound });
+        }
+        for (agent, node, next_n, pending_n) in snap.pairs {
+            st.pairs.insert(
+                (agent.into(), node.into()),
+                PairRec { next_n: next_n as u64, pending_n: pending_n.map(|n| n as u64) },
+            );
+        }
+        for row in snap.credentials {
+            let c = Cred::from_row(row);
+            if c.revoke_ms.is_none() {
+                st.active.insert((c.agent.clone(), c.node.clone()), c.id.clone());
+            }
+            st.creds.insert(c.id.clone(), Arc::new(c));
+        }
+        for (node, generation, agents) in snap.desired {
+            st.desired.insert(node.into(), DesiredRec::new(generation as u64, &agents));
+        }
+        for (agent, body) in snap.statuses {
+            if let Ok(b) = serde_json::from_str(&body) {
+                st.statuses_sent.insert(agent.into(), b);
+            }
+        }
+        for (k, v) in snap.kv {
+            match k.as_str() {
+                "agents" => {
+                    let agents: Vec<Agent> = serde_json::from_str(&v).unwrap_or_default();
+                    st.set_agents(Arc::new(agents));
+                }
+                "agents_etag" => st.agents_etag = Some(v),
+                _ => {}
+            }
+        }
+        st
+    }
+}
+
 /// Reads of what only the store's write-through methods change (`writes.rs`).
 impl State {
     pub fn identity(&self, agent: &str) -> Option<&IdentityRec> {
@@ -398,79 +516,46 @@ impl Store {
     /// Opens the database and loads the registry. Every node's last-seen time becomes
     /// max(stored, now): an outage of the controller does not make the fleet look offline.
     pub async fn open(url: &str) -> Result<Store, DbError> {
-        let db = Db::open(url).await?;
-        let snap = db.load().await?;
-        let now = clock::now_ms();
-        let mut st = State::default();
-        for r in snap.nodes {
-            let info: NodeInfo = serde_json::from_str(&r.info).unwrap_or_default();
-            let (Ok(token_hash), Ok(public_key)) = (r.token_hash.try_into(), r.public_key.try_into()) else {
-                tracing::error!(node = %r.id, "stored node has a malformed token hash or key; skipped");
-                continue;
-            };
-            let id: Id = r.id.into();
-            let name: Id = r.name.into();
-            let mut rec = NodeRec {
-                id: id.clone(),
-                name: name.clone(),
-                token_hash,
-                public_key,
-                joined_ms: r.joined_ms,
-                last_seen_ms: r.last_seen_ms.max(now),
-                info: NodeInfo::default(),
-                allow: BTreeMap::new(),
-                lifecycle: r.lifecycle,
-            };
-            rec.set_info(info);
-            st.by_token.insert(token_hash, id.clone());
-            st.by_name.insert(name, id.clone());
-            st.nodes.insert(id, rec);
-        }
-        let mut bindings = BTreeMap::new();
-        for (agent, replica, node) in snap.placements {
-            bindings.insert((Id::from(agent), replica as u32), Id::from(node));
-        }
-        st.placed_pairs = bindings.iter().map(|((a, _), n)| (a.clone(), n.clone())).collect();
-        st.outcome = Arc::new(Outcome { bindings, ..Default::default() });
-        for (agent, principal_id, bound) in snap.identities {
-            st.identities.insert(agent.into(), IdentityRec { principal_id, bound });
-        }
-        for (agent, node, next_n, pending_n) in snap.pairs {
-            st.pairs.insert(
-                (agent.into(), node.into()),
-                PairRec { next_n: next_n as u64, pending_n: pending_n.map(|n| n as u64) },
-            );
-        }
-        for row in snap.credentials {
-            let c = Cred::from_row(row);
-            if c.revoke_ms.is_none() {
-                st.active.insert((c.agent.clone(), c.node.clone()), c.id.clone());
-            }
-            st.creds.insert(c.id.clone(), Arc::new(c));
-        }
-        for (node, generation, agents) in snap.desired {
-            st.desired.insert(node.into(), DesiredRec::new(generation as u64, &agents));
-        }
-        for (agent, body) in snap.statuses {
-            if let Ok(b) = serde_json::from_str(&body) {
-                st.statuses_sent.insert(agent.into(), b);
-            }
-        }
-        for (k, v) in snap.kv {
-            match k.as_str() {
-                "agents" => {
-                    let agents: Vec<Agent> = serde_json::from_str(&v).unwrap_or_default();
-                    st.set_agents(Arc::new(agents));
-                }
-                "agents_etag" => st.agents_etag = Some(v),
-                _ => {}
-            }
-        }
+        Self::open_as(url, "").await
+    }
+
+    /// [`Store::open`] for the replica named `replica` (its writes' notifications carry the
+    /// name, so it skips its own; SPEC §3.9).
+    pub async fn open_as(url: &str, replica: &str) -> Result<Store, DbError> {
+        let db = Db::open_as(url, replica).await?;
+        let st = State::from_snapshot(db.load().await?, clock::now_ms());
         let hub = hub::Hub::default();
         for (id, d) in &st.desired {
             hub.publish(id, d.generation);
         }
         Ok(Store { db, state: RwLock::new(st), hub, events: events::Pending::default() })
+    }
+
+    /// Loads the whole registry again from the database, as a start does (a replica taking
+    /// the lease over, SPEC §3.9): what other replicas wrote is in it, every node's liveness
+    /// grace starts now, and the next pass starts from scratch. Reports this replica took
+    /// and has not flushed yet are kept. Generations only grow: the database has every one
+    /// this replica served.
+    pub async fn reload(&self) -> Result<(), DbError> {
+        self.flush_reports().await?;
+        let mut fresh = State::from_snapshot(self.db.load().await?, clock::now_ms());
+        fresh.changes.rebuild = true;
+        let old = {
+            let mut st = self.state.write();
+            std::mem::replace(&mut *st, fresh)
+        };
+        let st = self.state.read();
+        for (id, d) in &st.desired {
+            if old.desired.get(id).is_none_or(|o| o.generation < d.generation) {
+                self.hub.publish(id, d.generation);
+            }
+        }
+        for id in old.nodes.keys().filter(|id| !st.nodes.contains_key(*id)) {
+            self.hub.remove(id);
+        }
+        drop(st);
+        drop(old);
+        Ok(())
     }
 
     /// Issues a join key valid for `ttl`; returns the key and its expiry (ms).
@@ -573,7 +658,7 @@ impl Store {
     /// Takes an observed report (validated). Memory first; the flusher persists it.
     pub fn report(&self, node: &Id, r: ObservedReport, now: i64, offline_after: Duration) -> ReportOutcome {
         let mut st = self.state.write();
-        let Some(rec) = st.nodes.get_mut(node) else { return ReportOutcome::Stale };
+        let Some(rec) = st.nodes.get(node) else { return ReportOutcome::Stale };
         if let (Some(b), Some(seq), Some(old_b), Some(old_seq)) = (&r.boot_id, r.seq, &rec.info.boot_id, rec.info.seq) {
             if b == old_b && seq <= old_seq {
                 return ReportOutcome::Stale;
@@ -596,31 +681,8 @@ impl Store {
             boot_id: r.boot_id,
             seq: r.seq,
         };
-        // Compared after normalising, so list order alone is never a change.
-        let old = &rec.info;
-        let facts_changed = old.labels != info.labels
-            || old.executor_kinds != info.executor_kinds
-            || old.executor_images != info.executor_images
-            || old.capacity != info.capacity
-            || old.secrets != info.secrets;
-        let reports_changed = old.replicas != info.replicas || old.health != info.health;
-        let period_changed = old.observe_seconds != info.observe_seconds;
-        let was_online = rec.online(now, offline_after);
-        rec.last_seen_ms = now.max(rec.last_seen_ms);
-        rec.set_info(info);
-        st.dirty_nodes.insert(node.clone());
-        if facts_changed {
-            st.changes.facts.insert(node.clone());
-        }
-        if reports_changed {
-            st.changes.reports.insert(node.clone());
-        }
-        if !was_online || period_changed {
-            st.changes.seen.insert(node.clone());
-        }
-        ReportOutcome::Accepted { changed: facts_changed || reports_changed, was_online }
+        st.observe(node, info, now, offline_after, true)
     }
-
     /// Persists reported node state; called periodically and at shutdown.
     pub async fn flush_reports(&self) -> Result<usize, DbError> {
         let rows: Vec<(String, i64, String)> = {

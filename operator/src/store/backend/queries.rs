@@ -331,24 +331,7 @@ fn last_per_key<'a, T: Clone, K: Eq + std::hash::Hash>(items: &'a [T], key: impl
 }
 
 pub async fn load(p: &Pool) -> Result<Snapshot, DbError> {
-    let nodes = sqlx::query(
-        "SELECT id, name, token_hash, public_key, joined_ms, last_seen_ms, info, \
-         cordoned, drain_started_ms, drain_force, drain_done_ms FROM nodes",
-    )
-    .fetch_all(p)
-    .await?
-    .into_iter()
-    .map(|r| NodeRow {
-        id: r.get(0),
-        name: r.get(1),
-        token_hash: r.get(2),
-        public_key: r.get(3),
-        joined_ms: r.get(4),
-        last_seen_ms: r.get(5),
-        info: r.get(6),
-        lifecycle: crate::store::Lifecycle::from_columns(r.get(7), r.get(8), r.get(9), r.get(10)),
-    })
-    .collect();
+    let nodes = nodes(p, None).await?;
     let placements = sqlx::query("SELECT agent_key, replica, node_id FROM placements")
         .fetch_all(p)
         .await?
@@ -385,12 +368,7 @@ pub async fn load(p: &Pool) -> Result<Snapshot, DbError> {
         revoke_ms: r.get(8),
     })
     .collect();
-    let desired = sqlx::query("SELECT node_id, generation, agents FROM desired")
-        .fetch_all(p)
-        .await?
-        .into_iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
+    let desired = desired(p, None).await?;
     let statuses = sqlx::query("SELECT agent_key, body FROM statuses")
         .fetch_all(p)
         .await?
@@ -404,6 +382,53 @@ pub async fn load(p: &Pool) -> Result<Snapshot, DbError> {
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     Ok(Snapshot { nodes, placements, identities, pairs, credentials, desired, statuses, kv })
+}
+
+/// `WHERE column IN (ids…)` for `ids`, nothing for `None`.
+fn push_ids<'q>(q: &mut QueryBuilder<'q, DB>, column: &str, ids: Option<&'q [String]>) {
+    if let Some(ids) = ids {
+        q.push(format!(" WHERE {column} IN ("));
+        let mut list = q.separated(", ");
+        for id in ids {
+            list.push_bind(id);
+        }
+        list.push_unseparated(")");
+    }
+}
+
+pub async fn nodes(p: &Pool, ids: Option<&[String]>) -> Result<Vec<NodeRow>, DbError> {
+    if ids.is_some_and(|i| i.is_empty()) {
+        return Ok(Vec::new());
+    }
+    let mut q = QueryBuilder::<DB>::new(
+        "SELECT id, name, token_hash, public_key, joined_ms, last_seen_ms, info, \
+         cordoned, drain_started_ms, drain_force, drain_done_ms FROM nodes",
+    );
+    push_ids(&mut q, "id", ids);
+    let rows = q.build().fetch_all(p).await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| NodeRow {
+            id: r.get(0),
+            name: r.get(1),
+            token_hash: r.get(2),
+            public_key: r.get(3),
+            joined_ms: r.get(4),
+            last_seen_ms: r.get(5),
+            info: r.get(6),
+            lifecycle: crate::store::Lifecycle::from_columns(r.get(7), r.get(8), r.get(9), r.get(10)),
+        })
+        .collect())
+}
+
+pub async fn desired(p: &Pool, ids: Option<&[String]>) -> Result<Vec<(String, i64, String)>, DbError> {
+    if ids.is_some_and(|i| i.is_empty()) {
+        return Ok(Vec::new());
+    }
+    let mut q = QueryBuilder::<DB>::new("SELECT node_id, generation, agents FROM desired");
+    push_ids(&mut q, "node_id", ids);
+    let rows = q.build().fetch_all(p).await?;
+    Ok(rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
 }
 
 /// Inserts events and trims the history to its bounds, in one transaction.

@@ -1,0 +1,208 @@
+//! Who reconciles (SPEC §3.9). On SQLite the one replica leads for as long as it runs. On
+//! PostgreSQL every replica serves nodes, joins and the admin API, and campaigns for the
+//! lease; the one holding it runs the leader's tasks — the pass, the workers (IAM, CP), the
+//! CP watcher, node GC and the Kubernetes mirror — for one term:
+//!
+//! - taking the lease, it loads the store again (what the others wrote, a fresh liveness
+//!   grace), arms its writes' fence with the new epoch and starts the term's tasks;
+//! - it renews every third of the TTL; a renewal refused, or none succeeding for two thirds
+//!   of the TTL, ends the term before the lease can pass to another replica: the fence is
+//!   dropped first (no leader write can start), then the tasks are stopped;
+//! - SIGTERM releases the lease at once (`server::Running::shutdown`).
+//!
+//! A term's task that ends or panics is a fault, as on SQLite: the campaign ends, and with it
+//! the process (`supervisor.rs`).
+
+use crate::config::Config;
+use crate::context::Ctx;
+use crate::metrics::Metrics;
+use crate::reconcile::{agents, pass, work};
+use crate::store::db::Fence;
+use crate::store::{lease, Store};
+use crate::supervisor::Supervisor;
+use crate::trigger::{PassClock, Trigger};
+use parking_lot::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// This replica's role as the HTTP side and the metrics see it.
+#[derive(Debug, Default)]
+pub struct Role {
+    leading: AtomicBool,
+    /// The API URL the current leader advertised, when another replica leads.
+    leader_url: RwLock<Option<String>>,
+}
+
+impl Role {
+    /// The role of the only replica (SQLite): always the leader.
+    pub fn single() -> Arc<Role> {
+        Arc::new(Role { leading: AtomicBool::new(true), leader_url: RwLock::new(None) })
+    }
+
+    pub fn leading(&self) -> bool {
+        self.leading.load(Ordering::Relaxed)
+    }
+
+    /// Where to send what only the leader answers; `None` while no other replica leads.
+    pub fn leader_url(&self) -> Option<String> {
+        self.leader_url.read().clone()
+    }
+
+    fn set(&self, leading: bool, leader_url: Option<String>) {
+        self.leading.store(leading, Ordering::Relaxed);
+        *self.leader_url.write() = leader_url;
+    }
+}
+
+/// What a term needs, and the HTTP side shares: the trigger the admin routes kick, the clock
+/// `/readyz` reads.
+#[derive(Clone)]
+pub struct Shared {
+    pub cfg: Config,
+    pub store: Arc<Store>,
+    pub metrics: Arc<Metrics>,
+    pub trigger: Arc<Trigger>,
+    pub pass_clock: Arc<PassClock>,
+    pub role: Arc<Role>,
+}
+
+/// Starts the leader's tasks into `tasks`, each a core task: the mirror, the workers, the
+/// pass, node GC and the CP watcher; returns their context.
+pub async fn start_term(s: &Shared, tasks: &mut Supervisor) -> anyhow::Result<Arc<Ctx>> {
+    let ctx = Ctx::new(s.cfg.clone(), s.store.clone(), s.metrics.clone(), s.trigger.clone(), s.pass_clock.clone());
+    // Time-driven work survives a restart and a takeover: re-arm the pending revocations.
+    let now = crate::clock::now_ms();
+    for c in s.store.state.read().creds() {
+        if let Some(at) = c.revoke_ms {
+            ctx.queue.add_after(work::WorkKey::Revoke(c.id.clone()), Duration::from_millis((at - now).max(0) as u64));
+        }
+    }
+    if s.cfg.kubernetes_mirror {
+        let mirror = crate::k8s::connect(s.cfg.kubernetes_namespace.as_deref(), s.metrics.clone()).await?;
+        tasks.spawn("mirror", crate::k8s::run(mirror, s.store.clone(), s.cfg.node_offline_after));
+    }
+    for _ in 0..work::WORKERS {
+        tasks.spawn("worker", work::worker(ctx.clone()));
+    }
+    tasks.spawn("pass", pass::run(ctx.clone()));
+    if let Some(after) = s.cfg.node_gc_after {
+        tasks.spawn("node-gc", crate::reconcile::gc::run(ctx.clone(), after));
+    }
+    tasks.spawn("cp-watcher", agents::watch_cp(ctx.clone()));
+    ctx.kick();
+    Ok(ctx)
+}
+
+/// A term in progress.
+struct Term {
+    fence: Fence,
+    tasks: Supervisor,
+    /// When the last successful renewal was sent (the lease runs at least TTL from then).
+    renewed: Instant,
+}
+
+/// Campaigns for the lease and leads while holding it, until a term's task fails.
+pub async fn campaign(s: Shared) {
+    let Some(pool) = s.store.db.pg().cloned() else { return };
+    let ttl = s.cfg.leader_lease;
+    let renew_every = ttl / 3;
+    let mut term: Option<Term> = None;
+    loop {
+        let Some(t) = term.as_mut() else {
+            term = try_lead(&s, &pool).await;
+            if term.is_none() {
+                tokio::time::sleep(Duration::from_secs(1).min(renew_every)).await;
+            }
+            continue;
+        };
+        let ended = tokio::select! {
+            ended = t.tasks.ended() => Some(ended),
+            () = tokio::time::sleep(renew_every) => None,
+        };
+        if let Some(ended) = ended {
+            let fence = t.fence.clone();
+            tracing::error!(epoch = fence.epoch, "{ended}; giving the lease up");
+            if let Some(t) = term.take() {
+                step_down(&s, t, &ended.to_string());
+            }
+            let _ = lease::release(&pool, &fence).await;
+            return;
+        }
+        // Test-only: a leader stalled in its renewals (as in a long pause) that has not
+        // noticed it lost the lease; its writes meet the fence (operator/tests/ha.rs).
+        if fleet_api::failpoint::on("lease-stall") {
+            continue;
+        }
+        let sent = Instant::now();
+        let renewed = tokio::time::timeout(renew_every, lease::renew(&pool, &t.fence, ttl)).await;
+        let why = match renewed {
+            Ok(Ok(true)) => {
+                t.renewed = sent;
+                continue;
+            }
+            Ok(Ok(false)) => "another replica holds the lease now".to_string(),
+            Ok(Err(e)) if sent.duration_since(t.renewed) >= ttl * 2 / 3 => format!("cannot renew it: {e}"),
+            Err(_) if sent.duration_since(t.renewed) >= ttl * 2 / 3 => {
+                "cannot renew it: the database does not answer".into()
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, epoch = t.fence.epoch, "cannot renew the lease; trying again");
+                continue;
+            }
+            Err(_) => {
+                tracing::warn!(epoch = t.fence.epoch, "renewing the lease timed out; trying again");
+                continue;
+            }
+        };
+        if let Some(t) = term.take() {
+            step_down(&s, t, &why);
+        }
+    }
+}
+
+/// Takes the lease if it is free, then loads the store and starts a term.
+async fn try_lead(s: &Shared, pool: &sqlx::PgPool) -> Option<Term> {
+    let ttl = s.cfg.leader_lease;
+    let sent = Instant::now();
+    let fence = match lease::acquire(pool, &s.cfg.replica_name, &s.cfg.advertise_url, ttl).await {
+        Ok(Some(f)) => f,
+        Ok(None) => {
+            let leader = lease::holder(pool).await.ok().flatten().filter(|h| h.live && h.holder != s.cfg.replica_name);
+            s.role.set(false, leader.map(|h| h.url));
+            return None;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot campaign for the lease; trying again");
+            s.role.set(false, None);
+            return None;
+        }
+    };
+    if let Err(e) = s.store.reload().await {
+        tracing::error!(error = %e, epoch = fence.epoch, "took the lease but cannot load the store; giving it up");
+        let _ = lease::release(pool, &fence).await;
+        return None;
+    }
+    s.store.db.set_fence(Some(fence.clone()));
+    s.pass_clock.finished(crate::clock::now_ms());
+    let mut tasks = Supervisor::default();
+    if let Err(e) = start_term(s, &mut tasks).await {
+        tracing::error!(error = %e, epoch = fence.epoch, "cannot start the leader's tasks; giving the lease up");
+        s.store.db.set_fence(None);
+        let _ = lease::release(pool, &fence).await;
+        return None;
+    }
+    s.role.set(true, None);
+    s.metrics.leader.set(1);
+    tracing::info!(epoch = fence.epoch, replica = %s.cfg.replica_name, "became the leader (epoch {})", fence.epoch);
+    Some(Term { fence, tasks, renewed: sent })
+}
+
+/// Ends a term: no leader write can start once the fence is gone; then the tasks stop.
+fn step_down(s: &Shared, mut t: Term, why: &str) {
+    s.store.db.set_fence(None);
+    t.tasks.abort_all();
+    s.role.set(false, None);
+    s.metrics.leader.set(0);
+    tracing::warn!(epoch = t.fence.epoch, "lost the lease (epoch {}): {why}; following", t.fence.epoch);
+}

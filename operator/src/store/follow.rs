@@ -1,0 +1,370 @@
+//! Following the other replicas' writes (SPEC §3.9). On PostgreSQL every change of a node row
+//! or a desired state notifies its id (a trigger, in the writing transaction; the payload also
+//! names the writing replica, which skips its own). Each replica listens, reads the rows
+//! named and applies them to its registry: a node that joined elsewhere can report here, a
+//! token changed by a rejoin stops working here, a drain asked elsewhere reaches the leader's
+//! pass, a report taken elsewhere reaches it too, and a generation the leader committed wakes
+//! the long-polls this replica holds. Notifications are not replayed: after its listening
+//! connection was lost, a replica catches up by reading every node row and generation.
+
+use super::db::{DbError, NodeRow};
+use super::{DesiredRec, Id, NodeInfo, NodeRec, Store};
+use crate::clock;
+use sqlx::postgres::PgListener;
+use std::collections::HashSet;
+use std::time::Duration;
+
+/// Ids read per query, and notifications taken per round.
+const BATCH: usize = 1000;
+
+/// What a round of notifications named.
+#[derive(Debug, Default)]
+pub struct Named {
+    pub nodes: HashSet<String>,
+    pub desired: HashSet<String>,
+}
+
+impl Named {
+    /// Adds one notification; `false` when it is this replica's own or malformed.
+    fn add(&mut self, channel: &str, payload: &str, me: &str) -> bool {
+        let Some((id, writer)) = payload.split_once(' ') else { return false };
+        if writer == me || id.is_empty() {
+            return false;
+        }
+        match channel {
+            "fleet_nodes" => self.nodes.insert(id.to_string()),
+            "fleet_desired" => self.desired.insert(id.to_string()),
+            _ => false,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.nodes.len() + self.desired.len()
+    }
+}
+
+/// Listens until the process ends; reconnects (and catches up) after losing the database.
+/// `leading` tells whether desired states can be skipped (the leader wrote them all);
+/// `kick` wakes the pass when something it reads changed.
+pub async fn run(
+    store: std::sync::Arc<Store>,
+    me: String,
+    offline_after: Duration,
+    leading: impl Fn() -> bool,
+    kick: impl Fn(),
+) {
+    let Some(pool) = store.db.pg().cloned() else { return };
+    loop {
+        let mut listener = match listen(&pool).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for other replicas' changes; retrying in 1 s");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        // Whatever was missed while not listening.
+        match catch_up(&store, offline_after, leading()).await {
+            Ok(true) => kick(),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot catch up with other replicas' changes; retrying in 1 s");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        }
+        loop {
+            let mut named = Named::default();
+            match listener.try_recv().await {
+                Ok(Some(n)) => {
+                    named.add(n.channel(), n.payload(), &me);
+                }
+                // The connection was lost (and is open again): notifications may be missing.
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "lost the notification connection");
+                    break;
+                }
+            }
+            while named.len() < BATCH {
+                let Some(n) = listener.next_buffered() else { break };
+                named.add(n.channel(), n.payload(), &me);
+            }
+            match apply_named(&store, &named, offline_after, leading()).await {
+                Ok(true) => kick(),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read other replicas' changes; catching up");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+async fn listen(pool: &sqlx::PgPool) -> Result<PgListener, sqlx::Error> {
+    let mut l = PgListener::connect_with(pool).await?;
+    l.listen_all(["fleet_nodes", "fleet_desired"]).await?;
+    Ok(l)
+}
+
+/// Reads the rows a round named and applies them; `true` when the pass has work from them.
+pub async fn apply_named(
+    store: &Store,
+    named: &Named,
+    offline_after: Duration,
+    leading: bool,
+) -> Result<bool, DbError> {
+    let ids: Vec<String> = named.nodes.iter().cloned().collect();
+    let mut changed = false;
+    for chunk in ids.chunks(BATCH) {
+        let rows = store.db.nodes(Some(chunk)).await?;
+        changed |= store.apply_nodes(chunk, rows, offline_after);
+    }
+    if !leading {
+        let ids: Vec<String> = named.desired.iter().cloned().collect();
+        for chunk in ids.chunks(BATCH) {
+            let rows = store.db.desired(Some(chunk)).await?;
+            store.apply_desired(rows);
+        }
+    }
+    Ok(changed)
+}
+
+/// Reads every node row and desired state and applies what differs; `true` when the pass
+/// has work from them.
+pub async fn catch_up(store: &Store, offline_after: Duration, leading: bool) -> Result<bool, DbError> {
+    let rows = store.db.nodes(None).await?;
+    let mut ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+    ids.extend(store.state.read().nodes.keys().map(|id| id.to_string()));
+    ids.sort_unstable();
+    ids.dedup();
+    let changed = store.apply_nodes(&ids, rows, offline_after);
+    if !leading {
+        store.apply_desired(store.db.desired(None).await?);
+    }
+    Ok(changed)
+}
+
+impl Store {
+    /// Applies the stored rows of the nodes `asked` for: a row is a node joined or changed
+    /// elsewhere; a node asked for without a row was deleted elsewhere. `true` when the pass
+    /// has work from them.
+    pub fn apply_nodes(&self, asked: &[String], rows: Vec<NodeRow>, offline_after: Duration) -> bool {
+        let mut changed = false;
+        let now = clock::now_ms();
+        let mut found = HashSet::with_capacity(rows.len());
+        let mut woken = Vec::new();
+        let mut gone = Vec::new();
+        {
+            let mut st = self.state.write();
+            for row in rows {
+                found.insert(row.id.clone());
+                let Some(stored) = NodeRec::from_row(row, i64::MIN) else { continue };
+                let id = stored.id.clone();
+                if !st.nodes.contains_key(&id) {
+                    st.by_token.insert(stored.token_hash, id.clone());
+                    st.by_name.insert(stored.name.clone(), id.clone());
+                    st.nodes.insert(id.clone(), NodeRec { last_seen_ms: stored.last_seen_ms.max(now), ..stored });
+                    st.changes.facts.insert(id.clone());
+                    if !st.desired.contains_key(&id) {
+                        st.desired.insert(id.clone(), DesiredRec::new(1, "[]"));
+                        woken.push((id, 1));
+                    }
+                    changed = true;
+                    continue;
+                }
+                changed |= st.follow_node(stored, offline_after);
+            }
+            for id in asked.iter().filter(|id| !found.contains(*id)) {
+                let id: Id = id.as_str().into();
+                if let Some(rec) = st.nodes.remove(&id) {
+                    let deleted = st.forget_node(&rec, now);
+                    gone.push(deleted);
+                    changed = true;
+                }
+            }
+        }
+        for (id, generation) in woken {
+            self.hub.publish(&id, generation);
+        }
+        for d in gone {
+            self.hub.remove(&d.id);
+            tracing::info!(node = %d.name, id = %d.id, "node deleted by another replica");
+        }
+        changed
+    }
+
+    /// Applies stored desired states newer than this replica's, and wakes their long-polls.
+    /// A generation never goes backwards here: an older row is ignored.
+    pub fn apply_desired(&self, rows: Vec<(String, i64, String)>) {
+        let mut woken = Vec::new();
+        {
+            let mut st = self.state.write();
+            for (node, generation, agents) in rows {
+                let id: Id = node.as_str().into();
+                let generation = generation as u64;
+                if !st.nodes.contains_key(&id) {
+                    continue;
+                }
+                if st.desired.get(&id).is_some_and(|d| d.generation >= generation) {
+                    continue;
+                }
+                st.desired.insert(id.clone(), DesiredRec::new(generation, &agents));
+                woken.push((id, generation));
+            }
+        }
+        for (id, generation) in woken {
+            self.hub.publish(&id, generation);
+        }
+    }
+}
+
+impl super::State {
+    /// Takes another replica's copy of a node this replica knows: its token and lifecycle
+    /// always (they change only by a join or an admin, in the database first), its report
+    /// when it is newer than the one held here (a later sequence of the same boot, or a
+    /// later sighting of another boot). `true` when the pass has work from it.
+    fn follow_node(&mut self, stored: NodeRec, offline_after: Duration) -> bool {
+        let id = stored.id.clone();
+        let Some(rec) = self.nodes.get_mut(&id) else { return false };
+        if rec.token_hash != stored.token_hash {
+            let old = std::mem::replace(&mut rec.token_hash, stored.token_hash);
+            self.by_token.remove(&old);
+            self.by_token.insert(stored.token_hash, id.clone());
+        }
+        let lifecycle_changed = rec.lifecycle != stored.lifecycle;
+        let rec = &self.nodes[&id];
+        let newer = newer_report(&rec.info, rec.last_seen_ms, &stored.info, stored.last_seen_ms);
+        if lifecycle_changed {
+            self.put_lifecycle(&id, stored.lifecycle);
+        }
+        let mut changed = lifecycle_changed;
+        if newer {
+            let seen = self.observe(&id, stored.info, stored.last_seen_ms, offline_after, false);
+            changed |= matches!(
+                seen,
+                super::ReportOutcome::Accepted { changed: true, .. }
+                    | super::ReportOutcome::Accepted { was_online: false, .. }
+            );
+        } else if let Some(rec) = self.nodes.get_mut(&id) {
+            rec.last_seen_ms = rec.last_seen_ms.max(stored.last_seen_ms);
+        }
+        changed
+    }
+}
+
+/// Whether the stored report is newer than the one held: same boot, higher sequence; or
+/// another boot seen later.
+fn newer_report(held: &NodeInfo, held_seen: i64, stored: &NodeInfo, stored_seen: i64) -> bool {
+    match (&held.boot_id, held.seq, &stored.boot_id, stored.seq) {
+        (Some(hb), Some(hs), Some(sb), Some(ss)) if hb == sb => ss > hs,
+        _ => stored_seen > held_seen && stored != held,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(boot: &str, seq: u64) -> NodeInfo {
+        NodeInfo { boot_id: Some(boot.into()), seq: Some(seq), ..Default::default() }
+    }
+
+    #[test]
+    fn a_stored_report_is_taken_only_when_newer() {
+        assert!(newer_report(&info("a", 1), 10, &info("a", 2), 5), "a higher sequence of the same boot");
+        assert!(!newer_report(&info("a", 2), 5, &info("a", 2), 10), "the same report read back");
+        assert!(!newer_report(&info("a", 3), 5, &info("a", 2), 10), "an older sequence");
+        assert!(newer_report(&info("a", 9), 5, &info("b", 1), 10), "a new boot seen later");
+        assert!(!newer_report(&info("b", 1), 10, &info("a", 9), 5), "the old boot seen earlier");
+    }
+
+    #[test]
+    fn notifications_of_this_replica_and_malformed_ones_are_skipped() {
+        let mut n = Named::default();
+        assert!(n.add("fleet_nodes", "id-1 other", "me"));
+        assert!(!n.add("fleet_nodes", "id-2 me", "me"));
+        assert!(!n.add("fleet_nodes", "no-writer", "me"));
+        assert!(n.add("fleet_desired", "id-1 ", "me"), "a writer without a name is another replica");
+        assert!(!n.add("fleet_other", "id-1 x", "me"));
+        assert_eq!((n.nodes.len(), n.desired.len()), (1, 1));
+    }
+}
+
+#[cfg(test)]
+mod replicas {
+    use super::*;
+    use crate::store::db::testing::lead;
+    use fleet_api::{Capacity, JoinRequest};
+    use std::sync::Arc;
+
+    fn join_request(key: String, name: &str) -> JoinRequest {
+        use base64::Engine;
+        let (_, pk) = fleet_api::seal::generate_keypair();
+        JoinRequest {
+            join_key: key,
+            name: name.into(),
+            public_key: base64::engine::general_purpose::STANDARD.encode(pk),
+            labels: vec![],
+            executor_kinds: vec!["k".into()],
+            executor_images: Default::default(),
+            capacity: Capacity { slots: 1, cpus: None, memory_mb: None },
+            secrets: vec![],
+            version: "t".into(),
+        }
+    }
+
+    async fn until(what: &str, f: impl Fn() -> bool) {
+        for _ in 0..100 {
+            if f() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    /// Two replicas on one database: a node joined on one is known to the other, a desired
+    /// state the leader commits wakes the follower's long-polls, a lifecycle change and a
+    /// deletion made on the follower reach the leader.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_replica_follows_the_others_writes() {
+        let url = fleet_devkit::postgres::shared().database().unwrap();
+        let leader = Arc::new(Store::open_as(&url, "leader").await.unwrap());
+        let follower = Arc::new(Store::open_as(&url, "follower").await.unwrap());
+        lead(&leader.db).await;
+        let ttl = Duration::from_secs(60);
+        let kicks = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let k = kicks.clone();
+        tokio::spawn(run(
+            leader.clone(),
+            "leader".into(),
+            ttl,
+            || true,
+            move || {
+                k.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            },
+        ));
+        tokio::spawn(run(follower.clone(), "follower".into(), ttl, || false, || {}));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+
+        let (key, _) = follower.issue_join_key(ttl, "").await.unwrap();
+        let id: Id = follower.join(&join_request(key, "n1")).await.unwrap().node_id.into();
+        until("the leader knows the node joined on the follower", || leader.state.read().nodes.contains_key(&id)).await;
+        assert!(leader.state.write().take_changes().facts.contains(&id), "the leader's pass hears of it");
+        until("the leader's pass is woken", || kicks.load(std::sync::atomic::Ordering::Relaxed) > 0).await;
+
+        let w = crate::store::db::PassWrite { desired: vec![(id.to_string(), 5, "[]".into())], ..Default::default() };
+        leader.db.apply_pass(&w).await.unwrap();
+        until("the follower serves generation 5", || follower.desired_body(&id).is_some_and(|(g, _)| g == 5)).await;
+
+        follower.set_lifecycle("n1", crate::store::Action::Cordon, "test").await.unwrap();
+        until("the leader sees the cordon", || {
+            leader.state.read().nodes.get(&id).is_some_and(|n| n.lifecycle == crate::store::Lifecycle::Cordoned)
+        })
+        .await;
+        follower.delete_node("n1", "test").await.unwrap();
+        until("the leader forgets the deleted node", || !leader.state.read().nodes.contains_key(&id)).await;
+    }
+}

@@ -1,0 +1,347 @@
+//! High availability on PostgreSQL (SPEC §3.9), with three real controller processes on one
+//! PostgreSQL the test starts itself: one leader, every replica serving joins, reports,
+//! long-polls and admin reads; a takeover after the leader's `SIGKILL`; and a deposed leader
+//! whose write is refused by the fence.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use support::*;
+
+struct Replica {
+    name: String,
+    proc: ControllerProcess,
+    metrics: String,
+    failpoints: std::path::PathBuf,
+}
+
+impl Replica {
+    async fn spawn(dk: &fleet_devkit::Devkit, dir: &Path, db: &str, name: &str) -> Replica {
+        let (port, mport) = (free_port(), free_port());
+        let mut env = env_for(dk, &dir.join(name), port, mport);
+        let failpoints = dir.join(format!("fp-{name}"));
+        std::fs::create_dir_all(&failpoints).unwrap();
+        env.insert("FLEET_DATABASE_URL".into(), db.into());
+        env.insert("FLEET_LEADER_LEASE_SECONDS".into(), "3".into());
+        env.insert("FLEET_REPLICA_NAME".into(), name.into());
+        env.insert("FLEET_FAILPOINTS".into(), failpoints.display().to_string());
+        let proc = ControllerProcess::spawn(env, dir.join(format!("{name}.log"))).await;
+        Replica { name: name.into(), proc, metrics: format!("http://127.0.0.1:{mport}/metrics"), failpoints }
+    }
+
+    async fn leads(&self) -> Option<bool> {
+        let text = reqwest::get(&self.metrics).await.ok()?.text().await.ok()?;
+        let line = text.lines().find(|l| l.starts_with("fleet_leader "))?;
+        Some(line.ends_with(" 1"))
+    }
+}
+
+/// The one replica that leads, once exactly one does.
+async fn the_leader(replicas: &[&Replica], secs: u64) -> String {
+    eventually(secs, "exactly one replica leads", || async {
+        let mut leaders = Vec::new();
+        for r in replicas {
+            if r.leads().await == Some(true) {
+                leaders.push(r.name.clone());
+            }
+        }
+        (leaders.len() == 1).then(|| leaders.remove(0))
+    })
+    .await
+}
+
+/// Prints every replica's log when the test fails.
+struct LogsOnFailure(std::path::PathBuf);
+
+impl Drop for LogsOnFailure {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for e in std::fs::read_dir(&self.0).into_iter().flatten().flatten() {
+            if e.path().extension().is_some_and(|x| x == "log") {
+                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(60).collect();
+                eprintln!("==== {} (last 60 lines)", e.path().display());
+                for l in tail.into_iter().rev() {
+                    eprintln!("{l}");
+                }
+            }
+        }
+    }
+}
+
+fn announce() -> Value {
+    json!({"labels": [], "executorKinds": ["k"], "capacity": {"slots": 4}, "secrets": []})
+}
+
+/// Agents of `desired` by key.
+fn agent_keys(d: &Value) -> Vec<String> {
+    d["agents"]
+        .as_array()
+        .map(|a| a.iter().map(|x| x["agentKey"].as_str().unwrap_or("").to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Polls every node's generation through every replica in the background; fails on one that
+/// goes backwards.
+fn watch_generations(
+    nodes: Vec<TestNode>,
+    urls: Vec<String>,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<HashMap<String, u64>> {
+    tokio::spawn(async move {
+        let mut last: HashMap<String, u64> = HashMap::new();
+        while !stop.load(Ordering::SeqCst) {
+            for n in &nodes {
+                for u in &urls {
+                    // A replica killed by the test does not answer: skipped.
+                    let Some(g) = generation_via(n, u).await else { continue };
+                    let seen = last.entry(n.name.clone()).or_default();
+                    assert!(g >= *seen, "{}'s generation went back from {seen} to {g} (via {u})", n.name);
+                    *seen = g;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        last
+    })
+}
+
+/// `n`'s generation as the replica at `url` serves it; `None` when it does not answer.
+async fn generation_via(n: &TestNode, url: &str) -> Option<u64> {
+    let r = n
+        .http
+        .get(format!("{url}/api/v1/nodes/me/desired?wait=0"))
+        .bearer_auth(&n.token)
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .ok()?;
+    let d: Value = r.error_for_status().ok()?.json().await.ok()?;
+    d["generation"].as_u64()
+}
+
+/// At most one live PAT per (agent, node) pair once rotations are over (no rotation happens
+/// in these tests: every PAT beyond one per pair would be a duplicate).
+fn assert_one_live_pat_per_pair(dk: &fleet_devkit::Devkit) {
+    let mut per_pair: HashMap<String, u32> = HashMap::new();
+    for p in dk.pats().iter().filter(|p| !p.revoked) {
+        *per_pair.entry(p.description.clone()).or_default() += 1;
+    }
+    assert!(per_pair.values().all(|n| *n == 1), "two live PATs for a pair: {per_pair:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leader_every_replica_serves_and_a_killed_leader_is_replaced() {
+    let pg = fleet_devkit::postgres::shared();
+    let db = pg.database().unwrap();
+    let dk = devkit().await;
+    dk.put_agent(agent("alpha", "k", 2));
+    let dir = tempfile::tempdir().unwrap();
+    let _logs = LogsOnFailure(dir.path().to_path_buf());
+    let mut replicas = Vec::new();
+    for name in ["r0", "r1", "r2"] {
+        replicas.push(Replica::spawn(&dk, dir.path(), &db, name).await);
+    }
+    let first = the_leader(&replicas.iter().collect::<Vec<_>>(), 20).await;
+    let followers: Vec<&Replica> = replicas.iter().filter(|r| r.name != first).collect();
+    let (f1, f2) = (followers[0].proc.url.clone(), followers[1].proc.url.clone());
+    let token = dk.mint("fleet", &["fleet:admin"], 3600);
+
+    // Joins and reports on one follower, long-polls on the other, admin reads on both.
+    let admin = Admin::new(&f1, token.clone());
+    let mut nodes = Vec::new();
+    for name in ["n1", "n2"] {
+        let mut n = TestNode::new(&f1, name, announce());
+        n.join(&admin.join_key().await).await;
+        nodes.push(n);
+    }
+    let reporting = keep_reporting(nodes.clone());
+    let polled: Vec<TestNode> = nodes.iter().map(|n| TestNode { url: f2.clone(), ..n.clone() }).collect();
+    eventually(30, "alpha's two replicas placed, seen through a follower", || async {
+        let items = Admin::new(&f2, token.clone()).placements().await;
+        let placed: u64 = items
+            .iter()
+            .filter(|i| i["agentKey"] == "alpha" && i["status"] == "placed")
+            .map(|i| i["replicas"].as_u64().unwrap())
+            .sum();
+        (placed == 2).then_some(())
+    })
+    .await;
+    eventually(30, "alpha's PATs in the desired states served by the other follower", || async {
+        let mut with_alpha = 0;
+        for n in &polled {
+            let (_, d) = n.desired(None, 0).await;
+            if agent_keys(&d).contains(&"alpha".to_string()) {
+                n.open_pat(&d, "alpha")?;
+                with_alpha += 1;
+            }
+        }
+        (with_alpha > 0).then_some(())
+    })
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let urls: Vec<String> = replicas.iter().map(|r| r.proc.url.clone()).collect();
+    let watcher = watch_generations(nodes.clone(), urls, stop.clone());
+
+    // The leader dies without a word; a follower takes over once the lease expires.
+    let leader = replicas.iter_mut().find(|r| r.name == first).unwrap();
+    leader.proc.kill9();
+    let rest: Vec<&Replica> = replicas.iter().filter(|r| r.name != first).collect();
+    let second = the_leader(&rest, 30).await;
+    let new = rest.iter().find(|r| r.name == second).unwrap();
+    assert!(new.proc.log_text().contains("became the leader (epoch 2)"), "{}", new.proc.log_text());
+
+    // The new leader reconciles: a new agent is placed and reaches a node through a follower.
+    dk.put_agent(agent("beta", "k", 1));
+    let other = rest.iter().find(|r| r.name != second).unwrap().proc.url.clone();
+    eventually(30, "beta placed by the new leader, served by the remaining follower", || async {
+        for n in &nodes {
+            let via = TestNode { url: other.clone(), ..n.clone() };
+            let (_, d) = via.desired(None, 0).await;
+            if agent_keys(&d).contains(&"beta".to_string()) && via.open_pat(&d, "beta").is_some() {
+                return Some(());
+            }
+        }
+        None
+    })
+    .await;
+    let placed = Admin::new(&other, token.clone()).placements().await;
+    let alpha: u64 = placed
+        .iter()
+        .filter(|i| i["agentKey"] == "alpha" && i["status"] == "placed")
+        .map(|i| i["replicas"].as_u64().unwrap())
+        .sum();
+    assert_eq!(alpha, 2, "no placement was lost in the takeover: {placed:?}");
+    for n in Admin::new(&other, token.clone()).nodes().await {
+        assert_eq!(n["status"], "online", "the takeover alone marks no node offline: {n}");
+    }
+    stop.store(true, Ordering::SeqCst);
+    let seen = watcher.await.unwrap();
+    assert_eq!(seen.len(), 2, "both nodes' generations were followed: {seen:?}");
+    reporting.abort();
+    assert_one_live_pat_per_pair(&dk);
+}
+
+/// A TCP proxy the test can cut: every open connection is dropped and new ones are closed at
+/// once until it is restored.
+struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    open: Arc<parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(target: u16) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let open: Arc<parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>> = Default::default();
+        let (c, o) = (cut.clone(), open.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if c.load(Ordering::SeqCst) {
+                    continue; // dropped: closed at once
+                }
+                let conn = tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else { return };
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                });
+                o.lock().push(conn);
+            }
+        });
+        Proxy { port, cut, open, task }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for c in self.open.lock().drain(..) {
+            c.abort();
+        }
+    }
+
+    fn restore(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.cut();
+        self.task.abort();
+    }
+}
+
+/// The leader's connection to PostgreSQL is cut while it is stalled (it has not noticed it
+/// lost the lease); another replica takes over; when the connection is back, the write the
+/// old leader attempts is refused by the fence — and the new leader's state stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leader_cannot_write() {
+    let pg = fleet_devkit::postgres::shared();
+    let db = pg.database().unwrap();
+    let name = db.rsplit('/').next().unwrap().to_string();
+    let proxy = Proxy::start(pg.port()).await;
+    let via_proxy = format!("postgres://{}@127.0.0.1:{}/{name}", fleet_devkit::postgres::USER, proxy.port);
+    let dk = devkit().await;
+    dk.put_agent(agent("alpha", "k", 1));
+    let dir = tempfile::tempdir().unwrap();
+    let _logs = LogsOnFailure(dir.path().to_path_buf());
+    let old = Replica::spawn(&dk, dir.path(), &via_proxy, "old").await;
+    assert_eq!(the_leader(&[&old], 20).await, "old");
+    let (a, b) = (Replica::spawn(&dk, dir.path(), &db, "a").await, Replica::spawn(&dk, dir.path(), &db, "b").await);
+    let token = dk.mint("fleet", &["fleet:admin"], 3600);
+    let admin = Admin::new(&a.proc.url, token.clone());
+    let mut n = TestNode::new(&a.proc.url, "n1", announce());
+    n.join(&admin.join_key().await).await;
+    let reporting = keep_reporting(vec![n.clone()]);
+    let revision = |d: &Value| {
+        d["agents"]
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["agentKey"] == "alpha"))
+            .and_then(|x| x["revision"].as_u64())
+    };
+    eventually(30, "alpha on n1 with its PAT", || async {
+        let (_, d) = n.desired(None, 0).await;
+        (revision(&d) == Some(1) && n.open_pat(&d, "alpha").is_some()).then_some(())
+    })
+    .await;
+
+    // Stalled and cut off: the lease passes while the old leader still holds its fence.
+    std::fs::write(old.failpoints.join("lease-stall"), "").unwrap();
+    proxy.cut();
+    let new = the_leader(&[&a, &b], 30).await;
+    let new = if new == "a" { &a } else { &b };
+    assert!(new.proc.log_text().contains("became the leader (epoch 2)"), "{}", new.proc.log_text());
+    assert_eq!(old.leads().await, Some(true), "the stalled leader has not noticed");
+
+    // Back in touch, it acts on a CP change as a leader would: the fence refuses its write.
+    proxy.restore();
+    dk.edit_agent("alpha", |v| v["revision"] = json!(2));
+    eventually(30, "the old leader's write refused by the fence", || async {
+        old.proc
+            .log_text()
+            .contains("refused by the lease: this replica no longer leads (its epoch 1 has ended)")
+            .then_some(())
+    })
+    .await;
+    // Once its renewals run again it learns it lost the lease, and stops leading.
+    std::fs::remove_file(old.failpoints.join("lease-stall")).unwrap();
+    eventually(20, "the old leader steps down", || async { (old.leads().await == Some(false)).then_some(()) }).await;
+    assert!(old.proc.log_text().contains("lost the lease (epoch 1): another replica holds the lease now"));
+    // The new leader's work stands: n1 runs revision 2 with one live PAT.
+    eventually(30, "revision 2 on n1 from the new leader", || async {
+        let (_, d) = n.desired(None, 0).await;
+        (revision(&d) == Some(2)).then_some(())
+    })
+    .await;
+    assert_eq!(new.leads().await, Some(true), "the new leader still leads");
+    reporting.abort();
+    assert_one_live_pat_per_pair(&dk);
+}
