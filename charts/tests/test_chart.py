@@ -5,6 +5,7 @@ check that the schema refuses bad values, and that the chart's CRDs are the chec
 Run: python3 -m unittest discover -s charts/tests -v
 """
 
+import base64
 import copy
 import os
 import unittest
@@ -64,7 +65,8 @@ class Lint(unittest.TestCase):
     def test_strict_lint_is_clean_with_every_option_on(self):
         report = helm_python.lint(
             CHART,
-            merged({"mirror": {"enabled": True}, "ingress": {"enabled": True}, "serviceMonitor": {"enabled": True}}),
+            merged({"mirror": {"enabled": True}, "ingress": {"enabled": True}, "serviceMonitor": {"enabled": True},
+                    "database": {"url": "postgres://fleet@db/fleet"}}),
             strict=True,
             namespace="fleet",
         )
@@ -193,6 +195,50 @@ class Render(unittest.TestCase):
         pod = objs[("Deployment", "fleet-fleet-controller")]["spec"]["template"]["spec"]
         self.assertEqual({v["name"]: v for v in pod["volumes"]}["data"], {"name": "data", "emptyDir": {}})
 
+    def test_ha_on_postgresql(self):
+        url = "postgres://fleet:s3cret@db.example.com/fleet"
+        objs, _ = render({"database": {"url": url}})
+        self.assertEqual(
+            kinds(objs),
+            ["CustomResourceDefinition", "Deployment", "PodDisruptionBudget", "Secret", "Service", "ServiceAccount"],
+            "no PersistentVolumeClaim",
+        )
+        dep = objs[("Deployment", "fleet-fleet-controller")]
+        self.assertEqual(dep["spec"]["replicas"], 3)
+        self.assertEqual(dep["spec"]["strategy"]["type"], "RollingUpdate")
+        pdb = objs[("PodDisruptionBudget", "fleet-fleet-controller")]
+        self.assertEqual(pdb["spec"]["maxUnavailable"], 1)
+        self.assertEqual(pdb["spec"]["selector"]["matchLabels"], dep["spec"]["selector"]["matchLabels"])
+        secret = objs[("Secret", "fleet-fleet-controller-database")]
+        self.assertEqual(base64.b64decode(secret["data"]["database-url"]).decode(), url)
+        env, c = env_of(objs)
+        self.assertEqual(env["FLEET_DATABASE_URL"]["valueFrom"]["secretKeyRef"],
+                         {"name": "fleet-fleet-controller-database", "key": "database-url"})
+        self.assertNotIn("s3cret", yaml.safe_dump(dep), "the password stays in the Secret")
+        self.assertEqual(env["FLEET_REPLICA_NAME"]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name")
+        self.assertEqual(env["FLEET_ADVERTISE_URL"]["value"], "http://$(POD_IP):8040")
+        names = [e["name"] for e in c["env"]]
+        self.assertLess(names.index("POD_IP"), names.index("FLEET_ADVERTISE_URL"), "$(POD_IP) is defined first")
+        self.assertEqual(env["FLEET_LEADER_LEASE_SECONDS"]["value"], "15")
+        self.assertEqual(c["readinessProbe"]["httpGet"], {"path": "/readyz", "port": "api"})
+        pod = dep["spec"]["template"]["spec"]
+        self.assertEqual({v["name"]: v for v in pod["volumes"]}["data"], {"name": "data", "emptyDir": {}})
+
+    def test_ha_with_an_existing_secret_and_five_replicas(self):
+        objs, _ = render({"database": {"existingSecret": "pg", "urlKey": "url"}, "replicas": 5,
+                          "podDisruptionBudget": {"maxUnavailable": 2}})
+        self.assertNotIn(("Secret", "fleet-fleet-controller-database"), objs)
+        self.assertEqual(objs[("Deployment", "fleet-fleet-controller")]["spec"]["replicas"], 5)
+        self.assertEqual(objs[("PodDisruptionBudget", "fleet-fleet-controller")]["spec"]["maxUnavailable"], 2)
+        env, _ = env_of(objs)
+        self.assertEqual(env["FLEET_DATABASE_URL"]["valueFrom"]["secretKeyRef"], {"name": "pg", "key": "url"})
+
+    def test_replicas_alone_keep_one_sqlite_pod(self):
+        objs, _ = render({"replicas": 3})
+        dep = objs[("Deployment", "fleet-fleet-controller")]
+        self.assertEqual((dep["spec"]["replicas"], dep["spec"]["strategy"]["type"]), (1, "Recreate"))
+        self.assertNotIn("PodDisruptionBudget", kinds(objs))
+
     def test_service_monitor_and_crds_optional(self):
         objs, _ = render({"serviceMonitor": {"enabled": True, "interval": "15s"}, "crds": {"install": False}})
         sm = objs[("ServiceMonitor", "fleet-fleet-controller")]
@@ -228,7 +274,9 @@ class Schema(unittest.TestCase):
         self.refused({"service": {"port": 70000}}, "port")
         self.refused({"persistence": {"size": "lots"}}, "size")
         self.refused({"controlPlane": {"url": "cp.example.com"}}, "url")
-        self.refused({"replicas": 3}, "replicas")
+        self.refused({"replicas": 0}, "replicas")
+        self.refused({"database": {"url": "mysql://db/fleet"}}, "url")
+        self.refused({"leaderLeaseSeconds": 1}, "leaderLeaseSeconds")
 
 
 class Crds(unittest.TestCase):

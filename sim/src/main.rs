@@ -105,6 +105,15 @@ struct Args {
     /// Length of each measured window (before and during the attack).
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(10..=600))]
     hostile_seconds: u64,
+    /// Controller replicas on one PostgreSQL (SPEC §3.9), nodes spread across them. More than
+    /// one needs a database: `--database`, or one this program starts from Debian's
+    /// PostgreSQL packages.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=9))]
+    controllers: u32,
+    /// FLEET_DATABASE_URL of every controller (postgres://…); SQLite in the data directory
+    /// when unset and there is one controller.
+    #[arg(long)]
+    database: Option<String>,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,20 +168,34 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-fn start_controller(args: &Args, dk: &Devkit, dir: &std::path::Path) -> anyhow::Result<Controller> {
+/// Starts replica `i` of the controller; `database`: the shared PostgreSQL, if any.
+fn start_controller(
+    args: &Args,
+    dk: &Devkit,
+    dir: &std::path::Path,
+    i: u32,
+    database: Option<&str>,
+) -> anyhow::Result<Controller> {
     let bin = match &args.controller {
         Some(p) => p.clone(),
         None => std::env::current_exe()?.with_file_name("fleet-controller"),
     };
     let (port, mport) = (free_port(), free_port());
-    let log = dir.join("controller.log");
+    let (dir, log) = match args.controllers {
+        1 => (dir.to_path_buf(), dir.join("controller.log")),
+        _ => (dir.join(format!("replica-{i}")), dir.join(format!("controller-{i}.log"))),
+    };
+    std::fs::create_dir_all(&dir)?;
     let c = &dk.config;
-    let child = std::process::Command::new(&bin)
-        .arg("serve")
-        .env_clear()
+    let mut cmd = std::process::Command::new(&bin);
+    cmd.arg("serve").env_clear();
+    if let Some(url) = database {
+        cmd.env("FLEET_DATABASE_URL", url).env("FLEET_REPLICA_NAME", format!("sim-{i}"));
+    }
+    let child = cmd
         .env("FLEET_LISTEN", format!("127.0.0.1:{port}"))
         .env("FLEET_METRICS_LISTEN", format!("127.0.0.1:{mport}"))
-        .env("FLEET_DATA_DIR", dir)
+        .env("FLEET_DATA_DIR", &dir)
         .env("FLEET_CONTROL_PLANE_URL", &dk.url)
         .env("FLEET_IAM_URL", &dk.url)
         .env("FLEET_IAM_ISSUER", dk.issuer())
@@ -197,6 +220,27 @@ fn start_controller(args: &Args, dk: &Devkit, dir: &std::path::Path) -> anyhow::
         metrics_url: format!("http://127.0.0.1:{mport}/metrics"),
         log,
     })
+}
+
+/// The index of the replica that leads, once one does (the only one on SQLite).
+async fn leader_of(http: &reqwest::Client, ctls: &[Controller]) -> anyhow::Result<usize> {
+    if ctls.len() == 1 {
+        return Ok(0);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        for (i, c) in ctls.iter().enumerate() {
+            let Ok(r) = http.get(&c.metrics_url).send().await else { continue };
+            if r.text().await.unwrap_or_default().lines().any(|l| l == "fleet_leader 1") {
+                eprintln!("fleet-sim: replica {i} leads ({})", c.url);
+                return Ok(i);
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("no controller replica took the lease within 60 s (see the controller logs)");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Agents whose CP status says running with every replica ready.
@@ -261,13 +305,36 @@ async fn main() -> anyhow::Result<()> {
 
     let dk = Devkit::start(DevkitConfig { page_size: 500, ..Default::default() }, "127.0.0.1:0".parse()?).await?;
     dk.put_agents((0..args.agents).map(|i| fleet_devkit::state::synthetic_agent(i, args.replicas)).collect());
-    let ctl = start_controller(&args, &dk, &dir)?;
-    let pid = ctl.child.id();
+    if args.hostile && args.controllers > 1 {
+        bail!("--hostile measures one controller; leave --controllers at 1");
+    }
+    // Several replicas share a PostgreSQL: the one given, or one started here.
+    let own_pg = match (&args.database, args.controllers) {
+        (None, n) if n > 1 => Some(fleet_devkit::postgres::Postgres::start()?),
+        _ => None,
+    };
+    let database = match (&args.database, &own_pg) {
+        (Some(url), _) => Some(url.clone()),
+        (None, Some(pg)) => Some(pg.database()?),
+        (None, None) => None,
+    };
+    let mut ctls = Vec::new();
+    for i in 0..args.controllers {
+        ctls.push(start_controller(&args, &dk, &dir, i, database.as_deref())?);
+    }
+    let pids: Vec<u32> = ctls.iter().map(|c| c.child.id()).collect();
     let http = reqwest::Client::builder().pool_max_idle_per_host(4096).build()?;
-    measure::wait_until(Duration::from_secs(30), "the controller's /healthz", || {
-        std::net::TcpStream::connect(ctl.url.trim_start_matches("http://")).is_ok()
-    })
-    .await?;
+    for c in &ctls {
+        measure::wait_until(Duration::from_secs(30), "the controller's /healthz", || {
+            std::net::TcpStream::connect(c.url.trim_start_matches("http://")).is_ok()
+        })
+        .await?;
+    }
+    let leader = leader_of(&http, &ctls).await?;
+    let ctl = &ctls[leader];
+    let pid = ctl.child.id();
+    let cpu = || pids.iter().map(|p| measure::cpu_seconds(*p).unwrap_or(0.0)).sum::<f64>();
+    let rss = || pids.iter().map(|p| measure::rss_mib(*p).unwrap_or(0.0)).fold(0.0, f64::max);
     let admin = dk.mint("fleet", &["fleet:admin"], 24 * 3600);
     eprintln!(
         "fleet-sim: controller pid {pid} at {} (log {}), {} agents × {} replicas, {} nodes",
@@ -316,7 +383,7 @@ async fn main() -> anyhow::Result<()> {
     let shared = Arc::new(Shared {
         http: http.clone(),
         own_report_connections,
-        url: ctl.url.clone(),
+        urls: ctls.iter().map(|c| c.url.clone()).collect(),
         report_period: Duration::from_secs(args.report_seconds),
         reports_ok: AtomicU64::new(0),
         reports_failed: AtomicU64::new(0),
@@ -324,7 +391,7 @@ async fn main() -> anyhow::Result<()> {
         received: Mutex::new(HashMap::new()),
     });
     let nodes: Vec<Arc<SimNode>> = (0..args.nodes).map(|i| Arc::new(SimNode::new(i, args.slots))).collect();
-    let cpu0 = measure::cpu_seconds(pid).unwrap_or(0.0);
+    let cpu0 = cpu();
     let t0 = Instant::now();
     for (n, k) in nodes.iter().zip(keys) {
         tokio::spawn(node::run(n.clone(), shared.clone(), k));
@@ -359,7 +426,7 @@ async fn main() -> anyhow::Result<()> {
                 total,
                 running,
                 args.agents,
-                measure::rss_mib(pid).unwrap_or(0.0)
+                rss()
             );
             last_print = Instant::now();
         }
@@ -372,12 +439,12 @@ async fn main() -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    let cold_cpu = measure::cpu_seconds(pid).unwrap_or(0.0) - cpu0;
+    let cold_cpu = cpu() - cpu0;
     let live_pats = dk.pats().iter().filter(|p| !p.revoked).count();
     eprintln!("fleet-sim: converged in {:.1}s ({live_pats} live PATs)", t_converged.as_secs_f64());
 
     if args.hostile {
-        return hostile_measurement(&args, &dk, &shared, &http, pid, &ctl).await;
+        return hostile_measurement(&args, &dk, &shared, &http, pid, ctl).await;
     }
 
     // Phase 2: steady state at the fleet's natural report rate.
@@ -387,12 +454,11 @@ async fn main() -> anyhow::Result<()> {
     };
     tokio::time::sleep(Duration::from_secs(args.report_seconds)).await; // let the post-convergence reports settle
     let h0 = metrics(http.clone(), ctl.metrics_url.clone()).await.unwrap_or_default();
-    let (c0, r0, s0) =
-        (measure::cpu_seconds(pid).unwrap_or(0.0), shared.reports_ok.load(Ordering::Relaxed), Instant::now());
+    let (c0, r0, s0) = (cpu(), shared.reports_ok.load(Ordering::Relaxed), Instant::now());
     tokio::time::sleep(Duration::from_secs(args.steady_seconds)).await;
     let h1 = metrics(http.clone(), ctl.metrics_url.clone()).await.unwrap_or_default();
     let secs = s0.elapsed().as_secs_f64();
-    let steady_cpu = (measure::cpu_seconds(pid).unwrap_or(0.0) - c0) / secs * 100.0;
+    let steady_cpu = (cpu() - c0) / secs * 100.0;
     let steady_rate = (shared.reports_ok.load(Ordering::Relaxed) - r0) as f64 / secs;
     let passes = h1.since(&h0);
     eprintln!(
@@ -410,7 +476,7 @@ async fn main() -> anyhow::Result<()> {
 
     // Phase 4: report throughput, some nodes reporting back-to-back.
     let (r0, b0) = (shared.reports_ok.load(Ordering::Relaxed), Instant::now());
-    let c0 = measure::cpu_seconds(pid).unwrap_or(0.0);
+    let c0 = cpu();
     let burst_stop = Arc::new(AtomicBool::new(false));
     let mut bursters = Vec::new();
     for n in nodes.iter().take(args.burst_nodes) {
@@ -424,7 +490,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let burst_secs = b0.elapsed().as_secs_f64();
     let burst_rate = (shared.reports_ok.load(Ordering::Relaxed) - r0) as f64 / burst_secs;
-    let burst_cpu = (measure::cpu_seconds(pid).unwrap_or(0.0) - c0) / burst_secs * 100.0;
+    let burst_cpu = (cpu() - c0) / burst_secs * 100.0;
     eprintln!("fleet-sim: burst {burst_rate:.0} reports/s at {burst_cpu:.0}% of a core");
 
     // Phase 5: a share of the nodes goes silent; everything moves and runs again.
@@ -462,7 +528,8 @@ async fn main() -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    let peak_rss = measure::peak_rss_mib(pid).unwrap_or(0.0);
+    let replica_rss: Vec<f64> = pids.iter().map(|p| measure::peak_rss_mib(*p).unwrap_or(0.0)).collect();
+    let peak_rss = replica_rss.iter().copied().fold(0.0, f64::max);
 
     let results = json!({
         "nodes": args.nodes, "agents": args.agents, "replicas": total,
@@ -476,7 +543,7 @@ async fn main() -> anyhow::Result<()> {
         "cpEditToNodeP50Ms": measure::percentile(&wake.edit, 0.5), "cpEditToNodeP99Ms": measure::percentile(&wake.edit, 0.99),
         "steadyReportsPerSecond": steady_rate, "steadyCpuPercent": steady_cpu,
         "burstReportsPerSecond": burst_rate, "burstCpuPercent": burst_cpu,
-        "peakRssMiB": peak_rss,
+        "peakRssMiB": peak_rss, "controllers": args.controllers, "replicaPeakRssMiB": replica_rss,
         "silentNodes": silent.len(), "silentReplicas": silent_replicas,
         "recoverySeconds": recovery.as_secs_f64(), "offlineThresholdSeconds": args.offline_seconds,
         "reportsFailed": shared.reports_failed.load(Ordering::Relaxed),
@@ -544,7 +611,16 @@ fn print_table(r: &Value) {
         ("reports/s, steady", f("steadyReportsPerSecond"), ""),
         ("controller CPU at steady rate", f("steadyCpuPercent") + " %", "≤ 25 % at 500/s"),
         ("reports/s, burst", f("burstReportsPerSecond"), "≥ 5000"),
-        ("controller peak RSS", f("peakRssMiB") + " MiB", "≤ 128 MiB"),
+        ("controller peak RSS (the largest replica)", f("peakRssMiB") + " MiB", "≤ 128 MiB"),
+        (
+            "  each replica's peak RSS",
+            r["replicaPeakRssMiB"]
+                .as_array()
+                .map(|a| a.iter().map(|v| format!("{:.0}", v.as_f64().unwrap_or(0.0))).collect::<Vec<_>>().join(" / "))
+                .unwrap_or_default()
+                + " MiB",
+            "",
+        ),
         ("recovery after 10 % silent (incl. offline threshold)", f("recoverySeconds") + " s", ""),
     ];
     println!("{:<52} {:>14}  target", "measure", "value");

@@ -24,7 +24,9 @@ pub struct Shared {
     pub http: reqwest::Client,
     /// Reports go over a connection of each node's own ([`ReportConn`]), not through `http`.
     pub own_report_connections: bool,
-    pub url: String,
+    /// The controller replicas (one, or several on PostgreSQL). A node joins and long-polls
+    /// on one and reports to the next, as a Service spreading connections may send them.
+    pub urls: Vec<String>,
     pub report_period: Duration,
     pub reports_ok: AtomicU64,
     pub reports_failed: AtomicU64,
@@ -37,9 +39,19 @@ pub struct Shared {
 const OBSERVED_PATH: &str = "/api/v1/nodes/me/observed";
 
 impl Shared {
+    /// Where node `i` joins and long-polls.
+    pub fn poll_url(&self, i: usize) -> &str {
+        &self.urls[i % self.urls.len()]
+    }
+
+    /// Where node `i` reports.
+    pub fn report_url(&self, i: usize) -> &str {
+        &self.urls[(i + 1) % self.urls.len()]
+    }
+
     /// A report PUT through the shared client's pool.
-    fn pooled_report(&self, token: &str, body: &Value) -> reqwest::RequestBuilder {
-        self.http.put(format!("{}{OBSERVED_PATH}", self.url)).bearer_auth(token).json(body)
+    fn pooled_report(&self, i: usize, token: &str, body: &Value) -> reqwest::RequestBuilder {
+        self.http.put(format!("{}{OBSERVED_PATH}", self.report_url(i))).bearer_auth(token).json(body)
     }
 
     fn count_report(&self, ok: bool) {
@@ -109,7 +121,7 @@ pub async fn run(node: Arc<SimNode>, sh: Arc<Shared>, join_key: String) {
     body["publicKey"] = json!(base64::engine::general_purpose::STANDARD.encode(pk));
     body["version"] = json!("sim");
     loop {
-        match sh.http.post(format!("{}/api/v1/nodes:join", sh.url)).json(&body).send().await {
+        match sh.http.post(format!("{}/api/v1/nodes:join", sh.poll_url(node.index))).json(&body).send().await {
             Ok(r) if r.status() == 201 => {
                 let v: Value = r.json().await.unwrap_or_default();
                 *node.token.lock() = v["nodeToken"].as_str().unwrap_or_default().to_string();
@@ -140,7 +152,7 @@ async fn poll(node: Arc<SimNode>, sh: Arc<Shared>) {
         let since = node.desired.lock().generation;
         let r = sh
             .http
-            .get(format!("{}/api/v1/nodes/me/desired", sh.url))
+            .get(format!("{}/api/v1/nodes/me/desired", sh.poll_url(node.index)))
             .query(&[("since", since.to_string()), ("wait", "30".into())])
             .bearer_auth(&token)
             .timeout(Duration::from_secs(40))
@@ -186,7 +198,7 @@ async fn report_loop(node: Arc<SimNode>, sh: Arc<Shared>) {
     let token = node.token.lock().clone();
     let boot = format!("boot-{}", node.index);
     let period = sh.report_period;
-    let mut conn = sh.own_report_connections.then(|| ReportConn::new(&sh.url));
+    let mut conn = sh.own_report_connections.then(|| ReportConn::new(sh.report_url(node.index)));
     // Spread the fleet's reports evenly over the period.
     let first = rand::thread_rng().gen_range(0..period.as_millis() as u64);
     tokio::time::sleep(Duration::from_millis(first)).await;
@@ -200,7 +212,7 @@ async fn report_loop(node: Arc<SimNode>, sh: Arc<Shared>) {
                 matches!(tokio::time::timeout(Duration::from_secs(30), c.put(&token, &body)).await, Ok(Ok(s)) if s.is_success())
             }
             None => {
-                let r = sh.pooled_report(&token, &body).timeout(Duration::from_secs(30)).send().await;
+                let r = sh.pooled_report(node.index, &token, &body).timeout(Duration::from_secs(30)).send().await;
                 matches!(r, Ok(r) if r.status().is_success())
             }
         };
@@ -289,7 +301,7 @@ pub async fn burst(node: Arc<SimNode>, sh: Arc<Shared>, stop: Arc<AtomicBool>) {
     let token = node.token.lock().clone();
     while !stop.load(Ordering::Relaxed) {
         let body = report_body(&node, &sh, &format!("boot-{}", node.index));
-        let r = sh.pooled_report(&token, &body).send().await;
+        let r = sh.pooled_report(node.index, &token, &body).send().await;
         sh.count_report(matches!(r, Ok(r) if r.status().is_success()));
     }
 }

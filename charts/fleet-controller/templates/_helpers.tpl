@@ -48,3 +48,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "fleet.mirrorNamespace" -}}
 {{- default .Release.Namespace .Values.mirror.namespace }}
 {{- end }}
+
+{{/* The HA mode (SPEC §3.9): the store is PostgreSQL. */}}
+{{- define "fleet.ha" -}}
+{{- if or .Values.database.existingSecret .Values.database.url (hasPrefix "postgres" .Values.databaseUrl) }}true{{ end }}
+{{- end }}
+
+{{- define "fleet.databaseSecretName" -}}
+{{- default (printf "%s-database" (include "fleet.fullname" .)) .Values.database.existingSecret }}
+{{- end }}
