@@ -260,6 +260,8 @@ struct Placements {
     pending: u64,
     /// Replicas placed per node id.
     by_node: HashMap<String, u64>,
+    /// Pending replicas by reason code.
+    reasons: std::collections::BTreeMap<String, u64>,
 }
 
 async fn placements(http: &reqwest::Client, url: &str, token: &str) -> anyhow::Result<Placements> {
@@ -272,6 +274,8 @@ async fn placements(http: &reqwest::Client, url: &str, token: &str) -> anyhow::R
         status: String,
         #[serde(default)]
         node_id: Option<String>,
+        #[serde(default)]
+        reason: Option<String>,
     }
     #[derive(serde::Deserialize)]
     struct List {
@@ -285,7 +289,10 @@ async fn placements(http: &reqwest::Client, url: &str, token: &str) -> anyhow::R
                 p.placed += it.replicas;
                 *p.by_node.entry(it.node_id.unwrap_or_default()).or_default() += it.replicas;
             }
-            "pending" => p.pending += it.replicas,
+            "pending" => {
+                p.pending += it.replicas;
+                *p.reasons.entry(it.reason.unwrap_or_default()).or_default() += it.replicas;
+            }
             _ => {}
         }
     }
@@ -419,11 +426,12 @@ async fn main() -> anyhow::Result<()> {
         }
         if last_print.elapsed() > Duration::from_secs(5) {
             eprintln!(
-                "  {:>5.1}s joined {} placed {}/{} running agents {}/{} rss {:.0} MiB",
+                "  {:>5.1}s joined {} placed {}/{}{} running agents {}/{} rss {:.0} MiB",
                 t0.elapsed().as_secs_f64(),
                 shared.joined.load(Ordering::Relaxed),
                 p.placed,
                 total,
+                if p.reasons.is_empty() { String::new() } else { format!(" (pending: {:?})", p.reasons) },
                 running,
                 args.agents,
                 rss()

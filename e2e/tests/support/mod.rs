@@ -180,6 +180,13 @@ pub struct Fleet {
 
 impl Fleet {
     pub async fn start(prefix: &str) -> Fleet {
+        let mut f = Fleet::new(prefix).await;
+        f.start_controller().await;
+        f
+    }
+
+    /// devkit and the controller's environment; no controller started.
+    pub async fn new(prefix: &str) -> Fleet {
         fleet_e2e::cleanup(prefix);
         let devkit = Devkit::start(DevkitConfig::default(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -208,7 +215,7 @@ impl Fleet {
         let admin_token = devkit.mint("fleet", &["fleet:admin"], 3600);
         let url = format!("http://127.0.0.1:{port}");
         let tls = via_tls().then(|| TlsProxy::start(&dir.path().join("tls"), url.trim_start_matches("http://")));
-        let mut f = Fleet {
+        Fleet {
             public_url: tls.as_ref().map(|t| t.url.clone()).unwrap_or_else(|| url.clone()),
             tls,
             dir,
@@ -219,9 +226,7 @@ impl Fleet {
             http: reqwest::Client::new(),
             admin_token,
             prefix: prefix.to_string(),
-        };
-        f.start_controller().await;
-        f
+        }
     }
 
     pub async fn start_controller(&mut self) {
@@ -422,6 +427,45 @@ impl Partition {
 
     pub fn set(&self, open: bool) {
         self.open.store(open, Ordering::SeqCst);
+    }
+}
+
+/// What a Kubernetes Service does for several controller replicas: each new connection goes
+/// to the next backend in turn, skipping one that refuses it (a dead replica is out of the
+/// endpoints).
+pub struct Spread {
+    pub url: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Spread {
+    pub async fn start(backends: Vec<String>) -> Spread {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            let mut next = 0usize;
+            loop {
+                let Ok((mut c, _)) = listener.accept().await else { return };
+                let order: Vec<String> =
+                    (0..backends.len()).map(|i| backends[(next + i) % backends.len()].clone()).collect();
+                next = next.wrapping_add(1);
+                tokio::spawn(async move {
+                    for b in order {
+                        if let Ok(mut s) = tokio::net::TcpStream::connect(&b).await {
+                            let _ = tokio::io::copy_bidirectional(&mut c, &mut s).await;
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Spread { url, task }
+    }
+}
+
+impl Drop for Spread {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 

@@ -65,8 +65,15 @@ pub async fn run(
         };
         // Whatever was missed while not listening.
         match catch_up(&store, offline_after, leading()).await {
-            Ok(true) => kick(),
-            Ok(false) => {}
+            Ok(changed) => {
+                tracing::info!(
+                    nodes = store.state.read().nodes.len(),
+                    "following the other replicas' writes (caught up)"
+                );
+                if changed {
+                    kick();
+                }
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot catch up with other replicas' changes; retrying in 1 s");
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -90,6 +97,7 @@ pub async fn run(
                 let Some(n) = listener.next_buffered() else { break };
                 named.add(n.channel(), n.payload(), &me);
             }
+            tracing::debug!(nodes = named.nodes.len(), desired = named.desired.len(), "other replicas' writes");
             match apply_named(&store, &named, offline_after, leading()).await {
                 Ok(true) => kick(),
                 Ok(false) => {}
@@ -163,6 +171,7 @@ impl Store {
                 let Some(stored) = NodeRec::from_row(row, i64::MIN) else { continue };
                 let id = stored.id.clone();
                 if !st.nodes.contains_key(&id) {
+                    tracing::debug!(node = %stored.name, %id, "node joined on another replica");
                     st.by_token.insert(stored.token_hash, id.clone());
                     st.by_name.insert(stored.name.clone(), id.clone());
                     st.nodes.insert(id.clone(), NodeRec { last_seen_ms: stored.last_seen_ms.max(now), ..stored });
@@ -174,7 +183,7 @@ impl Store {
                     changed = true;
                     continue;
                 }
-                changed |= st.follow_node(stored, offline_after);
+                changed |= st.follow_node(stored, now, offline_after);
             }
             for id in asked.iter().filter(|id| !found.contains(*id)) {
                 let id: Id = id.as_str().into();
@@ -225,7 +234,7 @@ impl super::State {
     /// always (they change only by a join or an admin, in the database first), its report
     /// when it is newer than the one held here (a later sequence of the same boot, or a
     /// later sighting of another boot). `true` when the pass has work from it.
-    fn follow_node(&mut self, stored: NodeRec, offline_after: Duration) -> bool {
+    fn follow_node(&mut self, stored: NodeRec, now: i64, offline_after: Duration) -> bool {
         let id = stored.id.clone();
         let Some(rec) = self.nodes.get_mut(&id) else { return false };
         if rec.token_hash != stored.token_hash {
@@ -234,23 +243,24 @@ impl super::State {
             self.by_token.insert(stored.token_hash, id.clone());
         }
         let lifecycle_changed = rec.lifecycle != stored.lifecycle;
-        let rec = &self.nodes[&id];
         let newer = newer_report(&rec.info, rec.last_seen_ms, &stored.info, stored.last_seen_ms);
         if lifecycle_changed {
             self.put_lifecycle(&id, stored.lifecycle);
         }
-        let mut changed = lifecycle_changed;
         if newer {
-            let seen = self.observe(&id, stored.info, stored.last_seen_ms, offline_after, false);
-            changed |= matches!(
-                seen,
-                super::ReportOutcome::Accepted { changed: true, .. }
-                    | super::ReportOutcome::Accepted { was_online: false, .. }
-            );
-        } else if let Some(rec) = self.nodes.get_mut(&id) {
-            rec.last_seen_ms = rec.last_seen_ms.max(stored.last_seen_ms);
+            let seen = self.observe(&id, stored.info, stored.last_seen_ms, now, offline_after, false);
+            return lifecycle_changed
+                || matches!(seen, super::ReportOutcome::Accepted { changed, was_online } if changed || !was_online);
         }
-        changed
+        // The same report, seen later elsewhere: a sighting that may bring the node back.
+        let Some(rec) = self.nodes.get_mut(&id) else { return lifecycle_changed };
+        let was_online = rec.online(now, offline_after);
+        rec.last_seen_ms = rec.last_seen_ms.max(stored.last_seen_ms);
+        let back = !was_online && rec.online(now, offline_after);
+        if back {
+            self.changes.seen.insert(id);
+        }
+        lifecycle_changed || back
     }
 }
 
@@ -315,6 +325,23 @@ mod replicas {
         }
     }
 
+    fn report(seq: u64) -> fleet_api::ObservedReport {
+        fleet_api::ObservedReport {
+            applied_generation: 1,
+            health: fleet_api::Health::Ok,
+            labels: vec![],
+            executor_kinds: vec!["k".into()],
+            executor_images: Default::default(),
+            capacity: Capacity { slots: 1, cpus: None, memory_mb: None },
+            secrets: vec![],
+            replicas: vec![],
+            version: "t".into(),
+            boot_id: Some("boot".into()),
+            seq: Some(seq),
+            observe_seconds: None,
+        }
+    }
+
     async fn until(what: &str, f: impl Fn() -> bool) {
         for _ in 0..100 {
             if f() {
@@ -358,6 +385,20 @@ mod replicas {
         let w = crate::store::db::PassWrite { desired: vec![(id.to_string(), 5, "[]".into())], ..Default::default() };
         leader.db.apply_pass(&w).await.unwrap();
         until("the follower serves generation 5", || follower.desired_body(&id).is_some_and(|(g, _)| g == 5)).await;
+
+        // A node joined on the leader reports to the follower: the leader hears the report.
+        let (key, _) = leader.issue_join_key(ttl, "").await.unwrap();
+        let joined = leader.join(&join_request(key, "n2")).await.unwrap();
+        let id2: Id = joined.node_id.as_str().into();
+        until("the follower knows n2", || follower.state.read().node_id_by_token(&joined.node_token).is_some()).await;
+        let now = clock::now_ms();
+        let got = follower.report(&id2, report(7), now, ttl);
+        assert!(matches!(got, crate::store::ReportOutcome::Accepted { .. }), "{got:?}");
+        follower.flush_reports().await.unwrap();
+        until("the leader has n2's report", || {
+            leader.state.read().nodes.get(&id2).is_some_and(|n| n.info.seq == Some(7))
+        })
+        .await;
 
         follower.set_lifecycle("n1", crate::store::Action::Cordon, "test").await.unwrap();
         until("the leader sees the cordon", || {

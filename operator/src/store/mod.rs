@@ -285,11 +285,15 @@ impl State {
     /// Takes what a node reported (normalised) and seen at `seen_ms`, recording what changed
     /// for the pass; `persist`: the database copy is older (a report taken here, not one read
     /// back from another replica's write).
+    /// `now`: whether the node was online before this report is judged now, as the pass
+    /// judges it (a report read back from another replica was seen a moment earlier).
+    #[allow(clippy::too_many_arguments)]
     fn observe(
         &mut self,
         node: &Id,
         info: NodeInfo,
         seen_ms: i64,
+        now: i64,
         offline_after: Duration,
         persist: bool,
     ) -> ReportOutcome {
@@ -303,7 +307,7 @@ impl State {
             || old.secrets != info.secrets;
         let reports_changed = old.replicas != info.replicas || old.health != info.health;
         let period_changed = old.observe_seconds != info.observe_seconds;
-        let was_online = rec.online(seen_ms, offline_after);
+        let was_online = rec.online(now, offline_after);
         rec.last_seen_ms = seen_ms.max(rec.last_seen_ms);
         rec.set_info(info);
         if persist {
@@ -681,7 +685,7 @@ impl Store {
             boot_id: r.boot_id,
             seq: r.seq,
         };
-        st.observe(node, info, now, offline_after, true)
+        st.observe(node, info, now, now, offline_after, true)
     }
     /// Persists reported node state; called periodically and at shutdown.
     pub async fn flush_reports(&self) -> Result<usize, DbError> {
