@@ -88,8 +88,8 @@ fn agent_keys(d: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Polls every node's generation through every replica in the background; fails on one that
-/// goes backwards.
+/// Polls every node's generation through every replica in the background, as a node polls
+/// (`since` the generation it has); fails on an answer older than what the node has.
 fn watch_generations(
     nodes: Vec<TestNode>,
     urls: Vec<String>,
@@ -101,9 +101,9 @@ fn watch_generations(
             for n in &nodes {
                 for u in &urls {
                     // A replica killed by the test does not answer: skipped.
-                    let Some(g) = generation_via(n, u).await else { continue };
+                    let Some(g) = generation_via(n, u, last.get(&n.name).copied()).await else { continue };
                     let seen = last.entry(n.name.clone()).or_default();
-                    assert!(g >= *seen, "{}'s generation went back from {seen} to {g} (via {u})", n.name);
+                    assert!(g >= *seen, "{} has generation {seen}, and {u} answered with {g}", n.name);
                     *seen = g;
                 }
             }
@@ -113,11 +113,13 @@ fn watch_generations(
     })
 }
 
-/// `n`'s generation as the replica at `url` serves it; `None` when it does not answer.
-async fn generation_via(n: &TestNode, url: &str) -> Option<u64> {
+/// `n`'s generation as the replica at `url` serves it to a node that has `since`, as a node
+/// asks; `None` when it does not answer or answers `304` (the same).
+async fn generation_via(n: &TestNode, url: &str, since: Option<u64>) -> Option<u64> {
+    let since = since.map(|g| format!("&since={g}")).unwrap_or_default();
     let r = n
         .http
-        .get(format!("{url}/api/v1/nodes/me/desired?wait=0"))
+        .get(format!("{url}/api/v1/nodes/me/desired?wait=0{since}"))
         .bearer_auth(&n.token)
         .timeout(Duration::from_secs(2))
         .send()

@@ -105,9 +105,20 @@ pub async fn desired(
             _ => return Err(ApiError::invalid_request(format!("wait: must be 0–{MAX_WAIT_SECONDS} seconds"))),
         },
     };
-    let Some((generation, body)) = app.store.desired_body(&node) else {
+    let Some((mut generation, mut body)) = app.store.desired_body(&node) else {
         return Err(ApiError::node_token_invalid());
     };
+    // The node has a newer generation than this replica: another replica served it before
+    // this one heard of it (SPEC §3.9). Read it from the database rather than answer with an
+    // older one.
+    if since.is_some_and(|s| s > generation) && app.store.db.is_shared() {
+        if let Err(e) = app.store.refresh_desired(&node).await {
+            tracing::warn!(error = %e, "cannot read a node's newest desired state; answering with this replica's");
+        }
+        if let Some((g, b)) = app.store.desired_body(&node) {
+            (generation, body) = (g, b);
+        }
+    }
     if since != Some(generation) {
         return Ok(desired_response(body));
     }

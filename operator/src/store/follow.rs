@@ -204,6 +204,13 @@ impl Store {
         changed
     }
 
+    /// Reads one node's desired state from the database now and applies it if newer.
+    pub async fn refresh_desired(&self, node: &Id) -> Result<(), DbError> {
+        let rows = self.db.desired(Some(&[node.to_string()])).await?;
+        self.apply_desired(rows);
+        Ok(())
+    }
+
     /// Applies stored desired states newer than this replica's, and wakes their long-polls.
     /// A generation never goes backwards here: an older row is ignored.
     pub fn apply_desired(&self, rows: Vec<(String, i64, String)>) {
