@@ -210,7 +210,29 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// One server per test process, started on first use on a thread of its own.
+/// Whether PostgreSQL's programs are installed here.
+pub fn installed() -> bool {
+    bin_dir().is_ok_and(|d| d.join("initdb").exists())
+}
+
+/// The shared server, or `None` (said on stderr) when PostgreSQL is not installed and
+/// `FLEET_E2E=1` does not make it mandatory — as the Docker tests do, so `cargo test` works on
+/// a machine without it, and CI, which installs it, cannot skip it.
+pub fn shared_or_skip(what: &str) -> Option<&'static Postgres> {
+    usable(what).then(shared)
+}
+
+/// Whether tests that need PostgreSQL run: it is installed, or `FLEET_E2E=1` demands it (and
+/// starting it then fails loudly). Says on stderr what is skipped otherwise.
+pub fn usable(what: &str) -> bool {
+    if installed() || std::env::var("FLEET_E2E").as_deref() == Ok("1") {
+        return true;
+    }
+    eprintln!("PostgreSQL is not installed (apt-get install postgresql): skipping {what}");
+    false
+}
+
+/// One server per test process, started on first use.
 pub fn shared() -> &'static Postgres {
     static PG: std::sync::OnceLock<Postgres> = std::sync::OnceLock::new();
     PG.get_or_init(|| Postgres::start().unwrap_or_else(|e| panic!("cannot start PostgreSQL for the tests: {e:#}")))

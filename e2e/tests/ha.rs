@@ -201,7 +201,7 @@ async fn one_live_pat_per_pair(f: &Fleet) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_keep_the_fleet_through_kills_an_outage_and_a_cut() {
-    if !docker_available() {
+    if !docker_available() || !fleet_devkit::postgres::usable("the HA end-to-end test") {
         return;
     }
     ensure_test_images();

@@ -162,3 +162,36 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     tracing::info!(%addr, %metrics_addr, configured = cfg.credentials.is_some(), "fleet-controller serving");
     Ok(Running { addr, metrics_addr, store, ctx, stop, tasks })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn a_database_url_is_shown_without_its_password() {
+        assert_eq!(redact("postgres://fleet:s3cret@db:5432/fleet"), "postgres://fleet:***@db:5432/fleet");
+        assert_eq!(redact("postgres://fleet@db/fleet"), "postgres://fleet:***@db/fleet");
+        assert_eq!(redact("sqlite:///data/fleet.sqlite"), "sqlite:///data/fleet.sqlite");
+    }
+
+    /// The message an operator sees when PostgreSQL is not there names the URL, not the password.
+    #[tokio::test]
+    async fn an_unreachable_database_is_named_without_its_password() {
+        let dk = fleet_devkit::Devkit::start(Default::default(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let env = |k: &str| -> Option<String> {
+            Some(match k {
+                "FLEET_DATABASE_URL" => "postgres://fleet:s3cret@127.0.0.1:1/fleet".into(),
+                "FLEET_CONTROL_PLANE_URL" | "FLEET_IAM_URL" => dk.url.clone(),
+                "FLEET_IAM_ISSUER" => dk.issuer(),
+                "FLEET_IAM_TENANT" => "t".into(),
+                "FLEET_JWKS_URL" => dk.jwks_url(),
+                "FLEET_LISTEN" | "FLEET_METRICS_LISTEN" => "127.0.0.1:0".into(),
+                _ => return None,
+            })
+        };
+        let cfg = crate::config::Config::from_lookup(&env).unwrap();
+        let err = super::start(cfg).await.err().expect("no database there").to_string();
+        assert!(err.starts_with("cannot open the store postgres://fleet:***@127.0.0.1:1/fleet: database:"), "{err}");
+        assert!(!err.contains("s3cret"), "{err}");
+    }
+}
