@@ -343,6 +343,10 @@ async fn main() -> anyhow::Result<()> {
     let cpu = || pids.iter().map(|p| measure::cpu_seconds(*p).unwrap_or(0.0)).sum::<f64>();
     let rss = || pids.iter().map(|p| measure::rss_mib(*p).unwrap_or(0.0)).fold(0.0, f64::max);
     let admin = dk.mint("fleet", &["fleet:admin"], 24 * 3600);
+    if let Some(dir) = &args.dir {
+        // For looking inside during the run: FLEET_URL=… FLEET_TOKEN=$(cat DIR/admin-token) fleetctl …
+        std::fs::write(dir.join("admin-token"), &admin)?;
+    }
     eprintln!(
         "fleet-sim: controller pid {pid} at {} (log {}), {} agents × {} replicas, {} nodes",
         ctl.url,

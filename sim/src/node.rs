@@ -35,18 +35,25 @@ pub struct Shared {
     pub received: Mutex<HashMap<(String, u64), Instant>>,
 }
 
+/// Knuth's multiplicative hash of a node's index.
+fn spread(i: usize) -> usize {
+    ((i as u64).wrapping_mul(2_654_435_761) >> 16) as usize
+}
+
 /// Where nodes send their observed reports.
 const OBSERVED_PATH: &str = "/api/v1/nodes/me/observed";
 
 impl Shared {
-    /// Where node `i` joins and long-polls.
+    /// Where node `i` joins and long-polls: spread by a hash of `i`, as a Service spreads
+    /// connections — independent of what a node holds (labels and secrets follow `i mod k`,
+    /// and a replica taking every node with a secret would skew placement).
     pub fn poll_url(&self, i: usize) -> &str {
-        &self.urls[i % self.urls.len()]
+        &self.urls[spread(i) % self.urls.len()]
     }
 
-    /// Where node `i` reports.
+    /// Where node `i` reports: the replica after its long-poll's.
     pub fn report_url(&self, i: usize) -> &str {
-        &self.urls[(i + 1) % self.urls.len()]
+        &self.urls[(spread(i) + 1) % self.urls.len()]
     }
 
     /// A report PUT through the shared client's pool.

@@ -24,9 +24,21 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
 }
 
-pub fn node(store: &Store, headers: &HeaderMap) -> Result<Id, ApiError> {
+pub async fn node(store: &Store, headers: &HeaderMap, offline_after: std::time::Duration) -> Result<Id, ApiError> {
     let token = bearer(headers).ok_or_else(ApiError::node_token_invalid)?;
-    store.state.read().node_id_by_token(token).ok_or_else(ApiError::node_token_invalid)
+    if let Some(id) = store.state.read().node_id_by_token(token) {
+        return Ok(id);
+    }
+    // Several replicas (SPEC §3.9): the node may have joined on another one a moment ago,
+    // before this replica heard of it. The database says; one indexed read per unknown token.
+    if store.db.is_shared() {
+        match store.learn_node_by_token(token, offline_after).await {
+            Ok(Some(id)) => return Ok(id),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot look a node token up in the database"),
+        }
+    }
+    Err(ApiError::node_token_invalid())
 }
 
 /// The keys of one JWKS fetch, swapped in whole.

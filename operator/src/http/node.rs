@@ -86,7 +86,7 @@ pub async fn desired(
     headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let node = auth::node(&app.store, &headers)?;
+    let node = auth::node(&app.store, &headers, app.offline_after).await?;
     // The header values are slices of hyper's read buffer: held through a long-poll they keep
     // that buffer alive, and hyper allocates a second one for the connection's next read.
     drop(headers);
@@ -150,7 +150,7 @@ pub async fn desired(
               (status = 400, description = "invalid_request", body = ErrorBody),
               (status = 413, description = "payload_too_large", body = ErrorBody), (status = 401, description = "node_token_invalid", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn observed(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Result<StatusCode, ApiError> {
-    let node = auth::node(&app.store, &headers)?;
+    let node = auth::node(&app.store, &headers, app.offline_after).await?;
     let parsed = async {
         let r: ObservedReport = read_json(&headers, body, false).await?;
         validate::observed(&r).map_err(|e| ApiError::invalid_request(e.to_string()))?;

@@ -247,6 +247,11 @@ impl Db {
         on!(&self.pool, nodes(ids))
     }
 
+    /// The node whose token hashes to `hash`, if one does.
+    pub async fn node_by_token_hash(&self, hash: &[u8]) -> Result<Option<NodeRow>, DbError> {
+        on!(&self.pool, node_by_token_hash(hash))
+    }
+
     /// The desired states of `ids` that exist; every one when `ids` is `None`.
     pub async fn desired(&self, ids: Option<&[String]>) -> Result<Vec<(String, i64, String)>, DbError> {
         on!(&self.pool, desired(ids))

@@ -204,6 +204,16 @@ impl Store {
         changed
     }
 
+    /// A node token this replica does not know, looked up in the database: a node joined on
+    /// another replica moments ago is learned now (its row and its desired state).
+    pub async fn learn_node_by_token(&self, token: &str, offline_after: Duration) -> Result<Option<Id>, DbError> {
+        let Some(row) = self.db.node_by_token_hash(&super::hash(token)).await? else { return Ok(None) };
+        let id = row.id.clone();
+        self.apply_nodes(std::slice::from_ref(&id), vec![row], offline_after);
+        self.refresh_desired(&id.as_str().into()).await?;
+        Ok(self.state.read().node_id_by_token(token))
+    }
+
     /// Reads one node's desired state from the database now and applies it if newer.
     pub async fn refresh_desired(&self, node: &Id) -> Result<(), DbError> {
         let rows = self.db.desired(Some(&[node.to_string()])).await?;
@@ -407,6 +417,17 @@ mod replicas {
             leader.state.read().nodes.get(&id2).is_some_and(|n| n.info.seq == Some(7))
         })
         .await;
+
+        // A replica that has not heard of a join yet (no notification taken) learns the node
+        // when the node's token reaches it: a node's first request never meets a 401.
+        let late = Store::open_as(&url, "late").await.unwrap();
+        let (key, _) = leader.issue_join_key(ttl, "").await.unwrap();
+        let joined = leader.join(&join_request(key, "n3")).await.unwrap();
+        assert_eq!(late.state.read().node_id_by_token(&joined.node_token), None);
+        let learned = late.learn_node_by_token(&joined.node_token, ttl).await.unwrap();
+        assert_eq!(learned.as_deref(), Some(joined.node_id.as_str()));
+        assert_eq!(late.desired_body(&joined.node_id.as_str().into()).map(|(g, _)| g), Some(1));
+        assert_eq!(late.learn_node_by_token("fnt_unknown", ttl).await.unwrap(), None);
 
         follower.set_lifecycle("n1", crate::store::Action::Cordon, "test").await.unwrap();
         until("the leader sees the cordon", || {

@@ -396,19 +396,27 @@ fn push_ids<'q>(q: &mut QueryBuilder<'q, DB>, column: &str, ids: Option<&'q [Str
     }
 }
 
+const NODE_COLUMNS: &str = "SELECT id, name, token_hash, public_key, joined_ms, last_seen_ms, info, \
+     cordoned, drain_started_ms, drain_force, drain_done_ms FROM nodes";
+
 pub async fn nodes(p: &Pool, ids: Option<&[String]>) -> Result<Vec<NodeRow>, DbError> {
     if ids.is_some_and(|i| i.is_empty()) {
         return Ok(Vec::new());
     }
-    let mut q = QueryBuilder::<DB>::new(
-        "SELECT id, name, token_hash, public_key, joined_ms, last_seen_ms, info, \
-         cordoned, drain_started_ms, drain_force, drain_done_ms FROM nodes",
-    );
+    let mut q = QueryBuilder::<DB>::new(NODE_COLUMNS);
     push_ids(&mut q, "id", ids);
     let rows = q.build().fetch_all(p).await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| NodeRow {
+    Ok(rows.iter().map(node_row).collect())
+}
+
+pub async fn node_by_token_hash(p: &Pool, hash: &[u8]) -> Result<Option<NodeRow>, DbError> {
+    let sql = format!("{NODE_COLUMNS} WHERE token_hash = $1");
+    let row = sqlx::query(&sql).bind(hash).fetch_optional(p).await?;
+    Ok(row.as_ref().map(node_row))
+}
+
+fn node_row(r: &<DB as sqlx::Database>::Row) -> NodeRow {
+    NodeRow {
             id: r.get(0),
             name: r.get(1),
             token_hash: r.get(2),
@@ -416,9 +424,8 @@ pub async fn nodes(p: &Pool, ids: Option<&[String]>) -> Result<Vec<NodeRow>, DbE
             joined_ms: r.get(4),
             last_seen_ms: r.get(5),
             info: r.get(6),
-            lifecycle: crate::store::Lifecycle::from_columns(r.get(7), r.get(8), r.get(9), r.get(10)),
-        })
-        .collect())
+        lifecycle: crate::store::Lifecycle::from_columns(r.get(7), r.get(8), r.get(9), r.get(10)),
+    }
 }
 
 pub async fn desired(p: &Pool, ids: Option<&[String]>) -> Result<Vec<(String, i64, String)>, DbError> {
