@@ -149,6 +149,15 @@ async fn generation_via(n: &TestNode, url: &str, since: Option<u64>) -> Option<u
     d["generation"].as_u64()
 }
 
+/// Replicas placed in a placements list, of `agent` or of all.
+fn placed(items: &[Value], agent: Option<&str>) -> u64 {
+    items
+        .iter()
+        .filter(|i| i["status"] == "placed" && agent.is_none_or(|a| i["agentKey"] == a))
+        .map(|i| i["replicas"].as_u64().unwrap())
+        .sum()
+}
+
 /// The URL of the first of `replicas`.
 fn f_any(replicas: &[&Replica]) -> String {
     replicas[0].proc.url.clone()
@@ -193,12 +202,7 @@ async fn one_leader_every_replica_serves_and_a_killed_leader_is_replaced() {
     let polled: Vec<TestNode> = nodes.iter().map(|n| TestNode { url: f2.clone(), ..n.clone() }).collect();
     eventually(30, "alpha's two replicas placed, seen through a follower", || async {
         let items = Admin::new(&f2, token.clone()).placements().await;
-        let placed: u64 = items
-            .iter()
-            .filter(|i| i["agentKey"] == "alpha" && i["status"] == "placed")
-            .map(|i| i["replicas"].as_u64().unwrap())
-            .sum();
-        (placed == 2).then_some(())
+        (placed(&items, Some("alpha")) == 2).then_some(())
     })
     .await;
     eventually(30, "alpha's PATs in the desired states served by the other follower", || async {
@@ -239,20 +243,15 @@ async fn one_leader_every_replica_serves_and_a_killed_leader_is_replaced() {
         None
     })
     .await;
-    let placed = Admin::new(&other, token.clone()).placements().await;
-    let alpha: u64 = placed
-        .iter()
-        .filter(|i| i["agentKey"] == "alpha" && i["status"] == "placed")
-        .map(|i| i["replicas"].as_u64().unwrap())
-        .sum();
-    assert_eq!(alpha, 2, "no placement was lost in the takeover: {placed:?}");
+    let items = Admin::new(&other, token.clone()).placements().await;
+    assert_eq!(placed(&items, Some("alpha")), 2, "no placement was lost in the takeover: {items:?}");
     for n in Admin::new(&other, token.clone()).nodes().await {
         assert_eq!(n["status"], "online", "the takeover alone marks no node offline: {n}");
     }
     // Day-two operations from a follower (SPEC §10): a drain asked there empties n1 by the
     // leader's passes, and its events are read back through the other replica.
     let drainer = Admin::new(&other, token.clone());
-    let busy = placed.iter().find(|i| i["status"] == "placed").unwrap()["nodeId"].as_str().unwrap().to_string();
+    let busy = items.iter().find(|i| i["status"] == "placed").unwrap()["nodeId"].as_str().unwrap().to_string();
     let name = nodes.iter().find(|n| n.id == busy).unwrap().name.clone();
     let (s, v) = drainer.post(&format!("/api/v1/nodes/{name}:drain"), json!({})).await;
     assert_eq!(s, 202, "{v}");
@@ -260,9 +259,7 @@ async fn one_leader_every_replica_serves_and_a_killed_leader_is_replaced() {
     eventually(30, "the busy node drained by the leader", || async {
         let items = Admin::new(&f_any(&rest), token.clone()).placements().await;
         let on_n1 = items.iter().any(|i| i["nodeId"] == n1.as_str() && i["status"] == "placed");
-        let placed: u64 =
-            items.iter().filter(|i| i["status"] == "placed").map(|i| i["replicas"].as_u64().unwrap()).sum();
-        (!on_n1 && placed == 3).then_some(())
+        (!on_n1 && placed(&items, None) == 3).then_some(())
     })
     .await;
     let (s, events) = Admin::new(&f_any(&rest), token.clone()).get(&format!("/api/v1/events?node={name}")).await;
