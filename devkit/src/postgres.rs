@@ -61,6 +61,13 @@ impl Postgres {
         self.port
     }
 
+    /// The URL of the database `url` names, reached on `port` of 127.0.0.1 instead (a proxy
+    /// the test puts between a controller and this server).
+    pub fn via_port(&self, url: &str, port: u16) -> String {
+        let name = url.rsplit('/').next().unwrap_or_default();
+        format!("postgres://{USER}@127.0.0.1:{port}/{name}")
+    }
+
     /// Creates a fresh database and returns its URL: one per test, so tests sharing the
     /// server never see each other's rows.
     pub fn database(&self) -> anyhow::Result<String> {

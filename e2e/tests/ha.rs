@@ -69,7 +69,6 @@ impl Ha {
     async fn start(prefix: &str) -> Ha {
         let pg = Postgres::start().unwrap();
         let db = pg.database().unwrap();
-        let name = db.rsplit('/').next().unwrap().to_string();
         let mut f = Fleet::new(prefix).await;
         let mut replicas = Vec::new();
         for i in 0..3 {
@@ -81,10 +80,7 @@ impl Ha {
             env.insert("FLEET_LISTEN".into(), format!("127.0.0.1:{port}"));
             env.insert("FLEET_METRICS_LISTEN".into(), format!("127.0.0.1:{mport}"));
             env.insert("FLEET_DATA_DIR".into(), f.dir.path().join(format!("ctl-{i}")).display().to_string());
-            env.insert(
-                "FLEET_DATABASE_URL".into(),
-                format!("postgres://{}@127.0.0.1:{}/{name}", fleet_devkit::postgres::USER, partition.port),
-            );
+            env.insert("FLEET_DATABASE_URL".into(), pg.via_port(&db, partition.port));
             env.insert("FLEET_REPLICA_NAME".into(), format!("ctl-{i}"));
             env.insert("FLEET_LEADER_LEASE_SECONDS".into(), "3".into());
             env.insert("FLEET_FAILPOINTS".into(), failpoints.display().to_string());

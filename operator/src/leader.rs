@@ -136,25 +136,20 @@ pub async fn campaign(s: Shared) {
         }
         let sent = Instant::now();
         let renewed = tokio::time::timeout(renew_every, lease::renew(&pool, &t.fence, ttl)).await;
-        let why = match renewed {
+        let (refused, why) = match renewed {
             Ok(Ok(true)) => {
                 t.renewed = sent;
                 continue;
             }
-            Ok(Ok(false)) => "another replica holds the lease now".to_string(),
-            Ok(Err(e)) if sent.duration_since(t.renewed) >= ttl * 2 / 3 => format!("cannot renew it: {e}"),
-            Err(_) if sent.duration_since(t.renewed) >= ttl * 2 / 3 => {
-                "cannot renew it: the database does not answer".into()
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, epoch = t.fence.epoch, "cannot renew the lease; trying again");
-                continue;
-            }
-            Err(_) => {
-                tracing::warn!(epoch = t.fence.epoch, "renewing the lease timed out; trying again");
-                continue;
-            }
+            Ok(Ok(false)) => (true, "another replica holds the lease now".to_string()),
+            Ok(Err(e)) => (false, format!("cannot renew it: {e}")),
+            Err(_) => (false, "cannot renew it: the database does not answer".to_string()),
         };
+        // A failed renewal is tried again while the lease surely runs; a refused one ends it.
+        if !refused && sent.duration_since(t.renewed) < ttl * 2 / 3 {
+            tracing::warn!(epoch = t.fence.epoch, "{why}; trying again");
+            continue;
+        }
         if let Some(t) = term.take() {
             step_down(&s, t, &why);
         }

@@ -330,9 +330,8 @@ impl Drop for Proxy {
 async fn a_deposed_leader_cannot_write() {
     let Some(pg) = fleet_devkit::postgres::shared_or_skip("the HA tests") else { return };
     let db = pg.database().unwrap();
-    let name = db.rsplit('/').next().unwrap().to_string();
     let proxy = Proxy::start(pg.port()).await;
-    let via_proxy = format!("postgres://{}@127.0.0.1:{}/{name}", fleet_devkit::postgres::USER, proxy.port);
+    let via_proxy = pg.via_port(&db, proxy.port);
     let dk = devkit().await;
     dk.put_agent(agent("alpha", "k", 1));
     let dir = tempfile::tempdir().unwrap();

@@ -168,22 +168,20 @@ impl Store {
             let mut st = self.state.write();
             for row in rows {
                 found.insert(row.id.clone());
-                let Some(stored) = NodeRec::from_row(row, i64::MIN) else { continue };
-                let id = stored.id.clone();
-                if !st.nodes.contains_key(&id) {
-                    tracing::debug!(node = %stored.name, %id, "node joined on another replica");
-                    st.by_token.insert(stored.token_hash, id.clone());
-                    st.by_name.insert(stored.name.clone(), id.clone());
-                    st.nodes.insert(id.clone(), NodeRec { last_seen_ms: stored.last_seen_ms.max(now), ..stored });
-                    st.changes.facts.insert(id.clone());
-                    if !st.desired.contains_key(&id) {
-                        st.desired.insert(id.clone(), DesiredRec::new(1, "[]"));
-                        woken.push((id, 1));
-                    }
-                    changed = true;
+                // A node new here gets the liveness grace of a join; a known one keeps its
+                // own last sighting, compared with the stored one.
+                let known = st.nodes.contains_key(row.id.as_str());
+                let Some(stored) = NodeRec::from_row(row, if known { i64::MIN } else { now }) else { continue };
+                if known {
+                    changed |= st.follow_node(stored, now, offline_after);
                     continue;
                 }
-                changed |= st.follow_node(stored, now, offline_after);
+                tracing::debug!(node = %stored.name, id = %stored.id, "node joined on another replica");
+                let id = stored.id.clone();
+                if st.add_joined_node(stored) {
+                    woken.push((id, 1));
+                }
+                changed = true;
             }
             for id in asked.iter().filter(|id| !found.contains(*id)) {
                 let id: Id = id.as_str().into();
@@ -253,12 +251,8 @@ impl super::State {
     /// later sighting of another boot). `true` when the pass has work from it.
     fn follow_node(&mut self, stored: NodeRec, now: i64, offline_after: Duration) -> bool {
         let id = stored.id.clone();
-        let Some(rec) = self.nodes.get_mut(&id) else { return false };
-        if rec.token_hash != stored.token_hash {
-            let old = std::mem::replace(&mut rec.token_hash, stored.token_hash);
-            self.by_token.remove(&old);
-            self.by_token.insert(stored.token_hash, id.clone());
-        }
+        self.set_token(&id, stored.token_hash);
+        let Some(rec) = self.nodes.get(&id) else { return false };
         let lifecycle_changed = rec.lifecycle != stored.lifecycle;
         let newer = newer_report(&rec.info, rec.last_seen_ms, &stored.info, stored.last_seen_ms);
         if lifecycle_changed {

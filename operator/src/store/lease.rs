@@ -9,7 +9,8 @@ use super::db::Fence;
 use sqlx::PgPool;
 use std::time::Duration;
 
-const NAME: &str = "controller";
+/// The lease row; the fence (`backend/queries.rs`) checks the same one.
+pub const NAME: &str = "controller";
 
 /// Takes the lease for `ttl` when it is free, expired or released; returns the new epoch.
 /// `url`: where this replica's API is, for the followers to send what only the leader answers.

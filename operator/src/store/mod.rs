@@ -282,11 +282,42 @@ impl State {
 }
 
 impl State {
+    /// Puts a node in the registry with its token and name indexes.
+    fn insert_node(&mut self, rec: NodeRec) {
+        self.by_token.insert(rec.token_hash, rec.id.clone());
+        self.by_name.insert(rec.name.clone(), rec.id.clone());
+        self.nodes.insert(rec.id.clone(), rec);
+    }
+
+    /// A node that joined now (here or on another replica): in the registry, in the pass's
+    /// changes, and with the first desired state unless it has one. Returns whether that
+    /// desired state was made (its long-polls are to be woken with generation 1).
+    fn add_joined_node(&mut self, rec: NodeRec) -> bool {
+        let id = rec.id.clone();
+        self.insert_node(rec);
+        self.changes.facts.insert(id.clone());
+        if self.desired.contains_key(&id) {
+            return false;
+        }
+        self.desired.insert(id, DesiredRec::new(1, "[]"));
+        true
+    }
+
+    /// Gives node `id` the token hashing to `new`: the previous token stops working.
+    fn set_token(&mut self, id: &Id, new: [u8; 32]) {
+        let Some(rec) = self.nodes.get_mut(id) else { return };
+        let old = std::mem::replace(&mut rec.token_hash, new);
+        if old != new {
+            self.by_token.remove(&old);
+            self.by_token.insert(new, id.clone());
+        }
+    }
+
     /// Takes what a node reported (normalised) and seen at `seen_ms`, recording what changed
-    /// for the pass; `persist`: the database copy is older (a report taken here, not one read
-    /// back from another replica's write).
-    /// `now`: whether the node was online before this report is judged now, as the pass
+    /// for the pass. Whether the node was online before it is judged at `now`, as the pass
     /// judges it (a report read back from another replica was seen a moment earlier).
+    /// `persist`: the database copy is older (a report taken here, not one read back from
+    /// another replica's write).
     #[allow(clippy::too_many_arguments)]
     fn observe(
         &mut self,
@@ -330,11 +361,8 @@ impl State {
     /// offline (SPEC §3.6).
     fn from_snapshot(snap: db::Snapshot, now: i64) -> State {
         let mut st = State::default();
-        for r in snap.nodes {
-            let Some(rec) = NodeRec::from_row(r, now) else { continue };
-            st.by_token.insert(rec.token_hash, rec.id.clone());
-            st.by_name.insert(rec.name.clone(), rec.id.clone());
-            st.nodes.insert(rec.id.clone(), rec);
+        for rec in snap.nodes.into_iter().filter_map(|r| NodeRec::from_row(r, now)) {
+            st.insert_node(rec);
         }
         let mut bindings = BTreeMap::new();
         for (agent, replica, node) in snap.placements {
@@ -619,15 +647,9 @@ impl Store {
             lifecycle: Lifecycle::default(),
         };
         rec.set_info(info);
-        {
-            let mut st = self.state.write();
-            st.by_token.insert(rec.token_hash, idr.clone());
-            st.by_name.insert(name.clone(), idr.clone());
-            st.nodes.insert(idr.clone(), rec);
-            st.changes.facts.insert(idr.clone());
-            st.desired.insert(idr.clone(), DesiredRec::new(1, "[]"));
+        if self.state.write().add_joined_node(rec) {
+            self.hub.publish(&idr, 1);
         }
-        self.hub.publish(&idr, 1);
         self.events.record(events::Event::new(events::Kind::NodeJoined, "joined").node(&idr, &name));
         Ok(JoinResponse { node_id: id, node_token: token })
     }
@@ -636,16 +658,13 @@ impl Store {
     /// the new token (the previous one stops working) and what it announced now.
     fn rejoined(&self, id: Id, token: String, info: NodeInfo, now: i64) -> JoinResponse {
         let mut st = self.state.write();
+        st.set_token(&id, hash(&token));
         let name = match st.nodes.get_mut(&id) {
             Some(rec) => {
-                let new = hash(&token);
-                let old = std::mem::replace(&mut rec.token_hash, new);
                 rec.last_seen_ms = now.max(rec.last_seen_ms);
                 let replicas = std::mem::take(&mut rec.info.replicas);
                 rec.set_info(NodeInfo { replicas, ..info });
                 let name = rec.name.clone();
-                st.by_token.remove(&old);
-                st.by_token.insert(new, id.clone());
                 st.changes.facts.insert(id.clone());
                 st.dirty_nodes.insert(id.clone());
                 name
@@ -687,6 +706,7 @@ impl Store {
         };
         st.observe(node, info, now, now, offline_after, true)
     }
+
     /// Persists reported node state; called periodically and at shutdown.
     pub async fn flush_reports(&self) -> Result<usize, DbError> {
         let rows: Vec<(String, i64, String)> = {

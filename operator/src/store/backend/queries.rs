@@ -21,10 +21,15 @@ const EVENT_ROWS: usize = 2_000;
 pub async fn fence(c: &mut Conn, fence: Option<&Fence>) -> Result<(), DbError> {
     let Some(f) = fence else { return Ok(()) };
     let sql = format!(
-        "SELECT 1 FROM leader_lease WHERE name = 'controller' AND holder = $1 AND epoch = $2 \
+        "SELECT 1 FROM leader_lease WHERE name = $1 AND holder = $2 AND epoch = $3 \
          AND expires_at > now(){FOR_SHARE}"
     );
-    let held = sqlx::query(&sql).bind(&f.holder).bind(f.epoch).fetch_optional(&mut *c).await?;
+    let held = sqlx::query(&sql)
+        .bind(crate::store::lease::NAME)
+        .bind(&f.holder)
+        .bind(f.epoch)
+        .fetch_optional(&mut *c)
+        .await?;
     match held {
         Some(_) => Ok(()),
         None => Err(DbError::Fenced { epoch: f.epoch }),
@@ -396,21 +401,21 @@ fn push_ids<'q>(q: &mut QueryBuilder<'q, DB>, column: &str, ids: Option<&'q [Str
     }
 }
 
-const NODE_COLUMNS: &str = "SELECT id, name, token_hash, public_key, joined_ms, last_seen_ms, info, \
+const SELECT_NODES: &str = "SELECT id, name, token_hash, public_key, joined_ms, last_seen_ms, info, \
      cordoned, drain_started_ms, drain_force, drain_done_ms FROM nodes";
 
 pub async fn nodes(p: &Pool, ids: Option<&[String]>) -> Result<Vec<NodeRow>, DbError> {
     if ids.is_some_and(|i| i.is_empty()) {
         return Ok(Vec::new());
     }
-    let mut q = QueryBuilder::<DB>::new(NODE_COLUMNS);
+    let mut q = QueryBuilder::<DB>::new(SELECT_NODES);
     push_ids(&mut q, "id", ids);
     let rows = q.build().fetch_all(p).await?;
     Ok(rows.iter().map(node_row).collect())
 }
 
 pub async fn node_by_token_hash(p: &Pool, hash: &[u8]) -> Result<Option<NodeRow>, DbError> {
-    let sql = format!("{NODE_COLUMNS} WHERE token_hash = $1");
+    let sql = format!("{SELECT_NODES} WHERE token_hash = $1");
     let row = sqlx::query(&sql).bind(hash).fetch_optional(p).await?;
     Ok(row.as_ref().map(node_row))
 }
