@@ -10,6 +10,7 @@ pub mod images;
 pub mod labels;
 pub mod names;
 pub mod ops;
+pub mod protocol;
 pub mod seal;
 pub mod types;
 pub mod urls;

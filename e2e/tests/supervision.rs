@@ -1,5 +1,5 @@
-//! Supervision of the real node binary (SPEC §11): when its supervisor loop, its pull loop or
-//! its report loop ends, `fleet-node` exits non-zero naming the loop, so an orchestrator
+//! Supervision of the real node binary (SPEC §11): when its supervisor loop or its loop
+//! talking to the controller (the exchange, or the pull and report loops) ends, `fleet-node` exits non-zero naming the loop, so an orchestrator
 //! restarts it; restarted, it carries on with its saved state. Loops are ended through the
 //! test-only failpoints (`FLEET_FAILPOINTS`). The controller's side is in
 //! `operator/tests/supervision.rs`.
@@ -20,7 +20,7 @@ async fn a_node_loop_that_ends_takes_the_node_down_naming_it() {
     let points = n.root.join("failpoints");
     std::fs::create_dir(&points).unwrap();
     let points_env = points.display().to_string();
-    for name in ["supervisor", "pull", "report"] {
+    for name in ["supervisor", "controller"] {
         n.start_with(&[("FLEET_FAILPOINTS", &points_env)]);
         eventually(30, "online", || async { f.node_view(&n.name).await.filter(|v| v["status"] == "online") }).await;
         std::fs::write(points.join(format!("end-{name}")), "").unwrap();

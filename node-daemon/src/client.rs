@@ -1,10 +1,12 @@
 //! The node's side of the node protocol (SPEC §4): join, desired-state long-poll, observed
 //! report. Errors are classified the way the loops act on them (SPEC §6.3).
 
-use fleet_api::{ErrorBody, JoinRequest, JoinResponse, ObservedReport};
+use fleet_api::{protocol, ErrorBody, JoinRequest, JoinResponse, ObservedReport};
 use reqwest::StatusCode;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum ClientError {
@@ -28,6 +30,19 @@ pub enum ClientError {
 pub struct Client {
     http: reqwest::Client,
     base: String,
+    /// Whether the controller offers the exchange (SPEC §4.2), as its last answer said.
+    offer: Arc<watch::Sender<Offer>>,
+}
+
+/// What this node knows of the controller's exchange route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offer {
+    /// Not seen (an older controller, or no answer yet): the two routes.
+    Unknown,
+    Offered,
+    /// Tried and refused (`404`/`405`, or a report it cannot take): the two routes for the
+    /// rest of this process.
+    Declined,
 }
 
 /// Backoff of the pull loop and of join retries: 2, 5, 10, 30, 60, 60… s.
@@ -51,6 +66,23 @@ async fn classify(resp: reqwest::Response) -> ClientError {
     }
 }
 
+fn poll_query(since: Option<u64>, wait: u64) -> Vec<(&'static str, String)> {
+    let mut q = vec![("wait", wait.to_string())];
+    if let Some(s) = since {
+        q.push(("since", s.to_string()));
+    }
+    q
+}
+
+/// A desired-state answer: the body on `200`, `None` on `304`.
+async fn desired_answer(resp: reqwest::Response) -> Result<Option<Vec<u8>>, ClientError> {
+    match resp.status() {
+        StatusCode::OK => resp.bytes().await.map(|b| Some(b.to_vec())).map_err(net),
+        StatusCode::NOT_MODIFIED => Ok(None),
+        _ => Err(classify(resp).await),
+    }
+}
+
 fn net(e: reqwest::Error) -> ClientError {
     ClientError::Retry(format!("cannot reach the controller: {e}"))
 }
@@ -68,7 +100,59 @@ impl Client {
                 b = b.add_root_certificate(cert);
             }
         }
-        Ok(Client { http: b.build()?, base: base.trim_end_matches('/').to_string() })
+        let (offer, _) = watch::channel(Offer::Unknown);
+        Ok(Client { http: b.build()?, base: base.trim_end_matches('/').to_string(), offer: Arc::new(offer) })
+    }
+
+    /// Notes the controller's offer of the exchange from an answer's headers.
+    fn saw(&self, resp: &reqwest::Response) {
+        if resp.headers().contains_key(protocol::EXCHANGE_HEADER) {
+            self.offer.send_if_modified(|o| {
+                let first = *o == Offer::Unknown;
+                if first {
+                    *o = Offer::Offered;
+                }
+                first
+            });
+        }
+    }
+
+    pub fn offer(&self) -> Offer {
+        *self.offer.borrow()
+    }
+
+    /// Resolves once the controller has offered the exchange.
+    pub async fn offered(&self) {
+        let mut rx = self.offer.subscribe();
+        let _ = rx.wait_for(|o| *o == Offer::Offered).await;
+    }
+
+    /// The exchange is not used again by this process.
+    pub fn decline(&self) {
+        self.offer.send_replace(Offer::Declined);
+    }
+
+    /// Reports and long-polls in one request (SPEC §4.2): the desired state when its
+    /// generation differs from `since` (raw JSON), `None` on `304`.
+    pub async fn exchange(
+        &self,
+        token: &str,
+        since: Option<u64>,
+        wait: u64,
+        report: &ObservedReport,
+    ) -> Result<Option<Vec<u8>>, ClientError> {
+        let resp = self
+            .http
+            .post(format!("{}{}", self.base, protocol::EXCHANGE_PATH))
+            .query(&poll_query(since, wait))
+            .bearer_auth(token)
+            .timeout(Duration::from_secs(wait + 30))
+            .json(report)
+            .send()
+            .await
+            .map_err(net)?;
+        self.saw(&resp);
+        desired_answer(resp).await
     }
 
     pub async fn join(&self, req: &JoinRequest) -> Result<JoinResponse, ClientError> {
@@ -80,6 +164,7 @@ impl Client {
             .send()
             .await
             .map_err(net)?;
+        self.saw(&resp);
         if resp.status() == StatusCode::CREATED {
             return resp.json().await.map_err(|e| ClientError::Retry(format!("unreadable join answer: {e}")));
         }
@@ -88,36 +173,30 @@ impl Client {
 
     /// The desired state when its generation differs from `since` (raw JSON), `None` on `304`.
     pub async fn desired(&self, token: &str, since: Option<u64>, wait: u64) -> Result<Option<Vec<u8>>, ClientError> {
-        let mut q = vec![("wait", wait.to_string())];
-        if let Some(s) = since {
-            q.push(("since", s.to_string()));
-        }
         let resp = self
             .http
-            .get(format!("{}/api/v1/nodes/me/desired", self.base))
-            .query(&q)
+            .get(format!("{}{}", self.base, protocol::DESIRED_PATH))
+            .query(&poll_query(since, wait))
             .bearer_auth(token)
             .timeout(Duration::from_secs(wait + 30))
             .send()
             .await
             .map_err(net)?;
-        match resp.status() {
-            StatusCode::OK => resp.bytes().await.map(|b| Some(b.to_vec())).map_err(net),
-            StatusCode::NOT_MODIFIED => Ok(None),
-            _ => Err(classify(resp).await),
-        }
+        self.saw(&resp);
+        desired_answer(resp).await
     }
 
     pub async fn observed(&self, token: &str, report: &ObservedReport) -> Result<(), ClientError> {
         let resp = self
             .http
-            .put(format!("{}/api/v1/nodes/me/observed", self.base))
+            .put(format!("{}{}", self.base, protocol::OBSERVED_PATH))
             .bearer_auth(token)
             .timeout(Duration::from_secs(30))
             .json(report)
             .send()
             .await
             .map_err(net)?;
+        self.saw(&resp);
         if resp.status() == StatusCode::NO_CONTENT || resp.status().is_success() {
             return Ok(());
         }

@@ -1,10 +1,11 @@
-//! Two loops over one state (SPEC §6.2–§6.3): **pull** long-polls the desired state, saves it
-//! to `desired.json` and hands it to the supervisor; **report** sends what the node has every
-//! `observeSeconds`. The supervisor loop converges containers on every new desired state and
+//! Two loops over one state (SPEC §6.2–§6.3): the **link** to the controller gets the desired
+//! state, saves it to `desired.json` and hands it to the supervisor, and reports what the node
+//! has at least every `observeSeconds` — over one exchange request when the controller offers
+//! it, else as the pull and report loops over the two routes of §4.2. The supervisor loop converges containers on every new desired state and
 //! every second. At start the node applies `desired.json` from disk before the controller
 //! answers, so without the controller it keeps working.
 
-use crate::client::{retry_delay, Client, ClientError};
+use crate::client::{retry_delay, Client, ClientError, Offer};
 use crate::config::NodeConfig;
 use crate::plan::{self, NodePlan};
 use crate::runtime::docker::DockerRuntime;
@@ -140,8 +141,8 @@ pub async fn run_with<R: Runtime>(
     let identity = Arc::new(identity);
 
     let mut loops = tokio::task::JoinSet::new();
-    loops.spawn(looping("pull", pull_loop(client.clone(), identity.clone(), state.clone(), tx, fatal_tx.clone())));
-    loops.spawn(looping("report", report_loop(cfg.clone(), client, identity.clone(), shared.clone(), fatal_tx)));
+    let link = Link { cfg: cfg.clone(), client, identity: identity.clone(), state: state.clone(), reporter: Reporter::new(cfg.clone(), shared.clone()) };
+    loops.spawn(looping("controller", link.run(tx, fatal_tx)));
     loops.spawn(looping("supervisor", supervise(cfg, state, identity, rt, rx, shared)));
     let result = tokio::select! {
         f = fatal_rx.recv() => Err(f.unwrap_or_else(|| Fatal("internal: loops ended".into()))),
@@ -194,67 +195,33 @@ async fn shutdown_signal() {
     tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term.recv() => {} }
 }
 
-async fn pull_loop(
-    client: Client,
-    identity: Arc<Identity>,
-    state: StateDir,
-    tx: watch::Sender<Option<Arc<DesiredState>>>,
-    fatal: mpsc::Sender<Fatal>,
-) {
-    let mut since = tx.borrow().as_ref().map(|d| d.generation);
-    let mut attempt = 0;
-    loop {
-        match client.desired(&identity.token, since, 60).await {
-            Ok(Some(bytes)) => {
-                attempt = 0;
-                match parse_desired(&bytes) {
-                    Ok(d) => {
-                        if let Err(e) = state.save_desired(&bytes) {
-                            tracing::error!(error = %e, "cannot save desired.json");
-                        }
-                        tracing::info!(generation = d.generation, agents = d.agents.len(), "new desired state");
-                        since = Some(d.generation);
-                        let _ = tx.send(Some(Arc::new(d)));
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "the controller sent a desired state this node cannot read");
-                        tokio::time::sleep(retry_delay(attempt)).await;
-                        attempt += 1;
-                    }
-                }
-            }
-            Ok(None) => attempt = 0,
-            Err(ClientError::Unauthorized(_)) => {
-                let _ = fatal.send(Fatal(CREDENTIAL_REJECTED.into())).await;
-                return;
-            }
-            Err(e) => {
-                let d = retry_delay(attempt);
-                tracing::warn!(error = %e, retry_in = ?d, "desired-state poll failed");
-                tokio::time::sleep(d).await;
-                attempt += 1;
-            }
-        }
-    }
-}
-
-async fn report_loop(
+/// The node's side of the conversation with the controller (SPEC §6.3): the exchange while
+/// the controller offers it — one request that reports and long-polls, so one connection —
+/// else the two loops over the two routes of §4.2 (an older controller).
+struct Link {
     cfg: Arc<NodeConfig>,
     client: Client,
     identity: Arc<Identity>,
+    state: StateDir,
+    reporter: Reporter,
+}
+
+/// Builds the observed reports: one boot id per process, a rising `seq`.
+struct Reporter {
+    cfg: Arc<NodeConfig>,
     shared: Arc<Shared>,
-    fatal: mpsc::Sender<Fatal>,
-) {
-    let boot_id = uuid::Uuid::new_v4().simple().to_string();
-    let mut seq = 0u64;
-    let mut tick = tokio::time::interval(Duration::from_secs(u64::from(cfg.observe_seconds)));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Let the supervisor look at Docker once before the first report.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    loop {
-        tick.tick().await;
-        seq += 1;
-        let report = ObservedReport {
+    boot_id: String,
+    seq: AtomicU64,
+}
+
+impl Reporter {
+    fn new(cfg: Arc<NodeConfig>, shared: Arc<Shared>) -> Reporter {
+        Reporter { cfg, shared, boot_id: uuid::Uuid::new_v4().simple().to_string(), seq: AtomicU64::new(0) }
+    }
+
+    fn next(&self) -> ObservedReport {
+        let (cfg, shared) = (&self.cfg, &self.shared);
+        ObservedReport {
             applied_generation: shared.applied_generation.load(Ordering::SeqCst),
             health: if shared.degraded.load(Ordering::SeqCst) { Health::Degraded } else { Health::Ok },
             labels: cfg.sorted_labels(),
@@ -264,20 +231,159 @@ async fn report_loop(
             secrets: plan::read_secrets(&cfg.secrets_dir).into_iter().collect(),
             replicas: shared.reports.lock().clone(),
             version: VERSION.to_string(),
-            boot_id: Some(boot_id.clone()),
-            seq: Some(seq),
+            boot_id: Some(self.boot_id.clone()),
+            seq: Some(self.seq.fetch_add(1, Ordering::SeqCst) + 1),
             observe_seconds: Some(cfg.observe_seconds),
-        };
-        match client.observed(&identity.token, &report).await {
-            Ok(()) => {}
-            Err(ClientError::Unauthorized(_)) => {
-                let _ = fatal.send(Fatal(CREDENTIAL_REJECTED.into())).await;
-                return;
+        }
+    }
+}
+
+/// Why the exchange stopped.
+enum Stopped {
+    /// The process must end (the loop has sent the reason).
+    Fatal,
+    /// Back to the two routes for good.
+    Declined,
+}
+
+type DesiredTx = watch::Sender<Option<Arc<DesiredState>>>;
+
+impl Link {
+    async fn run(self, tx: DesiredTx, fatal: mpsc::Sender<Fatal>) {
+        // Let the supervisor look at Docker once before the first report.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        loop {
+            if self.client.offer() == Offer::Offered {
+                match self.exchange_loop(&tx, &fatal).await {
+                    Stopped::Fatal => return,
+                    Stopped::Declined => self.client.decline(),
+                }
             }
-            Err(ClientError::BadRequest(m)) => {
-                tracing::error!(message = %m, "the controller refused the report (upgrade the controller before the nodes)")
+            let two_routes = async {
+                tokio::select! {
+                    () = self.pull_loop(&tx, &fatal) => {}
+                    () = self.report_loop(&fatal) => {}
+                }
+            };
+            tokio::select! {
+                // Either loop ends only to stop the process.
+                () = two_routes => return,
+                () = self.client.offered(), if self.client.offer() == Offer::Unknown => {
+                    tracing::info!("the controller offers the exchange: reports and desired state now share one connection");
+                }
             }
-            Err(e) => tracing::warn!(error = %e, "report failed; the next period tries again"),
+        }
+    }
+
+    fn since(tx: &DesiredTx) -> Option<u64> {
+        tx.borrow().as_ref().map(|d| d.generation)
+    }
+
+    /// Saves and hands on a new desired state; `false` when it cannot be read.
+    fn take_desired(&self, tx: &DesiredTx, bytes: &[u8]) -> bool {
+        match parse_desired(bytes) {
+            Ok(d) => {
+                if let Err(e) = self.state.save_desired(bytes) {
+                    tracing::error!(error = %e, "cannot save desired.json");
+                }
+                tracing::info!(generation = d.generation, agents = d.agents.len(), "new desired state");
+                let _ = tx.send(Some(Arc::new(d)));
+                true
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the controller sent a desired state this node cannot read");
+                false
+            }
+        }
+    }
+
+    /// Report and long-poll in one request, `wait` = the report period (at most 60 s): the
+    /// node reports at least every period and hears of a new desired state at once.
+    async fn exchange_loop(&self, tx: &DesiredTx, fatal: &mpsc::Sender<Fatal>) -> Stopped {
+        let wait = u64::from(self.cfg.observe_seconds).min(60);
+        let mut attempt = 0;
+        loop {
+            let report = self.reporter.next();
+            match self.client.exchange(&self.identity.token, Self::since(tx), wait, &report).await {
+                Ok(Some(bytes)) => {
+                    if self.take_desired(tx, &bytes) {
+                        attempt = 0;
+                    } else {
+                        tokio::time::sleep(retry_delay(attempt)).await;
+                        attempt += 1;
+                    }
+                }
+                Ok(None) => attempt = 0,
+                Err(ClientError::Unauthorized(_)) => {
+                    let _ = fatal.send(Fatal(CREDENTIAL_REJECTED.into())).await;
+                    return Stopped::Fatal;
+                }
+                // The desired state must keep coming while the report is refused: the two
+                // routes carry it, and log the refusal every period as before.
+                Err(ClientError::BadRequest(m)) => {
+                    tracing::error!(message = %m, "the controller refused the report (upgrade the controller before the nodes); using the two-route protocol");
+                    return Stopped::Declined;
+                }
+                Err(ClientError::Other(code @ (404 | 405), _)) => {
+                    tracing::warn!(code, "the controller does not serve the exchange; using the two-route protocol");
+                    return Stopped::Declined;
+                }
+                Err(e) => {
+                    let d = retry_delay(attempt);
+                    tracing::warn!(error = %e, retry_in = ?d, "exchange with the controller failed");
+                    tokio::time::sleep(d).await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// Two-route protocol: long-poll `desired?since=&wait=60`; returns only to stop the process.
+    async fn pull_loop(&self, tx: &DesiredTx, fatal: &mpsc::Sender<Fatal>) {
+        let mut attempt = 0;
+        loop {
+            match self.client.desired(&self.identity.token, Self::since(tx), 60).await {
+                Ok(Some(bytes)) => {
+                    if self.take_desired(tx, &bytes) {
+                        attempt = 0;
+                    } else {
+                        tokio::time::sleep(retry_delay(attempt)).await;
+                        attempt += 1;
+                    }
+                }
+                Ok(None) => attempt = 0,
+                Err(ClientError::Unauthorized(_)) => {
+                    let _ = fatal.send(Fatal(CREDENTIAL_REJECTED.into())).await;
+                    return;
+                }
+                Err(e) => {
+                    let d = retry_delay(attempt);
+                    tracing::warn!(error = %e, retry_in = ?d, "desired-state poll failed");
+                    tokio::time::sleep(d).await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// Two-route protocol: `PUT observed` every `observeSeconds`; returns only to stop the
+    /// process.
+    async fn report_loop(&self, fatal: &mpsc::Sender<Fatal>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(u64::from(self.cfg.observe_seconds)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            match self.client.observed(&self.identity.token, &self.reporter.next()).await {
+                Ok(()) => {}
+                Err(ClientError::Unauthorized(_)) => {
+                    let _ = fatal.send(Fatal(CREDENTIAL_REJECTED.into())).await;
+                    return;
+                }
+                Err(ClientError::BadRequest(m)) => {
+                    tracing::error!(message = %m, "the controller refused the report (upgrade the controller before the nodes)")
+                }
+                Err(e) => tracing::warn!(error = %e, "report failed; the next period tries again"),
+            }
         }
     }
 }

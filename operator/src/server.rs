@@ -150,15 +150,15 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let shutdown = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let router = http::router(app);
+    let router = http::router(app.clone());
     let rx = stop_rx.clone();
     let timeouts = cfg.http_timeouts;
     let limit = http::serve::ConnLimit::new(cfg.max_connections, metrics.connections_refused.clone());
-    tasks.spawn("api-listener", http::serve::serve(api, router, timeouts, limit, shutdown(rx)));
+    tasks.spawn("api-listener", http::serve::serve(api, router, Some(app), timeouts, limit, shutdown(rx)));
     let mrouter = http::metrics_router(metrics.clone());
     // The metrics port is scraped by one or two collectors: a small cap of its own.
     let mlimit = http::serve::ConnLimit::new(64, metrics.connections_refused.clone());
-    tasks.spawn("metrics-listener", http::serve::serve(met, mrouter, timeouts, mlimit, shutdown(stop_rx)));
+    tasks.spawn("metrics-listener", http::serve::serve(met, mrouter, None, timeouts, mlimit, shutdown(stop_rx)));
     tracing::info!(%addr, %metrics_addr, configured = cfg.credentials.is_some(), "fleet-controller serving");
     Ok(Running { addr, metrics_addr, store, ctx, stop, tasks })
 }

@@ -88,6 +88,12 @@ struct Args {
     /// `auto` — `own` when the open-file limit allows two sockets per node, else `shared`.
     #[arg(long, value_enum, default_value_t = ReportConnections::Auto)]
     report_connections: ReportConnections,
+    /// The node protocol (SPEC §4.2): `exchange` — one connection per node carries its join,
+    /// reports and long-polls, as fleet-node does with a controller that offers it;
+    /// `two-routes` — `GET desired` and `PUT observed`, as older nodes do (see
+    /// `--report-connections`).
+    #[arg(long, value_enum, default_value_t = Protocol::Exchange)]
+    protocol: Protocol,
     /// After cold convergence, measure the fleet before, during and after an attack by
     /// clients without credentials (SPEC §11) instead of the steady, burst and recovery
     /// phases: `fleet-sim --nodes 1000 --agents 2000 --hostile`.
@@ -114,6 +120,12 @@ struct Args {
     /// when unset and there is one controller.
     #[arg(long)]
     database: Option<String>,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Exchange,
+    TwoRoutes,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -381,8 +393,9 @@ async fn main() -> anyhow::Result<()> {
     }
 
     let limit = measure::open_file_limit();
-    let own_report_connections = args.report_connections.own(args.nodes, limit);
-    if !own_report_connections && args.report_connections == ReportConnections::Auto {
+    let exchange = args.protocol == Protocol::Exchange;
+    let own_report_connections = !exchange && args.report_connections.own(args.nodes, limit);
+    if !exchange && !own_report_connections && args.report_connections == ReportConnections::Auto {
         eprintln!(
             "fleet-sim: the open-file limit ({}) is below two sockets per node plus {SPARE_FILES}: \
              reports share the long-polls' client pool, so the controller holds fewer connections \
@@ -393,6 +406,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let shared = Arc::new(Shared {
         http: http.clone(),
+        exchange,
         own_report_connections,
         urls: ctls.iter().map(|c| c.url.clone()).collect(),
         report_period: Duration::from_secs(args.report_seconds),
@@ -559,7 +573,8 @@ async fn main() -> anyhow::Result<()> {
         "silentNodes": silent.len(), "silentReplicas": silent_replicas,
         "recoverySeconds": recovery.as_secs_f64(), "offlineThresholdSeconds": args.offline_seconds,
         "reportsFailed": shared.reports_failed.load(Ordering::Relaxed),
-        "reportConnections": if own_report_connections { "own" } else { "shared" },
+        "protocol": if exchange { "exchange" } else { "two-routes" },
+        "reportConnections": if exchange { "one per node (the exchange)" } else if own_report_connections { "own" } else { "shared" },
     });
     print_table(&results);
     println!("{}", serde_json::to_string_pretty(&results)?);

@@ -1,8 +1,9 @@
-//! One simulated node: joins with its key, long-polls its desired state, and reports every
-//! replica it was given as `running` on a jittered period (and soon after each change), as a
-//! real fleet-node does once its containers run. Thousands run as tokio tasks in one process:
-//! joins and long-polls over one shared HTTP client, reports over a connection of each node's
-//! own (see [`ReportConn`]).
+//! One simulated node: joins with its key, gets its desired state and reports every replica it
+//! was given as `running` on a jittered period (and soon after each change), as a real
+//! fleet-node does once its containers run. Thousands run as tokio tasks in one process. By
+//! default each speaks the exchange over one connection of its own, as a real fleet-node does
+//! with a controller that offers it; with `--protocol two-routes` it long-polls through one
+//! shared HTTP client and reports over a connection of its own (see [`ReportConn`]).
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -22,7 +23,10 @@ use tokio::sync::Notify;
 
 pub struct Shared {
     pub http: reqwest::Client,
-    /// Reports go over a connection of each node's own ([`ReportConn`]), not through `http`.
+    /// The exchange (one connection per node, [`exchange`]) instead of the two routes.
+    pub exchange: bool,
+    /// Two routes: reports go over a connection of each node's own ([`ReportConn`]), not
+    /// through `http`.
     pub own_report_connections: bool,
     /// The controller replicas (one, or several on PostgreSQL). A node joins and long-polls
     /// on one and reports to the next, as a Service spreading connections may send them.
@@ -40,8 +44,7 @@ fn spread(i: usize) -> usize {
     ((i as u64).wrapping_mul(2_654_435_761) >> 16) as usize
 }
 
-/// Where nodes send their observed reports.
-const OBSERVED_PATH: &str = "/api/v1/nodes/me/observed";
+use fleet_api::protocol::OBSERVED_PATH;
 
 impl Shared {
     /// Where node `i` joins and long-polls: spread by a hash of `i`, as a Service spreads
@@ -127,6 +130,9 @@ pub async fn run(node: Arc<SimNode>, sh: Arc<Shared>, join_key: String) {
     body["name"] = json!(node.name);
     body["publicKey"] = json!(base64::engine::general_purpose::STANDARD.encode(pk));
     body["version"] = json!("sim");
+    if sh.exchange {
+        return exchange(node, sh, body).await;
+    }
     loop {
         match sh.http.post(format!("{}/api/v1/nodes:join", sh.poll_url(node.index))).json(&body).send().await {
             Ok(r) if r.status() == 201 => {
@@ -168,35 +174,93 @@ async fn poll(node: Arc<SimNode>, sh: Arc<Shared>) {
         match r {
             Ok(r) if r.status() == 200 => {
                 let Ok(v) = r.json::<Value>().await else { continue };
-                let now = Instant::now();
-                let agents: Vec<(String, u64, Vec<u64>)> = v["agents"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .map(|a| {
-                                (
-                                    a["agentKey"].as_str().unwrap_or_default().to_string(),
-                                    a["revision"].as_u64().unwrap_or(0),
-                                    a["replicaIndexes"]
-                                        .as_array()
-                                        .map(|i| i.iter().filter_map(Value::as_u64).collect())
-                                        .unwrap_or_default(),
-                                )
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                {
-                    let mut seen = sh.received.lock();
-                    for (k, rev, _) in &agents {
-                        seen.entry((k.clone(), *rev)).or_insert(now);
-                    }
-                }
-                *node.desired.lock() = Desired { generation: v["generation"].as_u64().unwrap_or(0), agents };
-                node.changed.notify_one();
+                take_desired(&node, &sh, &v);
             }
             Ok(r) if r.status() == 304 => {}
             _ => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+}
+
+/// Records a desired state the node received.
+fn take_desired(node: &SimNode, sh: &Shared, v: &Value) {
+    let now = Instant::now();
+    let agents: Vec<(String, u64, Vec<u64>)> = v["agents"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|a| {
+                    (
+                        a["agentKey"].as_str().unwrap_or_default().to_string(),
+                        a["revision"].as_u64().unwrap_or(0),
+                        a["replicaIndexes"]
+                            .as_array()
+                            .map(|i| i.iter().filter_map(Value::as_u64).collect())
+                            .unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    {
+        let mut seen = sh.received.lock();
+        for (k, rev, _) in &agents {
+            seen.entry((k.clone(), *rev)).or_insert(now);
+        }
+    }
+    *node.desired.lock() = Desired { generation: v["generation"].as_u64().unwrap_or(0), agents };
+    node.changed.notify_one();
+}
+
+/// The exchange (SPEC §4.2): the node's one connection carries its join, then one request
+/// after another that reports and is held until the desired state changes or the report
+/// period (±10 % jitter) runs out. A new desired state is reported on within half a second,
+/// as a node that just started its containers would.
+async fn exchange(node: Arc<SimNode>, sh: Arc<Shared>, join: Value) {
+    let mut conn = ReportConn::new(sh.poll_url(node.index));
+    let token = loop {
+        match conn.send(hyper::Method::POST, "/api/v1/nodes:join", None, &join).await {
+            Ok((s, b)) if s == StatusCode::CREATED => {
+                let v: Value = serde_json::from_slice(&b).unwrap_or_default();
+                break v["nodeToken"].as_str().unwrap_or_default().to_string();
+            }
+            Ok((s, b)) if s.is_client_error() && s != StatusCode::TOO_MANY_REQUESTS => {
+                eprintln!("{}: join refused: {s} {}", node.name, String::from_utf8_lossy(&b));
+                return;
+            }
+            _ => {
+                let ms = 500 + rand::thread_rng().gen_range(0..500);
+                tokio::time::sleep(Duration::from_millis(ms)).await
+            }
+        }
+    };
+    *node.token.lock() = token.clone();
+    sh.joined.fetch_add(1, Ordering::Relaxed);
+    let boot = format!("boot-{}", node.index);
+    let period = sh.report_period;
+    loop {
+        if node.silent.load(Ordering::Relaxed) {
+            return;
+        }
+        let body = report_body(&node, &sh, &boot);
+        let since = node.desired.lock().generation;
+        let wait = period.mul_f64(rand::thread_rng().gen_range(0.9..1.1)).as_secs().clamp(1, 60);
+        let path = format!("{}?since={since}&wait={wait}", fleet_api::protocol::EXCHANGE_PATH);
+        let r = tokio::time::timeout(Duration::from_secs(wait + 10), conn.send(hyper::Method::POST, &path, Some(&token), &body)).await;
+        match r {
+            Ok(Ok((s, b))) if s == StatusCode::OK => {
+                sh.count_report(true);
+                if let Ok(v) = serde_json::from_slice::<Value>(&b) {
+                    take_desired(&node, &sh, &v);
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Ok(Ok((s, _))) if s == StatusCode::NOT_MODIFIED => sh.count_report(true),
+            _ => {
+                sh.count_report(false);
+                conn.sender = None;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
         }
     }
 }
@@ -234,11 +298,12 @@ async fn report_loop(node: Arc<SimNode>, sh: Arc<Shared>) {
     }
 }
 
-/// A node's own keep-alive connection for its reports. A real fleet-node holds one beside the
-/// connection its long-poll occupies, so the controller carries two per node (its idle
-/// keep-alive, 30 s, outlasts the 20 s report period). Sent through the shared client's pool,
-/// the simulated nodes' reports would share a few connections and the run would under-state
-/// the controller's memory.
+/// A node's own keep-alive connection. On the exchange it carries everything the node sends,
+/// as a real fleet-node's one connection does. On the two routes it carries the reports: a
+/// real fleet-node holds one beside the connection its long-poll occupies, so the controller
+/// carries two per node (its idle keep-alive outlasts the 20 s report period). Sent through
+/// the shared client's pool, the simulated nodes' requests would share a few connections and
+/// the run would under-state the controller's memory.
 struct ReportConn {
     /// host:port of the controller.
     addr: String,
@@ -250,8 +315,20 @@ impl ReportConn {
         ReportConn { addr: url.trim_start_matches("http://").trim_end_matches('/').to_string(), sender: None }
     }
 
-    /// PUTs one report; a closed or failed connection is replaced on the next call.
+    /// PUTs one report.
     async fn put(&mut self, token: &str, body: &Value) -> anyhow::Result<StatusCode> {
+        Ok(self.send(hyper::Method::PUT, OBSERVED_PATH, Some(token), body).await?.0)
+    }
+
+    /// One request and its whole answer; a closed or failed connection is replaced on the
+    /// next call.
+    async fn send(
+        &mut self,
+        method: hyper::Method,
+        path: &str,
+        token: Option<&str>,
+        body: &Value,
+    ) -> anyhow::Result<(StatusCode, Bytes)> {
         let mut sender = match self.sender.take() {
             Some(s) if !s.is_closed() => s,
             _ => {
@@ -265,17 +342,17 @@ impl ReportConn {
             }
         };
         sender.ready().await?;
-        let req = Request::put(OBSERVED_PATH)
-            .header(HOST, &self.addr)
-            .header(AUTHORIZATION, format!("Bearer {token}"))
-            .header(CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(serde_json::to_vec(body)?)))?;
+        let mut req = Request::builder().method(method).uri(path).header(HOST, &self.addr);
+        if let Some(token) = token {
+            req = req.header(AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let req = req.header(CONTENT_TYPE, "application/json").body(Full::new(Bytes::from(serde_json::to_vec(body)?)))?;
         let resp = sender.send_request(req).await?;
         let status = resp.status();
-        // Read to the end so the connection can carry the next report.
-        resp.into_body().collect().await?;
+        // Read to the end so the connection can carry the next request.
+        let bytes = resp.into_body().collect().await?.to_bytes();
         self.sender = Some(sender);
-        Ok(status)
+        Ok((status, bytes))
     }
 }
 

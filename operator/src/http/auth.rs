@@ -19,13 +19,22 @@ pub const SCOPE_ADMIN: &str = "fleet:admin";
 const REFETCH_EVERY: Duration = Duration::from_secs(60);
 
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let v = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    bearer_of(headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?)
+}
+
+/// The token of an `Authorization: Bearer <token>` value.
+pub fn bearer_of(v: &str) -> Option<&str> {
     let (scheme, token) = v.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
 }
 
 pub async fn node(store: &Store, headers: &HeaderMap, offline_after: std::time::Duration) -> Result<Id, ApiError> {
-    let token = bearer(headers).ok_or_else(ApiError::node_token_invalid)?;
+    node_by_token(store, bearer(headers), offline_after).await
+}
+
+/// The node a bearer token belongs to (`401 node_token_invalid` for none).
+pub async fn node_by_token(store: &Store, token: Option<&str>, offline_after: Duration) -> Result<Id, ApiError> {
+    let token = token.ok_or_else(ApiError::node_token_invalid)?;
     if let Some(id) = store.state.read().node_id_by_token(token) {
         return Ok(id);
     }

@@ -36,19 +36,29 @@ pub async fn read_json_within<T: DeserializeOwned>(
     empty_ok: bool,
     limit: usize,
 ) -> Result<T, ApiError> {
+    let bytes = read_bytes(headers, body, limit).await?;
+    parse_json(&bytes, empty_ok)
+}
+
+/// The body as bytes: at most `limit` (`413`), all of it within [`BODY_DEADLINE`] (`408`).
+pub async fn read_bytes(headers: &HeaderMap, body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
     let declared = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit as u64) {
         return Err(ApiError::too_large(limit));
     }
     let read = tokio::time::timeout(BODY_DEADLINE, axum::body::to_bytes(body, limit));
-    let bytes = read.await.map_err(|_| ApiError::request_timeout())?.map_err(|e| {
+    read.await.map_err(|_| ApiError::request_timeout())?.map_err(|e| {
         if is_limit(&e) {
             ApiError::too_large(limit)
         } else {
             ApiError::invalid_request(format!("cannot read the body: {e}"))
         }
-    })?;
-    let bytes: &[u8] = if empty_ok && bytes.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &bytes };
+    })
+}
+
+/// A JSON object from `bytes`; with `empty_ok` an empty body is `{}`.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8], empty_ok: bool) -> Result<T, ApiError> {
+    let bytes: &[u8] = if empty_ok && bytes.iter().all(u8::is_ascii_whitespace) { b"{}" } else { bytes };
     // Every body is a JSON object; serde would also build a struct from an array of its
     // fields in order (`[null, null]`), which the contract does not allow.
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {

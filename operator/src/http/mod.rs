@@ -7,6 +7,7 @@ pub mod body;
 pub mod error;
 pub mod forward;
 pub mod node;
+pub mod nodeconn;
 pub mod openapi;
 pub mod ops;
 pub mod page;
@@ -158,6 +159,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/v1/nodes:join", post(node::join))
         .route("/api/v1/nodes/me/desired", get(node::desired))
         .route("/api/v1/nodes/me/observed", put(node::observed))
+        .route("/api/v1/nodes/me/exchange", post(node::exchange))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(app.clone(), forward::follower_gate))

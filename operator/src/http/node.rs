@@ -2,17 +2,16 @@
 //! the observed report.
 
 use super::auth;
-use super::body::{read_json, read_json_within, JOIN_LIMIT};
+use super::body::{parse_json, read_bytes, read_json_within, JOIN_LIMIT, LIMIT};
 use super::error::ApiError;
 use super::App;
 use crate::clock;
-use crate::store::{JoinError, ReportOutcome};
-use axum::body::Body;
-use axum::extract::{Query, State};
+use crate::store::{Id, JoinError, ReportOutcome};
+use axum::body::{Body, Bytes};
+use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use fleet_api::{codes, validate, DesiredState, ErrorBody, JoinRequest, JoinResponse, ObservedReport};
-use std::collections::HashMap;
+use fleet_api::{codes, protocol, validate, DesiredState, ErrorBody, JoinRequest, JoinResponse, ObservedReport};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,7 +56,8 @@ pub async fn join(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
         Ok(resp) => {
             app.metrics.join("joined");
             app.kick();
-            Ok((StatusCode::CREATED, axum::Json(resp)).into_response())
+            let offer = [(protocol::EXCHANGE_HEADER, protocol::EXCHANGE_PATH)];
+            Ok((StatusCode::CREATED, offer, axum::Json(resp)).into_response())
         }
         Err(e) => {
             if e.status != StatusCode::INTERNAL_SERVER_ERROR {
@@ -70,8 +70,66 @@ pub async fn join(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
     }
 }
 
-fn desired_response(body: axum::body::Bytes) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+/// What a node route answers when it succeeds, with the exchange offered (SPEC §4.2).
+#[derive(Debug)]
+pub enum Reply {
+    /// `200` with the desired state.
+    Desired(Bytes),
+    /// `304`: the generation is unchanged.
+    NotModified,
+    /// `204`: the report was taken.
+    Accepted,
+}
+
+impl Reply {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Reply::Desired(_) => StatusCode::OK,
+            Reply::NotModified => StatusCode::NOT_MODIFIED,
+            Reply::Accepted => StatusCode::NO_CONTENT,
+        }
+    }
+}
+
+impl IntoResponse for Reply {
+    fn into_response(self) -> Response {
+        let offer = [(protocol::EXCHANGE_HEADER, protocol::EXCHANGE_PATH)];
+        match self {
+            Reply::Desired(body) => (offer, [(header::CONTENT_TYPE, "application/json")], body).into_response(),
+            other => (other.status(), offer).into_response(),
+        }
+    }
+}
+
+/// `since` and `wait` of a long-poll or an exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wait {
+    pub since: Option<u64>,
+    pub seconds: u64,
+}
+
+/// Reads `since` and `wait` from a raw query string; `400` names the bad one.
+pub fn parse_wait(query: Option<&str>) -> Result<Wait, ApiError> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.unwrap_or(""))
+        .map_err(|_| ApiError::invalid_request("query: cannot be decoded (since=<generation>&wait=<seconds>)"))?;
+    // The last of a repeated parameter counts, as with any map of the query.
+    let value = |name: &str| pairs.iter().rev().find(|(k, v)| k == name && !v.is_empty()).map(|(_, v)| v.as_str());
+    let since = match value("since") {
+        None => None,
+        // Generations are stored as SQLite integers: 0 … 2^63-1, as the contract says.
+        Some(s) => match s.parse::<i64>() {
+            Ok(g) if g >= 0 => Some(g as u64),
+            _ => return Err(ApiError::invalid_request("since: must be a generation number (0 … 2^63-1)")),
+        },
+    };
+    let seconds = match value("wait") {
+        None => 0,
+        Some(s) => match s.parse::<u64>() {
+            Ok(w) if w <= MAX_WAIT_SECONDS => w,
+            _ => return Err(ApiError::invalid_request(format!("wait: must be 0–{MAX_WAIT_SECONDS} seconds"))),
+        },
+    };
+    Ok(Wait { since, seconds })
 }
 
 /// The node's desired state; held until the generation differs from `since` or `wait` runs out.
@@ -84,61 +142,54 @@ fn desired_response(body: axum::body::Bytes) -> Response {
 pub async fn desired(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
-    Query(q): Query<HashMap<String, String>>,
-) -> Result<Response, ApiError> {
+    RawQuery(query): RawQuery,
+) -> Result<Reply, ApiError> {
     let node = auth::node(&app.store, &headers, app.offline_after).await?;
     // The header values are slices of hyper's read buffer: held through a long-poll they keep
     // that buffer alive, and hyper allocates a second one for the connection's next read.
     drop(headers);
-    let since = match q.get("since").filter(|s| !s.is_empty()) {
-        None => None,
-        // Generations are stored as SQLite integers: 0 … 2^63-1, as the contract says.
-        Some(s) => match s.parse::<i64>() {
-            Ok(g) if g >= 0 => Some(g as u64),
-            _ => return Err(ApiError::invalid_request("since: must be a generation number (0 … 2^63-1)")),
-        },
-    };
-    let wait = match q.get("wait").filter(|s| !s.is_empty()) {
-        None => 0,
-        Some(s) => match s.parse::<u64>() {
-            Ok(w) if w <= MAX_WAIT_SECONDS => w,
-            _ => return Err(ApiError::invalid_request(format!("wait: must be 0–{MAX_WAIT_SECONDS} seconds"))),
-        },
-    };
-    let Some((mut generation, mut body)) = app.store.desired_body(&node) else {
+    let wait = parse_wait(query.as_deref())?;
+    hold(&app, &node, wait).await
+}
+
+/// The long-poll once the node is known: at once when the generation differs from `since`,
+/// `304` for `wait` 0, else held until it changes or `wait` runs out.
+pub async fn hold(app: &App, node: &Id, wait: Wait) -> Result<Reply, ApiError> {
+    let Some((mut generation, mut body)) = app.store.desired_body(node) else {
         return Err(ApiError::node_token_invalid());
     };
     // The node has a newer generation than this replica: another replica served it before
     // this one heard of it (SPEC §3.9). Read it from the database rather than answer with an
     // older one.
-    if since.is_some_and(|s| s > generation) && app.store.db.is_shared() {
-        if let Err(e) = app.store.refresh_desired(&node).await {
+    if wait.since.is_some_and(|s| s > generation) && app.store.db.is_shared() {
+        if let Err(e) = app.store.refresh_desired(node).await {
             tracing::warn!(error = %e, "cannot read a node's newest desired state; answering with this replica's");
         }
-        if let Some((g, b)) = app.store.desired_body(&node) {
+        if let Some((g, b)) = app.store.desired_body(node) {
             (generation, body) = (g, b);
         }
     }
-    if since != Some(generation) {
-        return Ok(desired_response(body));
+    if wait.since != Some(generation) {
+        return Ok(Reply::Desired(body));
     }
-    if wait == 0 {
-        return Ok(StatusCode::NOT_MODIFIED.into_response());
+    drop(body);
+    if wait.seconds == 0 {
+        return Ok(Reply::NotModified);
     }
-    let Some(_held) = app.store.hub.hold(&node) else {
+    let Some(_held) = app.store.hub.hold(node) else {
         return Err(ApiError::too_many("this node already holds the most long-polls allowed (4)"));
     };
-    let mut rx = app.store.hub.subscribe(&node);
+    let mut rx = app.store.hub.subscribe(node);
     // A bump between the read above and the subscription is seen here.
-    if let Some((g, body)) = app.store.desired_body(&node) {
+    if let Some((g, body)) = app.store.desired_body(node) {
         if g != generation {
-            return Ok(desired_response(body));
+            return Ok(Reply::Desired(body));
         }
     }
-    let _ = tokio::time::timeout(Duration::from_secs(wait), rx.changed()).await;
-    match app.store.desired_body(&node) {
-        Some((g, body)) if g != generation => Ok(desired_response(body)),
-        Some(_) => Ok(StatusCode::NOT_MODIFIED.into_response()),
+    let _ = tokio::time::timeout(Duration::from_secs(wait.seconds), rx.changed()).await;
+    match app.store.desired_body(node) {
+        Some((g, body)) if g != generation => Ok(Reply::Desired(body)),
+        Some(_) => Ok(Reply::NotModified),
         // Deleted while the poll was held (SPEC §10.1).
         None => Err(ApiError::node_token_invalid()),
     }
@@ -149,23 +200,52 @@ pub async fn desired(
     responses((status = 204, description = "accepted (or ignored as stale)"),
               (status = 400, description = "invalid_request", body = ErrorBody),
               (status = 413, description = "payload_too_large", body = ErrorBody), (status = 401, description = "node_token_invalid", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
-pub async fn observed(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Result<StatusCode, ApiError> {
+pub async fn observed(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Result<Reply, ApiError> {
     let node = auth::node(&app.store, &headers, app.offline_after).await?;
-    let parsed = async {
-        let r: ObservedReport = read_json(&headers, body, false).await?;
-        validate::observed(&r).map_err(|e| ApiError::invalid_request(e.to_string()))?;
-        Ok::<_, ApiError>(r)
-    }
-    .await;
-    let report = match parsed {
-        Ok(r) => r,
-        Err(e) => {
-            app.metrics.report("rejected");
-            tracing::warn!(node = %node, code = e.code, message = %e.message, "observed report rejected (is the node newer than the controller?)");
-            return Err(e);
-        }
-    };
-    match app.store.report(&node, report, clock::now_ms(), app.offline_after) {
+    let bytes = read_bytes(&headers, body, LIMIT).await.map_err(|e| report_rejected(&app, &node, e))?;
+    accept_report(&app, &node, &bytes)?;
+    Ok(Reply::Accepted)
+}
+
+/// The report and the long-poll in one request, so a node keeps one connection (SPEC §4.2):
+/// the body is taken as by `PUT observed`, then the answer is that of `GET desired` with the
+/// same `since` and `wait`. A refused report is answered `400` and nothing is held.
+#[utoipa::path(post, path = "/api/v1/nodes/me/exchange", tag = "node", security(("node" = [])), request_body = ObservedReport,
+    params(("since" = Option<i64>, Query, description = "the generation the node has", minimum = 0),
+           ("wait" = Option<u64>, Query, description = "seconds to hold, 0…60 (default 0)", minimum = 0, maximum = 60)),
+    responses((status = 200, body = DesiredState), (status = 304, description = "report taken; generation unchanged"),
+              (status = 400, description = "invalid_request", body = ErrorBody),
+              (status = 408, description = "request_timeout", body = ErrorBody),
+              (status = 413, description = "payload_too_large", body = ErrorBody),
+              (status = 429, description = "too_many_requests: more than 4 held polls", body = ErrorBody), (status = 401, description = "node_token_invalid", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
+pub async fn exchange(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    body: Body,
+) -> Result<Reply, ApiError> {
+    let node = auth::node(&app.store, &headers, app.offline_after).await?;
+    let wait = parse_wait(query.as_deref())?;
+    let bytes = read_bytes(&headers, body, LIMIT).await.map_err(|e| report_rejected(&app, &node, e))?;
+    drop(headers);
+    accept_report(&app, &node, &bytes)?;
+    drop(bytes);
+    hold(&app, &node, wait).await
+}
+
+/// Counts and logs a refused report, and passes the error on.
+pub fn report_rejected(app: &App, node: &Id, e: ApiError) -> ApiError {
+    app.metrics.report("rejected");
+    tracing::warn!(node = %node, code = e.code, message = %e.message, "observed report rejected (is the node newer than the controller?)");
+    e
+}
+
+/// Takes a report body for `node`: strict JSON (`400` naming the field), then the registry.
+pub fn accept_report(app: &App, node: &Id, body: &[u8]) -> Result<(), ApiError> {
+    let parsed = parse_json::<ObservedReport>(body, false)
+        .and_then(|r| validate::observed(&r).map(|()| r).map_err(|e| ApiError::invalid_request(e.to_string())));
+    let report = parsed.map_err(|e| report_rejected(app, node, e))?;
+    match app.store.report(node, report, clock::now_ms(), app.offline_after) {
         ReportOutcome::Accepted { changed, was_online } => {
             app.metrics.report("accepted");
             if !was_online {
@@ -179,5 +259,5 @@ pub async fn observed(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
             app.metrics.report("stale");
         }
     }
-    Ok(StatusCode::NO_CONTENT)
+    Ok(())
 }

@@ -30,6 +30,7 @@ use utoipa::{Modify, OpenApi};
         super::node::join,
         super::node::desired,
         super::node::observed,
+        super::node::exchange,
     ),
     modifiers(&Security)
 )]

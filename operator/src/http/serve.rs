@@ -23,15 +23,66 @@ use tokio::time::{Instant, Sleep};
 
 pub use crate::config::HttpTimeouts as Timeouts;
 
+/// A TCP stream that first yields bytes already read from it (by the node path, which looked
+/// at a request it hands to hyper).
+struct Rewind {
+    read: Vec<u8>,
+    at: usize,
+    inner: TcpStream,
+}
+
+impl AsyncRead for Rewind {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if self.at < self.read.len() {
+            let n = (self.read.len() - self.at).min(buf.remaining());
+            let at = self.at;
+            buf.put_slice(&self.read[at..at + n]);
+            self.at += n;
+            if self.at == self.read.len() {
+                self.read = Vec::new();
+                self.at = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Rewind {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 /// A TCP stream that fails with `TimedOut` once it has been idle for `idle`.
 struct IdleStream {
-    inner: TcpStream,
+    inner: Rewind,
     idle: Duration,
     deadline: Pin<Box<Sleep>>,
 }
 
 impl IdleStream {
-    fn new(inner: TcpStream, idle: Duration) -> Self {
+    fn new(inner: Rewind, idle: Duration) -> Self {
         IdleStream { inner, idle, deadline: Box::pin(tokio::time::sleep(idle)) }
     }
 
@@ -146,10 +197,13 @@ impl Drop for ConnSlot {
     }
 }
 
-/// Serves `router` on `listener` until `stop` resolves, then lets open requests finish.
+/// Serves `router` on `listener` until `stop` resolves, then lets open requests finish. With
+/// `nodes`, node-route requests are served by the buffer-free path of [`super::nodeconn`]
+/// and everything else by hyper.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
+    nodes: Option<Arc<super::App>>,
     timeouts: Timeouts,
     limit: ConnLimit,
     stop: impl Future<Output = ()>,
@@ -181,11 +235,18 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(IdleStream::new(stream, timeouts.idle));
-        let svc = TowerToHyperService::new(router.clone());
-        let conn = builder.serve_connection(io, svc);
-        let conn = graceful.watch(conn);
+        let (router, builder, watcher, nodes) = (router.clone(), builder.clone(), graceful.watcher(), nodes.clone());
         tokio::spawn(async move {
+            let mut stream = stream;
+            let read = match &nodes {
+                Some(app) => match super::nodeconn::serve(&mut stream, app, timeouts).await {
+                    Some(read) => read,
+                    None => return drop(slot),
+                },
+                None => Vec::new(),
+            };
+            let io = TokioIo::new(IdleStream::new(Rewind { read, at: 0, inner: stream }, timeouts.idle));
+            let conn = watcher.watch(builder.serve_connection(io, TowerToHyperService::new(router)));
             if let Err(e) = conn.await {
                 tracing::debug!(%peer, error = %e, "connection closed");
             }

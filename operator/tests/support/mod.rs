@@ -259,6 +259,12 @@ impl TestNode {
 
     /// Reports `replicas` (agentKey, replica, state, revision) as running state.
     pub async fn report(&self, replicas: &[(&str, u32, &str, u64)]) -> StatusCode {
+        let b = self.report_body(replicas);
+        self.put_observed(&b).await
+    }
+
+    /// An observed report of `replicas` (agentKey, replica, state, revision), with the next seq.
+    pub fn report_body(&self, replicas: &[(&str, u32, &str, u64)]) -> Value {
         let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         let mut b = self.announce.clone();
         b["appliedGeneration"] = json!(0);
@@ -271,7 +277,27 @@ impl TestNode {
             .map(|(a, r, s, rev)| json!({"agentKey": a, "replica": r, "state": s, "revision": rev,
                                         "restarts": 0, "lastExitCode": null, "message": null}))
             .collect::<Vec<_>>());
-        self.put_observed(&b).await
+        b
+    }
+
+    /// `POST exchange` (SPEC §4.2): (status, body or null, whether the exchange was offered).
+    pub async fn exchange(&self, since: Option<u64>, wait: u64, report: &Value) -> (StatusCode, Value, bool) {
+        let mut q = vec![("wait", wait.to_string())];
+        if let Some(s) = since {
+            q.push(("since", s.to_string()));
+        }
+        let r = self
+            .http
+            .post(format!("{}/api/v1/nodes/me/exchange", self.url))
+            .query(&q)
+            .bearer_auth(&self.token)
+            .json(report)
+            .timeout(Duration::from_secs(wait + 10))
+            .send()
+            .await
+            .unwrap();
+        let offered = r.headers().get("fleet-node-exchange").is_some_and(|v| v == "/api/v1/nodes/me/exchange");
+        (r.status(), r.json().await.unwrap_or(Value::Null), offered)
     }
 
     pub async fn put_observed(&self, body: &Value) -> StatusCode {

@@ -1,0 +1,376 @@
+//! The node routes' own HTTP/1.1 path. 10,000 nodes each hold a connection whose request
+//! waits up to a minute; through hyper every one of them keeps a read and a write buffer
+//! (8 KiB each at least, not configurable lower) for as long as it is open. Here a connection
+//! that waits keeps no buffer: between requests it waits for readability with nothing
+//! allocated, a request head is read into a buffer sized to what arrived, the body into one
+//! sized to `content-length`, and both are freed before the request is held. The answer is
+//! written from the shared desired-state body. The routes' logic is the same functions the
+//! axum routes call ([`super::node`]), so both paths answer alike.
+//!
+//! Every connection starts here. A request this path does not serve — any other route, a
+//! chunked or `Expect` body, an upgrade, a head it cannot parse — hands the connection to
+//! hyper with the bytes read so far, for the rest of its life. The limits of SPEC §11 hold on
+//! both paths: the head within the header-read timeout and 64 KiB (`431`), a body within
+//! 10 s of its head (`408`) and 1 MiB (`413`), nothing written or read for the idle timeout.
+
+use super::auth;
+use super::body::{BODY_DEADLINE, LIMIT};
+use super::error::ApiError;
+use super::node::{self, Reply, Wait};
+use super::serve::{Timeouts, MAX_HEAD};
+use super::App;
+use crate::store::Id;
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use fleet_api::{protocol, ErrorBody};
+use std::io;
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::time::{timeout, timeout_at, Instant};
+
+/// Most headers a node request carries is about eight; more goes to hyper (which allows 100).
+const MAX_HEADERS: usize = 32;
+/// The first read of a head takes at most this; the buffer doubles while the head is longer.
+const FIRST_READ: usize = 1024;
+/// A body up to this is written in one piece with its head.
+const COALESCE: usize = 16 * 1024;
+
+/// A node route this path serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Desired,
+    Observed,
+    Exchange,
+}
+
+impl Route {
+    fn of(method: &str, path: &str) -> Option<Route> {
+        match (method, path) {
+            ("GET", protocol::DESIRED_PATH) => Some(Route::Desired),
+            ("PUT", protocol::OBSERVED_PATH) => Some(Route::Observed),
+            ("POST", protocol::EXCHANGE_PATH) => Some(Route::Exchange),
+            _ => None,
+        }
+    }
+
+    fn has_body(self) -> bool {
+        self != Route::Desired
+    }
+}
+
+/// What a node request's head says, owned so the read buffer can go.
+#[derive(Debug)]
+struct Head {
+    route: Route,
+    query: Option<String>,
+    token: Option<String>,
+    content_length: u64,
+    /// The client asked to close after this answer (or speaks HTTP/1.0).
+    close: bool,
+    /// Bytes of the head in the buffer.
+    len: usize,
+}
+
+enum Parsed {
+    /// More bytes are needed.
+    Partial,
+    Node(Head),
+    /// Not for this path: hyper takes the connection.
+    Other,
+}
+
+fn parse_head(buf: &[u8]) -> Parsed {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Partial) => return Parsed::Partial,
+        Ok(httparse::Status::Complete(n)) => n,
+        Err(_) => return Parsed::Other,
+    };
+    let (Some(method), Some(target), Some(version)) = (req.method, req.path, req.version) else {
+        return Parsed::Other;
+    };
+    let (path, query) = match target.split_once('?') {
+        Some((p, q)) => (p, Some(q.to_string())),
+        None => (target, None),
+    };
+    let Some(route) = Route::of(method, path) else { return Parsed::Other };
+    let mut head = Head { route, query, token: None, content_length: 0, close: version == 0, len };
+    let mut lengths = 0;
+    for h in req.headers.iter() {
+        let value = std::str::from_utf8(h.value).ok();
+        let name = h.name;
+        if name.eq_ignore_ascii_case("transfer-encoding")
+            || name.eq_ignore_ascii_case("expect")
+            || name.eq_ignore_ascii_case("upgrade")
+        {
+            return Parsed::Other;
+        } else if name.eq_ignore_ascii_case("content-length") {
+            lengths += 1;
+            match value.and_then(|v| v.trim().parse::<u64>().ok()) {
+                Some(n) => head.content_length = n,
+                None => return Parsed::Other,
+            }
+        } else if name.eq_ignore_ascii_case("authorization") {
+            head.token = value.and_then(auth::bearer_of).map(str::to_string);
+        } else if name.eq_ignore_ascii_case("connection") {
+            let v = value.unwrap_or("");
+            if v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")) {
+                head.close = true;
+            } else if v.split(',').any(|t| t.trim().eq_ignore_ascii_case("keep-alive")) && version == 0 {
+                head.close = false;
+            }
+        }
+    }
+    // Two lengths, or a body on a GET: hyper's stricter handling answers it.
+    if lengths > 1 || (!route.has_body() && head.content_length > 0) {
+        return Parsed::Other;
+    }
+    Parsed::Node(head)
+}
+
+/// Serves node requests on `stream` until it closes (`None`) or a request comes that hyper
+/// must serve: `Some` with the bytes already read from it.
+pub async fn serve(stream: &mut TcpStream, app: &Arc<App>, timeouts: Timeouts) -> Option<Vec<u8>> {
+    let mut buf = Vec::new();
+    loop {
+        // hyper's semantics: the header-read timeout runs from the end of the last answer,
+        // so it bounds an idle keep-alive as well as a trickled head.
+        let deadline = Instant::now() + timeouts.header_read;
+        let head = loop {
+            if !buf.is_empty() {
+                match parse_head(&buf) {
+                    Parsed::Partial => {}
+                    Parsed::Node(h) => break h,
+                    Parsed::Other => return Some(buf),
+                }
+                if buf.len() >= MAX_HEAD {
+                    let e = ApiError::new(
+                        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                        fleet_api::codes::INVALID_REQUEST,
+                        "the request head is larger than 64 KiB",
+                    );
+                    let _ = write_answer(stream, Err(e), true, timeouts).await;
+                    return None;
+                }
+            }
+            read_some(stream, &mut buf, deadline).await.ok()?;
+        };
+        let rest = buf.split_off(head.len);
+        drop(std::mem::take(&mut buf));
+        let (answer, keep, leftover) = answer(stream, app, &head, rest).await?;
+        write_answer(stream, answer, head.close || !keep, timeouts).await.ok()?;
+        if head.close || !keep {
+            return None;
+        }
+        buf = leftover;
+    }
+}
+
+/// Reads what is there into `buf` (growing it to at most [`MAX_HEAD`]), waiting until
+/// `deadline`; an error at EOF, a read error or the deadline.
+async fn read_some(stream: &TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> io::Result<()> {
+    loop {
+        timeout_at(deadline, stream.readable()).await.map_err(|_| io::ErrorKind::TimedOut)??;
+        if buf.len() == buf.capacity() {
+            let want = (buf.capacity() * 2).clamp(FIRST_READ, MAX_HEAD);
+            buf.reserve_exact(want - buf.len());
+        }
+        match stream.try_read_buf(buf) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Reads the rest of a body of `len` bytes into `body` (which holds its start) within
+/// [`BODY_DEADLINE`]; bytes past it (a pipelined request) are returned.
+async fn read_body(stream: &TcpStream, body: &mut Vec<u8>, len: usize) -> Result<Vec<u8>, Option<ApiError>> {
+    let deadline = Instant::now() + BODY_DEADLINE;
+    if body.len() < len {
+        body.reserve_exact(len - body.len());
+    }
+    while body.len() < len {
+        match timeout_at(deadline, stream.readable()).await {
+            Err(_) => return Err(Some(ApiError::request_timeout())),
+            Ok(Err(_)) => return Err(None),
+            Ok(Ok(())) => {}
+        }
+        match stream.try_read_buf(body) {
+            Ok(0) => return Err(None),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(_) => return Err(None),
+        }
+    }
+    Ok(body.split_off(len))
+}
+
+/// The answer to one request, whether the connection can carry another, and the bytes of the
+/// next request already read. `None`: the peer went away.
+async fn answer(
+    stream: &TcpStream,
+    app: &Arc<App>,
+    head: &Head,
+    mut body: Vec<u8>,
+) -> Option<(Result<Reply, ApiError>, bool, Vec<u8>)> {
+    // A route without a body: what follows its head is the next request.
+    let mut leftover = if head.route.has_body() { Vec::new() } else { std::mem::take(&mut body) };
+    // After an error before the body was read, only a route without one can go on.
+    let keep = !head.route.has_body();
+    // The precedence of SPEC §3.3: 503, then 401, then 400 and 413.
+    if app.reconciler.is_none() {
+        return Some((Err(ApiError::not_configured()), keep, leftover));
+    }
+    let node = match Box::pin(auth::node_by_token(&app.store, head.token.as_deref(), app.offline_after)).await {
+        Ok(n) => n,
+        Err(e) => return Some((Err(e), keep, leftover)),
+    };
+    let wait = match head.route {
+        Route::Observed => Wait { since: None, seconds: 0 },
+        _ => match node::parse_wait(head.query.as_deref()) {
+            Ok(w) => w,
+            Err(e) => return Some((Err(e), keep, leftover)),
+        },
+    };
+    if head.route.has_body() {
+        if head.content_length > LIMIT as u64 {
+            let e = node::report_rejected(app, &node, ApiError::too_large(LIMIT));
+            return Some((Err(e), false, Vec::new()));
+        }
+        leftover = match read_body(stream, &mut body, head.content_length as usize).await {
+            Ok(rest) => rest,
+            Err(Some(e)) => return Some((Err(node::report_rejected(app, &node, e)), false, Vec::new())),
+            Err(None) => return None,
+        };
+        if let Err(e) = node::accept_report(app, &node, &body) {
+            return Some((Err(e), true, leftover));
+        }
+    }
+    drop(body);
+    if head.route == Route::Observed {
+        return Some((Ok(Reply::Accepted), true, leftover));
+    }
+    let reply = held(stream, app, &node, wait).await?;
+    Some((reply, true, leftover))
+}
+
+/// The long-poll, given up when the peer closes the connection meanwhile.
+async fn held(stream: &TcpStream, app: &Arc<App>, node: &Id, wait: Wait) -> Option<Result<Reply, ApiError>> {
+    // Boxed: the hold's state exists only while a request is held, not in every
+    // connection's task.
+    let hold = Box::pin(node::hold(app, node, wait));
+    tokio::select! {
+        r = hold => Some(r),
+        () = peer_closed(stream) => None,
+    }
+}
+
+/// Resolves once the peer has closed (or reset) the connection; bytes of a next request
+/// sent early do not count.
+async fn peer_closed(stream: &TcpStream) {
+    let mut one = [0u8; 1];
+    match stream.peek(&mut one).await {
+        Ok(0) | Err(_) => {}
+        Ok(_) => std::future::pending().await,
+    }
+}
+
+fn reason(status: StatusCode) -> &'static str {
+    status.canonical_reason().unwrap_or("")
+}
+
+/// Writes one answer within the idle timeout.
+async fn write_answer(
+    stream: &mut TcpStream,
+    answer: Result<Reply, ApiError>,
+    close: bool,
+    timeouts: Timeouts,
+) -> io::Result<()> {
+    let (status, body, offer) = match answer {
+        Ok(Reply::Desired(b)) => (StatusCode::OK, Some(b), true),
+        Ok(r) => (r.status(), None, true),
+        Err(e) => {
+            let b = serde_json::to_vec(&ErrorBody { error: e.code.to_string(), message: e.message })
+                .map_err(io::Error::other)?;
+            (e.status, Some(Bytes::from(b)), false)
+        }
+    };
+    let mut head = format!("HTTP/1.1 {} {}\r\n", status.as_u16(), reason(status));
+    if let Some(b) = &body {
+        head.push_str(&format!("content-type: application/json\r\ncontent-length: {}\r\n", b.len()));
+    }
+    if offer {
+        head.push_str(&format!("{}: {}\r\n", protocol::EXCHANGE_HEADER, protocol::EXCHANGE_PATH));
+    }
+    if close {
+        head.push_str("connection: close\r\n");
+    }
+    head.push_str("\r\n");
+    let write = async {
+        let w = stream;
+        match body {
+            Some(b) if b.len() <= COALESCE => {
+                let mut all = head.into_bytes();
+                all.extend_from_slice(&b);
+                w.write_all(&all).await
+            }
+            Some(b) => {
+                w.write_all(head.as_bytes()).await?;
+                w.write_all(&b).await
+            }
+            None => w.write_all(head.as_bytes()).await,
+        }
+    };
+    timeout(timeouts.idle, write).await.map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node_head(raw: &str) -> Head {
+        match parse_head(raw.as_bytes()) {
+            Parsed::Node(h) => h,
+            Parsed::Partial => panic!("partial: {raw:?}"),
+            Parsed::Other => panic!("other: {raw:?}"),
+        }
+    }
+
+    #[test]
+    fn node_routes_are_served_here() {
+        let h = node_head("POST /api/v1/nodes/me/exchange?since=3&wait=20 HTTP/1.1\r\nAuthorization: Bearer t0k\r\nContent-Length: 12\r\n\r\n{}");
+        assert_eq!(h.route, Route::Exchange);
+        assert_eq!(h.query.as_deref(), Some("since=3&wait=20"));
+        assert_eq!(h.token.as_deref(), Some("t0k"));
+        assert_eq!(h.content_length, 12);
+        assert!(!h.close);
+        assert_eq!(h.len, "POST /api/v1/nodes/me/exchange?since=3&wait=20 HTTP/1.1\r\nAuthorization: Bearer t0k\r\nContent-Length: 12\r\n\r\n".len());
+        let h = node_head("GET /api/v1/nodes/me/desired HTTP/1.0\r\n\r\n");
+        assert_eq!(h.route, Route::Desired);
+        assert!(h.close, "HTTP/1.0 closes unless it asks for keep-alive");
+        let h = node_head("PUT /api/v1/nodes/me/observed HTTP/1.1\r\nconnection: Close\r\ncontent-length: 0\r\n\r\n");
+        assert!(h.close);
+    }
+
+    #[test]
+    fn everything_else_goes_to_hyper() {
+        for raw in [
+            "GET /api/v1/nodes HTTP/1.1\r\n\r\n",
+            "POST /api/v1/nodes/me/desired HTTP/1.1\r\n\r\n",
+            "GET /api/v1/nodes/me/desired/x HTTP/1.1\r\n\r\n",
+            "PUT /api/v1/nodes/me/observed HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "PUT /api/v1/nodes/me/observed HTTP/1.1\r\nExpect: 100-continue\r\ncontent-length: 3\r\n\r\n",
+            "PUT /api/v1/nodes/me/observed HTTP/1.1\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\n",
+            "PUT /api/v1/nodes/me/observed HTTP/1.1\r\ncontent-length: -3\r\n\r\n",
+            "GET /api/v1/nodes/me/desired HTTP/1.1\r\ncontent-length: 3\r\n\r\n",
+            "G\0T / HTTP/1.1\r\n\r\n",
+        ] {
+            assert!(matches!(parse_head(raw.as_bytes()), Parsed::Other), "{raw:?}");
+        }
+        assert!(matches!(parse_head(b"GET /api/v1/nodes/me/desired HTTP/1.1\r\nHost: x"), Parsed::Partial));
+    }
+}
