@@ -44,9 +44,15 @@ pub struct Shared {
     pub applied_generation: AtomicU64,
 }
 
-pub async fn run(cfg: NodeConfig) -> Result<(), Fatal> {
+/// Runs the node; `exchange`: speak the exchange when the controller offers it (else only the
+/// two routes).
+pub async fn run(cfg: NodeConfig, exchange: bool) -> Result<(), Fatal> {
     let state = StateDir::open(&cfg.state_dir)?;
     let client = Client::new(&cfg.controller_url, cfg.ca_file.as_deref()).map_err(|e| Fatal(e.to_string()))?;
+    if !exchange {
+        tracing::info!("node protocol: the two routes (--protocol two-routes)");
+        client.decline();
+    }
     let identity = match state.identity()? {
         Some(i) => i,
         None => join(&cfg, &state, &client).await?,
@@ -141,7 +147,13 @@ pub async fn run_with<R: Runtime>(
     let identity = Arc::new(identity);
 
     let mut loops = tokio::task::JoinSet::new();
-    let link = Link { cfg: cfg.clone(), client, identity: identity.clone(), state: state.clone(), reporter: Reporter::new(cfg.clone(), shared.clone()) };
+    let link = Link {
+        cfg: cfg.clone(),
+        client,
+        identity: identity.clone(),
+        state: state.clone(),
+        reporter: Reporter::new(cfg.clone(), shared.clone()),
+    };
     loops.spawn(looping("controller", link.run(tx, fatal_tx)));
     loops.spawn(looping("supervisor", supervise(cfg, state, identity, rt, rx, shared)));
     let result = tokio::select! {
@@ -268,9 +280,7 @@ impl Link {
             tokio::select! {
                 // Either loop ends only to stop the process.
                 () = two_routes => return,
-                () = self.client.offered(), if self.client.offer() == Offer::Unknown => {
-                    tracing::info!("the controller offers the exchange: reports and desired state now share one connection");
-                }
+                () = self.client.offered(), if self.client.offer() == Offer::Unknown => {}
             }
         }
     }
@@ -300,6 +310,7 @@ impl Link {
     /// Report and long-poll in one request, `wait` = the report period (at most 60 s): the
     /// node reports at least every period and hears of a new desired state at once.
     async fn exchange_loop(&self, tx: &DesiredTx, fatal: &mpsc::Sender<Fatal>) -> Stopped {
+        tracing::info!("the controller offers the exchange: reports and the desired state share one connection");
         let wait = u64::from(self.cfg.observe_seconds).min(60);
         let mut attempt = 0;
         loop {

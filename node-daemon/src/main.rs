@@ -17,8 +17,19 @@ struct Cli {
     /// node.yaml (SPEC §6.1).
     #[arg(long, global = true, env = "FLEET_NODE_CONFIG", default_value = "/etc/fleet-node/node.yaml")]
     config: PathBuf,
+    /// The node protocol (SPEC §4.2): `auto` speaks the exchange (one connection) when the
+    /// controller offers it, else the two routes; `two-routes` keeps to `GET desired` and `PUT
+    /// observed`, as nodes before the exchange did (for a proxy that cannot hold a POST).
+    #[arg(long, global = true, env = "FLEET_NODE_PROTOCOL", value_enum, default_value_t = Protocol::Auto)]
+    protocol: Protocol,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Auto,
+    TwoRoutes,
 }
 
 #[derive(Subcommand)]
@@ -99,7 +110,7 @@ async fn main() -> ExitCode {
         }
         Command::Run => {
             init_logs();
-            match fleet_node::daemon::run(cfg).await {
+            match fleet_node::daemon::run(cfg, cli.protocol == Protocol::Auto).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e}");

@@ -11,6 +11,12 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// Typed label sets, one per family: a report or a call counts without building strings.
+/// A node-protocol route (`desired`, `observed`, `exchange`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    pub route: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeLabels {
     pub status: &'static str,
@@ -64,6 +70,7 @@ pub struct Metrics {
     pub pass_errors: Counter,
     pub longpolls_held: Gauge,
     pub reports: Family<OutcomeLabels, Counter>,
+    pub node_requests: Family<RouteLabels, Counter>,
     pub platform_calls: Family<CallLabels, Counter>,
     pub pats: Family<EventLabels, Counter>,
     pub queue_depth: Gauge,
@@ -95,6 +102,7 @@ impl Default for Metrics {
             pass_errors: Counter::default(),
             longpolls_held: Gauge::default(),
             reports: Family::default(),
+            node_requests: Family::default(),
             platform_calls: Family::default(),
             pats: Family::default(),
             queue_depth: Gauge::default(),
@@ -118,6 +126,11 @@ impl Default for Metrics {
         registry.register("pass_errors", "Reconcile passes that failed", m.pass_errors.clone());
         registry.register("longpolls_held", "Desired-state long-polls held open", m.longpolls_held.clone());
         registry.register("reports", "Observed reports by outcome", m.reports.clone());
+        registry.register(
+            "node_requests",
+            "Node-protocol requests by route: exchange from current nodes, desired and observed from older ones",
+            m.node_requests.clone(),
+        );
         registry.register("platform_calls", "CP and IAM calls by service, call and outcome", m.platform_calls.clone());
         registry.register("pats", "PATs issued, rotated, revoked and failed", m.pats.clone());
         registry.register("work_queue_depth", "Work items waiting", m.queue_depth.clone());
@@ -163,6 +176,10 @@ impl Metrics {
 
     pub fn report(&self, outcome: &'static str) {
         self.reports.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    pub fn node_request(&self, route: &'static str) {
+        self.node_requests.get_or_create(&RouteLabels { route }).inc();
     }
 
     pub fn join(&self, outcome: &'static str) {

@@ -133,7 +133,8 @@ async fn the_exchange_reports_and_waits_for_the_desired_state_in_one_request() {
     assert!(g2 > g);
 
     // The replicas reported running through the exchange reach the CP.
-    let (st, _, _) = n.exchange(Some(g2), 0, &n.report_body(&[("ex-a", 0, "running", 1), ("ex-a", 1, "running", 1)])).await;
+    let (st, _, _) =
+        n.exchange(Some(g2), 0, &n.report_body(&[("ex-a", 0, "running", 1), ("ex-a", 1, "running", 1)])).await;
     assert_eq!(st, 304, "wait 0 answers at once");
     eventually(20, "ex-a running in the CP", || async {
         dk.status("ex-a").filter(|v| v["phase"] == "running" && v["readyReplicas"] == 2)
@@ -208,7 +209,10 @@ async fn node_connections_keep_alive_and_hold_the_limits_of_the_api() {
     // HTTP/1.0, or `Connection: close`: answered, then closed.
     for req in [
         format!("GET /api/v1/nodes/me/desired HTTP/1.0\r\nAuthorization: Bearer {}\r\n\r\n", n.token),
-        format!("GET /api/v1/nodes/me/desired HTTP/1.1\r\nConnection: close\r\nAuthorization: Bearer {}\r\n\r\n", n.token),
+        format!(
+            "GET /api/v1/nodes/me/desired HTTP/1.1\r\nConnection: close\r\nAuthorization: Bearer {}\r\n\r\n",
+            n.token
+        ),
     ] {
         let mut sock = TcpStream::connect(addr).await.unwrap();
         sock.write_all(req.as_bytes()).await.unwrap();
@@ -240,7 +244,10 @@ async fn node_connections_keep_alive_and_hold_the_limits_of_the_api() {
     assert_eq!((a.status, a.json()["error"].clone()), (413, json!("payload_too_large")));
     assert!(closed_within(&mut sock, 5).await, "the unread body ends the connection");
     let mut sock = TcpStream::connect(addr).await.unwrap();
-    let head = format!("PUT /api/v1/nodes/me/observed HTTP/1.1\r\nAuthorization: Bearer {}\r\nContent-Length: 500\r\n\r\n{{", n.token);
+    let head = format!(
+        "PUT /api/v1/nodes/me/observed HTTP/1.1\r\nAuthorization: Bearer {}\r\nContent-Length: 500\r\n\r\n{{",
+        n.token
+    );
     sock.write_all(head.as_bytes()).await.unwrap();
     let t = Instant::now();
     let a = read_answer(&mut sock, &mut Vec::new()).await.unwrap();

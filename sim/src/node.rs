@@ -246,7 +246,11 @@ async fn exchange(node: Arc<SimNode>, sh: Arc<Shared>, join: Value) {
         let since = node.desired.lock().generation;
         let wait = period.mul_f64(rand::thread_rng().gen_range(0.9..1.1)).as_secs().clamp(1, 60);
         let path = format!("{}?since={since}&wait={wait}", fleet_api::protocol::EXCHANGE_PATH);
-        let r = tokio::time::timeout(Duration::from_secs(wait + 10), conn.send(hyper::Method::POST, &path, Some(&token), &body)).await;
+        let r = tokio::time::timeout(
+            Duration::from_secs(wait + 10),
+            conn.send(hyper::Method::POST, &path, Some(&token), &body),
+        )
+        .await;
         match r {
             Ok(Ok((s, b))) if s == StatusCode::OK => {
                 sh.count_report(true);
@@ -346,7 +350,8 @@ impl ReportConn {
         if let Some(token) = token {
             req = req.header(AUTHORIZATION, format!("Bearer {token}"));
         }
-        let req = req.header(CONTENT_TYPE, "application/json").body(Full::new(Bytes::from(serde_json::to_vec(body)?)))?;
+        let req =
+            req.header(CONTENT_TYPE, "application/json").body(Full::new(Bytes::from(serde_json::to_vec(body)?)))?;
         let resp = sender.send_request(req).await?;
         let status = resp.status();
         // Read to the end so the connection can carry the next request.

@@ -144,6 +144,7 @@ pub async fn desired(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Result<Reply, ApiError> {
+    app.metrics.node_request("desired");
     let node = auth::node(&app.store, &headers, app.offline_after).await?;
     // The header values are slices of hyper's read buffer: held through a long-poll they keep
     // that buffer alive, and hyper allocates a second one for the connection's next read.
@@ -201,6 +202,7 @@ pub async fn hold(app: &App, node: &Id, wait: Wait) -> Result<Reply, ApiError> {
               (status = 400, description = "invalid_request", body = ErrorBody),
               (status = 413, description = "payload_too_large", body = ErrorBody), (status = 401, description = "node_token_invalid", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn observed(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Result<Reply, ApiError> {
+    app.metrics.node_request("observed");
     let node = auth::node(&app.store, &headers, app.offline_after).await?;
     let bytes = read_bytes(&headers, body, LIMIT).await.map_err(|e| report_rejected(&app, &node, e))?;
     accept_report(&app, &node, &bytes)?;
@@ -224,6 +226,7 @@ pub async fn exchange(
     RawQuery(query): RawQuery,
     body: Body,
 ) -> Result<Reply, ApiError> {
+    app.metrics.node_request("exchange");
     let node = auth::node(&app.store, &headers, app.offline_after).await?;
     let wait = parse_wait(query.as_deref())?;
     let bytes = read_bytes(&headers, body, LIMIT).await.map_err(|e| report_rejected(&app, &node, e))?;

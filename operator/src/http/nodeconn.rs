@@ -54,6 +54,14 @@ impl Route {
         }
     }
 
+    fn name(self) -> &'static str {
+        match self {
+            Route::Desired => "desired",
+            Route::Observed => "observed",
+            Route::Exchange => "exchange",
+        }
+    }
+
     fn has_body(self) -> bool {
         self != Route::Desired
     }
@@ -217,6 +225,7 @@ async fn answer(
     head: &Head,
     mut body: Vec<u8>,
 ) -> Option<(Result<Reply, ApiError>, bool, Vec<u8>)> {
+    app.metrics.node_request(head.route.name());
     // A route without a body: what follows its head is the next request.
     let mut leftover = if head.route.has_body() { Vec::new() } else { std::mem::take(&mut body) };
     // After an error before the body was read, only a route without one can go on.
