@@ -1,6 +1,8 @@
 //! Names of the node protocol's routes and headers (SPEC §4.2), shared by controller, node
 //! and simulator so the three cannot drift.
 
+/// Join with a one-time key.
+pub const JOIN_PATH: &str = "/api/v1/nodes:join";
 /// The long-poll of the two-route protocol.
 pub const DESIRED_PATH: &str = "/api/v1/nodes/me/desired";
 /// The report of the two-route protocol.

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 /// jemalloc instead of glibc's malloc: at fleet scale (thousands of connections, ~100,000
 /// replicas) it measured 15–20 % less resident memory, CPU within the runs' spread
-/// (docs/performance.md), and its counters feed the `fleet_memory_*` gauges.
+/// (docs/performance.md), and its counters feed the `fleet_memory_*` gauges. The feature
+/// `system-allocator` keeps glibc's malloc, which heaptrack can follow (profiling only).
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -2,7 +2,7 @@
 //! the observed report.
 
 use super::auth;
-use super::body::{parse_json, read_bytes, read_json_within, JOIN_LIMIT, LIMIT};
+use super::body::{parse_json, read_bytes, JOIN_LIMIT, LIMIT};
 use super::error::ApiError;
 use super::App;
 use crate::clock;
@@ -27,13 +27,25 @@ pub const MAX_WAIT_SECONDS: u64 = 60;
               (status = 413, description = "payload_too_large", body = ErrorBody),
               (status = 429, description = "too_many_requests: more than 20 failed joins a second", body = ErrorBody),
               (status = 503, description = "not_configured", body = ErrorBody)))]
-pub async fn join(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+pub async fn join(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Result<Reply, ApiError> {
+    join_admitted(&app)?;
+    let bytes = read_bytes(&headers, body, JOIN_LIMIT).await;
+    join_with(&app, bytes.as_deref()).await
+}
+
+/// `429` while failed joins in this second reached the limit.
+pub fn join_admitted(app: &App) -> Result<(), ApiError> {
     if app.joins_throttled() {
         app.metrics.join("throttled");
         return Err(ApiError::too_many("too many failed joins; try again in a second"));
     }
+    Ok(())
+}
+
+/// A join from its body (or the error reading it): `201` with the node's id and token.
+pub async fn join_with(app: &App, body: Result<&[u8], &ApiError>) -> Result<Reply, ApiError> {
     let result = async {
-        let req: JoinRequest = read_json_within(&headers, body, false, JOIN_LIMIT).await?;
+        let req: JoinRequest = parse_json(body.map_err(Clone::clone)?, false)?;
         validate::join(&req).map_err(|e| ApiError::invalid_request(e.to_string()))?;
         match app.store.join(&req).await {
             Ok(resp) => {
@@ -56,8 +68,8 @@ pub async fn join(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
         Ok(resp) => {
             app.metrics.join("joined");
             app.kick();
-            let offer = [(protocol::EXCHANGE_HEADER, protocol::EXCHANGE_PATH)];
-            Ok((StatusCode::CREATED, offer, axum::Json(resp)).into_response())
+            let body = serde_json::to_vec(&resp).map_err(|e| ApiError::internal(e.to_string()))?;
+            Ok(Reply::Joined(body.into()))
         }
         Err(e) => {
             if e.status != StatusCode::INTERNAL_SERVER_ERROR {
@@ -73,6 +85,8 @@ pub async fn join(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
 /// What a node route answers when it succeeds, with the exchange offered (SPEC §4.2).
 #[derive(Debug)]
 pub enum Reply {
+    /// `201` with the join's answer.
+    Joined(Bytes),
     /// `200` with the desired state.
     Desired(Bytes),
     /// `304`: the generation is unchanged.
@@ -84,6 +98,7 @@ pub enum Reply {
 impl Reply {
     pub fn status(&self) -> StatusCode {
         match self {
+            Reply::Joined(_) => StatusCode::CREATED,
             Reply::Desired(_) => StatusCode::OK,
             Reply::NotModified => StatusCode::NOT_MODIFIED,
             Reply::Accepted => StatusCode::NO_CONTENT,
@@ -93,10 +108,13 @@ impl Reply {
 
 impl IntoResponse for Reply {
     fn into_response(self) -> Response {
+        let status = self.status();
         let offer = [(protocol::EXCHANGE_HEADER, protocol::EXCHANGE_PATH)];
         match self {
-            Reply::Desired(body) => (offer, [(header::CONTENT_TYPE, "application/json")], body).into_response(),
-            other => (other.status(), offer).into_response(),
+            Reply::Joined(body) | Reply::Desired(body) => {
+                (status, offer, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+            }
+            Reply::NotModified | Reply::Accepted => (status, offer).into_response(),
         }
     }
 }
@@ -171,9 +189,11 @@ pub async fn hold(app: &App, node: &Id, wait: Wait) -> Result<Reply, ApiError> {
         }
     }
     if wait.since != Some(generation) {
-        return Ok(Reply::Desired(body));
+        return desired_reply(app, node, body).await;
     }
+    // The node has this generation: its body can go.
     drop(body);
+    app.store.delivered(node, generation);
     if wait.seconds == 0 {
         return Ok(Reply::NotModified);
     }
@@ -184,15 +204,30 @@ pub async fn hold(app: &App, node: &Id, wait: Wait) -> Result<Reply, ApiError> {
     // A bump between the read above and the subscription is seen here.
     if let Some((g, body)) = app.store.desired_body(node) {
         if g != generation {
-            return Ok(Reply::Desired(body));
+            return desired_reply(app, node, body).await;
         }
     }
     let _ = tokio::time::timeout(Duration::from_secs(wait.seconds), rx.changed()).await;
     match app.store.desired_body(node) {
-        Some((g, body)) if g != generation => Ok(Reply::Desired(body)),
+        Some((g, body)) if g != generation => desired_reply(app, node, body).await,
         Some(_) => Ok(Reply::NotModified),
         // Deleted while the poll was held (SPEC §10.1).
         None => Err(ApiError::node_token_invalid()),
+    }
+}
+
+/// The desired state as served: the held body, or the stored one read back.
+async fn desired_reply(app: &App, node: &Id, body: Option<Bytes>) -> Result<Reply, ApiError> {
+    if let Some(b) = body {
+        return Ok(Reply::Desired(b));
+    }
+    match app.store.load_desired(node).await {
+        Ok(Some((_, b))) => Ok(Reply::Desired(b)),
+        Ok(None) => Err(ApiError::node_token_invalid()),
+        Err(e) => {
+            tracing::error!(node = %node, error = %e, "cannot read a node's stored desired state");
+            Err(e.into())
+        }
     }
 }
 

@@ -14,7 +14,7 @@
 //! 10 s of its head (`408`) and 1 MiB (`413`), nothing written or read for the idle timeout.
 
 use super::auth;
-use super::body::{BODY_DEADLINE, LIMIT};
+use super::body::{BODY_DEADLINE, JOIN_LIMIT, LIMIT};
 use super::error::ApiError;
 use super::node::{self, Reply, Wait};
 use super::serve::{Timeouts, MAX_HEAD};
@@ -39,6 +39,7 @@ const COALESCE: usize = 16 * 1024;
 /// A node route this path serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
+    Join,
     Desired,
     Observed,
     Exchange,
@@ -47,6 +48,7 @@ enum Route {
 impl Route {
     fn of(method: &str, path: &str) -> Option<Route> {
         match (method, path) {
+            ("POST", protocol::JOIN_PATH) => Some(Route::Join),
             ("GET", protocol::DESIRED_PATH) => Some(Route::Desired),
             ("PUT", protocol::OBSERVED_PATH) => Some(Route::Observed),
             ("POST", protocol::EXCHANGE_PATH) => Some(Route::Exchange),
@@ -56,6 +58,7 @@ impl Route {
 
     fn name(self) -> &'static str {
         match self {
+            Route::Join => "join",
             Route::Desired => "desired",
             Route::Observed => "observed",
             Route::Exchange => "exchange",
@@ -225,7 +228,6 @@ async fn answer(
     head: &Head,
     mut body: Vec<u8>,
 ) -> Option<(Result<Reply, ApiError>, bool, Vec<u8>)> {
-    app.metrics.node_request(head.route.name());
     // A route without a body: what follows its head is the next request.
     let mut leftover = if head.route.has_body() { Vec::new() } else { std::mem::take(&mut body) };
     // After an error before the body was read, only a route without one can go on.
@@ -234,6 +236,10 @@ async fn answer(
     if app.reconciler.is_none() {
         return Some((Err(ApiError::not_configured()), keep, leftover));
     }
+    if head.route == Route::Join {
+        return join(stream, app, head, body).await;
+    }
+    app.metrics.node_request(head.route.name());
     let node = match Box::pin(auth::node_by_token(&app.store, head.token.as_deref(), app.offline_after)).await {
         Ok(n) => n,
         Err(e) => return Some((Err(e), keep, leftover)),
@@ -265,6 +271,27 @@ async fn answer(
     }
     let reply = held(stream, app, &node, wait).await?;
     Some((reply, true, leftover))
+}
+
+/// A join (SPEC §4.1): no token; the body at most 64 KiB.
+async fn join(
+    stream: &TcpStream,
+    app: &Arc<App>,
+    head: &Head,
+    mut body: Vec<u8>,
+) -> Option<(Result<Reply, ApiError>, bool, Vec<u8>)> {
+    if let Err(e) = node::join_admitted(app) {
+        return Some((Err(e), false, Vec::new()));
+    }
+    if head.content_length > JOIN_LIMIT as u64 {
+        let e = ApiError::too_large(JOIN_LIMIT);
+        return Some((Box::pin(node::join_with(app, Err(&e))).await, false, Vec::new()));
+    }
+    match read_body(stream, &mut body, head.content_length as usize).await {
+        Ok(leftover) => Some((Box::pin(node::join_with(app, Ok(&body))).await, true, leftover)),
+        Err(Some(e)) => Some((Box::pin(node::join_with(app, Err(&e))).await, false, Vec::new())),
+        Err(None) => None,
+    }
 }
 
 /// The long-poll, given up when the peer closes the connection meanwhile.
@@ -301,6 +328,7 @@ async fn write_answer(
 ) -> io::Result<()> {
     let (status, body, offer) = match answer {
         Ok(Reply::Desired(b)) => (StatusCode::OK, Some(b), true),
+        Ok(Reply::Joined(b)) => (StatusCode::CREATED, Some(b), true),
         Ok(r) => (r.status(), None, true),
         Err(e) => {
             let b = serde_json::to_vec(&ErrorBody { error: e.code.to_string(), message: e.message })
@@ -369,6 +397,7 @@ mod tests {
     fn everything_else_goes_to_hyper() {
         for raw in [
             "GET /api/v1/nodes HTTP/1.1\r\n\r\n",
+            "GET /api/v1/nodes:join HTTP/1.1\r\n\r\n",
             "POST /api/v1/nodes/me/desired HTTP/1.1\r\n\r\n",
             "GET /api/v1/nodes/me/desired/x HTTP/1.1\r\n\r\n",
             "PUT /api/v1/nodes/me/observed HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",

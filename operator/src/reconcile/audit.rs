@@ -9,7 +9,7 @@ use super::work::WorkKey;
 use crate::clock;
 use crate::context::Ctx;
 use crate::metrics::{NodeLabels, PlacementLabels};
-use crate::store::{Cred, DesiredRec, Id};
+use crate::store::{Cred, Id};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 /// Recomputes what the published state should be from scratch (placement, placed pairs,
@@ -49,7 +49,7 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
     for f in &facts {
         let entries: Vec<Entry> = entries_of(&per_node, &f.id, |k| st.agent(k), |p| creds.get(p).copied());
         let json = desired_json(&entries, &ctx.cfg.iam_tenant);
-        if st.desired.get(&f.id).map(DesiredRec::agents) != Some(&*json) {
+        if !st.desired.get(&f.id).is_some_and(|d| d.same_agents(&json)) {
             diffs.push(format!("desired state of node {} is stale", f.name));
         }
     }

@@ -170,35 +170,64 @@ impl Cred {
 
 /// A node's desired state as served. The whole body is built once per generation and
 /// shared by every response (a clone is a reference count): waking 10,000 long-polls
-/// copies nothing.
+/// copies nothing. Once the node has the generation (it asks with `since` = it) the body is
+/// let go — the database keeps it, and a node that asks again (a restart) has it read back —
+/// so at rest the fleet's bodies take no memory and each ciphertext is held once, in its
+/// credential.
 #[derive(Debug, Clone)]
 pub struct DesiredRec {
     pub generation: u64,
-    /// `{"generation":G,"agents":[…]}`.
-    body: Bytes,
-    /// Where the agents array starts in `body`.
-    agents_at: usize,
+    /// A keyed hash of the agents array, for [`DesiredRec::same_agents`] once the body is gone.
+    agents_hash: u64,
+    /// `{"generation":G,"agents":[…]}` while the node may still need it.
+    body: Option<Bytes>,
+}
+
+/// SipHash with a key chosen at start: the CP cannot craft two agent lists of one hash.
+fn agents_hash(agents: &str) -> u64 {
+    use std::hash::BuildHasher;
+    static KEY: std::sync::OnceLock<std::collections::hash_map::RandomState> = std::sync::OnceLock::new();
+    KEY.get_or_init(Default::default).hash_one(agents)
 }
 
 impl DesiredRec {
     /// `agents`: the JSON array of desired agents.
     pub fn new(generation: u64, agents: &str) -> DesiredRec {
-        let head = format!("{{\"generation\":{generation},\"agents\":");
-        let agents_at = head.len();
+        let head = Self::head(generation);
         let mut body = head.into_bytes();
         body.reserve_exact(agents.len() + 1);
         body.extend_from_slice(agents.as_bytes());
         body.push(b'}');
-        DesiredRec { generation, body: body.into(), agents_at }
+        DesiredRec { generation, agents_hash: agents_hash(agents), body: Some(body.into()) }
     }
 
-    /// The JSON array of desired agents.
-    pub fn agents(&self) -> &str {
+    /// A generation whose body is in the database only.
+    pub fn stored(generation: u64, agents: &str) -> DesiredRec {
+        DesiredRec { generation, agents_hash: agents_hash(agents), body: None }
+    }
+
+    /// Whether this desired state has exactly these agents (a pass bumps the generation only
+    /// when they differ).
+    pub fn same_agents(&self, agents: &str) -> bool {
+        match self.agents() {
+            Some(held) => held == agents,
+            None => self.agents_hash == agents_hash(agents),
+        }
+    }
+
+    fn head(generation: u64) -> String {
+        format!("{{\"generation\":{generation},\"agents\":")
+    }
+
+    /// The JSON array of desired agents, while the body is held.
+    pub fn agents(&self) -> Option<&str> {
+        let body = self.body.as_ref()?;
+        let at = Self::head(self.generation).len();
         // Built from a `&str` between ASCII delimiters, so always UTF-8.
-        std::str::from_utf8(&self.body[self.agents_at..self.body.len() - 1]).unwrap_or("[]")
+        std::str::from_utf8(&body[at..body.len() - 1]).ok()
     }
 
-    pub fn body(&self) -> Bytes {
+    pub fn body(&self) -> Option<Bytes> {
         self.body.clone()
     }
 }
@@ -386,8 +415,9 @@ impl State {
             }
             st.creds.insert(c.id.clone(), Arc::new(c));
         }
+        // Bodies are read back when a node asks for one it does not have (most have theirs).
         for (node, generation, agents) in snap.desired {
-            st.desired.insert(node.into(), DesiredRec::new(generation as u64, &agents));
+            st.desired.insert(node.into(), DesiredRec::stored(generation as u64, &agents));
         }
         for (agent, body) in snap.statuses {
             if let Ok(b) = serde_json::from_str(&body) {
@@ -735,9 +765,46 @@ impl Store {
         events::read(&self.db, f).await
     }
 
-    /// The desired body of `node` as served: `{"generation":G,"agents":[…]}`.
-    pub fn desired_body(&self, node: &Id) -> Option<(u64, Bytes)> {
+    /// The generation of `node`'s desired state and its body as served
+    /// (`{"generation":G,"agents":[…]}`), `None` when it was let go ([`Store::load_desired`]).
+    pub fn desired_body(&self, node: &Id) -> Option<(u64, Option<Bytes>)> {
         self.state.read().desired.get(node).map(|d| (d.generation, d.body()))
+    }
+
+    /// The node has generation `generation`: its body is let go (the database keeps it).
+    pub fn delivered(&self, node: &Id, generation: u64) {
+        let held = |st: &State| st.desired.get(node).is_some_and(|d| d.generation == generation && d.body.is_some());
+        if !held(&self.state.read()) {
+            return;
+        }
+        let mut st = self.state.write();
+        if held(&st) {
+            if let Some(d) = st.desired.get_mut(node) {
+                d.body = None;
+            }
+        }
+    }
+
+    /// The body of `node`'s current desired state, read back from the database when it was
+    /// let go; a newer stored generation (another replica's, SPEC §3.9) is taken on the way.
+    /// `None` for a node that is gone.
+    pub async fn load_desired(&self, node: &Id) -> Result<Option<(u64, Bytes)>, DbError> {
+        let rows = self.db.desired(Some(&[node.to_string()])).await?;
+        self.apply_desired(rows.clone());
+        let mut st = self.state.write();
+        let Some(rec) = st.desired.get_mut(node) else { return Ok(None) };
+        if rec.body.is_none() {
+            match rows.into_iter().next() {
+                Some((_, g, agents)) if g as u64 == rec.generation => *rec = DesiredRec::new(rec.generation, &agents),
+                _ => {
+                    return Err(DbError::Other(format!(
+                        "the stored desired state of node {node} is not generation {}",
+                        rec.generation
+                    )))
+                }
+            }
+        }
+        Ok(rec.body().map(|b| (rec.generation, b)))
     }
 }
 
@@ -774,11 +841,15 @@ mod tests {
     fn a_desired_state_is_served_as_built_and_its_agents_read_back() {
         let agents = r#"[{"agentKey":"a","note":"é"}]"#;
         let d = DesiredRec::new(7, agents);
-        assert_eq!(d.agents(), agents);
-        let body: serde_json::Value = serde_json::from_slice(&d.body()).unwrap();
+        assert_eq!(d.agents(), Some(agents));
+        let body: serde_json::Value = serde_json::from_slice(&d.body().unwrap()).unwrap();
         assert_eq!(body["generation"], 7);
         assert_eq!(body["agents"][0]["note"], "é");
-        assert_eq!(DesiredRec::new(1, "[]").agents(), "[]");
+        assert_eq!(DesiredRec::new(1, "[]").agents(), Some("[]"));
+        let stored = DesiredRec::stored(3, agents);
+        assert_eq!(stored.body(), None);
+        assert!(stored.same_agents(agents) && d.same_agents(agents));
+        assert!(!stored.same_agents("[]") && !d.same_agents("[]"));
     }
 
     #[tokio::test]

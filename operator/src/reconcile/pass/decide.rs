@@ -107,7 +107,7 @@ pub fn desired_states(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, 
     for (node, h, entries, current) in changed {
         plan.desired_hashes.push((node.clone(), h));
         let json = desired_json(&entries, &ctx.cfg.iam_tenant);
-        if current.as_ref().map(DesiredRec::agents) != Some(&*json) {
+        if !current.as_ref().is_some_and(|d| d.same_agents(&json)) {
             let generation = current.map_or(0, |d| d.generation) + 1;
             tracing::info!(node = %memo.name(node), generation, agents = entries.len(), "desired state changed");
             plan.rows.desired.push((node.to_string(), generation, json.to_string()));
