@@ -50,8 +50,8 @@ fn desired_agent(a: &Agent, reps: &[u32], c: &Cred, tenant: &str) -> DesiredAgen
             principal_id: c.principal_id.clone(),
             tenant_id: tenant.to_string(),
             credential: SealedCredential {
-                credential_id: c.id.clone(),
-                ciphertext: c.ciphertext.clone(),
+                credential_id: c.id.to_string(),
+                ciphertext: c.ciphertext.to_string(),
                 expires_at: clock::rfc3339_ms(c.expires_ms),
             },
         },

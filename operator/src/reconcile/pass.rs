@@ -118,7 +118,7 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     let mut snap = snapshot::take(ctx, memo, clock::now_ms());
     // Credentials of deleted nodes: revoked now, with no drain window (SPEC §10.1).
     for id in std::mem::take(&mut snap.changes.revoke_now) {
-        ctx.queue.add(WorkKey::Revoke(id));
+        ctx.queue.add(WorkKey::Revoke(id.into()));
     }
     phases.mark("snapshot");
     let mut placed = place::place(memo, &mut snap, &mut plan.rows);

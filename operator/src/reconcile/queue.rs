@@ -4,7 +4,7 @@
 //! key, exponentially with jitter. Workers take keys with `next()` and report with `done()`.
 
 use parking_lot::Mutex;
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -39,8 +39,10 @@ impl Backoff {
 struct Inner<K> {
     ready: VecDeque<K>,
     queued: HashSet<K>,
-    delayed: BTreeSet<(Instant, u64)>,
-    delayed_keys: HashMap<u64, K>,
+    /// Delayed keys in the order they fall due (one ordered index, not a timer per key;
+    /// 100,000 PATs wait here for their rotation), the sequence number breaking ties.
+    delayed: BTreeMap<(Instant, u64), K>,
+    /// When each delayed key falls due, so an earlier request can move it.
     delayed_at: HashMap<K, (Instant, u64)>,
     in_flight: HashSet<K>,
     again: HashSet<K>,
@@ -60,8 +62,7 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
             inner: Mutex::new(Inner {
                 ready: VecDeque::new(),
                 queued: HashSet::new(),
-                delayed: BTreeSet::new(),
-                delayed_keys: HashMap::new(),
+                delayed: BTreeMap::new(),
                 delayed_at: HashMap::new(),
                 in_flight: HashSet::new(),
                 again: HashSet::new(),
@@ -86,9 +87,8 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
             g.again.insert(key);
             return;
         }
-        if let Some((at, seq)) = g.delayed_at.remove(&key) {
-            g.delayed.remove(&(at, seq));
-            g.delayed_keys.remove(&seq);
+        if let Some(slot) = g.delayed_at.remove(&key) {
+            g.delayed.remove(&slot);
         }
         if g.queued.insert(key.clone()) {
             g.ready.push_back(key);
@@ -107,12 +107,10 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
                 return;
             }
             g.delayed.remove(&(old, seq));
-            g.delayed_keys.remove(&seq);
         }
         g.seq += 1;
         let seq = g.seq;
-        g.delayed.insert((at, seq));
-        g.delayed_keys.insert(seq, key.clone());
+        g.delayed.insert((at, seq), key.clone());
         g.delayed_at.insert(key, (at, seq));
         drop(g);
         self.notify.notify_one();
@@ -133,22 +131,20 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
     fn try_take(&self) -> Result<K, Option<Instant>> {
         let mut g = self.inner.lock();
         let now = Instant::now();
-        while let Some(&(at, seq)) = g.delayed.iter().next() {
-            if at > now {
+        while let Some(entry) = g.delayed.first_entry() {
+            if entry.key().0 > now {
                 break;
             }
-            g.delayed.remove(&(at, seq));
-            if let Some(k) = g.delayed_keys.remove(&seq) {
-                g.delayed_at.remove(&k);
-                Self::add_locked(&mut g, k);
-            }
+            let k = entry.remove();
+            g.delayed_at.remove(&k);
+            Self::add_locked(&mut g, k);
         }
         if let Some(k) = g.ready.pop_front() {
             g.queued.remove(&k);
             g.in_flight.insert(k.clone());
             return Ok(k);
         }
-        Err(g.delayed.iter().next().map(|(at, _)| *at))
+        Err(g.delayed.keys().next().map(|(at, _)| *at))
     }
 
     /// The next key to work on; waits until one is due.

@@ -21,7 +21,7 @@ pub enum WorkKey {
     /// Ensure the (agent, node) pair has a live PAT sealed to the node; rotate when due.
     Pat(Id, Id),
     /// Revoke one credential once its grace has passed.
-    Revoke(String),
+    Revoke(Id),
     /// Send the agent's current status to the CP.
     Status(Id),
 }
@@ -204,12 +204,12 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
     let grace = ctx.cfg.token_revoke_grace;
     let retire = active.as_ref().map(|c| (c.id.clone(), now + grace.as_millis() as i64));
     let cred = Cred {
-        id: issued.id.clone(),
+        id: issued.id.as_str().into(),
         agent: agent.clone(),
         node: node.clone(),
         n,
         principal_id: principal,
-        ciphertext,
+        ciphertext: ciphertext.into(),
         expires_ms,
         issued_ms: now,
         revoke_ms: None,

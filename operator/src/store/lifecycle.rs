@@ -232,10 +232,10 @@ impl State {
         for c in self.creds.values_mut().filter(|c| c.node == id) {
             let c = std::sync::Arc::make_mut(c);
             c.revoke_ms = Some(c.revoke_ms.map_or(now, |at| at.min(now)));
-            revoke.push(c.id.clone());
+            revoke.push(c.id.to_string());
         }
         for cid in &revoke {
-            if let Some(c) = self.creds.get(cid).cloned() {
+            if let Some(c) = self.creds.get(cid.as_str()).cloned() {
                 self.unset_active((c.agent.clone(), c.node.clone()), cid);
             }
         }

@@ -140,12 +140,13 @@ pub struct PairRec {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cred {
-    pub id: String,
+    /// Shared with the registry's two maps of credentials (one string, three handles).
+    pub id: Id,
     pub agent: Id,
     pub node: Id,
     pub n: u64,
     pub principal_id: String,
-    pub ciphertext: String,
+    pub ciphertext: Box<str>,
     pub expires_ms: i64,
     pub issued_ms: i64,
     /// Set once the credential is no longer wanted: revoke at this instant.
@@ -155,12 +156,12 @@ pub struct Cred {
 impl Cred {
     fn from_row(r: CredRow) -> Cred {
         Cred {
-            id: r.id,
+            id: r.id.into(),
             agent: r.agent_key.into(),
             node: r.node_id.into(),
             n: r.n as u64,
             principal_id: r.principal_id,
-            ciphertext: r.ciphertext,
+            ciphertext: r.ciphertext.into(),
             expires_ms: r.expires_ms,
             issued_ms: r.issued_ms,
             revoke_ms: r.revoke_ms,
@@ -249,9 +250,9 @@ pub struct State {
     identity_errors: HashMap<Id, String>,
     pairs: HashMap<(Id, Id), PairRec>,
     /// Shared so a pass can snapshot them without copying ciphertexts.
-    creds: HashMap<String, Arc<Cred>>,
+    creds: HashMap<Id, Arc<Cred>>,
     /// The live credential of each (agent, node) pair.
-    active: HashMap<(Id, Id), String>,
+    active: HashMap<(Id, Id), Id>,
     pub desired: HashMap<Id, DesiredRec>,
     /// Hash of the inputs each node's desired state was last built from (memory only).
     pub desired_hashes: HashMap<Id, u64>,
@@ -459,7 +460,7 @@ impl State {
     }
 
     /// The live credential id of each pair.
-    pub fn active(&self) -> &HashMap<(Id, Id), String> {
+    pub fn active(&self) -> &HashMap<(Id, Id), Id> {
         &self.active
     }
 
@@ -518,14 +519,14 @@ impl State {
     }
 
     /// Makes credential `id` the live one of `pair`.
-    fn set_active(&mut self, pair: (Id, Id), id: String) {
+    fn set_active(&mut self, pair: (Id, Id), id: Id) {
         self.active.insert(pair.clone(), id);
         self.changes.creds.insert(pair);
     }
 
     /// `pair` has no live credential any more if it was `id`.
     fn unset_active(&mut self, pair: (Id, Id), id: &str) {
-        if self.active.get(&pair).map(String::as_str) == Some(id) {
+        if self.active.get(&pair).map(|a| &**a) == Some(id) {
             self.active.remove(&pair);
             self.changes.creds.insert(pair);
         }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 #[derive(Default)]
 pub struct PassPublish {
     /// Credentials no longer needed, with the instant (ms) to revoke them.
-    pub retired: Vec<(String, i64)>,
+    pub retired: Vec<(Id, i64)>,
     pub outcome: Option<Arc<Outcome>>,
     pub placed_pairs: PlacedPairs,
     pub views: Option<Arc<ViewMap>>,
@@ -73,24 +73,24 @@ impl Store {
     /// A new PAT was issued for `cred`'s pair: it becomes the live one, the pair's counter is
     /// raised past its n in the same commit, and the one it replaces (`retire`: id, revoke
     /// instant) is scheduled for revocation.
-    pub async fn credential_stored(&self, cred: Cred, retire: Option<(String, i64)>) -> Result<(), DbError> {
+    pub async fn credential_stored(&self, cred: Cred, retire: Option<(Id, i64)>) -> Result<(), DbError> {
         let row = CredRow {
-            id: cred.id.clone(),
+            id: cred.id.to_string(),
             agent_key: cred.agent.to_string(),
             node_id: cred.node.to_string(),
             n: cred.n as i64,
             principal_id: cred.principal_id.clone(),
-            ciphertext: cred.ciphertext.clone(),
+            ciphertext: cred.ciphertext.to_string(),
             expires_ms: cred.expires_ms,
             issued_ms: cred.issued_ms,
             revoke_ms: None,
         };
-        let old = retire.as_ref().map(|(id, at)| (id.as_str(), *at));
+        let old = retire.as_ref().map(|(id, at)| (&**id, *at));
         self.db.store_credential(&row, (cred.n + 1) as i64, old).await?;
         let pair = (cred.agent.clone(), cred.node.clone());
         let mut st = self.state.write();
         if let Some((old, at)) = &retire {
-            if let Some(c) = st.creds.get_mut(old).map(Arc::make_mut) {
+            if let Some(c) = st.creds.get_mut(&**old).map(Arc::make_mut) {
                 c.revoke_ms = Some(*at);
             }
         }

@@ -136,7 +136,7 @@ pub fn retire(memo: &mut Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan
         let at = snap.now + delay.as_millis() as i64;
         tracing::info!(agent = %pair.0, node = %memo.name(&pair.1), credential = %c.id, in_seconds = delay.as_secs(), "PAT no longer needed; revoking after the drain window");
         plan.publish.retired.push((c.id.clone(), at));
-        plan.rows.retire.push((c.id.clone(), at));
+        plan.rows.retire.push((c.id.to_string(), at));
     }
 }
 
