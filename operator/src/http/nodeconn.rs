@@ -170,7 +170,7 @@ pub async fn serve(stream: &mut TcpStream, app: &Arc<App>, timeouts: Timeouts) -
         };
         let rest = buf.split_off(head.len);
         drop(std::mem::take(&mut buf));
-        let (answer, keep, leftover) = answer(stream, app, &head, rest).await?;
+        let (answer, keep, leftover) = answer(stream, app, &head, rest, timeouts.idle).await?;
         write_answer(stream, answer, head.close || !keep, timeouts).await.ok()?;
         if head.close || !keep {
             return None;
@@ -198,14 +198,23 @@ async fn read_some(stream: &TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> 
 }
 
 /// Reads the rest of a body of `len` bytes into `body` (which holds its start) within
-/// [`BODY_DEADLINE`]; bytes past it (a pipelined request) are returned.
-async fn read_body(stream: &TcpStream, body: &mut Vec<u8>, len: usize) -> Result<Vec<u8>, Option<ApiError>> {
+/// [`BODY_DEADLINE`] (`408`); bytes past it (a pipelined request) are returned. `Err(None)`:
+/// the peer went away, or sent nothing for the idle timeout (closed without an answer, as
+/// hyper's connections are).
+async fn read_body(
+    stream: &TcpStream,
+    body: &mut Vec<u8>,
+    len: usize,
+    idle: std::time::Duration,
+) -> Result<Vec<u8>, Option<ApiError>> {
     let deadline = Instant::now() + BODY_DEADLINE;
     if body.len() < len {
         body.reserve_exact(len - body.len());
     }
     while body.len() < len {
-        match timeout_at(deadline, stream.readable()).await {
+        let quiet = Instant::now() + idle;
+        match timeout_at(deadline.min(quiet), stream.readable()).await {
+            Err(_) if quiet < deadline => return Err(None),
             Err(_) => return Err(Some(ApiError::request_timeout())),
             Ok(Err(_)) => return Err(None),
             Ok(Ok(())) => {}
@@ -227,6 +236,7 @@ async fn answer(
     app: &Arc<App>,
     head: &Head,
     mut body: Vec<u8>,
+    idle: std::time::Duration,
 ) -> Option<(Result<Reply, ApiError>, bool, Vec<u8>)> {
     // A route without a body: what follows its head is the next request.
     let mut leftover = if head.route.has_body() { Vec::new() } else { std::mem::take(&mut body) };
@@ -237,7 +247,7 @@ async fn answer(
         return Some((Err(ApiError::not_configured()), keep, leftover));
     }
     if head.route == Route::Join {
-        return join(stream, app, head, body).await;
+        return join(stream, app, head, body, idle).await;
     }
     app.metrics.node_request(head.route.name());
     let node = match Box::pin(auth::node_by_token(&app.store, head.token.as_deref(), app.offline_after)).await {
@@ -256,7 +266,7 @@ async fn answer(
             let e = node::report_rejected(app, &node, ApiError::too_large(LIMIT));
             return Some((Err(e), false, Vec::new()));
         }
-        leftover = match read_body(stream, &mut body, head.content_length as usize).await {
+        leftover = match read_body(stream, &mut body, head.content_length as usize, idle).await {
             Ok(rest) => rest,
             Err(Some(e)) => return Some((Err(node::report_rejected(app, &node, e)), false, Vec::new())),
             Err(None) => return None,
@@ -279,6 +289,7 @@ async fn join(
     app: &Arc<App>,
     head: &Head,
     mut body: Vec<u8>,
+    idle: std::time::Duration,
 ) -> Option<(Result<Reply, ApiError>, bool, Vec<u8>)> {
     if let Err(e) = node::join_admitted(app) {
         return Some((Err(e), false, Vec::new()));
@@ -287,7 +298,7 @@ async fn join(
         let e = ApiError::too_large(JOIN_LIMIT);
         return Some((Box::pin(node::join_with(app, Err(&e))).await, false, Vec::new()));
     }
-    match read_body(stream, &mut body, head.content_length as usize).await {
+    match read_body(stream, &mut body, head.content_length as usize, idle).await {
         Ok(leftover) => Some((Box::pin(node::join_with(app, Ok(&body))).await, true, leftover)),
         Err(Some(e)) => Some((Box::pin(node::join_with(app, Err(&e))).await, false, Vec::new())),
         Err(None) => None,

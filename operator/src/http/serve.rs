@@ -245,11 +245,16 @@ pub async fn serve(
                 },
                 None => Vec::new(),
             };
-            let io = TokioIo::new(IdleStream::new(Rewind { read, at: 0, inner: stream }, timeouts.idle));
-            let conn = watcher.watch(builder.serve_connection(io, TowerToHyperService::new(router)));
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "connection closed");
-            }
+            // Boxed: hyper's connection state is large, and inline it would be part of every
+            // node connection's task even while the node path serves it.
+            let hyper = Box::pin(async move {
+                let io = TokioIo::new(IdleStream::new(Rewind { read, at: 0, inner: stream }, timeouts.idle));
+                let conn = watcher.watch(builder.serve_connection(io, TowerToHyperService::new(router)));
+                if let Err(e) = conn.await {
+                    tracing::debug!(%peer, error = %e, "connection closed");
+                }
+            });
+            hyper.await;
             drop(slot);
         });
     }

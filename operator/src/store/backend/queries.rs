@@ -301,7 +301,9 @@ async fn retire_credentials(c: &mut Conn, retire: &[(&str, i64)]) -> Result<(), 
 }
 
 /// Runs `head VALUES (...), (...) tail` over `items`, as many rows per statement as the
-/// backend takes parameters for. Nothing is run for no items.
+/// backend takes parameters for. Nothing is run for no items. Not kept prepared: each row
+/// count is another statement, and SQLite's plan of one with thousands of parameters is
+/// megabytes — cached per connection they were a third of the controller's heap.
 async fn rows<'q, T>(
     c: &mut Conn,
     head: &str,
@@ -314,7 +316,7 @@ async fn rows<'q, T>(
         let mut qb = QueryBuilder::<DB>::new(head);
         qb.push_values(chunk, |mut b, item| bind(&mut b, item));
         qb.push(tail);
-        qb.build().execute(&mut *c).await?;
+        qb.build().persistent(false).execute(&mut *c).await?;
     }
     Ok(())
 }
@@ -410,7 +412,7 @@ pub async fn nodes(p: &Pool, ids: Option<&[String]>) -> Result<Vec<NodeRow>, DbE
     }
     let mut q = QueryBuilder::<DB>::new(SELECT_NODES);
     push_ids(&mut q, "id", ids);
-    let rows = q.build().fetch_all(p).await?;
+    let rows = q.build().persistent(false).fetch_all(p).await?;
     Ok(rows.iter().map(node_row).collect())
 }
 
@@ -439,7 +441,7 @@ pub async fn desired(p: &Pool, ids: Option<&[String]>) -> Result<Vec<(String, i6
     }
     let mut q = QueryBuilder::<DB>::new("SELECT node_id, generation, agents FROM desired");
     push_ids(&mut q, "node_id", ids);
-    let rows = q.build().fetch_all(p).await?;
+    let rows = q.build().persistent(false).fetch_all(p).await?;
     Ok(rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
 }
 
@@ -457,7 +459,7 @@ pub async fn write_events(p: &Pool, events: &[Event], keep_per_subject: i64, kee
                 .push_bind(e.replica.map(i64::from))
                 .push_bind(&e.message);
         });
-        q.build().execute(&mut *tx).await?;
+        q.build().persistent(false).execute(&mut *tx).await?;
     }
     // Over the whole (bounded) table: a few milliseconds, and one statement per subject kind
     // however many subjects the batch touched.
@@ -488,7 +490,7 @@ pub async fn read_events(p: &Pool, f: &Filter, limit: i64) -> Result<Vec<EventVi
         q.push(" AND (node_id = ").push_bind(n).push(" OR node = ").push_bind(n).push(")");
     }
     q.push(" ORDER BY seq LIMIT ").push_bind(limit);
-    let rows = q.build().fetch_all(p).await?;
+    let rows = q.build().persistent(false).fetch_all(p).await?;
     Ok(rows
         .into_iter()
         .map(|r| EventView {
