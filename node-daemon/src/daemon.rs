@@ -307,6 +307,17 @@ impl Link {
         }
     }
 
+    /// Takes a new desired state (the backoff starts again), or waits out the backoff when
+    /// it cannot be read.
+    async fn take_or_back_off(&self, tx: &DesiredTx, bytes: &[u8], attempt: &mut u32) {
+        if self.take_desired(tx, bytes) {
+            *attempt = 0;
+        } else {
+            tokio::time::sleep(retry_delay(*attempt)).await;
+            *attempt += 1;
+        }
+    }
+
     /// Report and long-poll in one request, `wait` = the report period (at most 60 s): the
     /// node reports at least every period and hears of a new desired state at once.
     async fn exchange_loop(&self, tx: &DesiredTx, fatal: &mpsc::Sender<Fatal>) -> Stopped {
@@ -316,14 +327,7 @@ impl Link {
         loop {
             let report = self.reporter.next();
             match self.client.exchange(&self.identity.token, Self::since(tx), wait, &report).await {
-                Ok(Some(bytes)) => {
-                    if self.take_desired(tx, &bytes) {
-                        attempt = 0;
-                    } else {
-                        tokio::time::sleep(retry_delay(attempt)).await;
-                        attempt += 1;
-                    }
-                }
+                Ok(Some(bytes)) => self.take_or_back_off(tx, &bytes, &mut attempt).await,
                 Ok(None) => attempt = 0,
                 Err(ClientError::Unauthorized(_)) => {
                     let _ = fatal.send(Fatal(CREDENTIAL_REJECTED.into())).await;
@@ -354,14 +358,7 @@ impl Link {
         let mut attempt = 0;
         loop {
             match self.client.desired(&self.identity.token, Self::since(tx), 60).await {
-                Ok(Some(bytes)) => {
-                    if self.take_desired(tx, &bytes) {
-                        attempt = 0;
-                    } else {
-                        tokio::time::sleep(retry_delay(attempt)).await;
-                        attempt += 1;
-                    }
-                }
+                Ok(Some(bytes)) => self.take_or_back_off(tx, &bytes, &mut attempt).await,
                 Ok(None) => attempt = 0,
                 Err(ClientError::Unauthorized(_)) => {
                     let _ = fatal.send(Fatal(CREDENTIAL_REJECTED.into())).await;
