@@ -154,10 +154,13 @@ pub async fn run_with<R: Runtime>(
         state: state.clone(),
         reporter: Reporter::new(cfg.clone(), shared.clone()),
     };
-    loops.spawn(looping("controller", link.run(tx, fatal_tx)));
+    // `fatal_tx` itself stays here: were the loop's clone the only sender, a loop that ended
+    // would also close the channel, and `recv` could win the race below with `None` instead
+    // of the loop's name (it did, under load in CI).
+    loops.spawn(looping("controller", link.run(tx, fatal_tx.clone())));
     loops.spawn(looping("supervisor", supervise(cfg, state, identity, rt, rx, shared)));
     let result = tokio::select! {
-        f = fatal_rx.recv() => Err(f.unwrap_or_else(|| Fatal("internal: loops ended".into()))),
+        Some(f) = fatal_rx.recv() => Err(f),
         ended = loops.join_next() => {
             // A loop that stopped on purpose (401) said why first; anything else is a fault
             // the orchestrator should restart the node for.
