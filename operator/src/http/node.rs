@@ -106,6 +106,16 @@ impl Reply {
     }
 }
 
+impl Reply {
+    /// The JSON body, for the answers that have one.
+    pub fn into_body(self) -> Option<Bytes> {
+        match self {
+            Reply::Joined(b) | Reply::Desired(b) => Some(b),
+            Reply::NotModified | Reply::Accepted => None,
+        }
+    }
+}
+
 impl IntoResponse for Reply {
     fn into_response(self) -> Response {
         let status = self.status();

@@ -338,9 +338,7 @@ async fn write_answer(
     timeouts: Timeouts,
 ) -> io::Result<()> {
     let (status, body, offer) = match answer {
-        Ok(Reply::Desired(b)) => (StatusCode::OK, Some(b), true),
-        Ok(Reply::Joined(b)) => (StatusCode::CREATED, Some(b), true),
-        Ok(r) => (r.status(), None, true),
+        Ok(r) => (r.status(), r.into_body(), true),
         Err(e) => {
             let b = serde_json::to_vec(&ErrorBody { error: e.code.to_string(), message: e.message })
                 .map_err(io::Error::other)?;

@@ -23,67 +23,19 @@ use tokio::time::{Instant, Sleep};
 
 pub use crate::config::HttpTimeouts as Timeouts;
 
-/// A TCP stream that first yields bytes already read from it (by the node path, which looked
-/// at a request it hands to hyper).
-struct Rewind {
+/// A TCP stream that fails with `TimedOut` once it has been idle for `idle`, and first
+/// yields `read`: bytes the node path already read from it before handing it to hyper.
+struct IdleStream {
+    inner: TcpStream,
     read: Vec<u8>,
     at: usize,
-    inner: TcpStream,
-}
-
-impl AsyncRead for Rewind {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        if self.at < self.read.len() {
-            let n = (self.read.len() - self.at).min(buf.remaining());
-            let at = self.at;
-            buf.put_slice(&self.read[at..at + n]);
-            self.at += n;
-            if self.at == self.read.len() {
-                self.read = Vec::new();
-                self.at = 0;
-            }
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Rewind {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, data)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-/// A TCP stream that fails with `TimedOut` once it has been idle for `idle`.
-struct IdleStream {
-    inner: Rewind,
     idle: Duration,
     deadline: Pin<Box<Sleep>>,
 }
 
 impl IdleStream {
-    fn new(inner: Rewind, idle: Duration) -> Self {
-        IdleStream { inner, idle, deadline: Box::pin(tokio::time::sleep(idle)) }
+    fn new(inner: TcpStream, read: Vec<u8>, idle: Duration) -> Self {
+        IdleStream { inner, read, at: 0, idle, deadline: Box::pin(tokio::time::sleep(idle)) }
     }
 
     fn touched(&mut self) {
@@ -115,6 +67,15 @@ fn timed_out() -> io::Error {
 
 impl AsyncRead for IdleStream {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if self.at < self.read.len() {
+            let (at, n) = (self.at, (self.read.len() - self.at).min(buf.remaining()));
+            buf.put_slice(&self.read[at..at + n]);
+            self.at += n;
+            if self.at == self.read.len() {
+                (self.read, self.at) = (Vec::new(), 0);
+            }
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         match Pin::new(&mut self.inner).poll_read(cx, buf) {
             Poll::Ready(r) => {
@@ -248,7 +209,7 @@ pub async fn serve(
             // Boxed: hyper's connection state is large, and inline it would be part of every
             // node connection's task even while the node path serves it.
             let hyper = Box::pin(async move {
-                let io = TokioIo::new(IdleStream::new(Rewind { read, at: 0, inner: stream }, timeouts.idle));
+                let io = TokioIo::new(IdleStream::new(stream, read, timeouts.idle));
                 let conn = watcher.watch(builder.serve_connection(io, TowerToHyperService::new(router)));
                 if let Err(e) = conn.await {
                     tracing::debug!(%peer, error = %e, "connection closed");

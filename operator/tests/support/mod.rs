@@ -234,10 +234,7 @@ impl TestNode {
 
     /// `GET desired`; returns (status, body or Null).
     pub async fn desired(&self, since: Option<u64>, wait: u64) -> (StatusCode, Value) {
-        let mut q = vec![("wait", wait.to_string())];
-        if let Some(s) = since {
-            q.push(("since", s.to_string()));
-        }
+        let q = poll_query(since, wait);
         let r = self
             .http
             .get(format!("{}/api/v1/nodes/me/desired", self.url))
@@ -282,10 +279,7 @@ impl TestNode {
 
     /// `POST exchange` (SPEC §4.2): (status, body or null, whether the exchange was offered).
     pub async fn exchange(&self, since: Option<u64>, wait: u64, report: &Value) -> (StatusCode, Value, bool) {
-        let mut q = vec![("wait", wait.to_string())];
-        if let Some(s) = since {
-            q.push(("since", s.to_string()));
-        }
+        let q = poll_query(since, wait);
         let r = self
             .http
             .post(format!("{}/api/v1/nodes/me/exchange", self.url))
@@ -329,6 +323,15 @@ fn rand_u64() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(Instant::now().elapsed().as_nanos() as u64);
     h.finish()
+}
+
+/// The query of a long-poll or an exchange.
+fn poll_query(since: Option<u64>, wait: u64) -> Vec<(&'static str, String)> {
+    let mut q = vec![("wait", wait.to_string())];
+    if let Some(s) = since {
+        q.push(("since", s.to_string()));
+    }
+    q
 }
 
 /// A CP agent item.
