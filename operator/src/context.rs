@@ -6,6 +6,7 @@ use crate::platform::cp::CpClient;
 use crate::platform::iam::IamClient;
 use crate::platform::token::TokenSource;
 use crate::reconcile::queue::{Backoff, WorkQueue};
+use crate::reconcile::rotation::Rotations;
 use crate::reconcile::work::WorkKey;
 use crate::store::Store;
 use crate::trigger::{PassClock, Trigger};
@@ -23,6 +24,8 @@ pub struct Ctx {
     /// When the last pass finished; shared with `/readyz`.
     pub pass_clock: Arc<PassClock>,
     pub queue: WorkQueue<WorkKey>,
+    /// When each live PAT is rotated (its work is queued then).
+    pub rotations: Rotations,
 }
 
 impl Ctx {
@@ -46,6 +49,7 @@ impl Ctx {
             trigger,
             pass_clock,
             queue: WorkQueue::new(Backoff { base: Duration::from_secs(1), max: Duration::from_secs(300) }),
+            rotations: Rotations::default(),
         })
     }
 

@@ -111,7 +111,10 @@ async fn incremental_passes_match_a_full_recompute_through_a_fleet_history() {
     audited(&ctx, "adding agents").await;
     eventually(20, "every PAT issued", || async {
         let st = ctx.store.state.read();
-        (st.active().len() == st.placed_pairs.len() && !st.active().is_empty()).then_some(())
+        let pairs: std::collections::HashSet<_> =
+            st.outcome.bindings.iter().map(|((a, _), n)| (a.clone(), n.clone())).collect();
+        let live = st.live_creds().count();
+        (live == pairs.len() && live > 0).then_some(())
     })
     .await;
     audited(&ctx, "issuing PATs").await;
@@ -230,7 +233,7 @@ async fn incremental_passes_match_a_full_recompute_through_a_fleet_history() {
     let running = fleet_controller::server::start(cfg).await.unwrap();
     let ctx = running.ctx.clone().unwrap();
     eventually(20, "the restarted controller has its placements", || async {
-        (!ctx.store.state.read().placed_pairs.is_empty()).then_some(())
+        (!ctx.store.state.read().outcome.bindings.is_empty()).then_some(())
     })
     .await;
     audited(&ctx, "a restart").await;

@@ -113,14 +113,14 @@ pub async fn list_placements(
     };
     let mut items = Vec::with_capacity(limit.min(views.len()));
     let mut next_cursor = None;
-    'agents: for (key, list) in views.range_from(&from) {
+    'agents: for (key, revision, list) in views.range_from(&from) {
         let start = if **key == *from { skip } else { 0 };
         for (i, v) in list.iter().enumerate().skip(start) {
             if items.len() == limit {
                 next_cursor = Some(page::encode(&format!("{i}:{key}")));
                 break 'agents;
             }
-            items.push(v.clone());
+            items.push(v.view(key, revision));
         }
     }
     // A page names its nodes: the reader needs no whole node list to show them.

@@ -196,7 +196,10 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let (router, builder, watcher, nodes) = (router.clone(), builder.clone(), graceful.watcher(), nodes.clone());
+        // What only hyper needs is boxed: inline, the builder's settings and the router would
+        // be part of every node connection's task for as long as it is open.
+        let for_hyper = Box::new((router.clone(), builder.clone(), graceful.watcher()));
+        let nodes = nodes.clone();
         tokio::spawn(async move {
             let mut stream = stream;
             let read = match &nodes {
@@ -209,6 +212,7 @@ pub async fn serve(
             // Boxed: hyper's connection state is large, and inline it would be part of every
             // node connection's task even while the node path serves it.
             let hyper = Box::pin(async move {
+                let (router, builder, watcher) = *for_hyper;
                 let io = TokioIo::new(IdleStream::new(stream, read, timeouts.idle));
                 let conn = watcher.watch(builder.serve_connection(io, TowerToHyperService::new(router)));
                 if let Err(e) = conn.await {

@@ -81,10 +81,10 @@ pub fn snapshot(st: &State, now_ms: i64, offline_after: Duration) -> Snapshot {
 pub fn wanted(snap: Snapshot) -> Wanted {
     let names: FxHashMap<&str, &str> = snap.nodes.iter().map(|n| (n.id.as_str(), n.name.as_str())).collect();
     let mut placed: FxHashMap<&str, u32> = FxHashMap::default();
-    for v in snap.views.iter() {
+    for (_, _, v) in snap.views.entries() {
         if v.status == PlacementStatus::Placed {
             if let Some(n) = &v.node_id {
-                *placed.entry(n.as_str()).or_default() += v.replicas;
+                *placed.entry(&**n).or_default() += v.replicas;
             }
         }
     }

@@ -31,9 +31,6 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
     }
     let per_node = per_node_of(&st.outcome);
     let pairs: HashSet<(Id, Id)> = st.outcome.bindings.iter().map(|((a, _), n)| (a.clone(), n.clone())).collect();
-    if pairs != st.placed_pairs {
-        diffs.push(format!("placed pairs: {} computed, {} published", pairs.len(), st.placed_pairs.len()));
-    }
     let creds: HashMap<(Id, Id), &Cred> = st.live_creds().map(|(pair, c)| (pair.clone(), &**c)).collect();
     for pair in creds.keys() {
         if !pairs.contains(pair) {
@@ -41,8 +38,9 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
         }
     }
     // Every placed pair has its PAT work pending: issuing, retrying or the next rotation.
+    let rotations = ctx.rotations.pairs();
     for pair in &pairs {
-        if !ctx.queue.scheduled(&WorkKey::Pat(pair.0.clone(), pair.1.clone())) {
+        if !rotations.contains(pair) && !ctx.queue.scheduled(&WorkKey::Pat(pair.0.clone(), pair.1.clone())) {
             diffs.push(format!("the PAT of {} on {} has nothing scheduled (issue or rotation)", pair.0, pair.1));
         }
     }
@@ -59,8 +57,11 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
     };
     for a in st.agents.iter().filter(|a| a.gets_status()) {
         let body = agent_status(a, &st.outcome, &st, &lookup);
-        let published = st.statuses_want.get(a.key.as_str()).or_else(|| st.statuses_sent.get(a.key.as_str()));
-        if published != Some(&body) {
+        let published = match st.statuses_want.get(a.key.as_str()) {
+            Some(want) => want == &body,
+            None => st.statuses_sent.get(a.key.as_str()).is_some_and(|s| s.is(&body)),
+        };
+        if !published {
             diffs.push(format!("status of agent {} is stale", a.key));
         }
     }
@@ -80,7 +81,8 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
         diffs.push("placement items differ from a fresh build".to_string());
     }
     let mut gauge = Gauges::default();
-    gauge.count_views(&fresh.to_vec(), 1);
+    let items: Vec<_> = fresh.entries().map(|(_, _, i)| i.clone()).collect();
+    gauge.count_views(&items, 1);
     for (status, reason, replicas) in gauge.placement_replicas() {
         let shown = ctx.metrics.placements.get_or_create(&PlacementLabels { status, reason: reason.to_string() }).get();
         if shown != replicas {

@@ -47,7 +47,7 @@ fn desired_agent(a: &Agent, reps: &[u32], c: &Cred, tenant: &str) -> DesiredAgen
         resources: a.resources(),
         drain_seconds: a.drain_seconds,
         identity: DesiredIdentity {
-            principal_id: c.principal_id.clone(),
+            principal_id: c.principal_id.to_string(),
             tenant_id: tenant.to_string(),
             credential: SealedCredential {
                 credential_id: c.id.to_string(),

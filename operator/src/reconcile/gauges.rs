@@ -3,7 +3,7 @@
 
 use crate::metrics::{Metrics, NodeLabels, PlacementLabels};
 use crate::model::Id;
-use fleet_api::PlacementView;
+use crate::store::kept::Item;
 use rustc_hash::FxHashMap as HashMap;
 
 /// (status, health) of a node as the gauge counts it.
@@ -38,9 +38,9 @@ impl Gauges {
     }
 
     /// Adds (`sign` 1) or takes away (-1) some items' share of the placements gauge.
-    pub fn count_views(&mut self, items: &[PlacementView], sign: i64) {
+    pub fn count_views(&mut self, items: &[Item], sign: i64) {
         for v in items {
-            let key = (v.status.as_str(), v.reason.clone().unwrap_or_default());
+            let key = (v.status.as_str(), v.reason.as_deref().unwrap_or_default().to_string());
             let e = self.placements.entry(key.clone()).or_default();
             e.0 += sign * v.replicas as i64;
             e.1 += sign;

@@ -14,6 +14,7 @@ pub mod memo;
 pub mod pass;
 pub mod placement;
 pub mod queue;
+pub mod rotation;
 pub mod status;
 pub mod views;
 pub mod work;

@@ -25,13 +25,12 @@ mod snapshot;
 
 pub use super::memo::{Memo, RESYNC};
 
-use super::derive::is_placed;
 use super::work::WorkKey;
 use crate::clock;
 use crate::context::Ctx;
 use crate::model::Id;
 use crate::store::db::{DbError, PassWrite};
-use crate::store::{DesiredRec, PassPublish, PlacedPairs};
+use crate::store::{DesiredRec, PassPublish};
 use place::Placed;
 use snapshot::Snapshot;
 use std::sync::Arc;
@@ -60,8 +59,8 @@ pub struct Plan {
     desired_hashes: Vec<(Id, u64)>,
     publish: PassPublish,
     work: Vec<WorkKey>,
-    /// PAT rotations to schedule, each after its delay.
-    rotations: Vec<(WorkKey, Duration)>,
+    /// PAT rotations to schedule: (agent, node, due in ms).
+    rotations: Vec<(Id, Id, i64)>,
     views_changed: bool,
 }
 
@@ -105,7 +104,7 @@ pub async fn run(ctx: Arc<Ctx>) {
             }
         }
         ctx.metrics.passes.inc();
-        ctx.metrics.queue_depth.set(ctx.queue.depth() as i64);
+        ctx.metrics.queue_depth.set((ctx.queue.depth() + ctx.rotations.len()) as i64);
         ctx.metrics.longpolls_held.set(ctx.store.hub.held_total() as i64);
         ctx.metrics.sample_memory();
     }
@@ -165,16 +164,6 @@ fn publish(ctx: &Ctx, memo: &Memo, snap: &Snapshot, mut placed: Placed, mut plan
         let progress = drains::progress(memo, &placed.outcome);
         drained = progress.iter().filter(|(_, p)| p.remaining == 0).map(|(id, _)| id.clone()).collect();
         plan.publish.drains = Some(progress);
-        plan.publish.placed_pairs = if snap.full {
-            let pairs = memo.per_node.iter().flat_map(|(node, m)| m.keys().map(move |a| (a.clone(), node.clone())));
-            PlacedPairs::All(pairs.collect())
-        } else {
-            let pairs = placed.touched_pairs.into_keys().map(|p| {
-                let now_placed = is_placed(&memo.per_node, &p);
-                (p, now_placed)
-            });
-            PlacedPairs::Some(pairs.collect())
-        };
         plan.publish.outcome = Some(placed.outcome);
     }
     ctx.store.events.record_all(std::mem::take(&mut placed.events).finish());
@@ -185,8 +174,8 @@ fn publish(ctx: &Ctx, memo: &Memo, snap: &Snapshot, mut placed: Placed, mut plan
         ctx.queue.add_after(WorkKey::Revoke(id), Duration::from_millis((at - snap.now).max(0) as u64));
     }
     queue_work(ctx, plan.work);
-    for (key, due) in plan.rotations {
-        ctx.queue.add_after(key, due);
+    for (agent, node, due_ms) in plan.rotations {
+        ctx.rotations.schedule(agent, node, due_ms);
     }
     for key in to_send {
         ctx.queue.add_after(WorkKey::Status(key), STATUS_DEBOUNCE);

@@ -36,6 +36,11 @@ impl Backoff {
     }
 }
 
+/// Whether a table of `len` keys holds room for many more (worth giving back).
+fn roomy(len: usize, cap: usize) -> bool {
+    cap > 256 && cap > 4 * len
+}
+
 struct Inner<K> {
     ready: VecDeque<K>,
     queued: HashSet<K>,
@@ -142,9 +147,27 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
         if let Some(k) = g.ready.pop_front() {
             g.queued.remove(&k);
             g.in_flight.insert(k.clone());
+            if g.ready.is_empty() {
+                Self::trim(&mut g);
+            }
             return Ok(k);
         }
         Err(g.delayed.keys().next().map(|(at, _)| *at))
+    }
+
+    /// Gives back the room a wave of keys left (a fleet coming up queues a PAT item per
+    /// replica at once): tables and rings keep their largest size otherwise, ~100 bytes per
+    /// key for as long as the process runs.
+    fn trim(g: &mut Inner<K>) {
+        if roomy(g.ready.len(), g.ready.capacity()) {
+            g.ready.shrink_to(g.ready.len() * 2);
+        }
+        if roomy(g.queued.len(), g.queued.capacity()) {
+            g.queued.shrink_to(g.queued.len() * 2);
+        }
+        if roomy(g.delayed_at.len(), g.delayed_at.capacity()) {
+            g.delayed_at.shrink_to(g.delayed_at.len() * 2);
+        }
     }
 
     /// The next key to work on; waits until one is due.
@@ -172,6 +195,10 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
     pub fn done(&self, key: &K, outcome: Outcome) -> Option<Duration> {
         let mut g = self.inner.lock();
         g.in_flight.remove(key);
+        if roomy(g.failures.len(), g.failures.capacity()) {
+            let n = g.failures.len();
+            g.failures.shrink_to(n * 2);
+        }
         let again = g.again.remove(key);
         let retry = match outcome {
             Outcome::Done => {
@@ -292,6 +319,26 @@ mod tests {
         q.done(&k, Outcome::RequeueAfter(Duration::from_secs(30)));
         assert_eq!(q.next().await, "rotate");
         assert_eq!(Instant::now() - t, Duration::from_secs(30));
+    }
+
+    /// The room a wave of keys took is given back once it has drained.
+    #[tokio::test(start_paused = true)]
+    async fn a_drained_wave_gives_its_room_back() {
+        let q: WorkQueue<u32> = WorkQueue::new(Backoff { base: Duration::from_secs(1), max: Duration::from_secs(60) });
+        for k in 0..10_000 {
+            q.add(k);
+        }
+        let caps = |q: &WorkQueue<u32>| {
+            let g = q.inner.lock();
+            (g.ready.capacity(), g.queued.capacity(), g.failures.capacity())
+        };
+        assert!(caps(&q).0 >= 10_000);
+        for _ in 0..10_000 {
+            let k = q.next().await;
+            q.done(&k, Outcome::Done);
+        }
+        let (ready, queued, _) = caps(&q);
+        assert!(ready <= 256 && queued <= 256, "{ready} {queued}");
     }
 
     #[test]

@@ -9,11 +9,10 @@
 use super::placement::Outcome;
 use crate::model::{Agent, AgentState, IdentityKind, Placement};
 use crate::store::Id;
-use fleet_api::{codes, PlacementStatus, PlacementView};
+use fleet_api::{codes, PlacementStatus};
 use std::collections::BTreeMap;
 
-use crate::store::kept::order;
-pub use crate::store::kept::ViewMap;
+pub use crate::store::kept::{AgentItems, Item, ViewMap};
 
 /// Whether the agent has placement items at all (identity-only and service agents do not).
 fn listed(a: &Agent) -> bool {
@@ -21,25 +20,23 @@ fn listed(a: &Agent) -> bool {
 }
 
 /// One agent's items, from its range of the bindings.
-pub fn agent_views(a: &Agent, outcome: &Outcome) -> Vec<PlacementView> {
-    let mut out = Vec::new();
+pub fn agent_views(a: &Agent, outcome: &Outcome) -> AgentItems {
+    let mut out = AgentItems { revision: a.revision, items: Vec::new() };
     if !listed(a) {
         return out;
     }
-    let item = |node_id: Option<String>, replicas, status, reason: Option<&str>| PlacementView {
-        agent_key: a.key.clone(),
-        revision: a.revision,
+    let item = |node_id: Option<Id>, replicas, status, reason: Option<&str>| Item {
         node_id,
         replicas,
         status,
-        reason: reason.map(str::to_string),
+        reason: reason.map(Box::from),
     };
     if a.state == AgentState::Stopped {
-        out.push(item(None, 0, PlacementStatus::Stopped, None));
+        out.items.push(item(None, 0, PlacementStatus::Stopped, None));
         return out;
     }
     let key: Id = a.key.as_str().into();
-    let mut per_node: BTreeMap<(&str, bool), u32> = BTreeMap::new();
+    let mut per_node: BTreeMap<(&Id, bool), u32> = BTreeMap::new();
     for ((_, r), node) in outcome.bindings.range((key.clone(), 0)..=(key.clone(), u32::MAX)) {
         let stuck = !outcome.stuck.is_empty() && outcome.stuck.contains(&(key.clone(), *r));
         *per_node.entry((node, stuck)).or_default() += 1;
@@ -50,12 +47,12 @@ pub fn agent_views(a: &Agent, outcome: &Outcome) -> Vec<PlacementView> {
         } else {
             (PlacementStatus::Placed, None)
         };
-        out.push(item(Some(node.to_string()), count, status, reason));
+        out.items.push(item(Some(node.clone()), count, status, reason));
     }
     if let Some((count, reason)) = outcome.waiting.get(&key) {
-        out.push(item(None, *count, PlacementStatus::Pending, Some(reason)));
+        out.items.push(item(None, *count, PlacementStatus::Pending, Some(reason)));
     }
-    out.sort_by(order);
+    out.sort();
     out
 }
 

@@ -57,7 +57,14 @@ impl WorkKey {
 pub async fn worker(ctx: Arc<Ctx>) {
     loop {
         let key = ctx.queue.next().await;
-        let outcome = handle(&ctx, &key).await;
+        let outcome = match (&key, handle(&ctx, &key).await) {
+            // A PAT's next rotation waits in the rotation index, not as a delayed key.
+            (WorkKey::Pat(agent, node), Outcome::RequeueAfter(d)) => {
+                ctx.rotations.schedule(agent.clone(), node.clone(), clock::now_ms() + d.as_millis() as i64);
+                Outcome::Done
+            }
+            (_, outcome) => outcome,
+        };
         if ctx.queue.done(&key, outcome).is_some() {
             ctx.metrics.work_retries.inc();
         }
@@ -107,7 +114,7 @@ async fn identity(ctx: &Ctx, agent: &Id) -> Outcome {
     }
     let principal = match rec {
         Some(r) if r.bound => return Outcome::Done,
-        Some(r) => r.principal_id,
+        Some(r) => r.principal_id.to_string(),
         None => match ctx.iam.create_principal(agent).await {
             Ok(id) => {
                 ctx.metrics.call("iam", "create_principal", "ok");
@@ -151,7 +158,7 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
     let (a, node_name, pk, principal, active, pair) = {
         let st = ctx.store.state.read();
         let Some(a) = st.agent(agent).cloned() else { return Outcome::Done };
-        let placed = st.placed_pairs.contains(&(agent.clone(), node.clone()));
+        let placed = st.is_placed(agent, node);
         let Some(n) = st.nodes.get(node) else { return Outcome::Done };
         if !placed {
             return Outcome::Done;
@@ -179,7 +186,7 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
     // has never had a PAT stored: its n is 0. (Earlier versions raised the counter in a commit
     // of its own before the call and kept the n in flight as `pending_n`; a row they left is
     // honoured. That commit bought nothing and cost a second commit per PAT.)
-    let n = pair.pending_n.unwrap_or(pair.next_n);
+    let n = pair.next_n;
     let ceil = ceiling(&a, &ctx.cfg.token_audiences, &ctx.cfg.token_scopes);
     let req = PatRequest {
         audiences: ceil.audiences,

@@ -319,7 +319,8 @@ async fn open_pg(url: &str, replica: &str) -> Result<sqlx::PgPool, DbError> {
 pub struct PassWrite {
     pub unbind: Vec<(String, u32)>,
     pub bind: Vec<(String, u32, String)>,
-    pub desired: Vec<(String, u64, String)>,
+    /// (node, generation, agents JSON), the JSON shared with the pass that built it.
+    pub desired: Vec<(String, u64, std::sync::Arc<str>)>,
     pub retire: Vec<(String, i64)>,
     pub kv: Vec<(String, String)>,
 }

@@ -227,7 +227,6 @@ impl State {
         self.desired_hashes.remove(&id);
         self.dirty_nodes.remove(&id);
         self.drains.remove(&id);
-        self.pairs.retain(|(_, n), _| *n != id);
         let mut revoke = Vec::new();
         for c in self.creds.values_mut().filter(|c| c.node == id) {
             let c = std::sync::Arc::make_mut(c);
@@ -239,6 +238,7 @@ impl State {
                 self.unset_active((c.agent.clone(), c.node.clone()), cid);
             }
         }
+        self.pairs.retain(|(_, n), _| *n != id);
         self.changes.rebuild = true;
         self.changes.revoke_now.extend(revoke.iter().cloned());
         Deleted { id, name: rec.name.clone(), revoke }

@@ -15,7 +15,7 @@ pub mod writer;
 pub mod writes;
 
 pub use lifecycle::{Action, Deleted, DrainProgress, Lifecycle};
-pub use writes::{PassPublish, PlacedPairs};
+pub use writes::PassPublish;
 
 use crate::clock;
 use crate::model::{Agent, AgentList};
@@ -127,15 +127,20 @@ fn parse_allow(images: &BTreeMap<String, Vec<String>>) -> BTreeMap<String, Allow
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdentityRec {
-    pub principal_id: String,
+    /// Shared with every credential of the agent (one string, not one per PAT).
+    pub principal_id: Id,
     /// The CP has accepted `PUT …/identity`.
     pub bound: bool,
 }
 
+/// What the registry keeps of an (agent, node) pair: one record, one table.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PairRec {
+    /// The n of the pair's next PAT (SPEC §2.1). A stored row's `pending_n` (left by a version
+    /// that kept the n in flight) is this n until the PAT it keyed is stored.
     pub next_n: u64,
-    pub pending_n: Option<u64>,
+    /// The pair's live credential.
+    pub live: Option<Id>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,7 +150,7 @@ pub struct Cred {
     pub agent: Id,
     pub node: Id,
     pub n: u64,
-    pub principal_id: String,
+    pub principal_id: Id,
     pub ciphertext: Box<str>,
     pub expires_ms: i64,
     pub issued_ms: i64,
@@ -160,7 +165,7 @@ impl Cred {
             agent: r.agent_key.into(),
             node: r.node_id.into(),
             n: r.n as u64,
-            principal_id: r.principal_id,
+            principal_id: r.principal_id.into(),
             ciphertext: r.ciphertext.into(),
             expires_ms: r.expires_ms,
             issued_ms: r.issued_ms,
@@ -186,9 +191,7 @@ pub struct DesiredRec {
 
 /// SipHash with a key chosen at start: the CP cannot craft two agent lists of one hash.
 fn agents_hash(agents: &str) -> u64 {
-    use std::hash::BuildHasher;
-    static KEY: std::sync::OnceLock<std::collections::hash_map::RandomState> = std::sync::OnceLock::new();
-    KEY.get_or_init(Default::default).hash_one(agents)
+    kept::keyed_hash(agents)
 }
 
 impl DesiredRec {
@@ -243,20 +246,17 @@ pub struct State {
     pub agent_index: HashMap<Id, usize>,
     pub agents_etag: Option<String>,
     pub outcome: Arc<Outcome>,
-    /// (agent, node) pairs with at least one bound replica, from the last pass.
-    pub placed_pairs: rustc_hash::FxHashSet<(Id, Id)>,
     pub views: Arc<ViewMap>,
     identities: HashMap<Id, IdentityRec>,
     identity_errors: HashMap<Id, String>,
+    /// Each pair's PAT counter and live credential.
     pairs: HashMap<(Id, Id), PairRec>,
     /// Shared so a pass can snapshot them without copying ciphertexts.
     creds: HashMap<Id, Arc<Cred>>,
-    /// The live credential of each (agent, node) pair.
-    active: HashMap<(Id, Id), Id>,
     pub desired: HashMap<Id, DesiredRec>,
     /// Hash of the inputs each node's desired state was last built from (memory only).
     pub desired_hashes: HashMap<Id, u64>,
-    pub statuses_sent: HashMap<Id, StatusBody>,
+    pub statuses_sent: HashMap<Id, kept::Sent>,
     /// Bodies computed by the last pass that differ from what the CP accepted.
     pub statuses_want: HashMap<Id, StatusBody>,
     /// Nodes whose report is newer than the database copy.
@@ -304,6 +304,13 @@ impl State {
 
     pub fn agent(&self, key: &str) -> Option<&Agent> {
         self.agent_index.get(key).and_then(|&i| self.agents.get(i))
+    }
+
+    /// Whether the published outcome binds a replica of `agent` to `node` (a walk over the
+    /// agent's few bindings, so no set of pairs is kept beside them).
+    pub fn is_placed(&self, agent: &Id, node: &Id) -> bool {
+        let range = (agent.clone(), 0)..=(agent.clone(), u32::MAX);
+        self.outcome.bindings.range(range).any(|(_, n)| n == node)
     }
 
     pub fn node_id_by_token(&self, token: &str) -> Option<Id> {
@@ -398,21 +405,23 @@ impl State {
         for (agent, replica, node) in snap.placements {
             bindings.insert((Id::from(agent), replica as u32), Id::from(node));
         }
-        st.placed_pairs = bindings.iter().map(|((a, _), n)| (a.clone(), n.clone())).collect();
         st.outcome = Arc::new(Outcome { bindings, ..Default::default() });
         for (agent, principal_id, bound) in snap.identities {
-            st.identities.insert(agent.into(), IdentityRec { principal_id, bound });
+            st.identities.insert(agent.into(), IdentityRec { principal_id: principal_id.into(), bound });
         }
         for (agent, node, next_n, pending_n) in snap.pairs {
             st.pairs.insert(
                 (agent.into(), node.into()),
-                PairRec { next_n: next_n as u64, pending_n: pending_n.map(|n| n as u64) },
+                PairRec { next_n: pending_n.unwrap_or(next_n) as u64, live: None },
             );
         }
         for row in snap.credentials {
-            let c = Cred::from_row(row);
+            let mut c = Cred::from_row(row);
+            if let Some(i) = st.identities.get(&c.agent).filter(|i| i.principal_id == c.principal_id) {
+                c.principal_id = i.principal_id.clone();
+            }
             if c.revoke_ms.is_none() {
-                st.active.insert((c.agent.clone(), c.node.clone()), c.id.clone());
+                st.pairs.entry((c.agent.clone(), c.node.clone())).or_default().live = Some(c.id.clone());
             }
             st.creds.insert(c.id.clone(), Arc::new(c));
         }
@@ -421,8 +430,8 @@ impl State {
             st.desired.insert(node.into(), DesiredRec::stored(generation as u64, &agents));
         }
         for (agent, body) in snap.statuses {
-            if let Ok(b) = serde_json::from_str(&body) {
-                st.statuses_sent.insert(agent.into(), b);
+            if let Ok(b) = serde_json::from_str::<StatusBody>(&body) {
+                st.statuses_sent.insert(agent.into(), kept::Sent::of(&b));
             }
         }
         for (k, v) in snap.kv {
@@ -451,17 +460,12 @@ impl State {
 
     /// The live credential of an (agent, node) pair.
     pub fn live_cred(&self, pair: &(Id, Id)) -> Option<&Arc<Cred>> {
-        self.active.get(pair).and_then(|id| self.creds.get(id))
+        self.pairs.get(pair)?.live.as_ref().and_then(|id| self.creds.get(id))
     }
 
     /// Every live credential by its pair.
     pub fn live_creds(&self) -> impl Iterator<Item = (&(Id, Id), &Arc<Cred>)> {
-        self.active.iter().filter_map(|(pair, id)| self.creds.get(id).map(|c| (pair, c)))
-    }
-
-    /// The live credential id of each pair.
-    pub fn active(&self) -> &HashMap<(Id, Id), Id> {
-        &self.active
+        self.pairs.iter().filter_map(|(pair, p)| self.creds.get(p.live.as_ref()?).map(|c| (pair, c)))
     }
 
     pub fn cred(&self, id: &str) -> Option<&Arc<Cred>> {
@@ -482,7 +486,7 @@ impl State {
     /// put the registry behind the pass's back).
     #[cfg(test)]
     pub(crate) fn put_live_cred(&mut self, c: Arc<Cred>) {
-        self.active.insert((c.agent.clone(), c.node.clone()), c.id.clone());
+        self.pairs.entry((c.agent.clone(), c.node.clone())).or_default().live = Some(c.id.clone());
         self.creds.insert(c.id.clone(), c);
     }
 
@@ -520,14 +524,15 @@ impl State {
 
     /// Makes credential `id` the live one of `pair`.
     fn set_active(&mut self, pair: (Id, Id), id: Id) {
-        self.active.insert(pair.clone(), id);
+        self.pairs.entry(pair.clone()).or_default().live = Some(id);
         self.changes.creds.insert(pair);
     }
 
     /// `pair` has no live credential any more if it was `id`.
     fn unset_active(&mut self, pair: (Id, Id), id: &str) {
-        if self.active.get(&pair).map(|a| &**a) == Some(id) {
-            self.active.remove(&pair);
+        let Some(rec) = self.pairs.get_mut(&pair) else { return };
+        if rec.live.as_deref() == Some(id) {
+            rec.live = None;
             self.changes.creds.insert(pair);
         }
     }

@@ -6,18 +6,17 @@
 use super::db::{CredRow, DbError, PassWrite};
 use super::events::{Event, Kind};
 use super::kept::{Outcome, StatusBody, ViewMap};
-use super::{Cred, DesiredRec, Id, IdentityRec, PairRec, State, Store};
+use super::{Cred, DesiredRec, Id, IdentityRec, State, Store};
 use std::sync::Arc;
 
 /// What a pass publishes once its rows are stored and its nodes woken: the placement
-/// outcome and the pairs it places, retirements, placement items and the status bodies it
+/// outcome, retirements, placement items and the status bodies it
 /// wants sent.
 #[derive(Default)]
 pub struct PassPublish {
     /// Credentials no longer needed, with the instant (ms) to revoke them.
     pub retired: Vec<(Id, i64)>,
     pub outcome: Option<Arc<Outcome>>,
-    pub placed_pairs: PlacedPairs,
     pub views: Option<Arc<ViewMap>>,
     /// Start the wanted statuses afresh (a full pass computes them all).
     pub reset_statuses: bool,
@@ -27,22 +26,11 @@ pub struct PassPublish {
     pub drains: Option<rustc_hash::FxHashMap<Id, super::DrainProgress>>,
 }
 
-/// How a pass changes the set of placed (agent, node) pairs.
-#[derive(Default)]
-pub enum PlacedPairs {
-    #[default]
-    Unchanged,
-    /// The whole set (a full pass).
-    All(rustc_hash::FxHashSet<(Id, Id)>),
-    /// Pairs whose presence may have changed: placed or not now.
-    Some(Vec<((Id, Id), bool)>),
-}
-
 impl Store {
     /// The agent's IAM principal was created (not yet bound in the CP).
     pub async fn identity_created(&self, agent: &Id, principal: &str) -> Result<(), DbError> {
         self.db.put_identity(agent, principal, false).await?;
-        self.state.write().set_identity(agent, IdentityRec { principal_id: principal.to_string(), bound: false });
+        self.state.write().set_identity(agent, IdentityRec { principal_id: principal.into(), bound: false });
         Ok(())
     }
 
@@ -50,7 +38,7 @@ impl Store {
     pub async fn identity_bound(&self, agent: &Id, principal: &str) -> Result<(), DbError> {
         self.db.put_identity(agent, principal, true).await?;
         let mut st = self.state.write();
-        st.set_identity(agent, IdentityRec { principal_id: principal.to_string(), bound: true });
+        st.set_identity(agent, IdentityRec { principal_id: principal.into(), bound: true });
         st.set_identity_error(agent, None);
         Ok(())
     }
@@ -79,7 +67,7 @@ impl Store {
             agent_key: cred.agent.to_string(),
             node_id: cred.node.to_string(),
             n: cred.n as i64,
-            principal_id: cred.principal_id.clone(),
+            principal_id: cred.principal_id.to_string(),
             ciphertext: cred.ciphertext.to_string(),
             expires_ms: cred.expires_ms,
             issued_ms: cred.issued_ms,
@@ -94,7 +82,7 @@ impl Store {
                 c.revoke_ms = Some(*at);
             }
         }
-        st.pairs.insert(pair.clone(), PairRec { next_n: cred.n + 1, pending_n: None });
+        st.pairs.entry(pair.clone()).or_default().next_n = cred.n + 1;
         let id = cred.id.clone();
         let name = st.nodes.get(&cred.node).map(|n| n.name.clone()).unwrap_or_else(|| cred.node.clone());
         let (kind, msg) = match &retire {
@@ -136,7 +124,7 @@ impl Store {
             st.statuses_want.remove(agent);
         }
         let phase = body.phase;
-        let before = st.statuses_sent.insert(agent.clone(), body).map(|b| b.phase);
+        let before = st.statuses_sent.insert(agent.clone(), super::kept::Sent::of(&body)).map(|b| b.phase);
         drop(st);
         if before != Some(phase) {
             let name = |p: super::kept::Phase| serde_json::to_value(p).ok().and_then(|v| v.as_str().map(String::from));
@@ -177,19 +165,6 @@ impl Store {
         if let Some(outcome) = publish.outcome {
             st.outcome = outcome;
         }
-        match publish.placed_pairs {
-            PlacedPairs::Unchanged => {}
-            PlacedPairs::All(set) => st.placed_pairs = set,
-            PlacedPairs::Some(pairs) => {
-                for (pair, placed) in pairs {
-                    if placed {
-                        st.placed_pairs.insert(pair);
-                    } else {
-                        st.placed_pairs.remove(&pair);
-                    }
-                }
-            }
-        }
         if let Some(v) = publish.views {
             st.views = v;
         }
@@ -219,7 +194,7 @@ impl State {
         let mut to_send = Vec::new();
         for (key, body) in statuses {
             match body {
-                Some(body) if self.statuses_sent.get(&key) != Some(&body) => {
+                Some(body) if !self.statuses_sent.get(&key).is_some_and(|s| s.is(&body)) => {
                     to_send.push(key.clone());
                     self.statuses_want.insert(key, body);
                 }

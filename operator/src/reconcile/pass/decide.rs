@@ -53,10 +53,7 @@ pub fn pat_work(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: 
         for agent in m.keys() {
             let pair = (agent.clone(), node.clone());
             match memo.creds.get(&pair) {
-                Some(c) if !wants_pat(&pair) => {
-                    let due = Duration::from_millis((rotate_at_ms(c, ttl_ms) - now).max(0) as u64);
-                    plan.rotations.push((WorkKey::Pat(pair.0, pair.1), due));
-                }
+                Some(c) if !wants_pat(&pair) => plan.rotations.push((pair.0, pair.1, rotate_at_ms(c, ttl_ms))),
                 _ => plan.work.push(WorkKey::Pat(pair.0, pair.1)),
             }
         }
@@ -110,8 +107,8 @@ pub fn desired_states(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, 
         if !current.as_ref().is_some_and(|d| d.same_agents(&json)) {
             let generation = current.map_or(0, |d| d.generation) + 1;
             tracing::info!(node = %memo.name(node), generation, agents = entries.len(), "desired state changed");
-            plan.rows.desired.push((node.to_string(), generation, json.to_string()));
             plan.desired.push((node.clone(), DesiredRec::new(generation, &json)));
+            plan.rows.desired.push((node.to_string(), generation, json));
         }
     }
 }
@@ -192,12 +189,16 @@ pub fn items(memo: &mut Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan)
     plan.views_changed = snap.full;
     for key in agents {
         let items = memo.agent(&key).map(|a| agent_views(a, &placed.outcome)).unwrap_or_default();
-        if !snap.full && memo.views.get(&key) == items.as_slice() {
+        let same = match memo.views.get(&key) {
+            Some((revision, held)) => revision == items.revision && held == items.items.as_slice(),
+            None => items.items.is_empty(),
+        };
+        if !snap.full && same {
             continue;
         }
         plan.views_changed = true;
-        memo.gauges.count_views(memo.views.get(&key), -1);
-        memo.gauges.count_views(&items, 1);
+        memo.gauges.count_views(memo.views.items(&key), -1);
+        memo.gauges.count_views(&items.items, 1);
         memo.views.set(key, items);
     }
 }
