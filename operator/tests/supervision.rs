@@ -23,7 +23,7 @@ async fn exit_code(ctl: &mut ControllerProcess, secs: u64) -> Option<i32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_core_task_that_ends_takes_the_controller_down_naming_it() {
     let dk = devkit().await;
-    for task in ["pass", "worker", "writer", "cp-watcher", "report-flusher", "api-listener"] {
+    for task in ["pass", "worker", "rotations", "writer", "cp-watcher", "report-flusher", "api-listener"] {
         let dir = tempfile::tempdir().unwrap();
         let points = dir.path().join("failpoints");
         std::fs::create_dir(&points).unwrap();
