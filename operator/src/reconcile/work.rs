@@ -57,14 +57,7 @@ impl WorkKey {
 pub async fn worker(ctx: Arc<Ctx>) {
     loop {
         let key = ctx.queue.next().await;
-        let outcome = match (&key, handle(&ctx, &key).await) {
-            // A PAT's next rotation waits in the rotation index, not as a delayed key.
-            (WorkKey::Pat(agent, node), Outcome::RequeueAfter(d)) => {
-                ctx.rotations.schedule(agent.clone(), node.clone(), clock::now_ms() + d.as_millis() as i64);
-                Outcome::Done
-            }
-            (_, outcome) => outcome,
-        };
+        let outcome = handle(&ctx, &key).await;
         if ctx.queue.done(&key, outcome).is_some() {
             ctx.metrics.work_retries.inc();
         }
@@ -171,7 +164,7 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
     if let Some(c) = &active {
         let due = rotate_at_ms(c, ttl_ms);
         if now < due {
-            return Outcome::RequeueAfter(Duration::from_millis((due - now) as u64));
+            return rotate_at(ctx, agent, node, due);
         }
     }
     let Some(principal) = principal else {
@@ -236,7 +229,13 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
     ctx.metrics.pat("issued");
     ctx.store.identity_ok(agent);
     ctx.kick();
-    Outcome::RequeueAfter(Duration::from_millis((due - now).max(1000) as u64))
+    rotate_at(ctx, agent, node, due.max(now + 1000))
+}
+
+/// The pair's next rotation waits in the rotation index, not as a delayed queue key.
+fn rotate_at(ctx: &Ctx, agent: &Id, node: &Id, due_ms: i64) -> Outcome {
+    ctx.rotations.schedule(agent.clone(), node.clone(), due_ms);
+    Outcome::Done
 }
 
 fn describe(e: &PlatformError) -> String {
