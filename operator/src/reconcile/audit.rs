@@ -11,6 +11,7 @@ use crate::context::Ctx;
 use crate::metrics::{NodeLabels, PlacementLabels};
 use crate::store::{Cred, Id};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::sync::Arc;
 
 /// Recomputes what the published state should be from scratch (placement, placed pairs,
 /// every desired state, every status, the placement items, retirements) and lists where
@@ -31,7 +32,7 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
     }
     let per_node = per_node_of(&st.outcome);
     let pairs: HashSet<(Id, Id)> = st.outcome.bindings.iter().map(|((a, _), n)| (a.clone(), n.clone())).collect();
-    let creds: HashMap<(Id, Id), &Cred> = st.live_creds().map(|(pair, c)| (pair.clone(), &**c)).collect();
+    let creds: HashMap<(Id, Id), &Arc<Cred>> = st.live_creds().map(|(pair, c)| (pair.clone(), c)).collect();
     for pair in creds.keys() {
         if !pairs.contains(pair) {
             diffs.push(format!("credential of {} on {} is live but not needed", pair.0, pair.1));
@@ -45,7 +46,8 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
         }
     }
     for f in &facts {
-        let entries: Vec<Entry> = entries_of(&per_node, &f.id, |k| st.agent(k), |p| creds.get(p).copied());
+        let entries: Vec<Entry> =
+            entries_of(&per_node, &f.id, |k| st.agent(k), |p| creds.get(p).map(|&c| Arc::clone(c)));
         let json = desired_json(&entries, &ctx.cfg.iam_tenant);
         if !st.desired.get(&f.id).is_some_and(|d| d.same_agents(&json)) {
             diffs.push(format!("desired state of node {} is stale", f.name));

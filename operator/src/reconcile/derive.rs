@@ -9,6 +9,7 @@ use crate::model::{Agent, AgentState, Id};
 use crate::store::{Cred, NodeRec, State};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// What placement needs of an agent; `None` for one that is not placed.
 pub fn demand(a: &Agent) -> Option<Demand> {
@@ -64,7 +65,7 @@ pub fn entries_of<'a>(
     per_node: &'a PerNode,
     node: &Id,
     agent: impl Fn(&str) -> Option<&'a Agent>,
-    cred: impl Fn(&(Id, Id)) -> Option<&'a Cred>,
+    cred: impl Fn(&(Id, Id)) -> Option<Arc<Cred>>,
 ) -> Vec<Entry<'a>> {
     per_node
         .get(node)

@@ -11,7 +11,8 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 /// One agent on one node: the agent, its replica indexes there, the pair's credential.
-pub type Entry<'a> = (&'a Agent, &'a [u32], &'a Cred);
+/// The credential is a handle, so entries taken under the registry's lock outlive it.
+pub type Entry<'a> = (&'a Agent, &'a [u32], Arc<Cred>);
 
 /// Hash of what a node's desired state is built from: when it is unchanged the body is too,
 /// and the pass skips serialising it.

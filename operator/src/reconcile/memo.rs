@@ -9,9 +9,8 @@ use super::gauges::Gauges;
 use super::placement::NodeFacts;
 use super::views::ViewMap;
 use crate::model::{Agent, AgentList, Id};
-use crate::store::{Changes, Cred, State};
+use crate::store::{Changes, State};
 use rustc_hash::FxHashMap as HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Every node and agent is derived again from the registry at least this often, a slice per
@@ -29,8 +28,6 @@ pub struct Memo {
     pub facts: Vec<NodeFacts>,
     pub fact_at: HashMap<Id, usize>,
     pub per_node: PerNode,
-    /// The live credential of each (agent, node) pair.
-    pub creds: HashMap<(Id, Id), Arc<Cred>>,
     pub views: ViewMap,
     /// No online node goes offline before this instant (ms); `i64::MAX`: none online.
     pub next_check: i64,
@@ -61,15 +58,15 @@ impl Memo {
         ((len as i64 * elapsed / RESYNC.as_millis() as i64) as usize + 1).min(len)
     }
 
-    /// Loads every node's facts (offline, so every online node counts as a flip) and the
-    /// live credentials: the start of a full pass.
+    /// Loads every node's facts (offline, so every online node counts as a flip): the start
+    /// of a full pass. Credentials are not copied: the pass reads them from the registry,
+    /// where each change is recorded with it.
     pub fn load(&mut self, st: &State) {
         self.facts = st.nodes.values().map(|n| facts_of(n, false)).collect();
         self.fact_at = self.facts.iter().enumerate().map(|(i, f)| (f.id.clone(), i)).collect();
-        self.creds = st.live_creds().map(|(pair, c)| (pair.clone(), c.clone())).collect();
     }
 
-    /// Brings the facts and credentials the recorded changes name up to date.
+    /// Brings the facts the recorded changes name up to date.
     pub fn update(&mut self, st: &State, changes: &Changes) {
         for id in &changes.facts {
             let Some(n) = st.nodes.get(id) else { continue };
@@ -83,18 +80,12 @@ impl Memo {
                 }
             }
         }
-        for pair in &changes.creds {
-            match st.live_cred(pair) {
-                Some(c) => self.creds.insert(pair.clone(), c.clone()),
-                None => self.creds.remove(pair),
-            };
-        }
     }
 
     /// The nodes' share of the resync: `count` nodes from where the last pass stopped are
-    /// read again from the registry. Facts or credentials that differ from the memo are added
-    /// to `changes` as if recorded (so placement, desired states, PAT work and statuses
-    /// follow); each node also gets its liveness and gauge checked.
+    /// read again from the registry. Facts that differ from the memo are added to `changes` as
+    /// if recorded (so placement, desired states, PAT work and statuses follow); each node
+    /// also gets its liveness and gauge checked.
     pub fn resync_nodes(&mut self, st: &State, count: usize, changes: &mut Changes) {
         for _ in 0..count {
             self.resync_nodes = (self.resync_nodes + 1) % self.facts.len();
@@ -104,13 +95,6 @@ impl Memo {
                 changes.facts.insert(f.id.clone());
             }
             changes.seen.insert(f.id.clone());
-            let node = f.id.clone();
-            for agent in self.per_node.get(&node).into_iter().flat_map(|m| m.keys()) {
-                let pair = (agent.clone(), node.clone());
-                if st.live_cred(&pair).map(|c| &c.id) != self.creds.get(&pair).map(|c| &c.id) {
-                    changes.creds.insert(pair);
-                }
-            }
         }
     }
 
@@ -149,20 +133,6 @@ mod tests {
         }
     }
 
-    fn cred(id: &str, agent: &str, node: &str) -> Arc<Cred> {
-        Arc::new(Cred {
-            id: id.into(),
-            agent: agent.into(),
-            node: node.into(),
-            n: 0,
-            principal_id: "p".into(),
-            ciphertext: "c".into(),
-            expires_ms: 0,
-            issued_ms: 0,
-            revoke_ms: None,
-        })
-    }
-
     /// What the registry says but the memo missed (no change was recorded) is found by the
     /// resync, and the sweep goes round every node.
     #[test]
@@ -175,12 +145,8 @@ mod tests {
             memo.facts.push(facts_of(&rec, true));
             st.nodes.insert(id.into(), rec);
         }
-        // n1 gained a label behind the memo's back; a1's PAT on n2 was replaced.
+        // n1 gained a label behind the memo's back.
         st.nodes.get_mut("n1").unwrap().info.labels = vec!["gpu".into()];
-        memo.per_node.entry("n2".into()).or_default().insert("a1".into(), vec![0]);
-        let pair: (Id, Id) = ("a1".into(), "n2".into());
-        memo.creds.insert(pair.clone(), cred("old", "a1", "n2"));
-        st.put_live_cred(cred("new", "a1", "n2"));
 
         let mut changes = Changes::default();
         memo.resync_nodes(&st, 1, &mut changes);
@@ -188,6 +154,5 @@ mod tests {
         memo.resync_nodes(&st, 2, &mut changes);
         assert_eq!(changes.seen.len(), 3, "the sweep wraps round every node");
         assert_eq!(changes.facts.iter().map(|i| &**i).collect::<Vec<_>>(), vec!["n1"]);
-        assert_eq!(changes.creds.iter().cloned().collect::<Vec<_>>(), vec![pair]);
     }
 }

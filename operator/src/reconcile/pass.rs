@@ -128,7 +128,7 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     phases.mark("identity work");
     decide::desired_states(ctx, memo, &snap, &placed, &mut plan);
     phases.mark("desired");
-    decide::retire(memo, &snap, &placed, &mut plan);
+    decide::retire(ctx, memo, &snap, &placed, &mut plan);
     phases.mark("retire");
     decide::statuses(ctx, memo, &snap, &placed, &mut plan);
     phases.mark("statuses");
@@ -170,7 +170,7 @@ fn publish(ctx: &Ctx, memo: &Memo, snap: &Snapshot, mut placed: Placed, mut plan
     let retired = plan.publish.retired.clone();
     let to_send = ctx.store.publish_pass(plan.publish);
     // Revocations are queued once their credential says when (the worker reads it).
-    for (id, at) in retired {
+    for (_, id, at) in retired {
         ctx.queue.add_after(WorkKey::Revoke(id), Duration::from_millis((at - snap.now).max(0) as u64));
     }
     queue_work(ctx, plan.work);

@@ -255,7 +255,7 @@ fn describe(e: &PlatformError) -> String {
 
 async fn revoke(ctx: &Ctx, id: &str) -> Outcome {
     let now = clock::now_ms();
-    let Some(c) = ctx.store.state.read().cred(id).cloned() else { return Outcome::Done };
+    let Some(c) = ctx.store.state.read().retiring(id).cloned() else { return Outcome::Done };
     let Some(at) = c.revoke_ms else { return Outcome::Done };
     if now < at {
         return Outcome::RequeueAfter(Duration::from_millis((at - now) as u64));

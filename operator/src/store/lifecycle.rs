@@ -227,16 +227,22 @@ impl State {
         self.desired_hashes.remove(&id);
         self.dirty_nodes.remove(&id);
         self.drains.remove(&id);
+        let live: Vec<((Id, Id), Id)> = self
+            .pairs
+            .iter()
+            .filter(|((_, n), _)| *n == id)
+            .filter_map(|(pair, p)| Some((pair.clone(), p.live.as_ref()?.id.clone())))
+            .collect();
+        let retiring: Vec<((Id, Id), Id)> = self
+            .retiring
+            .values()
+            .filter(|c| c.node == id)
+            .map(|c| ((c.agent.clone(), c.node.clone()), c.id.clone()))
+            .collect();
         let mut revoke = Vec::new();
-        for c in self.creds.values_mut().filter(|c| c.node == id) {
-            let c = std::sync::Arc::make_mut(c);
-            c.revoke_ms = Some(c.revoke_ms.map_or(now, |at| at.min(now)));
-            revoke.push(c.id.to_string());
-        }
-        for cid in &revoke {
-            if let Some(c) = self.creds.get(cid.as_str()).cloned() {
-                self.unset_active((c.agent.clone(), c.node.clone()), cid);
-            }
+        for (pair, cid) in live.into_iter().chain(retiring) {
+            self.schedule_revoke(&pair, &cid, |at| at.map_or(now, |at| at.min(now)));
+            revoke.push(cid.to_string());
         }
         self.pairs.retain(|(_, n), _| *n != id);
         self.changes.rebuild = true;

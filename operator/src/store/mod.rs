@@ -139,13 +139,13 @@ pub struct PairRec {
     /// The n of the pair's next PAT (SPEC §2.1). A stored row's `pending_n` (left by a version
     /// that kept the n in flight) is this n until the PAT it keyed is stored.
     pub next_n: u64,
-    /// The pair's live credential.
-    pub live: Option<Id>,
+    /// The pair's live credential, held here rather than in a map by id: a PAT is found by
+    /// its pair far more often than by its id, and only a retiring one is ever looked up by id.
+    pub live: Option<Arc<Cred>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cred {
-    /// Shared with the registry's two maps of credentials (one string, three handles).
     pub id: Id,
     pub agent: Id,
     pub node: Id,
@@ -251,8 +251,8 @@ pub struct State {
     identity_errors: HashMap<Id, String>,
     /// Each pair's PAT counter and live credential.
     pairs: HashMap<(Id, Id), PairRec>,
-    /// Shared so a pass can snapshot them without copying ciphertexts.
-    creds: HashMap<Id, Arc<Cred>>,
+    /// Credentials no longer live, waiting for their revocation (`revoke_ms` is set), by id.
+    retiring: HashMap<Id, Arc<Cred>>,
     pub desired: HashMap<Id, DesiredRec>,
     /// Hash of the inputs each node's desired state was last built from (memory only).
     pub desired_hashes: HashMap<Id, u64>,
@@ -420,10 +420,13 @@ impl State {
             if let Some(i) = st.identities.get(&c.agent).filter(|i| i.principal_id == c.principal_id) {
                 c.principal_id = i.principal_id.clone();
             }
-            if c.revoke_ms.is_none() {
-                st.pairs.entry((c.agent.clone(), c.node.clone())).or_default().live = Some(c.id.clone());
+            match c.revoke_ms {
+                None => {
+                    let pair = (c.agent.clone(), c.node.clone());
+                    st.pairs.entry(pair).or_default().live = Some(Arc::new(c));
+                }
+                Some(_) => drop(st.retiring.insert(c.id.clone(), Arc::new(c))),
             }
-            st.creds.insert(c.id.clone(), Arc::new(c));
         }
         // Bodies are read back when a node asks for one it does not have (most have theirs).
         for (node, generation, agents) in snap.desired {
@@ -460,21 +463,22 @@ impl State {
 
     /// The live credential of an (agent, node) pair.
     pub fn live_cred(&self, pair: &(Id, Id)) -> Option<&Arc<Cred>> {
-        self.pairs.get(pair)?.live.as_ref().and_then(|id| self.creds.get(id))
+        self.pairs.get(pair)?.live.as_ref()
     }
 
     /// Every live credential by its pair.
     pub fn live_creds(&self) -> impl Iterator<Item = (&(Id, Id), &Arc<Cred>)> {
-        self.pairs.iter().filter_map(|(pair, p)| self.creds.get(p.live.as_ref()?).map(|c| (pair, c)))
+        self.pairs.iter().filter_map(|(pair, p)| Some((pair, p.live.as_ref()?)))
     }
 
-    pub fn cred(&self, id: &str) -> Option<&Arc<Cred>> {
-        self.creds.get(id)
+    /// A credential waiting for its revocation.
+    pub fn retiring(&self, id: &str) -> Option<&Arc<Cred>> {
+        self.retiring.get(id)
     }
 
-    /// Every credential kept, live or waiting to be revoked.
-    pub fn creds(&self) -> impl Iterator<Item = &Arc<Cred>> {
-        self.creds.values()
+    /// Every credential waiting for its revocation.
+    pub fn retiring_creds(&self) -> impl Iterator<Item = &Arc<Cred>> {
+        self.retiring.values()
     }
 
     /// The PAT counter of an (agent, node) pair (SPEC §2.1).
@@ -486,8 +490,8 @@ impl State {
     /// put the registry behind the pass's back).
     #[cfg(test)]
     pub(crate) fn put_live_cred(&mut self, c: Arc<Cred>) {
-        self.pairs.entry((c.agent.clone(), c.node.clone())).or_default().live = Some(c.id.clone());
-        self.creds.insert(c.id.clone(), c);
+        let pair = (c.agent.clone(), c.node.clone());
+        self.pairs.entry(pair).or_default().live = Some(c);
     }
 
     /// Sets an agent's identity without recording a change (tests only, as above).
@@ -522,18 +526,32 @@ impl State {
         changed
     }
 
-    /// Makes credential `id` the live one of `pair`.
-    fn set_active(&mut self, pair: (Id, Id), id: Id) {
-        self.pairs.entry(pair.clone()).or_default().live = Some(id);
+    /// Makes `cred` the live credential of its pair; returns the one it replaces.
+    fn set_active(&mut self, cred: Arc<Cred>) -> Option<Arc<Cred>> {
+        let pair = (cred.agent.clone(), cred.node.clone());
+        let old = self.pairs.entry(pair.clone()).or_default().live.replace(cred);
         self.changes.creds.insert(pair);
+        old
     }
 
-    /// `pair` has no live credential any more if it was `id`.
-    fn unset_active(&mut self, pair: (Id, Id), id: &str) {
-        let Some(rec) = self.pairs.get_mut(&pair) else { return };
-        if rec.live.as_deref() == Some(id) {
-            rec.live = None;
-            self.changes.creds.insert(pair);
+    /// Takes credential `id` out of `pair` if it is the live one there.
+    fn take_active(&mut self, pair: &(Id, Id), id: &str) -> Option<Arc<Cred>> {
+        let rec = self.pairs.get_mut(pair)?;
+        if rec.live.as_ref().is_none_or(|c| &*c.id != id) {
+            return None;
+        }
+        self.changes.creds.insert(pair.clone());
+        rec.live.take()
+    }
+
+    /// Credential `id` of `pair` is to be revoked at `at` (ms), or sooner if it already was:
+    /// it is no longer live, and waits in the retiring credentials.
+    fn schedule_revoke(&mut self, pair: &(Id, Id), id: &str, at: impl Fn(Option<i64>) -> i64) {
+        let cred = self.take_active(pair, id).or_else(|| self.retiring.remove(id));
+        if let Some(mut c) = cred {
+            let m = Arc::make_mut(&mut c);
+            m.revoke_ms = Some(at(m.revoke_ms));
+            self.retiring.insert(c.id.clone(), c);
         }
     }
 }

@@ -14,8 +14,8 @@ use std::sync::Arc;
 /// wants sent.
 #[derive(Default)]
 pub struct PassPublish {
-    /// Credentials no longer needed, with the instant (ms) to revoke them.
-    pub retired: Vec<(Id, i64)>,
+    /// Credentials no longer needed (pair, id), with the instant (ms) to revoke them.
+    pub retired: Vec<((Id, Id), Id, i64)>,
     pub outcome: Option<Arc<Outcome>>,
     pub views: Option<Arc<ViewMap>>,
     /// Start the wanted statuses afresh (a full pass computes them all).
@@ -78,12 +78,9 @@ impl Store {
         let pair = (cred.agent.clone(), cred.node.clone());
         let mut st = self.state.write();
         if let Some((old, at)) = &retire {
-            if let Some(c) = st.creds.get_mut(&**old).map(Arc::make_mut) {
-                c.revoke_ms = Some(*at);
-            }
+            st.schedule_revoke(&pair, old, |_| *at);
         }
         st.pairs.entry(pair.clone()).or_default().next_n = cred.n + 1;
-        let id = cred.id.clone();
         let name = st.nodes.get(&cred.node).map(|n| n.name.clone()).unwrap_or_else(|| cred.node.clone());
         let (kind, msg) = match &retire {
             Some(_) => {
@@ -92,8 +89,14 @@ impl Store {
             None => (Kind::PatIssued, format!("PAT issued and sealed to {name}")),
         };
         let event = Event::new(kind, msg).agent(&cred.agent).node(&cred.node, &name);
-        st.creds.insert(id.clone(), Arc::new(cred));
-        st.set_active(pair, id);
+        let issued_ms = cred.issued_ms;
+        if let Some(mut other) = st.set_active(Arc::new(cred)) {
+            // Only one worker issues a pair's PATs, and it named the live one in `retire`: a PAT
+            // replaced here without one is a bug, kept for revocation rather than lost.
+            tracing::warn!(credential = %other.id, "a live PAT was replaced without being retired; it is revoked");
+            Arc::make_mut(&mut other).revoke_ms.get_or_insert(issued_ms);
+            st.retiring.insert(other.id.clone(), other);
+        }
         drop(st);
         self.events.record(event);
         Ok(())
@@ -103,8 +106,8 @@ impl Store {
     pub async fn credential_revoked(&self, c: &Cred) -> Result<(), DbError> {
         self.db.delete_credential(&c.id).await?;
         let mut st = self.state.write();
-        st.creds.remove(&c.id);
-        st.unset_active((c.agent.clone(), c.node.clone()), &c.id);
+        st.retiring.remove(&c.id);
+        st.take_active(&(c.agent.clone(), c.node.clone()), &c.id);
         let name = st.nodes.get(&c.node).map(|n| n.name.clone()).unwrap_or_else(|| c.node.clone());
         drop(st);
         let msg = format!("PAT of {name} revoked");
@@ -159,8 +162,8 @@ impl Store {
     /// differs from what the CP has.
     pub fn publish_pass(&self, publish: PassPublish) -> Vec<Id> {
         let mut st = self.state.write();
-        for (id, at) in &publish.retired {
-            st.retire(id, *at);
+        for (pair, id, at) in &publish.retired {
+            st.schedule_revoke(pair, id, |_| *at);
         }
         if let Some(outcome) = publish.outcome {
             st.outcome = outcome;
@@ -176,16 +179,6 @@ impl Store {
 }
 
 impl State {
-    /// Credential `id` is no longer needed: revoke it at `at` (ms); its pair has no live
-    /// credential any more.
-    fn retire(&mut self, id: &str, at: i64) {
-        if let Some(c) = self.creds.get_mut(id).map(Arc::make_mut) {
-            c.revoke_ms = Some(at);
-            let pair = (c.agent.clone(), c.node.clone());
-            self.unset_active(pair, id);
-        }
-    }
-
     /// Records the statuses a pass computed; returns the agents to send one for.
     fn want_statuses(&mut self, reset: bool, statuses: Vec<(Id, Option<StatusBody>)>) -> Vec<Id> {
         if reset {

@@ -40,7 +40,8 @@ pub fn identity_work(ctx: &Ctx, memo: &Memo, snap: &Snapshot, plan: &mut Plan) {
 pub fn pat_work(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan) {
     let ttl_ms = ctx.cfg.token_ttl_seconds as i64 * 1000;
     let now = snap.now;
-    let wants_pat = |pair: &(Id, Id)| memo.creds.get(pair).is_none_or(|c| now >= rotate_at_ms(c, ttl_ms));
+    let st = ctx.store.state.read();
+    let wants_pat = |pair: &(Id, Id)| st.live_cred(pair).is_none_or(|c| now >= rotate_at_ms(c, ttl_ms));
     if !snap.full {
         for pair in placed.touched_pairs.keys().chain(snap.changes.creds.iter()) {
             if is_placed(&memo.per_node, pair) && wants_pat(pair) {
@@ -52,7 +53,7 @@ pub fn pat_work(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: 
     for (node, m) in &memo.per_node {
         for agent in m.keys() {
             let pair = (agent.clone(), node.clone());
-            match memo.creds.get(&pair) {
+            match st.live_cred(&pair) {
                 Some(c) if !wants_pat(&pair) => plan.rotations.push((pair.0, pair.1, rotate_at_ms(c, ttl_ms))),
                 _ => plan.work.push(WorkKey::Pat(pair.0, pair.1)),
             }
@@ -80,24 +81,17 @@ fn dirty_nodes(memo: &Memo, snap: &Snapshot, placed: &Placed) -> Vec<Id> {
 /// moved are serialised and compared; a node whose body changed gets the next generation.
 pub fn desired_states(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan) {
     let dirty = dirty_nodes(memo, snap, placed);
-    let hashed: Vec<(&Id, u64, Vec<Entry>)> = dirty
-        .iter()
-        .map(|node| {
-            let entries = entries_of(&memo.per_node, node, |k| memo.agent(k), |p| memo.creds.get(p).map(|c| &**c));
-            let h = input_hash(&entries, &memo.fingerprints);
-            (node, h, entries)
-        })
-        .collect();
-    // (node, new hash, entries, the desired state it has now)
+    // (node, new hash, entries, the desired state it has now). The entries hold handles to
+    // the credentials, so the lock goes before any body is built.
     type Changed<'a> = (&'a Id, u64, Vec<Entry<'a>>, Option<DesiredRec>);
     let changed: Vec<Changed> = {
         let st = ctx.store.state.read();
-        hashed
-            .into_iter()
-            .filter(|(node, h, _)| st.desired_hashes.get(*node) != Some(h))
-            .map(|(node, h, e)| {
-                let current = st.desired.get(node).cloned();
-                (node, h, e, current)
+        dirty
+            .iter()
+            .filter_map(|node| {
+                let entries = entries_of(&memo.per_node, node, |k| memo.agent(k), |p| st.live_cred(p).cloned());
+                let h = input_hash(&entries, &memo.fingerprints);
+                (st.desired_hashes.get(node) != Some(&h)).then(|| (node, h, entries, st.desired.get(node).cloned()))
             })
             .collect()
     };
@@ -117,22 +111,23 @@ pub fn desired_states(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, 
 /// once when their node is offline (nothing there can use it for a draining run). A retired
 /// pair's agent has left that node's desired state, and the node stops such a container with
 /// a 30 s timeout whatever the agent's `drainSeconds` (SPEC §5.2, §6.4), so that is the wait.
-pub fn retire(memo: &mut Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan) {
-    let candidates: Vec<(Id, Id)> = if snap.full {
-        memo.creds.keys().cloned().collect()
+pub fn retire(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan) {
+    let st = ctx.store.state.read();
+    let candidates: HashSet<&(Id, Id)> = if snap.full {
+        st.live_creds().map(|(pair, _)| pair).collect()
     } else {
-        placed.touched_pairs.keys().chain(snap.changes.creds.iter()).cloned().collect()
+        placed.touched_pairs.keys().chain(snap.changes.creds.iter()).collect()
     };
     for pair in candidates {
-        if is_placed(&memo.per_node, &pair) {
+        if is_placed(&memo.per_node, pair) {
             continue;
         }
-        let Some(c) = memo.creds.remove(&pair) else { continue };
+        let Some(c) = st.live_cred(pair) else { continue };
         let online = memo.node(&pair.1).is_some_and(|f| f.online);
         let delay = if online { VANISHED_DRAIN } else { Duration::ZERO };
         let at = snap.now + delay.as_millis() as i64;
         tracing::info!(agent = %pair.0, node = %memo.name(&pair.1), credential = %c.id, in_seconds = delay.as_secs(), "PAT no longer needed; revoking after the drain window");
-        plan.publish.retired.push((c.id.clone(), at));
+        plan.publish.retired.push((pair.clone(), c.id.clone(), at));
         plan.rows.retire.push((c.id.to_string(), at));
     }
 }
@@ -162,7 +157,7 @@ pub fn statuses(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: 
     let st = ctx.store.state.read();
     let lookup = Lookup {
         node: &|id: &Id| memo.node(id).map(|f| (&*f.name, f.online)),
-        has_cred: &|pair: &(Id, Id)| memo.creds.contains_key(pair),
+        has_cred: &|pair: &(Id, Id)| st.live_cred(pair).is_some(),
     };
     plan.publish.reset_statuses = snap.full;
     plan.publish.statuses = agents
