@@ -284,13 +284,7 @@ async fn open_sqlite(url: &str) -> Result<sqlx::SqlitePool, DbError> {
         // (docs/performance.md, "Durability").
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(Duration::from_secs(10))
-        .foreign_keys(true)
-        // Memory (SQLite's heap is glibc's, beside jemalloc's): a 1 MiB page cache per
-        // connection instead of 2 MiB, and fewer prepared statements kept — a pass's batched
-        // writes differ in their row counts, so each size is a statement of its own, up to
-        // 3,000 parameters, and the default keeps 100 of them per connection.
-        .pragma("cache_size", "-1024")
-        .statement_cache_capacity(24);
+        .foreign_keys(true);
     // Four connections measured better than one under the simulator's cold start (121 s
     // against 147 s to converge): PAT writes and a pass's batch overlap their non-SQLite
     // work, although SQLite still takes one writer at a time.
