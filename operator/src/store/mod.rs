@@ -844,6 +844,64 @@ mod tests {
     use super::*;
     use fleet_api::ReplicaState;
 
+    fn pat(id: &str, node: &str) -> Arc<Cred> {
+        Arc::new(Cred {
+            id: id.into(),
+            agent: "a".into(),
+            node: node.into(),
+            n: 0,
+            principal_id: "p".into(),
+            ciphertext: "c".into(),
+            expires_ms: 0,
+            issued_ms: 0,
+            revoke_ms: None,
+        })
+    }
+
+    /// A live PAT is found by its pair only; once retired (by a rotation, by the pass, or by
+    /// its node's deletion) it leaves the pair and waits by id with its revoke instant, the
+    /// earliest one winning on a deletion; each step is recorded for the pass.
+    #[test]
+    fn a_retired_pat_leaves_its_pair_and_waits_by_id() {
+        let mut st = State::default();
+        let pair: (Id, Id) = ("a".into(), "n1".into());
+        assert!(st.set_active(pat("p0", "n1")).is_none());
+        assert_eq!(st.live_cred(&pair).map(|c| &*c.id), Some("p0"));
+        assert!(st.retiring("p0").is_none(), "a live PAT is not kept by id");
+        assert!(st.take_changes().creds.contains(&pair));
+
+        // A rotation: the old one is scheduled, then the new one goes live.
+        st.schedule_revoke(&pair, "p0", |_| 5_000);
+        assert!(st.set_active(pat("p1", "n1")).is_none());
+        assert_eq!(st.live_cred(&pair).map(|c| &*c.id), Some("p1"));
+        assert_eq!(st.retiring("p0").and_then(|c| c.revoke_ms), Some(5_000));
+
+        // Naming a PAT that is not the pair's live one leaves the live one alone.
+        st.schedule_revoke(&pair, "nope", |_| 1);
+        assert_eq!(st.live_cred(&pair).map(|c| &*c.id), Some("p1"));
+
+        // The node is deleted: both are due now, the earlier instant kept.
+        let rec = NodeRec {
+            id: "n1".into(),
+            name: "one".into(),
+            token_hash: [0; 32],
+            public_key: [0; 32],
+            joined_ms: 0,
+            last_seen_ms: 0,
+            info: NodeInfo::default(),
+            allow: BTreeMap::new(),
+            lifecycle: Default::default(),
+        };
+        let deleted = st.forget_node(&rec, 3_000);
+        let mut revoked = deleted.revoke.clone();
+        revoked.sort();
+        assert_eq!(revoked, ["p0", "p1"]);
+        assert!(st.live_cred(&pair).is_none());
+        assert_eq!(st.retiring("p0").and_then(|c| c.revoke_ms), Some(3_000));
+        assert_eq!(st.retiring("p1").and_then(|c| c.revoke_ms), Some(3_000));
+        assert_eq!(st.retiring_creds().count(), 2);
+    }
+
     fn report(labels: &[&str], secrets: &[&str], seq: u64) -> ObservedReport {
         ObservedReport {
             applied_generation: 1,
