@@ -7,10 +7,12 @@ use super::error::ApiError;
 use super::page::{self, Page};
 use super::App;
 use crate::clock;
+use crate::store::kept::ViewMap;
 use crate::store::NodeRec;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use fleet_api::{
     ErrorBody, JoinKeyRequest, JoinKeyResponse, List, NodeDetail, NodeView, PlacementView, JOIN_KEY_TTL_DEFAULT,
@@ -101,11 +103,13 @@ pub async fn list_placements(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
-) -> Result<Json<List<PlacementView>>, ApiError> {
+) -> Result<Response, ApiError> {
     app.jwks.admin(&headers, SCOPE_READ).await?;
     let page = Page::parse(&q)?;
     let views = app.store.state.read().views.clone();
-    let Some(limit) = page.limit else { return Ok(Json(List::all(views.to_vec()))) };
+    let Some(limit) = page.limit else {
+        return Ok(([(header::CONTENT_TYPE, "application/json")], whole_list(views)).into_response());
+    };
     // The cursor is "<index within the agent's items>:<agent key>" of the next item.
     let (skip, from) = match page.after.as_deref().and_then(|a| a.split_once(':')) {
         Some((i, key)) => (i.parse::<usize>().unwrap_or(0), key.to_string()),
@@ -129,5 +133,92 @@ pub async fn list_placements(
         let ids = items.iter().filter_map(|v: &PlacementView| v.node_id.as_deref());
         ids.filter_map(|id| st.nodes.get(id).map(|n| (id.to_string(), n.name.to_string()))).collect()
     };
-    Ok(Json(List { items, next_cursor, node_names: Some(names) }))
+    Ok(Json(List { items, next_cursor, node_names: Some(names) }).into_response())
+}
+
+/// Items of the unpaged list written into one chunk of its body.
+const LIST_CHUNK: usize = 1_000;
+
+/// The unpaged placement list (`{"items":[…]}`, as [`List::all`] serialises), written as it
+/// is sent: [`LIST_CHUNK`] items at a time from the published snapshot, which the stream
+/// shares. At 100,000 replicas the list is ~15 MB of JSON and its views more again; built
+/// whole, every reader of it (a dashboard, a script polling it) made that a peak of the
+/// controller's memory.
+fn whole_list(views: Arc<ViewMap>) -> Body {
+    // Where the next chunk starts: (agent key, index within its items); `None` once done.
+    let start = Some((String::new(), 0usize));
+    let chunks = futures::stream::unfold(start, move |at| {
+        let chunk = at.map(|(from, skip)| list_chunk(&views, &from, skip));
+        std::future::ready(chunk.map(|(bytes, next)| (Ok::<_, std::io::Error>(bytes), next)))
+    });
+    Body::from_stream(chunks)
+}
+
+/// One chunk of [`whole_list`] from (`from`, `skip`), and where the next one starts.
+fn list_chunk(views: &ViewMap, from: &str, skip: usize) -> (Bytes, Option<(String, usize)>) {
+    let first = from.is_empty() && skip == 0;
+    let mut out = Vec::with_capacity(if first { 1024 } else { 64 * 1024 });
+    if first {
+        out.extend_from_slice(b"{\"items\":[");
+    }
+    let mut written = 0;
+    for (key, revision, items) in views.range_from(from) {
+        let start = if **key == *from { skip } else { 0 };
+        for (i, item) in items.iter().enumerate().skip(start) {
+            if written == LIST_CHUNK {
+                return (out.into(), Some((key.to_string(), i)));
+            }
+            if !(first && written == 0) {
+                out.push(b',');
+            }
+            // A view of plain strings and numbers always serialises.
+            let _ = serde_json::to_writer(&mut out, &item.view(key, revision));
+            written += 1;
+        }
+    }
+    out.extend_from_slice(b"]}");
+    (out.into(), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleet_api::PlacementStatus;
+
+    /// 2,503 items over agents of three and four: chunks end inside an agent's items, between
+    /// agents and at the very end.
+    fn views(n: usize) -> ViewMap {
+        let item = |i: usize| PlacementView {
+            agent_key: format!("agent-{:05}", i / (3 + i % 2)),
+            revision: 1,
+            node_id: Some(format!("node-{i}")),
+            replicas: 1,
+            status: PlacementStatus::Placed,
+            reason: None,
+        };
+        ViewMap::from_views((0..n).map(item).collect())
+    }
+
+    /// Every chunk of the unpaged list, in order, as the body streams them.
+    fn chunks(views: &ViewMap) -> Vec<Bytes> {
+        let (mut out, mut at) = (Vec::new(), Some((String::new(), 0)));
+        while let Some((from, skip)) = at {
+            let (bytes, next) = list_chunk(views, &from, skip);
+            out.push(bytes);
+            at = next;
+        }
+        out
+    }
+
+    #[test]
+    fn the_unpaged_list_streams_in_chunks_that_make_the_whole_list() {
+        for n in [0, 1, LIST_CHUNK, 2_503] {
+            let views = views(n);
+            let parts = chunks(&views);
+            assert_eq!(parts.len(), n.div_ceil(LIST_CHUNK).max(1), "{n} items");
+            let body: Vec<u8> = parts.concat();
+            let whole = serde_json::to_vec(&List::all(views.to_vec())).unwrap();
+            assert_eq!(String::from_utf8(body).unwrap(), String::from_utf8(whole).unwrap(), "{n} items");
+        }
+    }
 }

@@ -59,7 +59,30 @@ fn desired_agent(a: &Agent, reps: &[u32], c: &Cred, tenant: &str) -> DesiredAgen
     }
 }
 
-pub fn desired_json(entries: &[Entry], tenant: &str) -> Arc<str> {
-    let body: Vec<DesiredAgent> = entries.iter().map(|(a, reps, c)| desired_agent(a, reps, c, tenant)).collect();
-    serde_json::to_string(&body).unwrap_or_else(|_| "[]".into()).into()
+/// Appends the JSON array of a node's desired agents to `out` (the served body's buffer),
+/// serialising each agent straight into it.
+pub fn write_agents(out: &mut Vec<u8>, entries: &[Entry], tenant: &str) {
+    let start = out.len();
+    // Serialising plain structs into memory cannot fail; were it ever to, the node is sent
+    // no agents rather than half an array.
+    if serde_json::to_writer(&mut *out, &Agents(entries, tenant)).is_err() {
+        out.truncate(start);
+        out.extend_from_slice(b"[]");
+    }
+}
+
+/// The JSON array of a node's desired agents (what [`write_agents`] appends).
+pub fn desired_json(entries: &[Entry], tenant: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_agents(&mut out, entries, tenant);
+    out
+}
+
+/// A node's entries as the JSON array of its desired agents, without collecting them first.
+struct Agents<'a, 'b>(&'a [Entry<'b>], &'a str);
+
+impl serde::Serialize for Agents<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|(a, reps, c)| desired_agent(a, reps, c, self.1)))
+    }
 }

@@ -319,8 +319,9 @@ async fn open_pg(url: &str, replica: &str) -> Result<sqlx::PgPool, DbError> {
 pub struct PassWrite {
     pub unbind: Vec<(String, u32)>,
     pub bind: Vec<(String, u32, String)>,
-    /// (node, generation, agents JSON), the JSON shared with the pass that built it.
-    pub desired: Vec<(String, u64, std::sync::Arc<str>)>,
+    /// (node, generation, agents JSON): a slice of the body the node is served, so a pass
+    /// holds each body it changed once ([`super::DesiredRec::agents_bytes`]).
+    pub desired: Vec<(String, u64, axum::body::Bytes)>,
     pub retire: Vec<(String, i64)>,
     pub kv: Vec<(String, String)>,
 }

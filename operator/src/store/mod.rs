@@ -190,30 +190,38 @@ pub struct DesiredRec {
 }
 
 /// SipHash with a key chosen at start: the CP cannot craft two agent lists of one hash.
-fn agents_hash(agents: &str) -> u64 {
+fn agents_hash(agents: &[u8]) -> u64 {
     kept::keyed_hash(agents)
 }
 
 impl DesiredRec {
     /// `agents`: the JSON array of desired agents.
     pub fn new(generation: u64, agents: &str) -> DesiredRec {
-        let head = Self::head(generation);
-        let mut body = head.into_bytes();
-        body.reserve_exact(agents.len() + 1);
-        body.extend_from_slice(agents.as_bytes());
+        Self::build(generation, |body| body.extend_from_slice(agents.as_bytes()))
+    }
+
+    /// The body built in place: `write_agents` appends the JSON array of desired agents
+    /// behind the head, so a pass serialises each body once, into the buffer that is served
+    /// and whose slice is stored ([`DesiredRec::agents_bytes`]).
+    pub fn build(generation: u64, write_agents: impl FnOnce(&mut Vec<u8>)) -> DesiredRec {
+        let mut body = Self::head(generation).into_bytes();
+        let at = body.len();
+        write_agents(&mut body);
+        let agents_hash = agents_hash(&body[at..]);
         body.push(b'}');
-        DesiredRec { generation, agents_hash: agents_hash(agents), body: Some(body.into()) }
+        body.shrink_to_fit();
+        DesiredRec { generation, agents_hash, body: Some(body.into()) }
     }
 
     /// A generation whose body is in the database only.
     pub fn stored(generation: u64, agents: &str) -> DesiredRec {
-        DesiredRec { generation, agents_hash: agents_hash(agents), body: None }
+        DesiredRec { generation, agents_hash: agents_hash(agents.as_bytes()), body: None }
     }
 
     /// Whether this desired state has exactly these agents (a pass bumps the generation only
     /// when they differ).
-    pub fn same_agents(&self, agents: &str) -> bool {
-        match self.agents() {
+    pub fn same_agents(&self, agents: &[u8]) -> bool {
+        match self.agents_bytes() {
             Some(held) => held == agents,
             None => self.agents_hash == agents_hash(agents),
         }
@@ -223,12 +231,12 @@ impl DesiredRec {
         format!("{{\"generation\":{generation},\"agents\":")
     }
 
-    /// The JSON array of desired agents, while the body is held.
-    pub fn agents(&self) -> Option<&str> {
+    /// The JSON array of desired agents, while the body is held: a slice of the body that
+    /// shares its memory (the pass stores it without a copy).
+    pub fn agents_bytes(&self) -> Option<Bytes> {
         let body = self.body.as_ref()?;
         let at = Self::head(self.generation).len();
-        // Built from a `&str` between ASCII delimiters, so always UTF-8.
-        std::str::from_utf8(&body[at..body.len() - 1]).ok()
+        Some(body.slice(at..body.len() - 1))
     }
 
     pub fn body(&self) -> Option<Bytes> {
@@ -923,15 +931,28 @@ mod tests {
     fn a_desired_state_is_served_as_built_and_its_agents_read_back() {
         let agents = r#"[{"agentKey":"a","note":"é"}]"#;
         let d = DesiredRec::new(7, agents);
-        assert_eq!(d.agents(), Some(agents));
+        assert_eq!(d.agents_bytes().as_deref(), Some(agents.as_bytes()));
         let body: serde_json::Value = serde_json::from_slice(&d.body().unwrap()).unwrap();
         assert_eq!(body["generation"], 7);
         assert_eq!(body["agents"][0]["note"], "é");
-        assert_eq!(DesiredRec::new(1, "[]").agents(), Some("[]"));
+        assert_eq!(DesiredRec::new(1, "[]").agents_bytes().as_deref(), Some(&b"[]"[..]));
         let stored = DesiredRec::stored(3, agents);
         assert_eq!(stored.body(), None);
-        assert!(stored.same_agents(agents) && d.same_agents(agents));
-        assert!(!stored.same_agents("[]") && !d.same_agents("[]"));
+        assert!(stored.same_agents(agents.as_bytes()) && d.same_agents(agents.as_bytes()));
+        assert!(!stored.same_agents(b"[]") && !d.same_agents(b"[]"));
+    }
+
+    #[test]
+    fn a_body_built_in_place_is_one_buffer_its_stored_agents_share() {
+        let agents = r#"[{"agentKey":"b"}]"#;
+        let built = DesiredRec::build(4, |b| b.extend_from_slice(agents.as_bytes()));
+        assert_eq!(built.body(), DesiredRec::new(4, agents).body());
+        let (body, slice) = (built.body().unwrap(), built.agents_bytes().unwrap());
+        assert_eq!(&slice[..], agents.as_bytes());
+        // The stored slice points into the served body: one copy of the JSON, not two.
+        let inside = body.as_ptr_range();
+        assert!(inside.contains(&slice.as_ptr()) && slice.as_ptr_range().end < inside.end);
+        assert!(DesiredRec::stored(4, agents).same_agents(&slice));
     }
 
     #[tokio::test]

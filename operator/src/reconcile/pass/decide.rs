@@ -3,7 +3,7 @@
 //! the credentials to retire, the statuses and the placement items. None of them writes.
 
 use super::super::derive::{agent_status, entries_of, is_placed, Lookup};
-use super::super::desired::{desired_json, input_hash, Entry};
+use super::super::desired::{input_hash, write_agents, Entry};
 use super::super::memo::Memo;
 use super::super::views::{agent_views, ViewMap};
 use super::super::work::{rotate_at_ms, WorkKey};
@@ -97,12 +97,15 @@ pub fn desired_states(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, 
     };
     for (node, h, entries, current) in changed {
         plan.desired_hashes.push((node.clone(), h));
-        let json = desired_json(&entries, &ctx.cfg.iam_tenant);
-        if !current.as_ref().is_some_and(|d| d.same_agents(&json)) {
-            let generation = current.map_or(0, |d| d.generation) + 1;
+        // Built as the next generation in the buffer that is served and stored; dropped at
+        // once when its agents are what the node already has.
+        let generation = current.as_ref().map_or(0, |d| d.generation) + 1;
+        let rec = DesiredRec::build(generation, |out| write_agents(out, &entries, &ctx.cfg.iam_tenant));
+        let Some(agents) = rec.agents_bytes() else { continue };
+        if !current.as_ref().is_some_and(|d| d.same_agents(&agents)) {
             tracing::info!(node = %memo.name(node), generation, agents = entries.len(), "desired state changed");
-            plan.desired.push((node.clone(), DesiredRec::new(generation, &json)));
-            plan.rows.desired.push((node.to_string(), generation, json));
+            plan.rows.desired.push((node.to_string(), generation, agents));
+            plan.desired.push((node.clone(), rec));
         }
     }
 }

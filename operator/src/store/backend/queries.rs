@@ -196,7 +196,13 @@ pub async fn apply_pass(p: &Pool, f: Option<&Fence>, w: &PassWrite) -> Result<()
         },
     )
     .await?;
-    let desired = last_per_key(&w.desired, |(node, _, _)| node.as_str());
+    let desired = last_per_key(&w.desired, |(node, _, _)| node.as_str())
+        .into_iter()
+        .map(|(node, generation, agents)| match std::str::from_utf8(agents) {
+            Ok(text) => Ok((node, generation, text)),
+            Err(_) => Err(DbError::Other(format!("the desired state of node {node} is not UTF-8; not stored"))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     rows(
         &mut tx,
         "INSERT INTO desired (node_id, generation, agents) ",
@@ -204,7 +210,7 @@ pub async fn apply_pass(p: &Pool, f: Option<&Fence>, w: &PassWrite) -> Result<()
         3,
         &desired,
         |b, (node, generation, agents)| {
-            b.push_bind(node).push_bind(*generation as i64).push_bind(&**agents);
+            b.push_bind(*node).push_bind(**generation as i64).push_bind(*agents);
         },
     )
     .await?;
