@@ -191,7 +191,7 @@ pub async fn hold(app: &App, node: &Id, wait: Wait) -> Result<Reply, ApiError> {
     // this one heard of it (SPEC §3.9). Read it from the database rather than answer with an
     // older one.
     if wait.since.is_some_and(|s| s > generation) && app.store.db.is_shared() {
-        if let Err(e) = app.store.refresh_desired(node).await {
+        if let Err(e) = Box::pin(app.store.refresh_desired(node)).await {
             tracing::warn!(error = %e, "cannot read a node's newest desired state; answering with this replica's");
         }
         if let Some((g, b)) = app.store.desired_body(node) {
@@ -199,7 +199,7 @@ pub async fn hold(app: &App, node: &Id, wait: Wait) -> Result<Reply, ApiError> {
         }
     }
     if wait.since != Some(generation) {
-        return desired_reply(app, node, body).await;
+        return Box::pin(desired_reply(app, node, body)).await;
     }
     // The node has this generation: its body can go.
     drop(body);
@@ -214,12 +214,12 @@ pub async fn hold(app: &App, node: &Id, wait: Wait) -> Result<Reply, ApiError> {
     // A bump between the read above and the subscription is seen here.
     if let Some((g, body)) = app.store.desired_body(node) {
         if g != generation {
-            return desired_reply(app, node, body).await;
+            return Box::pin(desired_reply(app, node, body)).await;
         }
     }
     let _ = tokio::time::timeout(Duration::from_secs(wait.seconds), rx.changed()).await;
     match app.store.desired_body(node) {
-        Some((g, body)) if g != generation => desired_reply(app, node, body).await,
+        Some((g, body)) if g != generation => Box::pin(desired_reply(app, node, body)).await,
         Some(_) => Ok(Reply::NotModified),
         // Deleted while the poll was held (SPEC §10.1).
         None => Err(ApiError::node_token_invalid()),

@@ -23,9 +23,12 @@ use crate::store::Id;
 use axum::body::Bytes;
 use axum::http::StatusCode;
 use fleet_api::{protocol, ErrorBody};
+use std::future::Future;
 use std::io;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use tokio::io::AsyncWriteExt;
+use tokio::io::ReadBuf;
 use tokio::net::TcpStream;
 use tokio::time::{timeout, timeout_at, Instant};
 
@@ -162,7 +165,7 @@ pub async fn serve(stream: &mut TcpStream, app: &Arc<App>, timeouts: Timeouts) -
                         fleet_api::codes::INVALID_REQUEST,
                         "the request head is larger than 64 KiB",
                     );
-                    let _ = write_answer(stream, Err(e), true, timeouts).await;
+                    let _ = Box::pin(write_answer(stream, Err(e), true, timeouts)).await;
                     return None;
                 }
             }
@@ -170,8 +173,11 @@ pub async fn serve(stream: &mut TcpStream, app: &Arc<App>, timeouts: Timeouts) -
         };
         let rest = buf.split_off(head.len);
         drop(std::mem::take(&mut buf));
-        let (answer, keep, leftover) = answer(stream, app, &head, rest, timeouts.idle).await?;
-        write_answer(stream, answer, head.close || !keep, timeouts).await.ok()?;
+        // Boxed, as every step that is not the wait itself: what a connection keeps in its
+        // task while it waits for a request, or holds one, is then only the state of that
+        // wait (a few hundred bytes, at 10,000 connections).
+        let (answer, keep, leftover) = Box::pin(answer(stream, app, &head, rest, timeouts.idle)).await?;
+        Box::pin(write_answer(stream, answer, head.close || !keep, timeouts)).await.ok()?;
         if head.close || !keep {
             return None;
         }
@@ -180,21 +186,33 @@ pub async fn serve(stream: &mut TcpStream, app: &Arc<App>, timeouts: Timeouts) -
 }
 
 /// Reads what is there into `buf` (growing it to at most [`MAX_HEAD`]), waiting until
-/// `deadline`; an error at EOF, a read error or the deadline.
+/// `deadline`; an error at EOF, a read error or the deadline. It waits on the stream's own
+/// readiness (no waiter of its own) beside one timer: this is the state every idle
+/// keep-alive connection keeps.
 async fn read_some(stream: &TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> io::Result<()> {
-    loop {
-        timeout_at(deadline, stream.readable()).await.map_err(|_| io::ErrorKind::TimedOut)??;
+    let mut expiry = std::pin::pin!(tokio::time::sleep_until(deadline));
+    std::future::poll_fn(|cx| loop {
+        match stream.poll_read_ready(cx) {
+            Poll::Pending if expiry.as_mut().poll(cx).is_ready() => {
+                return Poll::Ready(Err(io::ErrorKind::TimedOut.into()))
+            }
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            Poll::Ready(Ok(())) => {}
+        }
         if buf.len() == buf.capacity() {
             let want = (buf.capacity() * 2).clamp(FIRST_READ, MAX_HEAD);
             buf.reserve_exact(want - buf.len());
         }
+        // A `WouldBlock` clears the readiness, so the next poll waits again.
         match stream.try_read_buf(buf) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(_) => return Ok(()),
+            Ok(0) => return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
+            Ok(_) => return Poll::Ready(Ok(())),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e),
+            Err(e) => return Poll::Ready(Err(e)),
         }
-    }
+    })
+    .await
 }
 
 /// Reads the rest of a body of `len` bytes into `body` (which holds its start) within
@@ -247,7 +265,7 @@ async fn answer(
         return Some((Err(ApiError::not_configured()), keep, leftover));
     }
     if head.route == Route::Join {
-        return join(stream, app, head, body, idle).await;
+        return Box::pin(join(stream, app, head, body, idle)).await;
     }
     app.metrics.node_request(head.route.name());
     let node = match Box::pin(auth::node_by_token(&app.store, head.token.as_deref(), app.offline_after)).await {
@@ -266,7 +284,7 @@ async fn answer(
             let e = node::report_rejected(app, &node, ApiError::too_large(LIMIT));
             return Some((Err(e), false, Vec::new()));
         }
-        leftover = match read_body(stream, &mut body, head.content_length as usize, idle).await {
+        leftover = match Box::pin(read_body(stream, &mut body, head.content_length as usize, idle)).await {
             Ok(rest) => rest,
             Err(Some(e)) => return Some((Err(node::report_rejected(app, &node, e)), false, Vec::new())),
             Err(None) => return None,
@@ -309,20 +327,32 @@ async fn join(
 async fn held(stream: &TcpStream, app: &Arc<App>, node: &Id, wait: Wait) -> Option<Result<Reply, ApiError>> {
     // Boxed: the hold's state exists only while a request is held, not in every
     // connection's task.
-    let hold = Box::pin(node::hold(app, node, wait));
-    tokio::select! {
-        r = hold => Some(r),
-        () = peer_closed(stream) => None,
-    }
+    let mut hold = Box::pin(node::hold(app, node, wait));
+    // The peer's end is watched through the stream's own readiness, with no future (and
+    // no waiter of its own) beside the hold.
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = hold.as_mut().poll(cx) {
+            return Poll::Ready(Some(r));
+        }
+        match peer_closed(stream, cx) {
+            true => Poll::Ready(None),
+            false => Poll::Pending,
+        }
+    })
+    .await
 }
 
-/// Resolves once the peer has closed (or reset) the connection; bytes of a next request
-/// sent early do not count.
-async fn peer_closed(stream: &TcpStream) {
+/// Whether the peer has closed (or reset) the connection; bytes of a next request sent early
+/// do not count. Not closed: the stream wakes `cx` when that may have changed.
+fn peer_closed(stream: &TcpStream, cx: &mut Context<'_>) -> bool {
     let mut one = [0u8; 1];
-    match stream.peek(&mut one).await {
-        Ok(0) | Err(_) => {}
-        Ok(_) => std::future::pending().await,
+    let mut buf = ReadBuf::new(&mut one);
+    match stream.poll_peek(cx, &mut buf) {
+        Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => true,
+        // Early bytes stay readable, so the stream would not wake again for them: from here
+        // on only the hold ends the wait (a close is then seen by the next read).
+        Poll::Ready(Ok(_)) => false,
+        Poll::Pending => false,
     }
 }
 
@@ -419,5 +449,34 @@ mod tests {
             assert!(matches!(parse_head(raw.as_bytes()), Parsed::Other), "{raw:?}");
         }
         assert!(matches!(parse_head(b"GET /api/v1/nodes/me/desired HTTP/1.1\r\nHost: x"), Parsed::Partial));
+    }
+}
+
+/// What a node connection keeps while it waits, measured: 10,000 nodes each keep one.
+#[cfg(test)]
+pub(super) mod sizes {
+    use super::*;
+
+    /// The size of the future `f` returns, without making one.
+    pub fn output_size<A, F>(_: impl FnOnce(A) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// A held exchange keeps its task (the node path's loop inline), the request's state
+    /// and the hold's, each boxed apart; anything large inlined into one of them again (a
+    /// database read, a write, a body read) would be kept by every held connection.
+    #[test]
+    fn a_held_request_keeps_a_few_hundred_bytes() {
+        let serve = output_size(|(s, a, t): (&'static mut TcpStream, &'static Arc<App>, Timeouts)| serve(s, a, t));
+        let answer = output_size(|(s, a, h, b): (&'static TcpStream, &'static Arc<App>, &'static Head, Vec<u8>)| {
+            answer(s, a, h, b, std::time::Duration::ZERO)
+        });
+        let hold =
+            output_size(|(a, n): (&'static App, &'static Id)| node::hold(a, n, Wait { since: None, seconds: 0 }));
+        eprintln!("bytes: serve {serve}, answer {answer}, hold {hold}");
+        // Debug-build sizes (release ones are no larger); before the boxing: 952, 736, 728.
+        assert!(serve <= 448, "the node path's loop is {serve} bytes");
+        assert!(answer <= 320, "a request's state is {answer} bytes");
+        assert!(hold <= 448, "a hold's state is {hold} bytes");
     }
 }
