@@ -38,10 +38,15 @@ pub fn decode_public_key(b64: &str) -> Option<[u8; 32]> {
 
 /// Seals `plaintext` to `public_key`; the result is base64.
 pub fn seal(public_key: &[u8; 32], plaintext: &[u8]) -> String {
+    B64.encode(seal_raw(public_key, plaintext))
+}
+
+/// Seals `plaintext` to `public_key`: the sealed box's bytes, [`OVERHEAD`] more than the
+/// plaintext (what the controller keeps; base64 is a third larger).
+pub fn seal_raw(public_key: &[u8; 32], plaintext: &[u8]) -> Vec<u8> {
     let pk = PublicKey::from(*public_key);
     // Sealing only fails on a message larger than memory allows.
-    let ct = pk.seal(&mut OsRng, plaintext).expect("sealing a PAT cannot fail");
-    B64.encode(ct)
+    pk.seal(&mut OsRng, plaintext).expect("sealing a PAT cannot fail")
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -52,7 +52,7 @@ fn desired_agent(a: &Agent, reps: &[u32], c: &Cred, tenant: &str) -> DesiredAgen
             tenant_id: tenant.to_string(),
             credential: SealedCredential {
                 credential_id: c.id.to_string(),
-                ciphertext: c.ciphertext.to_string(),
+                ciphertext: c.ciphertext.to_base64(),
                 expires_at: clock::rfc3339_ms(c.expires_ms),
             },
         },

@@ -9,7 +9,7 @@ use crate::context::Ctx;
 use crate::model::IdentityKind;
 use crate::platform::iam::PatRequest;
 use crate::platform::PlatformError;
-use crate::store::{Cred, Id};
+use crate::store::{Cred, Id, Sealed};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
@@ -198,7 +198,7 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
         }
     };
     ctx.metrics.call("iam", "issue_pat", "ok");
-    let ciphertext = fleet_api::seal::seal(&pk, issued.token.as_bytes());
+    let ciphertext = fleet_api::seal::seal_raw(&pk, issued.token.as_bytes());
     let expires_ms = clock::parse_rfc3339_ms(&issued.expires_at).unwrap_or(now + ttl_ms);
     drop(issued.token);
     let grace = ctx.cfg.token_revoke_grace;
@@ -209,7 +209,7 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
         node: node.clone(),
         n,
         principal_id: principal,
-        ciphertext: ciphertext.into(),
+        ciphertext: Sealed::Raw(ciphertext.into_boxed_slice()),
         expires_ms,
         issued_ms: now,
         revoke_ms: None,

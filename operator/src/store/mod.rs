@@ -144,6 +144,47 @@ pub struct PairRec {
     pub live: Option<Arc<Cred>>,
 }
 
+/// A sealed PAT as the registry keeps it: the sealed box's bytes, encoded to base64 (as
+/// stored and served) only when a desired body or a row is written. 100,000 PATs held as
+/// base64 text took ~3 MB more. A stored text that is not canonical base64 is kept as it is,
+/// so what is served is always what was stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sealed {
+    Raw(Box<[u8]>),
+    Text(Box<str>),
+}
+
+impl Sealed {
+    pub fn from_base64(text: &str) -> Sealed {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        match b64.decode(text) {
+            Ok(raw) if b64.encode(&raw) == text => Sealed::Raw(raw.into_boxed_slice()),
+            _ => Sealed::Text(text.into()),
+        }
+    }
+
+    pub fn to_base64(&self) -> String {
+        use base64::Engine;
+        match self {
+            Sealed::Raw(raw) => base64::engine::general_purpose::STANDARD.encode(raw),
+            Sealed::Text(text) => text.to_string(),
+        }
+    }
+}
+
+impl From<&str> for Sealed {
+    fn from(text: &str) -> Sealed {
+        Sealed::from_base64(text)
+    }
+}
+
+impl From<String> for Sealed {
+    fn from(text: String) -> Sealed {
+        Sealed::from_base64(&text)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cred {
     pub id: Id,
@@ -151,7 +192,7 @@ pub struct Cred {
     pub node: Id,
     pub n: u64,
     pub principal_id: Id,
-    pub ciphertext: Box<str>,
+    pub ciphertext: Sealed,
     pub expires_ms: i64,
     pub issued_ms: i64,
     /// Set once the credential is no longer wanted: revoke at this instant.
@@ -166,7 +207,7 @@ impl Cred {
             node: r.node_id.into(),
             n: r.n as u64,
             principal_id: r.principal_id.into(),
-            ciphertext: r.ciphertext.into(),
+            ciphertext: Sealed::from_base64(&r.ciphertext),
             expires_ms: r.expires_ms,
             issued_ms: r.issued_ms,
             revoke_ms: r.revoke_ms,
@@ -940,6 +981,19 @@ mod tests {
         assert_eq!(stored.body(), None);
         assert!(stored.same_agents(agents.as_bytes()) && d.same_agents(agents.as_bytes()));
         assert!(!stored.same_agents(b"[]") && !d.same_agents(b"[]"));
+    }
+
+    #[test]
+    fn a_sealed_pat_is_kept_as_bytes_and_served_as_the_base64_stored() {
+        let pk = fleet_api::seal::generate_keypair().1;
+        let text = fleet_api::seal::seal(&pk, b"pat-token");
+        let sealed = Sealed::from_base64(&text);
+        assert!(matches!(&sealed, Sealed::Raw(raw) if raw.len() == 9 + fleet_api::seal::OVERHEAD));
+        assert_eq!(sealed.to_base64(), text);
+        // Anything else a row may hold is kept and served as it was.
+        for odd in ["", "c", "sealed-1", "QUJD\n", "QUI"] {
+            assert_eq!(Sealed::from_base64(odd).to_base64(), odd, "{odd:?}");
+        }
     }
 
     #[test]

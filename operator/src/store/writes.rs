@@ -68,7 +68,7 @@ impl Store {
             node_id: cred.node.to_string(),
             n: cred.n as i64,
             principal_id: cred.principal_id.to_string(),
-            ciphertext: cred.ciphertext.to_string(),
+            ciphertext: cred.ciphertext.to_base64(),
             expires_ms: cred.expires_ms,
             issued_ms: cred.issued_ms,
             revoke_ms: None,
