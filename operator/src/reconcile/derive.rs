@@ -3,12 +3,12 @@
 //! an agent's status. One definition, so the audit holds the pass to the same rules.
 
 use super::desired::Entry;
+use super::node_agents::NodeAgents;
 use super::placement::{Demand, NodeFacts, Outcome};
 use super::status::{self, ReplicaInput, StatusBody, StatusInput};
 use crate::model::{Agent, AgentState, Id};
 use crate::store::{Cred, NodeRec, State};
 use rustc_hash::FxHashMap as HashMap;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// What placement needs of an agent; `None` for one that is not placed.
@@ -44,13 +44,15 @@ pub fn facts_of(n: &NodeRec, online: bool) -> NodeFacts {
 }
 
 /// node → agent → its replica indexes there (sorted).
-pub type PerNode = HashMap<Id, BTreeMap<Id, Vec<u32>>>;
+pub type PerNode = HashMap<Id, NodeAgents>;
 
 pub fn per_node_of(outcome: &Outcome) -> PerNode {
     let mut per_node: PerNode = HashMap::default();
+    // Bindings come in (agent, replica) order, so each node's agents are appended in order.
     for ((agent, r), node) in &outcome.bindings {
-        per_node.entry(node.clone()).or_default().entry(agent.clone()).or_default().push(*r);
+        per_node.entry(node.clone()).or_default().entry(agent).push(*r);
     }
+    per_node.values_mut().for_each(NodeAgents::shrink_to_fit);
     per_node
 }
 

@@ -11,6 +11,7 @@ pub mod gauges;
 pub mod gc;
 pub mod liveness;
 pub mod memo;
+pub mod node_agents;
 pub mod pass;
 pub mod placement;
 pub mod queue;

@@ -793,6 +793,10 @@ impl Store {
         let mut images: BTreeMap<String, Vec<String>> =
             r.executor_images.into_iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k, sorted(&v))).collect();
         images.retain(|k, _| r.executor_kinds.contains(k));
+        // Kept until the next report: parsing grew the list by doubling (ten replicas in room
+        // for sixteen, ~500 bytes a node at rest).
+        let mut replicas = r.replicas;
+        replicas.shrink_to_fit();
         let info = NodeInfo {
             labels: sorted(&r.labels),
             executor_kinds: sorted(&r.executor_kinds),
@@ -802,7 +806,7 @@ impl Store {
             version: r.version,
             health: Some(r.health),
             observe_seconds: r.observe_seconds,
-            replicas: r.replicas,
+            replicas,
             applied_generation: r.applied_generation,
             boot_id: r.boot_id,
             seq: r.seq,

@@ -77,7 +77,7 @@ fn track_moves(memo: &mut Memo, moves: Vec<Move>, placed: &mut Placed) {
             let pair = (agent.clone(), node.clone());
             let was = is_placed(&memo.per_node, &pair);
             placed.touched_pairs.entry(pair).or_insert(was);
-            let reps = memo.per_node.entry(node.clone()).or_default().entry(agent.clone()).or_default();
+            let reps = memo.per_node.entry(node.clone()).or_default().entry(&agent);
             if let Err(at) = reps.binary_search(&r) {
                 reps.insert(at, r);
             }
