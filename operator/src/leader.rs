@@ -74,7 +74,7 @@ pub async fn start_term(s: &Shared, tasks: &mut Supervisor) -> anyhow::Result<Ar
     // Time-driven work survives a restart and a takeover: re-arm the pending revocations.
     let now = crate::clock::now_ms();
     for c in s.store.state.read().retiring_creds() {
-        if let Some(at) = c.revoke_ms {
+        if let Some(at) = c.revoke_ms.get() {
             ctx.queue.add_after(work::WorkKey::Revoke(c.id.clone()), Duration::from_millis((at - now).max(0) as u64));
         }
     }

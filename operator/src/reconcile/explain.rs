@@ -427,7 +427,7 @@ mod tests {
                 ciphertext: "s".into(),
                 expires_ms: i64::MAX,
                 issued_ms: 0,
-                revoke_ms: None,
+                revoke_ms: crate::store::MaybeMs::NONE,
             }));
             let e = explain(&st, "x", crate::clock::now_ms(), OFFLINE, false).unwrap();
             assert_eq!(e.phase, "pending", "{code}");

@@ -209,10 +209,10 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
         node: node.clone(),
         n,
         principal_id: principal,
-        ciphertext: Sealed::Raw(ciphertext.into_boxed_slice()),
+        ciphertext: Sealed::raw(&ciphertext),
         expires_ms,
         issued_ms: now,
-        revoke_ms: None,
+        revoke_ms: crate::store::MaybeMs::NONE,
     };
     let (id, due) = (cred.id.clone(), rotate_at_ms(&cred, ttl_ms));
     if let Err(e) = ctx.store.credential_stored(cred, retire.clone()).await {
@@ -256,7 +256,7 @@ fn describe(e: &PlatformError) -> String {
 async fn revoke(ctx: &Ctx, id: &str) -> Outcome {
     let now = clock::now_ms();
     let Some(c) = ctx.store.state.read().retiring(id).cloned() else { return Outcome::Done };
-    let Some(at) = c.revoke_ms else { return Outcome::Done };
+    let Some(at) = c.revoke_ms.get() else { return Outcome::Done };
     if now < at {
         return Outcome::RequeueAfter(Duration::from_millis((at - now) as u64));
     }

@@ -94,7 +94,8 @@ impl Store {
             // Only one worker issues a pair's PATs, and it named the live one in `retire`: a PAT
             // replaced here without one is a bug, kept for revocation rather than lost.
             tracing::warn!(credential = %other.id, "a live PAT was replaced without being retired; it is revoked");
-            Arc::make_mut(&mut other).revoke_ms.get_or_insert(issued_ms);
+            let m = Arc::make_mut(&mut other);
+            m.revoke_ms = Some(m.revoke_ms.get().unwrap_or(issued_ms)).into();
             st.retiring.insert(other.id.clone(), other);
         }
         drop(st);
