@@ -8,7 +8,7 @@ use super::page::{self, Page};
 use super::App;
 use crate::clock;
 use crate::store::kept::ViewMap;
-use crate::store::NodeRec;
+use crate::store::{Id, NodeRec};
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -59,7 +59,7 @@ pub async fn list_nodes(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
-) -> Result<Json<List<NodeView>>, ApiError> {
+) -> Result<Response, ApiError> {
     app.jwks.admin(&headers, SCOPE_READ).await?;
     let page = Page::parse(&q)?;
     let now = clock::now_ms();
@@ -67,11 +67,63 @@ pub async fn list_nodes(
     let mut nodes: Vec<&NodeRec> =
         st.nodes.values().filter(|n| page.after.as_deref().is_none_or(|a| &*n.name > a)).collect();
     nodes.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-    let more = page.limit.is_some_and(|l| nodes.len() > l);
-    nodes.truncate(page.limit.unwrap_or(usize::MAX));
+    let Some(limit) = page.limit else {
+        let ids: Arc<[Id]> = nodes.into_iter().map(|n| n.id.clone()).collect();
+        drop(st);
+        return Ok(([(header::CONTENT_TYPE, "application/json")], whole_node_list(app, ids, now)).into_response());
+    };
+    let more = nodes.len() > limit;
+    nodes.truncate(limit);
     let next_cursor = more.then(|| nodes.last().map(|n| page::encode(&n.name))).flatten();
     let items = nodes.into_iter().map(|n| st.node_view(n, now, app.offline_after)).collect();
-    Ok(Json(List::page(items, next_cursor)))
+    Ok(Json(List::page(items, next_cursor)).into_response())
+}
+
+/// Nodes of the unpaged list written into one chunk of its body.
+const NODE_CHUNK: usize = 500;
+
+/// The unpaged node list (`{"items":[…]}`), written as it is sent, [`NODE_CHUNK`] nodes at a
+/// time, each chunk under its own short read of the registry: the whole list at 10,000 nodes
+/// is ~9 MB of views and JSON. A node deleted meanwhile is left out.
+fn whole_node_list(app: Arc<App>, ids: Arc<[Id]>, now: i64) -> Body {
+    // (where the next chunk starts, whether an item was written yet); `None` once done.
+    let chunks = futures::stream::unfold(Some((0usize, false)), move |at| {
+        let chunk = at.map(|(start, wrote)| {
+            let st = app.store.state.read();
+            node_chunk(&st, app.offline_after, &ids, start, wrote, now)
+        });
+        std::future::ready(chunk.map(|(bytes, next)| (Ok::<_, std::io::Error>(bytes), next)))
+    });
+    Body::from_stream(chunks)
+}
+
+/// One chunk of [`whole_node_list`] from `start`, and where the next one starts.
+fn node_chunk(
+    st: &crate::store::State,
+    offline_after: Duration,
+    ids: &[Id],
+    start: usize,
+    mut wrote: bool,
+    now: i64,
+) -> (Bytes, Option<(usize, bool)>) {
+    let end = (start + NODE_CHUNK).min(ids.len());
+    let mut out = Vec::with_capacity(64 * 1024);
+    if start == 0 {
+        out.extend_from_slice(b"{\"items\":[");
+    }
+    for n in ids[start..end].iter().filter_map(|id| st.nodes.get(id)) {
+        if wrote {
+            out.push(b',');
+        }
+        // A view of plain strings and numbers always serialises.
+        let _ = serde_json::to_writer(&mut out, &st.node_view(n, now, offline_after));
+        wrote = true;
+    }
+    if end == ids.len() {
+        out.extend_from_slice(b"]}");
+        return (out.into(), None);
+    }
+    (out.into(), Some((end, wrote)))
 }
 
 /// One node (by id or name) with the replicas it last reported.
@@ -208,6 +260,47 @@ mod tests {
             at = next;
         }
         out
+    }
+
+    fn node(i: usize) -> NodeRec {
+        NodeRec {
+            id: format!("id-{i}").into(),
+            name: format!("n-{i:05}").into(),
+            token_hash: [0; 32],
+            public_key: [0; 32],
+            joined_ms: 0,
+            last_seen_ms: 0,
+            info: Default::default(),
+            allow: Default::default(),
+            lifecycle: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_unpaged_node_list_streams_in_chunks_and_leaves_out_deleted_nodes() {
+        let after = Duration::from_secs(60);
+        for n in [0, 1, NODE_CHUNK, NODE_CHUNK + 1, 1_203] {
+            let mut st = crate::store::State::default();
+            for i in 0..n {
+                let rec = node(i);
+                st.nodes.insert(rec.id.clone(), rec);
+            }
+            let ids: Vec<Id> = (0..n).map(|i| Id::from(format!("id-{i}"))).collect();
+            // Deleted after the list was taken: the first node of the second chunk.
+            if n > NODE_CHUNK {
+                st.nodes.remove(&ids[NODE_CHUNK]);
+            }
+            let (mut body, mut at) = (Vec::new(), Some((0, false)));
+            while let Some((start, wrote)) = at {
+                let (bytes, next) = node_chunk(&st, after, &ids, start, wrote, 0);
+                body.extend_from_slice(&bytes);
+                at = next;
+            }
+            let views: Vec<NodeView> =
+                ids.iter().filter_map(|id| st.nodes.get(id)).map(|r| st.node_view(r, 0, after)).collect();
+            let whole = serde_json::to_vec(&List::page(views, None)).unwrap();
+            assert_eq!(String::from_utf8(body).unwrap(), String::from_utf8(whole).unwrap(), "{n} nodes");
+        }
     }
 
     #[test]

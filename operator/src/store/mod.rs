@@ -847,22 +847,43 @@ impl Store {
         st.observe(node, info, now, now, offline_after, true)
     }
 
-    /// Persists reported node state; called periodically and at shutdown.
+    /// Persists reported node state; called periodically and at shutdown. Returns how many
+    /// nodes were written. A fleet that reports at once (10,000 nodes coming up, a burst) is
+    /// serialised and written [`FLUSH_CHUNK`] nodes at a time: all at once its rows were
+    /// ~15 MB held together. Nodes whose rows could not be written stay dirty.
     pub async fn flush_reports(&self) -> Result<usize, DbError> {
-        let rows: Vec<(String, i64, String)> = {
-            let mut st = self.state.write();
-            let dirty: Vec<Id> = st.dirty_nodes.drain().collect();
-            dirty
-                .iter()
-                .filter_map(|id| st.nodes.get(id))
-                .map(|n| (n.id.to_string(), n.last_seen_ms, serde_json::to_string(&n.info).unwrap_or_default()))
-                .collect()
-        };
-        if rows.is_empty() {
-            return Ok(0);
+        self.flush_reports_by(FLUSH_CHUNK).await
+    }
+
+    async fn flush_reports_by(&self, chunk: usize) -> Result<usize, DbError> {
+        let mut written = 0;
+        loop {
+            let (ids, rows): (Vec<Id>, Vec<(String, i64, String)>) = {
+                let mut st = self.state.write();
+                let ids: Vec<Id> = st.dirty_nodes.iter().take(chunk).cloned().collect();
+                for id in &ids {
+                    st.dirty_nodes.remove(id);
+                }
+                let rows = ids
+                    .iter()
+                    .filter_map(|id| st.nodes.get(id))
+                    .map(|n| (n.id.to_string(), n.last_seen_ms, serde_json::to_string(&n.info).unwrap_or_default()))
+                    .collect();
+                (ids, rows)
+            };
+            if rows.is_empty() {
+                return Ok(written);
+            }
+            if let Err(e) = self.db.update_nodes(&rows).await {
+                self.state.write().dirty_nodes.extend(ids);
+                return Err(e);
+            }
+            written += rows.len();
+            // Reports that land meanwhile wait for the next flush (a second away).
+            if ids.len() < chunk || written >= 20 * chunk {
+                return Ok(written);
+            }
         }
-        self.db.update_nodes(&rows).await?;
-        Ok(rows.len())
     }
 
     /// Writes the events recorded since the last call; called with the report flush.
@@ -917,6 +938,9 @@ impl Store {
         Ok(rec.body().map(|b| (rec.generation, b)))
     }
 }
+
+/// Nodes whose reports one transaction writes ([`Store::flush_reports`]).
+pub const FLUSH_CHUNK: usize = 1_000;
 
 fn sorted(v: &[String]) -> Vec<String> {
     let mut v = v.to_vec();
@@ -1062,6 +1086,39 @@ mod tests {
             eprintln!("on {}", fresh.backend);
             a_report_on(&Store::open(&fresh.url).await.unwrap()).await;
         }
+    }
+
+    #[tokio::test]
+    async fn reports_are_flushed_in_chunks_until_none_is_dirty() {
+        let fresh = db::testing::each().into_iter().next().unwrap();
+        let store = Store::open(&fresh.url).await.unwrap();
+        let mut ids = Vec::new();
+        for i in 0..5 {
+            let (key, _) = store.issue_join_key(Duration::from_secs(60), "").await.unwrap();
+            let (_, pk) = fleet_api::seal::generate_keypair();
+            use base64::Engine;
+            let req = JoinRequest {
+                join_key: key,
+                name: format!("n{i}"),
+                public_key: base64::engine::general_purpose::STANDARD.encode(pk),
+                labels: vec![],
+                executor_kinds: vec!["k".into()],
+                executor_images: BTreeMap::new(),
+                capacity: Capacity { slots: 2, cpus: None, memory_mb: None },
+                secrets: vec![],
+                version: "t".into(),
+            };
+            ids.push(Id::from(store.join(&req).await.unwrap().node_id));
+        }
+        let now = clock::now_ms();
+        for id in &ids {
+            store.report(id, report(&["flushed"], &[], 1), now, Duration::from_secs(60));
+        }
+        assert_eq!(store.flush_reports_by(2).await.unwrap(), 5, "three chunks of two, two, one");
+        assert!(store.state.read().dirty_nodes.is_empty());
+        let stored = store.db.nodes(None).await.unwrap();
+        assert_eq!(stored.iter().filter(|n| n.info.contains("flushed")).count(), 5);
+        assert_eq!(store.flush_reports_by(2).await.unwrap(), 0, "nothing left to write");
     }
 
     async fn a_report_on(store: &Store) {
