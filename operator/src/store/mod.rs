@@ -1094,21 +1094,7 @@ mod tests {
         let store = Store::open(&fresh.url).await.unwrap();
         let mut ids = Vec::new();
         for i in 0..5 {
-            let (key, _) = store.issue_join_key(Duration::from_secs(60), "").await.unwrap();
-            let (_, pk) = fleet_api::seal::generate_keypair();
-            use base64::Engine;
-            let req = JoinRequest {
-                join_key: key,
-                name: format!("n{i}"),
-                public_key: base64::engine::general_purpose::STANDARD.encode(pk),
-                labels: vec![],
-                executor_kinds: vec!["k".into()],
-                executor_images: BTreeMap::new(),
-                capacity: Capacity { slots: 2, cpus: None, memory_mb: None },
-                secrets: vec![],
-                version: "t".into(),
-            };
-            ids.push(Id::from(store.join(&req).await.unwrap().node_id));
+            ids.push(join_node(&store, &format!("n{i}"), &[]).await);
         }
         let now = clock::now_ms();
         for id in &ids {
@@ -1121,22 +1107,27 @@ mod tests {
         assert_eq!(store.flush_reports_by(2).await.unwrap(), 0, "nothing left to write");
     }
 
-    async fn a_report_on(store: &Store) {
+    /// Joins a node named `name` with a fresh key and these labels; its id.
+    async fn join_node(store: &Store, name: &str, labels: &[&str]) -> Id {
         let (key, _) = store.issue_join_key(Duration::from_secs(60), "").await.unwrap();
         let (_, pk) = fleet_api::seal::generate_keypair();
         use base64::Engine;
         let req = JoinRequest {
             join_key: key,
-            name: "n".into(),
+            name: name.into(),
             public_key: base64::engine::general_purpose::STANDARD.encode(pk),
-            labels: vec!["b".into(), "a".into()],
+            labels: labels.iter().map(|l| l.to_string()).collect(),
             executor_kinds: vec!["k".into()],
             executor_images: BTreeMap::new(),
             capacity: Capacity { slots: 2, cpus: None, memory_mb: None },
             secrets: vec![],
             version: "t".into(),
         };
-        let id: Id = store.join(&req).await.unwrap().node_id.into();
+        store.join(&req).await.unwrap().node_id.into()
+    }
+
+    async fn a_report_on(store: &Store) {
+        let id = join_node(store, "n", &["b", "a"]).await;
         let now = clock::now_ms();
         let ttl = Duration::from_secs(60);
         let got = store.report(&id, report(&["b", "a", "a"], &[], 1), now, ttl);
