@@ -82,48 +82,30 @@ pub async fn list_nodes(
 /// Nodes of the unpaged list written into one chunk of its body.
 const NODE_CHUNK: usize = 500;
 
-/// The unpaged node list (`{"items":[…]}`), written as it is sent, [`NODE_CHUNK`] nodes at a
-/// time, each chunk under its own short read of the registry: the whole list at 10,000 nodes
-/// is ~9 MB of views and JSON. A node deleted meanwhile is left out.
+/// The unpaged node list, [`NODE_CHUNK`] nodes a chunk, each chunk under its own short read
+/// of the registry: the whole list at 10,000 nodes is ~9 MB of views and JSON.
 fn whole_node_list(app: Arc<App>, ids: Arc<[Id]>, now: i64) -> Body {
-    // (where the next chunk starts, whether an item was written yet); `None` once done.
-    let chunks = futures::stream::unfold(Some((0usize, false)), move |at| {
-        let chunk = at.map(|(start, wrote)| {
-            let st = app.store.state.read();
-            node_chunk(&st, app.offline_after, &ids, start, wrote, now)
-        });
-        std::future::ready(chunk.map(|(bytes, next)| (Ok::<_, std::io::Error>(bytes), next)))
-    });
-    Body::from_stream(chunks)
+    stream_items(0, move |start, items| {
+        let st = app.store.state.read();
+        node_chunk(&st, app.offline_after, &ids, start, now, items)
+    })
 }
 
-/// One chunk of [`whole_node_list`] from `start`, and where the next one starts.
+/// The nodes of `ids` from `start` into `items` (a node deleted meanwhile is left out), and
+/// where the next chunk starts.
 fn node_chunk(
     st: &crate::store::State,
     offline_after: Duration,
     ids: &[Id],
     start: usize,
-    mut wrote: bool,
     now: i64,
-) -> (Bytes, Option<(usize, bool)>) {
+    items: &mut Items,
+) -> Option<usize> {
     let end = (start + NODE_CHUNK).min(ids.len());
-    let mut out = Vec::with_capacity(64 * 1024);
-    if start == 0 {
-        out.extend_from_slice(b"{\"items\":[");
-    }
     for n in ids[start..end].iter().filter_map(|id| st.nodes.get(id)) {
-        if wrote {
-            out.push(b',');
-        }
-        // A view of plain strings and numbers always serialises.
-        let _ = serde_json::to_writer(&mut out, &st.node_view(n, now, offline_after));
-        wrote = true;
+        items.push(&st.node_view(n, now, offline_after));
     }
-    if end == ids.len() {
-        out.extend_from_slice(b"]}");
-        return (out.into(), None);
-    }
-    (out.into(), Some((end, wrote)))
+    (end < ids.len()).then_some(end)
 }
 
 /// One node (by id or name) with the replicas it last reported.
@@ -188,48 +170,85 @@ pub async fn list_placements(
     Ok(Json(List { items, next_cursor, node_names: Some(names) }).into_response())
 }
 
-/// Items of the unpaged list written into one chunk of its body.
+/// Items of the unpaged placement list written into one chunk of its body.
 const LIST_CHUNK: usize = 1_000;
 
-/// The unpaged placement list (`{"items":[…]}`, as [`List::all`] serialises), written as it
-/// is sent: [`LIST_CHUNK`] items at a time from the published snapshot, which the stream
-/// shares. At 100,000 replicas the list is ~15 MB of JSON and its views more again; built
-/// whole, every reader of it (a dashboard, a script polling it) made that a peak of the
-/// controller's memory.
+/// The unpaged placement list, [`LIST_CHUNK`] items a chunk from the published snapshot,
+/// which the stream shares. At 100,000 replicas the list is ~15 MB of JSON and its views more
+/// again; built whole, every reader of it (a dashboard, a script polling it) made that a peak
+/// of the controller's memory.
 fn whole_list(views: Arc<ViewMap>) -> Body {
-    // Where the next chunk starts: (agent key, index within its items); `None` once done.
-    let start = Some((String::new(), 0usize));
-    let chunks = futures::stream::unfold(start, move |at| {
-        let chunk = at.map(|(from, skip)| list_chunk(&views, &from, skip));
-        std::future::ready(chunk.map(|(bytes, next)| (Ok::<_, std::io::Error>(bytes), next)))
-    });
-    Body::from_stream(chunks)
+    stream_items((String::new(), 0), move |(from, skip), items| list_chunk(&views, &from, skip, items))
 }
 
-/// One chunk of [`whole_list`] from (`from`, `skip`), and where the next one starts.
-fn list_chunk(views: &ViewMap, from: &str, skip: usize) -> (Bytes, Option<(String, usize)>) {
-    let first = from.is_empty() && skip == 0;
-    let mut out = Vec::with_capacity(if first { 1024 } else { 64 * 1024 });
-    if first {
-        out.extend_from_slice(b"{\"items\":[");
-    }
+/// The placement items from (`from` agent, `skip` of its items) into `items`, and where the
+/// next chunk starts.
+fn list_chunk(views: &ViewMap, from: &str, skip: usize, items: &mut Items) -> Option<(String, usize)> {
     let mut written = 0;
-    for (key, revision, items) in views.range_from(from) {
+    for (key, revision, list) in views.range_from(from) {
         let start = if **key == *from { skip } else { 0 };
-        for (i, item) in items.iter().enumerate().skip(start) {
+        for (i, item) in list.iter().enumerate().skip(start) {
             if written == LIST_CHUNK {
-                return (out.into(), Some((key.to_string(), i)));
+                return Some((key.to_string(), i));
             }
-            if !(first && written == 0) {
-                out.push(b',');
-            }
-            // A view of plain strings and numbers always serialises.
-            let _ = serde_json::to_writer(&mut out, &item.view(key, revision));
+            items.push(&item.view(key, revision));
             written += 1;
         }
     }
-    out.extend_from_slice(b"]}");
-    (out.into(), None)
+    None
+}
+
+/// One chunk of an unpaged list's body being written.
+struct Items {
+    out: Vec<u8>,
+    /// An item was written before this one, in this chunk or an earlier one.
+    any: bool,
+}
+
+impl Items {
+    fn push(&mut self, item: &impl serde::Serialize) {
+        if self.any {
+            self.out.push(b',');
+        }
+        // Views of plain strings and numbers always serialise.
+        let _ = serde_json::to_writer(&mut self.out, item);
+        self.any = true;
+    }
+}
+
+/// Where an unpaged list's body stands between chunks: the next chunk's start, whether an
+/// item was written yet, whether the head is still to be written.
+type Framing<P> = (P, bool, bool);
+
+/// One chunk of an unpaged list: `{"items":[` first, the items `fill` writes from the
+/// position, `]}` once `fill` says there is no next chunk.
+fn frame<P>(
+    (at, any, first): Framing<P>,
+    fill: &mut impl FnMut(P, &mut Items) -> Option<P>,
+) -> (Bytes, Option<Framing<P>>) {
+    let mut items = Items { out: Vec::with_capacity(if first { 1024 } else { 64 * 1024 }), any };
+    if first {
+        items.out.extend_from_slice(b"{\"items\":[");
+    }
+    let next = fill(at, &mut items);
+    if next.is_none() {
+        items.out.extend_from_slice(b"]}");
+    }
+    let any = items.any;
+    (items.out.into(), next.map(|p| (p, any, false)))
+}
+
+/// An unpaged list (`{"items":[…]}`, as [`List::all`] serialises) written as it is sent, a
+/// chunk at a time from `start`: the list is never held whole.
+fn stream_items<P: Send + 'static>(
+    start: P,
+    mut fill: impl FnMut(P, &mut Items) -> Option<P> + Send + 'static,
+) -> Body {
+    let chunks = futures::stream::unfold(Some((start, false, true)), move |at| {
+        let chunk = at.map(|at| frame(at, &mut fill));
+        std::future::ready(chunk.map(|(bytes, next)| (Ok::<_, std::io::Error>(bytes), next)))
+    });
+    Body::from_stream(chunks)
 }
 
 #[cfg(test)]
@@ -251,11 +270,11 @@ mod tests {
         ViewMap::from_views((0..n).map(item).collect())
     }
 
-    /// Every chunk of the unpaged list, in order, as the body streams them.
-    fn chunks(views: &ViewMap) -> Vec<Bytes> {
-        let (mut out, mut at) = (Vec::new(), Some((String::new(), 0)));
-        while let Some((from, skip)) = at {
-            let (bytes, next) = list_chunk(views, &from, skip);
+    /// The chunks of an unpaged list, in order, as its body streams them.
+    fn chunks<P>(start: P, mut fill: impl FnMut(P, &mut Items) -> Option<P>) -> Vec<Bytes> {
+        let (mut out, mut at) = (Vec::new(), Some((start, false, true)));
+        while let Some(framing) = at {
+            let (bytes, next) = frame(framing, &mut fill);
             out.push(bytes);
             at = next;
         }
@@ -290,12 +309,7 @@ mod tests {
             if n > NODE_CHUNK {
                 st.nodes.remove(&ids[NODE_CHUNK]);
             }
-            let (mut body, mut at) = (Vec::new(), Some((0, false)));
-            while let Some((start, wrote)) = at {
-                let (bytes, next) = node_chunk(&st, after, &ids, start, wrote, 0);
-                body.extend_from_slice(&bytes);
-                at = next;
-            }
+            let body = chunks(0, |start, items| node_chunk(&st, after, &ids, start, 0, items)).concat();
             let views: Vec<NodeView> =
                 ids.iter().filter_map(|id| st.nodes.get(id)).map(|r| st.node_view(r, 0, after)).collect();
             let whole = serde_json::to_vec(&List::page(views, None)).unwrap();
@@ -307,7 +321,7 @@ mod tests {
     fn the_unpaged_list_streams_in_chunks_that_make_the_whole_list() {
         for n in [0, 1, LIST_CHUNK, 2_503] {
             let views = views(n);
-            let parts = chunks(&views);
+            let parts = chunks((String::new(), 0), |(from, skip), items| list_chunk(&views, &from, skip, items));
             assert_eq!(parts.len(), n.div_ceil(LIST_CHUNK).max(1), "{n} items");
             let body: Vec<u8> = parts.concat();
             let whole = serde_json::to_vec(&List::all(views.to_vec())).unwrap();

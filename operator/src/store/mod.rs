@@ -192,12 +192,6 @@ impl From<&str> for Sealed {
     }
 }
 
-impl From<String> for Sealed {
-    fn from(text: String) -> Sealed {
-        Sealed::from_base64(&text)
-    }
-}
-
 /// An instant in ms that may be unset, in 8 bytes (`Option<i64>` takes 16): with it a
 /// credential fits jemalloc's 128-byte class instead of the 160-byte one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
