@@ -43,11 +43,28 @@ async fn pages_etag_skips_and_outage_across_restart() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(dk.calls("list_agents_304") > before.1, "the ETag is used");
     assert_eq!(dk.calls("list_agents"), before.0, "no full read of an unchanged list");
-    let desired = eventually(15, "desired has five agents", || async {
+    eventually(15, "desired has five agents", || async {
         let (_, d) = node.desired(None, 0).await;
         (d["agents"].as_array()?.len() == 5).then_some(d)
     })
     .await;
+
+    // A change of the list (a1 at revision 2, a6 new) is stored as that change: the list the
+    // restart below reads back is the changed one.
+    let keys = ["a1", "a2", "a3", "a4", "a5", "a6"];
+    let mut changed: Vec<_> = keys.iter().map(|k| agent(k, "k", 1)).collect();
+    changed[0]["revision"] = json!(2);
+    dk.put_agents(changed);
+    let desired = eventually(15, "desired has a1 at revision 2 and a6", || async {
+        node.report(&[]).await;
+        let (_, d) = node.desired(None, 0).await;
+        let agents = d["agents"].as_array()?;
+        let a1 = agents.iter().find(|a| a["agentKey"] == "a1")?;
+        (a1["revision"] == 2 && agents.len() == 6).then_some(d)
+    })
+    .await;
+    // The copy is written half a second after the pass starts.
+    tokio::time::sleep(Duration::from_secs(2)).await;
 
     // The CP goes down and the controller restarts: the stored list keeps everything placed.
     dk.set_faults(Faults { cp_down: true, ..Default::default() });

@@ -1,9 +1,10 @@
 //! The CP change trigger: the one reader of the CP's agent list (SPEC §2.2, §3.4).
 
 use crate::context::Ctx;
-use crate::model::AgentList;
+use crate::model::Agent;
 use crate::platform::cp::AgentsFetch;
-use crate::store::db::PassWrite;
+use crate::store::db::AgentsWrite;
+use std::cmp::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,31 +19,45 @@ const STORE_AFTER: Duration = Duration::from_millis(500);
 /// It is the only reader of the list: a pass works from the copy in the registry, so it
 /// never waits for the CP (reading 20,000 agents takes tens of pages).
 pub async fn watch_cp(ctx: Arc<Ctx>) {
+    // Whether the stored rows may differ from the registry's list other than by the next
+    // change (a write failed): the next write replaces them all.
+    let mut unsure = false;
     loop {
         let mut pause = CP_WATCH_EVERY;
-        if let Some((agents, etag)) = refresh_agents(&ctx).await {
+        let change = refresh_agents(&ctx).await;
+        if change.is_some() {
             // The pass starts first: the stored list is only a cache of the CP's (a start
-            // reads the CP again), and serialising 20,000 agents takes tens of milliseconds
-            // of a core the pass is using to wake the nodes, so the copy is written a moment
-            // later (within the same watch period).
+            // reads the CP again), and serialising the changed agents takes a core the pass is
+            // using to wake the nodes, so the copy is written a moment later (within the same
+            // watch period).
             ctx.kick();
             tokio::time::sleep(STORE_AFTER).await;
             pause = pause.saturating_sub(STORE_AFTER);
-            let mut w = PassWrite::default();
-            w.kv.push(("agents".into(), serde_json::to_string(&*agents).unwrap_or_else(|_| "[]".into())));
-            w.kv.push(("agents_etag".into(), etag.unwrap_or_default()));
-            drop(agents);
-            if let Err(e) = ctx.store.db.apply_pass(&w).await {
-                tracing::error!(error = %e, "cannot store the agent list");
+        }
+        let write = match change {
+            Some(w) if !unsure => Some(w),
+            _ if unsure => {
+                let st = ctx.store.state.read();
+                Some(AgentsWrite::all(st.agents.clone(), st.agents_etag.clone().unwrap_or_default()))
+            }
+            _ => None,
+        };
+        if let Some(w) = write {
+            match ctx.store.db.store_agents(&w).await {
+                Ok(()) => unsure = false,
+                Err(e) => {
+                    unsure = true;
+                    tracing::error!(error = %e, "cannot store the agent list; retrying with the whole list");
+                }
             }
         }
         tokio::time::sleep(pause).await;
     }
 }
 
-/// Reads the agent list; when it changed, puts it in the registry and returns it with its
-/// ETag (for the caller to store).
-async fn refresh_agents(ctx: &Ctx) -> Option<(AgentList, Option<String>)> {
+/// Reads the agent list; when it changed, puts it in the registry and returns what changed
+/// for the caller to store.
+async fn refresh_agents(ctx: &Ctx) -> Option<AgentsWrite> {
     let etag = ctx.store.state.read().agents_etag.clone();
     match ctx.cp.list_agents(etag.as_deref()).await {
         Ok(AgentsFetch::NotModified) => {
@@ -67,20 +82,86 @@ async fn refresh_agents(ctx: &Ctx) -> Option<(AgentList, Option<String>)> {
             if *current == agents && current_etag == etag {
                 return None;
             }
+            agents.shrink_to_fit();
             let agents = Arc::new(agents);
             let old = {
                 let mut st = ctx.store.state.write();
                 st.agents_etag = etag.clone();
                 st.set_agents(agents.clone())
             };
+            let (put, delete) = changed(&current, &agents);
             // The old list is freed here, outside the lock.
             drop((old, current));
-            Some((agents, etag))
+            Some(AgentsWrite { list: agents, put, delete, replace_all: false, etag: etag.unwrap_or_default() })
         }
         Err(e) => {
             ctx.metrics.call("cp", "list_agents", e.outcome());
             tracing::warn!(error = %e, "cannot read agents from the CP; using the last known list");
             None
         }
+    }
+}
+
+/// What of `new` differs from `old`, both in key order: the positions in `new` of agents that
+/// are new or changed, and the keys of agents that are gone.
+fn changed(old: &[Agent], new: &[Agent]) -> (Vec<usize>, Vec<String>) {
+    let (mut put, mut delete) = (vec![], vec![]);
+    let (mut i, mut j) = (0, 0);
+    loop {
+        let order = match (old.get(i), new.get(j)) {
+            (None, None) => break,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some(o), Some(n)) => o.key.cmp(&n.key),
+        };
+        match order {
+            Ordering::Less => {
+                delete.push(old[i].key.clone());
+                i += 1;
+            }
+            Ordering::Greater => {
+                put.push(j);
+                j += 1;
+            }
+            Ordering::Equal => {
+                if old[i] != new[j] {
+                    put.push(j);
+                }
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    (put, delete)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agents(items: &[(&str, u64)]) -> Vec<Agent> {
+        let raw = crate::model::raw_items(
+            items
+                .iter()
+                .map(|(key, revision)| {
+                    serde_json::json!({"key": key, "revision": revision, "state": "running",
+                        "identity": {"kind": "agent"}, "executor": {"kind": "claude-code"}})
+                })
+                .collect(),
+        );
+        crate::model::parse_agents(&raw).0
+    }
+
+    #[test]
+    fn only_new_changed_and_gone_agents_are_written() {
+        let old = agents(&[("a", 1), ("b", 1), ("c", 1), ("e", 1)]);
+        let new = agents(&[("b", 1), ("c", 2), ("d", 1), ("e", 1), ("f", 1)]);
+        let (put, delete) = changed(&old, &new);
+        let keys: Vec<&str> = put.iter().map(|&i| new[i].key.as_str()).collect();
+        assert_eq!(keys, ["c", "d", "f"]);
+        assert_eq!(delete, ["a"]);
+        assert_eq!(changed(&new, &new), (vec![], vec![]));
+        assert_eq!(changed(&[], &new).0.len(), new.len());
+        assert_eq!(changed(&new, &[]).1.len(), new.len());
     }
 }

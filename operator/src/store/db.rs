@@ -100,6 +100,8 @@ pub struct Snapshot {
     pub credentials: Vec<CredRow>,
     pub desired: Vec<(String, i64, String)>,
     pub statuses: Vec<(String, String)>,
+    /// The stored agent list, one agent's JSON a row (in no particular order).
+    pub agents: Vec<String>,
     pub kv: Vec<(String, String)>,
 }
 
@@ -219,6 +221,12 @@ impl Db {
         on!(&self.pool, apply_pass(fence.as_ref(), w))
     }
 
+    /// Writes a change of the agent list and its ETag in one fenced transaction.
+    pub async fn store_agents(&self, w: &AgentsWrite) -> Result<(), DbError> {
+        let fence = self.fence()?;
+        on!(&self.pool, store_agents(fence.as_ref(), w))
+    }
+
     pub async fn put_identity(&self, agent: &str, principal: &str, bound: bool) -> Result<(), DbError> {
         self.writer.write(Op::Identity { agent: agent.into(), principal: principal.into(), bound }).await
     }
@@ -333,6 +341,28 @@ impl PassWrite {
             && self.desired.is_empty()
             && self.retire.is_empty()
             && self.kv.is_empty()
+    }
+}
+
+/// A change of the stored agent list (one row an agent): the agents to write are read from
+/// the list and serialised a few hundred at a time as they are written, so a change of the
+/// whole list (the first read, or a resync) is never held as one JSON text.
+#[derive(Debug, Default)]
+pub struct AgentsWrite {
+    pub list: crate::model::AgentList,
+    /// Positions in `list` of the agents that are new or changed.
+    pub put: Vec<usize>,
+    /// Keys of stored agents the list no longer has.
+    pub delete: Vec<String>,
+    /// The stored rows are unknown (a write failed): every row is replaced by `put`.
+    pub replace_all: bool,
+    pub etag: String,
+}
+
+impl AgentsWrite {
+    /// The whole list, replacing whatever rows are stored.
+    pub fn all(list: crate::model::AgentList, etag: String) -> AgentsWrite {
+        AgentsWrite { put: (0..list.len()).collect(), list, delete: vec![], replace_all: true, etag }
     }
 }
 
@@ -462,5 +492,96 @@ mod tests {
         let s = db.load().await.unwrap();
         let seen: Vec<_> = s.nodes.iter().map(|n| (n.id.as_str(), n.last_seen_ms, n.info.as_str())).collect();
         assert!(seen.contains(&("n1", 7, "{\"a\":2}")) && seen.contains(&("n2", 6, "{}")), "{seen:?}");
+    }
+
+    fn agent_list(n: usize, revision: u64) -> crate::model::AgentList {
+        let items = (0..n).map(|i| fleet_devkit::state::synthetic_agent(i, 1 + revision as u32)).collect();
+        let (agents, bad) = crate::model::parse_agents(&crate::model::raw_items(items));
+        assert!(bad.is_empty(), "{bad:?}");
+        std::sync::Arc::new(agents)
+    }
+
+    fn stored_keys(s: &Snapshot) -> Vec<String> {
+        let mut keys: Vec<String> =
+            s.agents.iter().map(|b| serde_json::from_str::<crate::model::Agent>(b).unwrap().key).collect();
+        keys.sort();
+        keys
+    }
+
+    /// The agent list is one row an agent: a change writes what changed (more than one
+    /// statement's worth at first), a resync replaces every row, and the ETag goes with it.
+    #[tokio::test]
+    async fn agent_rows_take_a_change_of_the_list() {
+        for fresh in each() {
+            eprintln!("on {}", fresh.backend);
+            let db = open_leading(&fresh.url).await;
+            let list = agent_list(1_200, 0);
+            db.store_agents(&AgentsWrite::all(list.clone(), "\"e1\"".into())).await.unwrap();
+            let s = db.load().await.unwrap();
+            assert_eq!(s.agents.len(), 1_200);
+            assert!(s.kv.contains(&("agents_etag".into(), "\"e1\"".into())));
+
+            // agent-00003 changes (three replicas now) and agent-00005 is gone.
+            let changed = agent_list(1_200, 2);
+            let w = AgentsWrite {
+                list: changed.clone(),
+                put: vec![3],
+                delete: vec!["agent-00005".into()],
+                replace_all: false,
+                etag: "\"e2\"".into(),
+            };
+            db.store_agents(&w).await.unwrap();
+            let s = db.load().await.unwrap();
+            assert_eq!(s.agents.len(), 1_199);
+            let keys = stored_keys(&s);
+            assert!(!keys.contains(&"agent-00005".to_string()));
+            let three = s.agents.iter().filter(|b| b.contains("\"replicas\":3")).count();
+            assert_eq!(three, 1, "only the changed agent was written");
+            assert!(s.kv.contains(&("agents_etag".into(), "\"e2\"".into())));
+
+            let few = std::sync::Arc::new(changed[..10].to_vec());
+            db.store_agents(&AgentsWrite::all(few, "\"e3\"".into())).await.unwrap();
+            let s = db.load().await.unwrap();
+            assert_eq!(stored_keys(&s), (0..10).map(|i| format!("agent-{i:05}")).collect::<Vec<_>>());
+        }
+    }
+
+    /// A database of a version that kept the agent list as one `kv` value has it moved to the
+    /// rows by the migration, on both backends.
+    #[tokio::test]
+    async fn an_agent_list_of_an_earlier_version_moves_to_rows() {
+        let list: Vec<_> = agent_list(3, 0).iter().cloned().collect();
+        let old_value = serde_json::to_string(&list).unwrap();
+        for fresh in each() {
+            eprintln!("on {}", fresh.backend);
+            let insert = "INSERT INTO kv (key, value) VALUES ('agents', $1), ('agents_etag', 'W/\"x\"')";
+            if fresh.backend == "sqlite" {
+                let pool = sqlx::sqlite::SqlitePoolOptions::new()
+                    .connect_with(
+                        fresh.url.parse::<sqlx::sqlite::SqliteConnectOptions>().unwrap().create_if_missing(true),
+                    )
+                    .await
+                    .unwrap();
+                let mut m = sqlx::migrate!("./migrations/sqlite");
+                m.migrations = m.migrations.iter().filter(|m| m.version < 3).cloned().collect::<Vec<_>>().into();
+                m.run(&pool).await.unwrap();
+                sqlx::query(insert).bind(&old_value).execute(&pool).await.unwrap();
+                pool.close().await;
+            } else {
+                let pool = sqlx::PgPool::connect(&fresh.url).await.unwrap();
+                let mut m = sqlx::migrate!("./migrations/postgres");
+                m.migrations = m.migrations.iter().filter(|m| m.version < 4).cloned().collect::<Vec<_>>().into();
+                m.run(&pool).await.unwrap();
+                sqlx::query(insert).bind(&old_value).execute(&pool).await.unwrap();
+                pool.close().await;
+            }
+            let db = open_leading(&fresh.url).await;
+            let s = db.load().await.unwrap();
+            assert_eq!(stored_keys(&s), ["agent-00000", "agent-00001", "agent-00002"]);
+            let first: crate::model::Agent =
+                serde_json::from_str(s.agents.iter().find(|b| b.contains("agent-00000")).unwrap()).unwrap();
+            assert_eq!(first, list[0]);
+            assert_eq!(s.kv, vec![("agents_etag".to_string(), "W/\"x\"".to_string())]);
+        }
     }
 }

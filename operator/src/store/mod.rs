@@ -513,18 +513,31 @@ impl State {
                 st.statuses_sent.insert(agent.into(), kept::Sent::of(&b));
             }
         }
+        st.set_agents(Arc::new(stored_agents(snap.agents)));
         for (k, v) in snap.kv {
-            match k.as_str() {
-                "agents" => {
-                    let agents: Vec<Agent> = serde_json::from_str(&v).unwrap_or_default();
-                    st.set_agents(Arc::new(agents));
-                }
-                "agents_etag" => st.agents_etag = Some(v),
-                _ => {}
+            if k == "agents_etag" {
+                st.agents_etag = Some(v);
             }
         }
         st
     }
+}
+
+/// The stored agent list in key order; a row that no longer parses is skipped, with an error
+/// (the CP's list replaces it at the next read).
+fn stored_agents(rows: Vec<String>) -> Vec<Agent> {
+    let mut agents: Vec<Agent> = rows
+        .into_iter()
+        .filter_map(|row| match serde_json::from_str::<Agent>(&row) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                tracing::error!(error = %e, "a stored agent does not parse; skipped until the CP is read");
+                None
+            }
+        })
+        .collect();
+    agents.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+    agents
 }
 
 /// Reads of what only the store's write-through methods change (`writes.rs`).

@@ -4,7 +4,7 @@
 // with `QueryBuilder<DB>`, which writes each driver's own. Fenced statements (SPEC §3.9) run
 // `fence` first, in their transaction.
 
-use crate::store::db::{CredRow, DbError, Fence, JoinOutcome, NodeRow, PassWrite, Snapshot};
+use crate::store::db::{AgentsWrite, CredRow, DbError, Fence, JoinOutcome, NodeRow, PassWrite, Snapshot};
 use crate::store::events::{Event, Filter};
 use crate::store::writer::Batch;
 use fleet_api::EventView;
@@ -17,6 +17,8 @@ use sqlx::{QueryBuilder, Row};
 /// bodies of a few KiB, 100,000 bindings) took tens of MiB at once, the controller's peak.
 /// At 3,000 a statement is a few MiB; the rows of one pass still commit together.
 const MAX_VARS: usize = 3_000;
+/// Agents serialised and written per statement (a few hundred KiB of JSON).
+const AGENT_ROWS: usize = 500;
 /// Rows per event insert (7 bound values each).
 const EVENT_ROWS: usize = 2_000;
 
@@ -232,6 +234,45 @@ pub async fn apply_pass(p: &Pool, f: Option<&Fence>, w: &PassWrite) -> Result<()
     Ok(())
 }
 
+/// Writes a change of the agent list, and the ETag it was read with, in one transaction: the
+/// stored list is never half of one list and half of another.
+pub async fn store_agents(p: &Pool, f: Option<&Fence>, w: &AgentsWrite) -> Result<(), DbError> {
+    let mut tx = p.begin().await?;
+    fence(&mut tx, f).await?;
+    if w.replace_all {
+        sqlx::query("DELETE FROM agents").execute(&mut *tx).await?;
+    }
+    rows(&mut tx, "DELETE FROM agents WHERE key IN (SELECT column1 FROM (", ") AS v)", 1, &w.delete, |b, key| {
+        b.push_bind(key);
+    })
+    .await?;
+    for chunk in w.put.chunks(AGENT_ROWS) {
+        let mut bodies = Vec::with_capacity(chunk.len());
+        for agent in chunk.iter().filter_map(|&i| w.list.get(i)) {
+            let body = serde_json::to_string(agent).map_err(|e| DbError::Other(format!("agent {}: {e}", agent.key)))?;
+            bodies.push((agent.key.as_str(), body));
+        }
+        rows(
+            &mut tx,
+            "INSERT INTO agents (key, body) ",
+            " ON CONFLICT (key) DO UPDATE SET body = excluded.body",
+            2,
+            &bodies,
+            |b, (key, body)| {
+                b.push_bind(*key).push_bind(body.as_str());
+            },
+        )
+        .await?;
+    }
+    sqlx::query("INSERT INTO kv (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+        .bind("agents_etag")
+        .bind(&w.etag)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
 /// Writes a folded run of the workers' writes in one (fenced) transaction.
 pub async fn commit_batch(p: &Pool, f: Option<&Fence>, b: &Batch<'_>) -> Result<(), DbError> {
     let mut tx = p.begin().await?;
@@ -393,13 +434,14 @@ pub async fn load(p: &Pool) -> Result<Snapshot, DbError> {
         .into_iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
+    let agents = sqlx::query("SELECT body FROM agents").fetch_all(p).await?.into_iter().map(|r| r.get(0)).collect();
     let kv = sqlx::query("SELECT key, value FROM kv")
         .fetch_all(p)
         .await?
         .into_iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    Ok(Snapshot { nodes, placements, identities, pairs, credentials, desired, statuses, kv })
+    Ok(Snapshot { nodes, placements, identities, pairs, credentials, desired, statuses, agents, kv })
 }
 
 /// `WHERE column IN (ids…)` for `ids`, nothing for `None`.
