@@ -75,7 +75,7 @@ pub async fn start_term(s: &Shared, tasks: &mut Supervisor) -> anyhow::Result<Ar
     let now = crate::clock::now_ms();
     for c in s.store.state.read().retiring_creds() {
         if let Some(at) = c.revoke_ms.get() {
-            ctx.queue.add_after(work::WorkKey::Revoke(c.id.clone()), Duration::from_millis((at - now).max(0) as u64));
+            ctx.queue.add_after(work::WorkKey::Revoke(c.id().into()), Duration::from_millis((at - now).max(0) as u64));
         }
     }
     if s.cfg.kubernetes_mirror {

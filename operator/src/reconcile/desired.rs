@@ -22,7 +22,7 @@ pub fn input_hash(entries: &[Entry], fingerprints: &HashMap<Id, u64>) -> u64 {
         a.key.hash(&mut h);
         fingerprints.get(a.key.as_str()).hash(&mut h);
         reps.hash(&mut h);
-        c.id.hash(&mut h);
+        c.sealed.hash(&mut h);
     }
     h.finish()
 }
@@ -51,8 +51,8 @@ fn desired_agent(a: &Agent, reps: &[u32], c: &Cred, tenant: &str) -> DesiredAgen
             principal_id: c.principal_id.to_string(),
             tenant_id: tenant.to_string(),
             credential: SealedCredential {
-                credential_id: c.id.to_string(),
-                ciphertext: c.ciphertext.to_base64(),
+                credential_id: c.id().into_owned(),
+                ciphertext: c.sealed.to_base64(),
                 expires_at: clock::rfc3339_ms(c.expires_ms),
             },
         },

@@ -419,12 +419,11 @@ mod tests {
             let mut st = state(vec![a], agent("x", json!({"replicas": 1})));
             st.put_identity("x", crate::store::IdentityRec { principal_id: "p".into(), bound: true });
             st.put_live_cred(Arc::new(crate::store::Cred {
-                id: "c".into(),
+                sealed: crate::store::Sealed::from_base64("c", "s"),
                 agent: "x".into(),
                 node: "id-a".into(),
                 n: 0,
                 principal_id: "p".into(),
-                ciphertext: "s".into(),
                 expires_ms: i64::MAX,
                 issued_ms: 0,
                 revoke_ms: crate::store::MaybeMs::NONE,

@@ -202,19 +202,18 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
     let expires_ms = clock::parse_rfc3339_ms(&issued.expires_at).unwrap_or(now + ttl_ms);
     drop(issued.token);
     let grace = ctx.cfg.token_revoke_grace;
-    let retire = active.as_ref().map(|c| (c.id.clone(), now + grace.as_millis() as i64));
+    let retire = active.as_ref().map(|c| (Id::from(c.id()), now + grace.as_millis() as i64));
     let cred = Cred {
-        id: issued.id.as_str().into(),
+        sealed: Sealed::raw(&issued.id, &ciphertext),
         agent: agent.clone(),
         node: node.clone(),
         n,
         principal_id: principal,
-        ciphertext: Sealed::raw(&ciphertext),
         expires_ms,
         issued_ms: now,
         revoke_ms: crate::store::MaybeMs::NONE,
     };
-    let (id, due) = (cred.id.clone(), rotate_at_ms(&cred, ttl_ms));
+    let (id, due) = (Id::from(cred.id()), rotate_at_ms(&cred, ttl_ms));
     if let Err(e) = ctx.store.credential_stored(cred, retire.clone()).await {
         tracing::error!(error = %e, "cannot store credential; the retry replays it");
         return Outcome::Failed;
@@ -260,7 +259,7 @@ async fn revoke(ctx: &Ctx, id: &str) -> Outcome {
     if now < at {
         return Outcome::RequeueAfter(Duration::from_millis((at - now) as u64));
     }
-    if let Err(e) = ctx.iam.revoke_pat(&c.principal_id, &c.id).await {
+    if let Err(e) = ctx.iam.revoke_pat(&c.principal_id, &c.id()).await {
         ctx.metrics.call("iam", "revoke_pat", e.outcome());
         tracing::warn!(agent = %c.agent, error = %e, "PAT revoke failed; retrying");
         return Outcome::Failed;

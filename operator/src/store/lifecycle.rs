@@ -231,13 +231,13 @@ impl State {
             .pairs
             .iter()
             .filter(|((_, n), _)| *n == id)
-            .filter_map(|(pair, p)| Some((pair.clone(), p.live.as_ref()?.id.clone())))
+            .filter_map(|(pair, p)| Some((pair.clone(), Id::from(p.live.as_ref()?.id()))))
             .collect();
         let retiring: Vec<((Id, Id), Id)> = self
             .retiring
             .values()
             .filter(|c| c.node == id)
-            .map(|c| ((c.agent.clone(), c.node.clone()), c.id.clone()))
+            .map(|c| ((c.agent.clone(), c.node.clone()), Id::from(c.id())))
             .collect();
         let mut revoke = Vec::new();
         for (pair, cid) in live.into_iter().chain(retiring) {

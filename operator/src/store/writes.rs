@@ -63,12 +63,12 @@ impl Store {
     /// instant) is scheduled for revocation.
     pub async fn credential_stored(&self, cred: Cred, retire: Option<(Id, i64)>) -> Result<(), DbError> {
         let row = CredRow {
-            id: cred.id.to_string(),
+            id: cred.id().into_owned(),
             agent_key: cred.agent.to_string(),
             node_id: cred.node.to_string(),
             n: cred.n as i64,
             principal_id: cred.principal_id.to_string(),
-            ciphertext: cred.ciphertext.to_base64(),
+            ciphertext: cred.sealed.to_base64(),
             expires_ms: cred.expires_ms,
             issued_ms: cred.issued_ms,
             revoke_ms: None,
@@ -93,10 +93,10 @@ impl Store {
         if let Some(mut other) = st.set_active(Arc::new(cred)) {
             // Only one worker issues a pair's PATs, and it named the live one in `retire`: a PAT
             // replaced here without one is a bug, kept for revocation rather than lost.
-            tracing::warn!(credential = %other.id, "a live PAT was replaced without being retired; it is revoked");
+            tracing::warn!(credential = %other.id(), "a live PAT was replaced without being retired; it is revoked");
             let m = Arc::make_mut(&mut other);
             m.revoke_ms = Some(m.revoke_ms.get().unwrap_or(issued_ms)).into();
-            st.retiring.insert(other.id.clone(), other);
+            st.retiring.insert(other.id().into(), other);
         }
         drop(st);
         self.events.record(event);
@@ -105,10 +105,11 @@ impl Store {
 
     /// The credential was revoked in IAM: it is forgotten.
     pub async fn credential_revoked(&self, c: &Cred) -> Result<(), DbError> {
-        self.db.delete_credential(&c.id).await?;
+        let id = c.id();
+        self.db.delete_credential(&id).await?;
         let mut st = self.state.write();
-        st.retiring.remove(&c.id);
-        st.take_active(&(c.agent.clone(), c.node.clone()), &c.id);
+        st.retiring.remove(&*id);
+        st.take_active(&(c.agent.clone(), c.node.clone()), &id);
         let name = st.nodes.get(&c.node).map(|n| n.name.clone()).unwrap_or_else(|| c.node.clone());
         drop(st);
         let msg = format!("PAT of {name} revoked");

@@ -129,9 +129,10 @@ pub fn retire(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: &m
         let online = memo.node(&pair.1).is_some_and(|f| f.online);
         let delay = if online { VANISHED_DRAIN } else { Duration::ZERO };
         let at = snap.now + delay.as_millis() as i64;
-        tracing::info!(agent = %pair.0, node = %memo.name(&pair.1), credential = %c.id, in_seconds = delay.as_secs(), "PAT no longer needed; revoking after the drain window");
-        plan.publish.retired.push((pair.clone(), c.id.clone(), at));
-        plan.rows.retire.push((c.id.to_string(), at));
+        tracing::info!(agent = %pair.0, node = %memo.name(&pair.1), credential = %c.id(), in_seconds = delay.as_secs(), "PAT no longer needed; revoking after the drain window");
+        let id = c.id();
+        plan.rows.retire.push((id.to_string(), at));
+        plan.publish.retired.push((pair.clone(), id.into(), at));
     }
 }
 
