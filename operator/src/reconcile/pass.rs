@@ -188,16 +188,19 @@ fn publish(ctx: &Ctx, memo: &Memo, snap: &Snapshot, mut placed: Placed, mut plan
 /// once per replica: each change is a new body built, stored, sent and applied by the node.
 /// (Ordered by agent, a 10,000-node fleet saw ~10 desired states per node, and converged no
 /// sooner: an agent is ready only when its last replica's node has its PAT.)
-fn queue_work(ctx: &Ctx, mut work: Vec<WorkKey>) {
-    work.sort_unstable_by(|a, b| match (a, b) {
-        (WorkKey::Pat(a1, n1), WorkKey::Pat(a2, n2)) => (n1, a1).cmp(&(n2, a2)),
-        (WorkKey::Pat(..), _) => std::cmp::Ordering::Greater,
-        (_, WorkKey::Pat(..)) => std::cmp::Ordering::Less,
-        _ => std::cmp::Ordering::Equal,
-    });
+///
+/// PAT work goes to the rotation feeder's backlog, which queues it as the workers take it
+/// (`rotation::FEED_AHEAD`): 100,000 keys in the queue at once were ~17 MB.
+fn queue_work(ctx: &Ctx, work: Vec<WorkKey>) {
+    let mut pats = Vec::new();
     for key in work {
-        ctx.queue.add(key);
+        match key {
+            WorkKey::Pat(agent, node) => pats.push((node, agent)),
+            other => ctx.queue.add(other),
+        }
     }
+    pats.sort_unstable();
+    ctx.rotations.want_now(pats.into_iter().map(|(node, agent)| (agent, node)));
 }
 
 /// Moves the nodes this pass looked at to their current (status, health) in the nodes gauge.

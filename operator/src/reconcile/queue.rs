@@ -127,6 +127,11 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
         g.queued.contains(key) || g.delayed_at.contains_key(key) || g.in_flight.contains(key)
     }
 
+    /// Keys ready to run now (not delayed, not in flight).
+    pub fn ready_len(&self) -> usize {
+        self.inner.lock().ready.len()
+    }
+
     /// Keys waiting (ready and delayed), for the queue-depth metric.
     pub fn depth(&self) -> usize {
         let g = self.inner.lock();

@@ -1,10 +1,15 @@
-//! When each live PAT falls due for rotation: one ordered index of (due, agent, node) and one
-//! task that queues a pair's PAT work when its time comes, instead of a delayed work-queue
-//! key per PAT (at 100,000 PATs the queue's two entries per key were ~250 bytes each; an
-//! entry here is a B-tree slot of 40 bytes). The PAT work item itself decides whether a
-//! rotation is due (`work::pat`), so an entry left behind by a credential that was replaced
-//! meanwhile costs one look and is dropped: the item schedules the real due time again,
-//! which lands on the same entry when it is already there.
+//! When each pair's PAT work is queued: the pairs that want it now, in the order a pass
+//! asked (a node's pairs together), and one ordered index of (due, agent, node) for
+//! rotations. One task feeds both into the work queue, keeping at most [`FEED_AHEAD`] keys
+//! ready there: a fleet coming up wants 100,000 PATs at once, and the queue holds each key
+//! twice (its order and its set, ~180 bytes a key at that size) where the backlog holds one
+//! pair of 32 bytes.
+//!
+//! Rotations are not a delayed work-queue key per PAT either (the queue's two entries per
+//! key were ~250 bytes each; an entry here is a B-tree slot of 40 bytes). The PAT work item
+//! itself decides whether a rotation is due (`work::pat`), so an entry left behind by a
+//! credential that was replaced meanwhile costs one look and is dropped: the item schedules
+//! the real due time again, which lands on the same entry when it is already there.
 
 use super::queue::WorkQueue;
 use super::work::WorkKey;
@@ -12,12 +17,22 @@ use crate::clock;
 use crate::model::Id;
 use parking_lot::Mutex;
 use rustc_hash::FxHashSet as HashSet;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 use tokio::sync::Notify;
 
+/// Keys kept ready in the work queue ahead of its workers (32 run at once): enough that
+/// they never wait for the feeder, few enough to cost nothing.
+pub const FEED_AHEAD: usize = 1_000;
+
+/// How often the feeder looks for room in the queue while pairs wait for it.
+const FEED_EVERY: Duration = Duration::from_millis(10);
+
 #[derive(Default)]
 pub struct Rotations {
+    /// Pairs whose PAT work is wanted now, first come first queued (duplicates are harmless:
+    /// the queue folds a key that is already there).
+    now: Mutex<VecDeque<(Id, Id)>>,
     /// (due, in ms since the epoch; agent; node).
     due: Mutex<BTreeSet<(i64, Id, Id)>>,
     /// Woken when an entry becomes the earliest, so the timer sleeps to the right instant.
@@ -25,6 +40,18 @@ pub struct Rotations {
 }
 
 impl Rotations {
+    /// The pairs' PAT work is queued as soon as the queue has room, in this order.
+    pub fn want_now(&self, pairs: impl IntoIterator<Item = (Id, Id)>) {
+        let mut now = self.now.lock();
+        let was_empty = now.is_empty();
+        now.extend(pairs);
+        let woken = was_empty && !now.is_empty();
+        drop(now);
+        if woken {
+            self.earlier.notify_one();
+        }
+    }
+
     /// The pair's PAT work is queued at `due_ms` (an entry already there for that instant is
     /// kept).
     pub fn schedule(&self, agent: Id, node: Id, due_ms: i64) {
@@ -39,24 +66,41 @@ impl Rotations {
 
     /// Entries waiting, for the queue-depth metric.
     pub fn len(&self) -> usize {
-        self.due.lock().len()
+        self.now.lock().len() + self.due.lock().len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.due.lock().is_empty()
+        self.len() == 0
     }
 
-    /// Every pair with a rotation waiting (for the audit: built once, looked up per pair).
+    /// Every pair with PAT work waiting here, now or at a rotation (for the audit: built
+    /// once, looked up per pair).
     pub fn pairs(&self) -> HashSet<(Id, Id)> {
-        self.due.lock().iter().map(|(_, a, n)| (a.clone(), n.clone())).collect()
+        let mut pairs: HashSet<(Id, Id)> = self.now.lock().iter().cloned().collect();
+        pairs.extend(self.due.lock().iter().map(|(_, a, n)| (a.clone(), n.clone())));
+        pairs
     }
 
-    /// Takes the entries due at `now_ms`; `Err` is when the next one falls due, if any.
-    fn take_due(&self, now_ms: i64) -> Result<Vec<(Id, Id)>, Option<i64>> {
+    /// Takes up to `room` pairs wanted now.
+    fn take_now(&self, room: usize) -> Vec<(Id, Id)> {
+        let mut now = self.now.lock();
+        let n = room.min(now.len());
+        let taken = now.drain(..n).collect();
+        // A fleet's backlog is let go once it is fed.
+        let len = now.len();
+        if now.capacity() > 256 && now.capacity() > 4 * len {
+            now.shrink_to(len * 2);
+        }
+        taken
+    }
+
+    /// Takes up to `room` entries due at `now_ms`; `Err` is when the next one falls due, if
+    /// any, or `Err(None)` when there is no room.
+    fn take_due(&self, now_ms: i64, room: usize) -> Result<Vec<(Id, Id)>, Option<i64>> {
         let mut due = self.due.lock();
         let mut out = Vec::new();
         while let Some(first) = due.first() {
-            if first.0 > now_ms {
+            if first.0 > now_ms || out.len() == room {
                 break;
             }
             let (_, agent, node) = due.pop_first().expect("looked at");
@@ -69,16 +113,25 @@ impl Rotations {
         }
     }
 
-    /// Queues each pair's PAT work when its rotation falls due, for the life of the term.
+    /// Queues each pair's PAT work when it is wanted or its rotation falls due, with at most
+    /// [`FEED_AHEAD`] keys ready in the queue, for the life of the term.
     pub async fn run(&self, queue: &WorkQueue<WorkKey>) {
         loop {
             let earlier = self.earlier.notified();
-            match self.take_due(clock::now_ms()) {
-                Ok(pairs) => {
-                    for (agent, node) in pairs {
-                        queue.add(WorkKey::Pat(agent, node));
-                    }
-                }
+            let room = FEED_AHEAD.saturating_sub(queue.ready_len());
+            if room == 0 {
+                // The workers make room within milliseconds.
+                tokio::time::sleep(FEED_EVERY).await;
+                continue;
+            }
+            let mut pairs = self.take_now(room);
+            let due = match room - pairs.len() {
+                0 => Ok(vec![]),
+                left => self.take_due(clock::now_ms(), left),
+            };
+            match due {
+                Ok(more) => pairs.extend(more),
+                Err(_) if !pairs.is_empty() => {}
                 Err(next) => {
                     // At most a minute at a time: a wall clock that jumps is followed.
                     let wait = next.map_or(Duration::from_secs(60), |at| {
@@ -88,7 +141,11 @@ impl Rotations {
                         _ = earlier => {}
                         _ = tokio::time::sleep(wait) => {}
                     }
+                    continue;
                 }
+            }
+            for (agent, node) in pairs {
+                queue.add(WorkKey::Pat(agent, node));
             }
         }
     }
@@ -111,11 +168,11 @@ mod tests {
         r.schedule("a".into(), "n1".into(), 100);
         r.schedule("a".into(), "n1".into(), 100);
         assert_eq!(r.len(), 2, "the same pair at the same instant is one entry");
-        assert_eq!(r.take_due(50), Err(Some(100)));
-        assert_eq!(r.take_due(100), Ok(vec![pair("a", "n1")]));
-        assert_eq!(r.take_due(299), Err(Some(300)));
-        assert_eq!(r.take_due(1_000), Ok(vec![pair("a", "n2")]));
-        assert_eq!(r.take_due(1_000), Err(None));
+        assert_eq!(r.take_due(50, 10), Err(Some(100)));
+        assert_eq!(r.take_due(100, 10), Ok(vec![pair("a", "n1")]));
+        assert_eq!(r.take_due(299, 10), Err(Some(300)));
+        assert_eq!(r.take_due(1_000, 10), Ok(vec![pair("a", "n2")]));
+        assert_eq!(r.take_due(1_000, 10), Err(None));
         assert!(r.is_empty());
     }
 
@@ -135,5 +192,34 @@ mod tests {
         assert_eq!(key, WorkKey::Pat("soon".into(), "n".into()));
         assert!(clock::now_ms() >= now + 100, "not before it was due");
         assert_eq!(r.len(), 1, "the later entry waits");
+    }
+
+    /// Pairs wanted now reach the queue in the order given, never more than `FEED_AHEAD`
+    /// ready at once, and the rest follow as workers take keys.
+    #[tokio::test]
+    async fn wanted_pairs_are_fed_in_order_as_the_queue_has_room() {
+        let r = Arc::new(Rotations::default());
+        let q = Arc::new(WorkQueue::new(Backoff { base: Duration::from_secs(1), max: Duration::from_secs(1) }));
+        let (r2, q2) = (r.clone(), q.clone());
+        tokio::spawn(async move { r2.run(&q2).await });
+        let total = FEED_AHEAD + 500;
+        r.want_now((0..total).map(|i| (Id::from(format!("a{i:05}")), Id::from("n"))));
+        let full = || q.ready_len() == FEED_AHEAD;
+        for _ in 0..500 {
+            if full() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        assert!(full(), "the queue is fed up to its bound: {} ready", q.ready_len());
+        assert_eq!(r.len(), 500, "the rest waits here");
+        assert!(r.pairs().contains(&pair(&format!("a{:05}", total - 1), "n")), "the audit sees waiting pairs");
+        for i in 0..total {
+            let key = tokio::time::timeout(Duration::from_secs(5), q.next()).await.expect("fed as workers take keys");
+            assert_eq!(key, WorkKey::Pat(format!("a{i:05}").into(), "n".into()));
+            q.done(&key, crate::reconcile::queue::Outcome::Done);
+            assert!(q.ready_len() <= FEED_AHEAD);
+        }
+        assert!(r.is_empty());
     }
 }
