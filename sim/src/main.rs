@@ -44,8 +44,8 @@ struct Args {
     /// Replicas per agent.
     #[arg(long, default_value_t = 5)]
     replicas: u32,
-    /// Slots per node.
-    #[arg(long, default_value_t = 12)]
+    /// Slots per node (the controller takes 0–100).
+    #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..=100))]
     slots: u32,
     /// Report period of every node (jittered ±10 %).
     #[arg(long, default_value_t = 20)]
@@ -413,6 +413,7 @@ async fn main() -> anyhow::Result<()> {
         reports_ok: AtomicU64::new(0),
         reports_failed: AtomicU64::new(0),
         joined: AtomicU64::new(0),
+        refused: AtomicU64::new(0),
         received: Mutex::new(HashMap::new()),
     });
     let nodes: Vec<Arc<SimNode>> = (0..args.nodes).map(|i| Arc::new(SimNode::new(i, args.slots))).collect();
@@ -455,6 +456,12 @@ async fn main() -> anyhow::Result<()> {
                 rss()
             );
             last_print = Instant::now();
+        }
+        let refused = shared.refused.load(Ordering::Relaxed);
+        if refused > 0 {
+            bail!(
+                "the controller refused {refused} node(s) their join (why is logged above): the fleet cannot converge"
+            );
         }
         if t0.elapsed() > limit {
             bail!(

@@ -35,6 +35,8 @@ pub struct Shared {
     pub reports_ok: AtomicU64,
     pub reports_failed: AtomicU64,
     pub joined: AtomicU64,
+    /// Nodes whose join was refused (a client error other than 429): the run cannot converge.
+    pub refused: AtomicU64,
     /// First moment any node received (agent, revision).
     pub received: Mutex<HashMap<(String, u64), Instant>>,
 }
@@ -142,6 +144,7 @@ pub async fn run(node: Arc<SimNode>, sh: Arc<Shared>, join_key: String) {
             }
             Ok(r) if r.status().is_client_error() && r.status() != 429 => {
                 eprintln!("{}: join refused: {} {}", node.name, r.status(), r.text().await.unwrap_or_default());
+                sh.refused.fetch_add(1, Ordering::Relaxed);
                 return;
             }
             _ => {
@@ -226,6 +229,7 @@ async fn exchange(node: Arc<SimNode>, sh: Arc<Shared>, join: Value) {
             }
             Ok((s, b)) if s.is_client_error() && s != StatusCode::TOO_MANY_REQUESTS => {
                 eprintln!("{}: join refused: {s} {}", node.name, String::from_utf8_lossy(&b));
+                sh.refused.fetch_add(1, Ordering::Relaxed);
                 return;
             }
             _ => {
