@@ -86,7 +86,7 @@ pub async fn start_term(s: &Shared, tasks: &mut Supervisor) -> anyhow::Result<Ar
         tasks.spawn("worker", work::worker(ctx.clone()));
     }
     let timer = ctx.clone();
-    tasks.spawn("rotations", async move { timer.rotations.run(&timer.queue).await });
+    tasks.spawn("rotations", async move { timer.rotations.run(&timer.queue, pass::STATUS_DEBOUNCE).await });
     tasks.spawn("pass", pass::run(ctx.clone()));
     if let Some(after) = s.cfg.node_gc_after {
         tasks.spawn("node-gc", crate::reconcile::gc::run(ctx.clone(), after));

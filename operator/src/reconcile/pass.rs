@@ -44,7 +44,7 @@ const SETTLE: Duration = Duration::from_millis(5);
 /// A changed status is sent this long after its first change, with whatever it says by
 /// then: an agent coming up changes its status every few milliseconds (each PAT, each
 /// replica reported), and the CP needs the result, not every step.
-const STATUS_DEBOUNCE: Duration = Duration::from_secs(1);
+pub const STATUS_DEBOUNCE: Duration = Duration::from_secs(1);
 
 /// Revoke delay for a PAT whose pair was retired on an online node: the stop timeout the
 /// node uses for an agent that left its desired state (`fleet-node`'s `VANISHED_STOP`).
@@ -177,9 +177,8 @@ fn publish(ctx: &Ctx, memo: &Memo, snap: &Snapshot, mut placed: Placed, mut plan
     for (agent, node, due_ms) in plan.rotations {
         ctx.rotations.schedule(agent, node, due_ms);
     }
-    for key in to_send {
-        ctx.queue.add_after(WorkKey::Status(key), STATUS_DEBOUNCE);
-    }
+    // Behind the PATs this pass and the ones before it asked for (`rotation`).
+    ctx.rotations.want_now(to_send.into_iter().map(WorkKey::Status));
     drained
 }
 
@@ -200,7 +199,7 @@ fn queue_work(ctx: &Ctx, work: Vec<WorkKey>) {
         }
     }
     pats.sort_unstable();
-    ctx.rotations.want_now(pats.into_iter().map(|(node, agent)| (agent, node)));
+    ctx.rotations.want_now(pats.into_iter().map(|(node, agent)| WorkKey::Pat(agent, node)));
 }
 
 /// Moves the nodes this pass looked at to their current (status, health) in the nodes gauge.

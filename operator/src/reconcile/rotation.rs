@@ -1,9 +1,12 @@
-//! When each pair's PAT work is queued: the pairs that want it now, in the order a pass
-//! asked (a node's pairs together), and one ordered index of (due, agent, node) for
-//! rotations. One task feeds both into the work queue, keeping at most [`FEED_AHEAD`] keys
-//! ready there: a fleet coming up wants 100,000 PATs at once, and the queue holds each key
-//! twice (its order and its set, ~180 bytes a key at that size) where the backlog holds one
-//! pair of 32 bytes.
+//! When a pass's PAT and status work is queued: the keys a pass wants run now, in its order
+//! (a node's PATs together, the statuses after them), and one ordered index of (due, agent,
+//! node) for rotations. One task feeds both into the work queue, keeping at most
+//! [`FEED_AHEAD`] keys ready there: a fleet coming up wants 100,000 PATs at once, and the
+//! queue holds each key twice (its order and its set, ~180 bytes a key at that size) where
+//! the backlog holds one key of 40 bytes. Statuses wait behind the PATs queued before them,
+//! as they did in the queue: an agent's status sent while its PATs are still being issued is
+//! superseded within seconds, and sending each step cost the CP and the controller a fifth
+//! more CPU-seconds to bring a fleet up.
 //!
 //! Rotations are not a delayed work-queue key per PAT either (the queue's two entries per
 //! key were ~250 bytes each; an entry here is a B-tree slot of 40 bytes). The PAT work item
@@ -30,9 +33,9 @@ const FEED_EVERY: Duration = Duration::from_millis(10);
 
 #[derive(Default)]
 pub struct Rotations {
-    /// Pairs whose PAT work is wanted now, first come first queued (duplicates are harmless:
-    /// the queue folds a key that is already there).
-    now: Mutex<VecDeque<(Id, Id)>>,
+    /// PAT and status keys wanted now, first come first queued (duplicates are harmless: the
+    /// queue folds a key that is already there).
+    now: Mutex<VecDeque<WorkKey>>,
     /// (due, in ms since the epoch; agent; node).
     due: Mutex<BTreeSet<(i64, Id, Id)>>,
     /// Woken when an entry becomes the earliest, so the timer sleeps to the right instant.
@@ -40,11 +43,12 @@ pub struct Rotations {
 }
 
 impl Rotations {
-    /// The pairs' PAT work is queued as soon as the queue has room, in this order.
-    pub fn want_now(&self, pairs: impl IntoIterator<Item = (Id, Id)>) {
+    /// The keys are queued as soon as the queue has room, in this order (a status with the
+    /// debounce `run` was given).
+    pub fn want_now(&self, keys: impl IntoIterator<Item = WorkKey>) {
         let mut now = self.now.lock();
         let was_empty = now.is_empty();
-        now.extend(pairs);
+        now.extend(keys);
         let woken = was_empty && !now.is_empty();
         drop(now);
         if woken {
@@ -76,13 +80,21 @@ impl Rotations {
     /// Every pair with PAT work waiting here, now or at a rotation (for the audit: built
     /// once, looked up per pair).
     pub fn pairs(&self) -> HashSet<(Id, Id)> {
-        let mut pairs: HashSet<(Id, Id)> = self.now.lock().iter().cloned().collect();
+        let mut pairs: HashSet<(Id, Id)> = self
+            .now
+            .lock()
+            .iter()
+            .filter_map(|k| match k {
+                WorkKey::Pat(a, n) => Some((a.clone(), n.clone())),
+                _ => None,
+            })
+            .collect();
         pairs.extend(self.due.lock().iter().map(|(_, a, n)| (a.clone(), n.clone())));
         pairs
     }
 
-    /// Takes up to `room` pairs wanted now.
-    fn take_now(&self, room: usize) -> Vec<(Id, Id)> {
+    /// Takes up to `room` keys wanted now.
+    fn take_now(&self, room: usize) -> Vec<WorkKey> {
         let mut now = self.now.lock();
         let n = room.min(now.len());
         let taken = now.drain(..n).collect();
@@ -113,9 +125,10 @@ impl Rotations {
         }
     }
 
-    /// Queues each pair's PAT work when it is wanted or its rotation falls due, with at most
-    /// [`FEED_AHEAD`] keys ready in the queue, for the life of the term.
-    pub async fn run(&self, queue: &WorkQueue<WorkKey>) {
+    /// Queues the keys wanted now and each pair's PAT work when its rotation falls due, with
+    /// at most [`FEED_AHEAD`] keys ready in the queue, for the life of the term. A status is
+    /// queued `status_debounce` after it is fed, with whatever it says by then.
+    pub async fn run(&self, queue: &WorkQueue<WorkKey>, status_debounce: Duration) {
         loop {
             let earlier = self.earlier.notified();
             let room = FEED_AHEAD.saturating_sub(queue.ready_len());
@@ -124,14 +137,14 @@ impl Rotations {
                 tokio::time::sleep(FEED_EVERY).await;
                 continue;
             }
-            let mut pairs = self.take_now(room);
-            let due = match room - pairs.len() {
+            let mut keys = self.take_now(room);
+            let due = match room - keys.len() {
                 0 => Ok(vec![]),
                 left => self.take_due(clock::now_ms(), left),
             };
             match due {
-                Ok(more) => pairs.extend(more),
-                Err(_) if !pairs.is_empty() => {}
+                Ok(more) => keys.extend(more.into_iter().map(|(agent, node)| WorkKey::Pat(agent, node))),
+                Err(_) if !keys.is_empty() => {}
                 Err(next) => {
                     // At most a minute at a time: a wall clock that jumps is followed.
                     let wait = next.map_or(Duration::from_secs(60), |at| {
@@ -144,8 +157,11 @@ impl Rotations {
                     continue;
                 }
             }
-            for (agent, node) in pairs {
-                queue.add(WorkKey::Pat(agent, node));
+            for key in keys {
+                match key {
+                    WorkKey::Status(_) => queue.add_after(key, status_debounce),
+                    key => queue.add(key),
+                }
             }
         }
     }
@@ -185,7 +201,7 @@ mod tests {
         let now = clock::now_ms();
         r.schedule("late".into(), "n".into(), now + 3_600_000);
         let (r2, q2) = (r.clone(), q.clone());
-        tokio::spawn(async move { r2.run(&q2).await });
+        tokio::spawn(async move { r2.run(&q2, Duration::ZERO).await });
         tokio::time::sleep(Duration::from_millis(50)).await;
         r.schedule("soon".into(), "n".into(), now + 100);
         let key = tokio::time::timeout(Duration::from_secs(5), q.next()).await.expect("queued when due");
@@ -201,9 +217,10 @@ mod tests {
         let r = Arc::new(Rotations::default());
         let q = Arc::new(WorkQueue::new(Backoff { base: Duration::from_secs(1), max: Duration::from_secs(1) }));
         let (r2, q2) = (r.clone(), q.clone());
-        tokio::spawn(async move { r2.run(&q2).await });
+        tokio::spawn(async move { r2.run(&q2, Duration::from_millis(1)).await });
         let total = FEED_AHEAD + 500;
-        r.want_now((0..total).map(|i| (Id::from(format!("a{i:05}")), Id::from("n"))));
+        let pats = (0..total).map(|i| WorkKey::Pat(format!("a{i:05}").into(), "n".into()));
+        r.want_now(pats.chain([WorkKey::Status("s".into())]));
         let full = || q.ready_len() == FEED_AHEAD;
         for _ in 0..500 {
             if full() {
@@ -212,7 +229,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         assert!(full(), "the queue is fed up to its bound: {} ready", q.ready_len());
-        assert_eq!(r.len(), 500, "the rest waits here");
+        assert_eq!(r.len(), 501, "the rest waits here");
         assert!(r.pairs().contains(&pair(&format!("a{:05}", total - 1), "n")), "the audit sees waiting pairs");
         for i in 0..total {
             let key = tokio::time::timeout(Duration::from_secs(5), q.next()).await.expect("fed as workers take keys");
@@ -220,6 +237,8 @@ mod tests {
             q.done(&key, crate::reconcile::queue::Outcome::Done);
             assert!(q.ready_len() <= FEED_AHEAD);
         }
+        let key = tokio::time::timeout(Duration::from_secs(5), q.next()).await.expect("the status follows");
+        assert_eq!(key, WorkKey::Status("s".into()), "after the PATs queued before it");
         assert!(r.is_empty());
     }
 }
