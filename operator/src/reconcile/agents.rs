@@ -79,7 +79,9 @@ async fn refresh_agents(ctx: &Ctx) -> Option<AgentsWrite> {
                 let st = ctx.store.state.read();
                 (st.agents.clone(), st.agents_etag.clone())
             };
-            if *current == agents && current_etag == etag {
+            // One walk over both lists says whether anything changed and what to store.
+            let (put, delete) = changed(&current, &agents);
+            if put.is_empty() && delete.is_empty() && current_etag == etag {
                 return None;
             }
             agents.shrink_to_fit();
@@ -89,7 +91,6 @@ async fn refresh_agents(ctx: &Ctx) -> Option<AgentsWrite> {
                 st.agents_etag = etag.clone();
                 st.set_agents(agents.clone())
             };
-            let (put, delete) = changed(&current, &agents);
             // The old list is freed here, outside the lock.
             drop((old, current));
             Some(AgentsWrite { list: agents, put, delete, replace_all: false, etag: etag.unwrap_or_default() })

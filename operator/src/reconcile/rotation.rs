@@ -106,8 +106,8 @@ impl Rotations {
         taken
     }
 
-    /// Takes up to `room` entries due at `now_ms`; `Err` is when the next one falls due, if
-    /// any, or `Err(None)` when there is no room.
+    /// Takes up to `room` (at least one) entries due at `now_ms`; `Err` is when the next one
+    /// falls due, if any.
     fn take_due(&self, now_ms: i64, room: usize) -> Result<Vec<(Id, Id)>, Option<i64>> {
         let mut due = self.due.lock();
         let mut out = Vec::new();
