@@ -20,14 +20,16 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's defaults for this process, read by name before its first allocation (the
 /// `_RJEM_MALLOC_CONF` environment variable still overrides them). Two arenas for two cores'
-/// worth of tokio workers, and freed pages given back within two seconds by a background
-/// thread instead of kept dirty for ten: at 10,000 nodes the defaults held 30–60 MiB of freed
-/// pages above the heap in use, and that slack is what a burst of reports or a PAT wave
-/// turned into peak RSS (docs/performance.md).
+/// worth of tokio workers, and freed pages given back at once instead of kept dirty: at
+/// 10,000 nodes a two-second purge still held up to 64 MiB of freed pages above the heap in
+/// use while 1,000 nodes' replicas moved (desired bodies, a pass's rows and PAT calls freed
+/// faster than the purge gave them back), and that slack was the run's peak RSS. Purging at
+/// once took the peak from 219.5 to 191.6 MiB at the same CPU (docs/performance.md, session
+/// 16); earlier, with a larger heap churning more, a 250 ms purge had cost 7 CPU-seconds.
 #[cfg(not(feature = "system-allocator"))]
 #[allow(unsafe_code)] // a symbol jemalloc looks up; no code runs
 #[export_name = "_rjem_malloc_conf"]
-pub static JEMALLOC_CONF: &[u8; 70] = b"background_thread:true,narenas:2,dirty_decay_ms:2000,muzzy_decay_ms:0\0";
+pub static JEMALLOC_CONF: &[u8; 67] = b"background_thread:true,narenas:2,dirty_decay_ms:0,muzzy_decay_ms:0\0";
 
 /// glibc's malloc still serves C code (SQLite, on its connection threads): at most two arenas,
 /// so each of those threads does not keep a heap of its own with its own fragmentation.
