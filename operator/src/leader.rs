@@ -16,6 +16,7 @@
 use crate::config::Config;
 use crate::context::Ctx;
 use crate::metrics::Metrics;
+use crate::model::Id;
 use crate::reconcile::{agents, pass, work};
 use crate::store::db::Fence;
 use crate::store::{lease, Store};
@@ -86,7 +87,10 @@ pub async fn start_term(s: &Shared, tasks: &mut Supervisor) -> anyhow::Result<Ar
         tasks.spawn("worker", work::worker(ctx.clone()));
     }
     let timer = ctx.clone();
-    tasks.spawn("rotations", async move { timer.rotations.run(&timer.queue, pass::STATUS_DEBOUNCE).await });
+    tasks.spawn("rotations", async move {
+        let live_agents = |node: &Id| timer.store.state.read().live_agents_on(node);
+        timer.rotations.run(&timer.queue, pass::STATUS_DEBOUNCE, live_agents).await
+    });
     tasks.spawn("pass", pass::run(ctx.clone()));
     if let Some(after) = s.cfg.node_gc_after {
         tasks.spawn("node-gc", crate::reconcile::gc::run(ctx.clone(), after));

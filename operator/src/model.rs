@@ -121,6 +121,23 @@ pub const MAX_REPLICAS: u32 = 1000;
 pub const MAX_DRAIN_SECONDS: u64 = 3600;
 
 impl Agent {
+    /// Gives back the room parsing left in its lists: serde grows a list of unknown length by
+    /// doubling, so a one-element list held four (~70 bytes each; 4.6 MB of a 20,000-agent
+    /// list at 10,000 nodes was the audiences and scope ceilings alone, heaptrack).
+    pub fn shrink(&mut self) {
+        if let Some(iam) = &mut self.identity.iam {
+            iam.audiences.shrink_to_fit();
+            if let Some(s) = &mut iam.scope_ceiling {
+                s.shrink_to_fit();
+            }
+        }
+        if let Placement::Spec(p) = &mut self.placement {
+            p.requires.shrink_to_fit();
+            p.secrets.shrink_to_fit();
+        }
+        self.skills.audiences.shrink_to_fit();
+    }
+
     /// The placement spec when this agent is placed at all (§5.1): running, of kind agent,
     /// with a placement other than `none`.
     pub fn placed_spec(&self) -> Option<&PlacementSpec> {
@@ -178,6 +195,7 @@ pub fn parse_agents(items: &[Box<RawValue>]) -> (Vec<Agent>, Vec<SkippedAgent>) 
                         tracing::warn!(agent = %a.key, drain_seconds = a.drain_seconds, "drainSeconds clamped to {MAX_DRAIN_SECONDS}");
                         a.drain_seconds = MAX_DRAIN_SECONDS;
                     }
+                    a.shrink();
                     good.push(a)
                 }
                 Err(reason) => bad.push(SkippedAgent { key: Some(a.key), reason }),
@@ -238,6 +256,12 @@ mod tests {
         let a = &good[0];
         assert_eq!(a.placed_spec().unwrap().requires, vec!["repos"]);
         assert_eq!(a.resources().memory_mb, Some(4096));
+        // Parsed lists hold no room past their items (each is kept for the agent's life).
+        let iam = a.identity.iam.as_ref().unwrap();
+        let spec = a.placed_spec().unwrap();
+        assert_eq!(iam.audiences.capacity(), 1);
+        assert_eq!(iam.scope_ceiling.as_ref().unwrap().capacity(), 1);
+        assert_eq!((spec.requires.capacity(), spec.secrets.capacity()), (1, 1));
 
         let minimal = json!({"key": "m", "revision": 1, "state": "running",
             "identity": {"kind": "agent"}, "executor": {"kind": "k"}});

@@ -4,8 +4,9 @@ use super::derive::{agent_status, demand, entries_of, facts_of, per_node_of, Loo
 use super::desired::{desired_json, Entry};
 use super::gauges::Gauges;
 use super::placement::{self, Demand, NodeFacts};
+use super::rotation::due_second;
 use super::views::placement_views;
-use super::work::WorkKey;
+use super::work::{rotate_at_ms, WorkKey};
 use crate::clock;
 use crate::context::Ctx;
 use crate::metrics::{NodeLabels, PlacementLabels};
@@ -32,16 +33,27 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
     }
     let per_node = per_node_of(&st.outcome);
     let pairs: HashSet<(Id, Id)> = st.outcome.bindings.iter().map(|((a, _), n)| (a.clone(), n.clone())).collect();
-    let creds: HashMap<(Id, Id), &Arc<Cred>> = st.live_creds().map(|(pair, c)| (pair.clone(), c)).collect();
+    let creds: HashMap<(Id, Id), &Arc<Cred>> = st.live_creds().map(|(a, n, c)| ((a.clone(), n.clone()), c)).collect();
     for pair in creds.keys() {
         if !pairs.contains(pair) {
             diffs.push(format!("credential of {} on {} is live but not needed", pair.0, pair.1));
         }
     }
-    // Every placed pair has its PAT work pending: issuing, retrying or the next rotation.
-    let rotations = ctx.rotations.pairs();
+    // Every placed pair has its PAT work pending: issuing, retrying, or the next rotation (an
+    // entry of its node at or before its PAT's rotation instant).
+    let wanted = ctx.rotations.wanted_pairs();
+    let rotations = ctx.rotations.earliest_by_node();
+    let ttl_ms = ctx.cfg.token_ttl_seconds as i64 * 1000;
+    let rotation_due = |pair: &(Id, Id)| {
+        let (Some(c), Some(at)) = (creds.get(pair), rotations.get(&pair.1)) else { return false };
+        // As the PAT's work item scheduled it: not sooner than a second after the issue.
+        *at <= 1000 * due_second(rotate_at_ms(c, ttl_ms).max(c.issued_ms + 1000))
+    };
     for pair in &pairs {
-        if !rotations.contains(pair) && !ctx.queue.scheduled(&WorkKey::Pat(pair.0.clone(), pair.1.clone())) {
+        if !wanted.contains(pair)
+            && !rotation_due(pair)
+            && !ctx.queue.scheduled(&WorkKey::Pat(pair.0.clone(), pair.1.clone()))
+        {
             diffs.push(format!("the PAT of {} on {} has nothing scheduled (issue or rotation)", pair.0, pair.1));
         }
     }

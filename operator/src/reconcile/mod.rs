@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod audit;
+pub mod backlog;
 pub mod ceiling;
 pub mod derive;
 pub mod desired;

@@ -59,8 +59,8 @@ pub struct Plan {
     desired_hashes: Vec<(Id, u64)>,
     publish: PassPublish,
     work: Vec<WorkKey>,
-    /// PAT rotations to schedule: (agent, node, due in ms).
-    rotations: Vec<(Id, Id, i64)>,
+    /// PAT rotations to schedule: (node, due in ms).
+    rotations: Vec<(Id, i64)>,
     views_changed: bool,
 }
 
@@ -174,8 +174,8 @@ fn publish(ctx: &Ctx, memo: &Memo, snap: &Snapshot, mut placed: Placed, mut plan
         ctx.queue.add_after(WorkKey::Revoke(id), Duration::from_millis((at - snap.now).max(0) as u64));
     }
     queue_work(ctx, plan.work);
-    for (agent, node, due_ms) in plan.rotations {
-        ctx.rotations.schedule(agent, node, due_ms);
+    for (node, due_ms) in plan.rotations {
+        ctx.rotations.schedule(node, due_ms);
     }
     // Behind the PATs this pass and the ones before it asked for (`rotation`).
     ctx.rotations.want_now(to_send.into_iter().map(WorkKey::Status));

@@ -1,5 +1,5 @@
 //! When a pass's PAT and status work is queued: the keys a pass wants run now, in its order
-//! (a node's PATs together, the statuses after them), and one ordered index of (due, agent,
+//! (a node's PATs together, the statuses after them), and one ordered index of (due second,
 //! node) for rotations. One task feeds both into the work queue, keeping at most
 //! [`FEED_AHEAD`] keys ready there: a fleet coming up wants 100,000 PATs at once, and the
 //! queue holds each key twice (its order and its set, ~180 bytes a key at that size) where
@@ -9,18 +9,23 @@
 //! more CPU-seconds to bring a fleet up.
 //!
 //! Rotations are not a delayed work-queue key per PAT either (the queue's two entries per
-//! key were ~250 bytes each; an entry here is a B-tree slot of 40 bytes). The PAT work item
-//! itself decides whether a rotation is due (`work::pat`), so an entry left behind by a
-//! credential that was replaced meanwhile costs one look and is dropped: the item schedules
-//! the real due time again, which lands on the same entry when it is already there.
+//! key were ~250 bytes each), nor an entry per PAT here (~60 bytes each in a B-tree of (due
+//! ms, agent, node): 6 MB at 100,000 PATs): an entry is a node and the second, rounded up, at
+//! which one of its PATs is due. A node's PATs are issued together, so they share a second
+//! or a few. When an entry falls due, every pair of that node with a live PAT gets its PAT
+//! work queued ([`Rotations::run`]'s `live_agents`). The PAT work item itself decides whether
+//! a rotation is due (`work::pat`): a pair not due yet costs one look and schedules its own
+//! second again, which lands on an entry already there; an entry left behind by a credential
+//! that was replaced meanwhile costs the same.
 
+use super::backlog::Backlog;
 use super::queue::WorkQueue;
 use super::work::WorkKey;
 use crate::clock;
 use crate::model::Id;
 use parking_lot::Mutex;
-use rustc_hash::FxHashSet as HashSet;
-use std::collections::{BTreeSet, VecDeque};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 use tokio::sync::Notify;
 
@@ -31,13 +36,18 @@ pub const FEED_AHEAD: usize = 1_000;
 /// How often the feeder looks for room in the queue while pairs wait for it.
 const FEED_EVERY: Duration = Duration::from_millis(10);
 
+/// The second, rounded up, of an instant in ms: a rotation is never early.
+pub fn due_second(ms: i64) -> i64 {
+    ms.div_euclid(1000) + i64::from(ms.rem_euclid(1000) != 0)
+}
+
 #[derive(Default)]
 pub struct Rotations {
-    /// PAT and status keys wanted now, first come first queued (duplicates are harmless: the
-    /// queue folds a key that is already there).
-    now: Mutex<VecDeque<WorkKey>>,
-    /// (due, in ms since the epoch; agent; node).
-    due: Mutex<BTreeSet<(i64, Id, Id)>>,
+    /// PAT and status keys wanted now, in the pass's order (a duplicate PAT key is harmless:
+    /// the queue folds a key that is already there; a status is held once).
+    now: Mutex<Backlog>,
+    /// (due, in whole seconds since the epoch, rounded up; node).
+    due: Mutex<BTreeSet<(i64, Id)>>,
     /// Woken when an entry becomes the earliest, so the timer sleeps to the right instant.
     earlier: Notify,
 }
@@ -48,7 +58,9 @@ impl Rotations {
     pub fn want_now(&self, keys: impl IntoIterator<Item = WorkKey>) {
         let mut now = self.now.lock();
         let was_empty = now.is_empty();
-        now.extend(keys);
+        for key in keys {
+            now.push(key);
+        }
         let woken = was_empty && !now.is_empty();
         drop(now);
         if woken {
@@ -56,12 +68,13 @@ impl Rotations {
         }
     }
 
-    /// The pair's PAT work is queued at `due_ms` (an entry already there for that instant is
-    /// kept).
-    pub fn schedule(&self, agent: Id, node: Id, due_ms: i64) {
+    /// The PAT work of `node`'s pairs is queued at `due_ms`, rounded up to the second (an
+    /// entry already there for that second is kept).
+    pub fn schedule(&self, node: Id, due_ms: i64) {
+        let at = due_second(due_ms);
         let mut due = self.due.lock();
-        let first = due.first().is_none_or(|f| due_ms < f.0);
-        due.insert((due_ms, agent, node));
+        let first = due.first().is_none_or(|f| at < f.0);
+        due.insert((at, node));
         drop(due);
         if first {
             self.earlier.notify_one();
@@ -77,58 +90,62 @@ impl Rotations {
         self.len() == 0
     }
 
-    /// Every pair with PAT work waiting here, now or at a rotation (for the audit: built
-    /// once, looked up per pair).
-    pub fn pairs(&self) -> HashSet<(Id, Id)> {
-        let mut pairs: HashSet<(Id, Id)> = self
-            .now
+    /// Every pair with PAT work wanted now (for the audit: built once, looked up per pair).
+    pub fn wanted_pairs(&self) -> HashSet<(Id, Id)> {
+        self.now
             .lock()
-            .iter()
+            .line()
             .filter_map(|k| match k {
                 WorkKey::Pat(a, n) => Some((a.clone(), n.clone())),
                 _ => None,
             })
-            .collect();
-        pairs.extend(self.due.lock().iter().map(|(_, a, n)| (a.clone(), n.clone())));
-        pairs
+            .collect()
+    }
+
+    /// Each node's earliest rotation entry, in ms (for the audit: a pair whose PAT is due at
+    /// `d` is covered by an entry of its node at or before `d`).
+    pub fn earliest_by_node(&self) -> HashMap<Id, i64> {
+        let mut out: HashMap<Id, i64> = HashMap::default();
+        for (at, node) in self.due.lock().iter() {
+            out.entry(node.clone()).or_insert(at * 1000);
+        }
+        out
     }
 
     /// Takes up to `room` keys wanted now.
     fn take_now(&self, room: usize) -> Vec<WorkKey> {
-        let mut now = self.now.lock();
-        let n = room.min(now.len());
-        let taken = now.drain(..n).collect();
-        // A fleet's backlog is let go once it is fed.
-        let len = now.len();
-        if now.capacity() > 256 && now.capacity() > 4 * len {
-            now.shrink_to(len * 2);
-        }
-        taken
+        self.now.lock().take(room)
     }
 
-    /// Takes up to `room` (at least one) entries due at `now_ms`; `Err` is when the next one
-    /// falls due, if any.
-    fn take_due(&self, now_ms: i64, room: usize) -> Result<Vec<(Id, Id)>, Option<i64>> {
+    /// Takes up to `room` (at least one) nodes whose entry is due at `now_ms`; `Err` is when
+    /// the next one falls due (ms), if any.
+    fn take_due(&self, now_ms: i64, room: usize) -> Result<Vec<Id>, Option<i64>> {
         let mut due = self.due.lock();
         let mut out = Vec::new();
         while let Some(first) = due.first() {
-            if first.0 > now_ms || out.len() == room {
+            if first.0 * 1000 > now_ms || out.len() == room {
                 break;
             }
-            let (_, agent, node) = due.pop_first().expect("looked at");
-            out.push((agent, node));
+            let (_, node) = due.pop_first().expect("looked at");
+            out.push(node);
         }
         if out.is_empty() {
-            Err(due.first().map(|f| f.0))
+            Err(due.first().map(|f| f.0 * 1000))
         } else {
             Ok(out)
         }
     }
 
-    /// Queues the keys wanted now and each pair's PAT work when its rotation falls due, with
-    /// at most [`FEED_AHEAD`] keys ready in the queue, for the life of the term. A status is
-    /// queued `status_debounce` after it is fed, with whatever it says by then.
-    pub async fn run(&self, queue: &WorkQueue<WorkKey>, status_debounce: Duration) {
+    /// Queues the keys wanted now and, when a node's entry falls due, the PAT work of each of
+    /// its pairs with a live PAT (`live_agents`: those pairs' agents), with at most
+    /// [`FEED_AHEAD`] keys (and one node's pairs) ready in the queue, for the life of the term.
+    /// A status is queued `status_debounce` after it is fed, with whatever it says by then.
+    pub async fn run(
+        &self,
+        queue: &WorkQueue<WorkKey>,
+        status_debounce: Duration,
+        live_agents: impl Fn(&Id) -> Vec<Id>,
+    ) {
         loop {
             let earlier = self.earlier.notified();
             let room = FEED_AHEAD.saturating_sub(queue.ready_len());
@@ -143,7 +160,11 @@ impl Rotations {
                 left => self.take_due(clock::now_ms(), left),
             };
             match due {
-                Ok(more) => keys.extend(more.into_iter().map(|(agent, node)| WorkKey::Pat(agent, node))),
+                Ok(nodes) => {
+                    for node in nodes {
+                        keys.extend(live_agents(&node).into_iter().map(|agent| WorkKey::Pat(agent, node.clone())));
+                    }
+                }
                 Err(_) if !keys.is_empty() => {}
                 Err(next) => {
                     // At most a minute at a time: a wall clock that jumps is followed.
@@ -178,34 +199,45 @@ mod tests {
     }
 
     #[test]
-    fn entries_fall_due_in_order_and_repeats_collapse() {
+    fn entries_fall_due_by_node_and_second_in_order_and_repeats_collapse() {
         let r = Rotations::default();
-        r.schedule("a".into(), "n2".into(), 300);
-        r.schedule("a".into(), "n1".into(), 100);
-        r.schedule("a".into(), "n1".into(), 100);
-        assert_eq!(r.len(), 2, "the same pair at the same instant is one entry");
-        assert_eq!(r.take_due(50, 10), Err(Some(100)));
-        assert_eq!(r.take_due(100, 10), Ok(vec![pair("a", "n1")]));
-        assert_eq!(r.take_due(299, 10), Err(Some(300)));
-        assert_eq!(r.take_due(1_000, 10), Ok(vec![pair("a", "n2")]));
-        assert_eq!(r.take_due(1_000, 10), Err(None));
+        r.schedule("n2".into(), 3_000);
+        r.schedule("n1".into(), 1_100);
+        r.schedule("n1".into(), 1_900);
+        r.schedule("n1".into(), 2_000);
+        assert_eq!(r.len(), 2, "a node's PATs due within one second are one entry, rounded up");
+        assert_eq!(r.earliest_by_node().get("n1"), Some(&2_000));
+        assert_eq!(r.take_due(1_999, 10), Err(Some(2_000)), "never early");
+        assert_eq!(r.take_due(2_000, 10), Ok(vec![Id::from("n1")]));
+        assert_eq!(r.take_due(2_999, 10), Err(Some(3_000)));
+        r.schedule("n3".into(), 3_000);
+        assert_eq!(r.take_due(5_000, 1), Ok(vec![Id::from("n2")]), "at most `room` nodes");
+        assert_eq!(r.take_due(5_000, 10), Ok(vec![Id::from("n3")]));
+        assert_eq!(r.take_due(5_000, 10), Err(None));
         assert!(r.is_empty());
+        assert_eq!((due_second(-1), due_second(0), due_second(1)), (0, 0, 1));
     }
 
-    /// The timer queues the pair's PAT work when it falls due, and an entry scheduled earlier
-    /// than the one it sleeps for wakes it.
+    /// The timer queues the PAT work of every pair of a node with a live PAT when the node's
+    /// entry falls due, and an entry scheduled earlier than the one it sleeps for wakes it.
     #[tokio::test]
-    async fn the_timer_queues_pat_work_when_due() {
+    async fn the_timer_queues_a_nodes_pat_work_when_due() {
         let r = Arc::new(Rotations::default());
         let q = Arc::new(WorkQueue::new(Backoff { base: Duration::from_secs(1), max: Duration::from_secs(1) }));
         let now = clock::now_ms();
-        r.schedule("late".into(), "n".into(), now + 3_600_000);
+        r.schedule("late".into(), now + 3_600_000);
         let (r2, q2) = (r.clone(), q.clone());
-        tokio::spawn(async move { r2.run(&q2, Duration::ZERO).await });
+        let live = |node: &Id| match &**node {
+            "soon" => vec![Id::from("a1"), Id::from("a2")],
+            _ => vec![Id::from("x")],
+        };
+        tokio::spawn(async move { r2.run(&q2, Duration::ZERO, live).await });
         tokio::time::sleep(Duration::from_millis(50)).await;
-        r.schedule("soon".into(), "n".into(), now + 100);
-        let key = tokio::time::timeout(Duration::from_secs(5), q.next()).await.expect("queued when due");
-        assert_eq!(key, WorkKey::Pat("soon".into(), "n".into()));
+        r.schedule("soon".into(), now + 100);
+        for agent in ["a1", "a2"] {
+            let key = tokio::time::timeout(Duration::from_secs(5), q.next()).await.expect("queued when due");
+            assert_eq!(key, WorkKey::Pat(agent.into(), "soon".into()));
+        }
         assert!(clock::now_ms() >= now + 100, "not before it was due");
         assert_eq!(r.len(), 1, "the later entry waits");
     }
@@ -217,7 +249,7 @@ mod tests {
         let r = Arc::new(Rotations::default());
         let q = Arc::new(WorkQueue::new(Backoff { base: Duration::from_secs(1), max: Duration::from_secs(1) }));
         let (r2, q2) = (r.clone(), q.clone());
-        tokio::spawn(async move { r2.run(&q2, Duration::from_millis(1)).await });
+        tokio::spawn(async move { r2.run(&q2, Duration::from_millis(1), |_: &Id| Vec::new()).await });
         let total = FEED_AHEAD + 500;
         let pats = (0..total).map(|i| WorkKey::Pat(format!("a{i:05}").into(), "n".into()));
         r.want_now(pats.chain([WorkKey::Status("s".into())]));
@@ -230,7 +262,7 @@ mod tests {
         }
         assert!(full(), "the queue is fed up to its bound: {} ready", q.ready_len());
         assert_eq!(r.len(), 501, "the rest waits here");
-        assert!(r.pairs().contains(&pair(&format!("a{:05}", total - 1), "n")), "the audit sees waiting pairs");
+        assert!(r.wanted_pairs().contains(&pair(&format!("a{:05}", total - 1), "n")), "the audit sees waiting pairs");
         for i in 0..total {
             let key = tokio::time::timeout(Duration::from_secs(5), q.next()).await.expect("fed as workers take keys");
             assert_eq!(key, WorkKey::Pat(format!("a{i:05}").into(), "n".into()));

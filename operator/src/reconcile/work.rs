@@ -164,7 +164,7 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
     if let Some(c) = &active {
         let due = rotate_at_ms(c, ttl_ms);
         if now < due {
-            return rotate_at(ctx, agent, node, due);
+            return rotate_at(ctx, node, due);
         }
     }
     let Some(principal) = principal else {
@@ -228,12 +228,12 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
     ctx.metrics.pat("issued");
     ctx.store.identity_ok(agent);
     ctx.kick();
-    rotate_at(ctx, agent, node, due.max(now + 1000))
+    rotate_at(ctx, node, due.max(now + 1000))
 }
 
-/// The pair's next rotation waits in the rotation index, not as a delayed queue key.
-fn rotate_at(ctx: &Ctx, agent: &Id, node: &Id, due_ms: i64) -> Outcome {
-    ctx.rotations.schedule(agent.clone(), node.clone(), due_ms);
+/// The pair's next rotation waits in the rotation index (by node), not as a delayed queue key.
+fn rotate_at(ctx: &Ctx, node: &Id, due_ms: i64) -> Outcome {
+    ctx.rotations.schedule(node.clone(), due_ms);
     Outcome::Done
 }
 

@@ -229,9 +229,9 @@ impl State {
         self.drains.remove(&id);
         let live: Vec<((Id, Id), Id)> = self
             .pairs
+            .of_node(&id)
             .iter()
-            .filter(|((_, n), _)| *n == id)
-            .filter_map(|(pair, p)| Some((pair.clone(), Id::from(p.live.as_ref()?.id()))))
+            .filter_map(|(agent, p)| Some(((agent.clone(), id.clone()), Id::from(p.live.as_ref()?.id()))))
             .collect();
         let retiring: Vec<((Id, Id), Id)> = self
             .retiring
@@ -244,7 +244,7 @@ impl State {
             self.schedule_revoke(&pair, &cid, |at| at.map_or(now, |at| at.min(now)));
             revoke.push(cid.to_string());
         }
-        self.pairs.retain(|(_, n), _| *n != id);
+        self.pairs.remove_node(&id);
         self.changes.rebuild = true;
         self.changes.revoke_now.extend(revoke.iter().cloned());
         Deleted { id, name: rec.name.clone(), revoke }

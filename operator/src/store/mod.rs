@@ -11,6 +11,7 @@ pub mod hub;
 pub mod kept;
 pub mod lease;
 pub mod lifecycle;
+mod pairs;
 mod sealed;
 pub mod writer;
 pub mod writes;
@@ -284,7 +285,7 @@ pub struct State {
     identities: HashMap<Id, IdentityRec>,
     identity_errors: HashMap<Id, String>,
     /// Each pair's PAT counter and live credential.
-    pairs: HashMap<(Id, Id), PairRec>,
+    pairs: pairs::Pairs,
     /// Credentials no longer live, waiting for their revocation (`revoke_ms` is set), by id.
     retiring: HashMap<Id, Arc<Cred>>,
     pub desired: HashMap<Id, DesiredRec>,
@@ -444,10 +445,7 @@ impl State {
             st.identities.insert(agent.into(), IdentityRec { principal_id: principal_id.into(), bound });
         }
         for (agent, node, next_n, pending_n) in snap.pairs {
-            st.pairs.insert(
-                (agent.into(), node.into()),
-                PairRec { next_n: pending_n.unwrap_or(next_n) as u64, live: None },
-            );
+            st.pairs.entry(&agent.into(), &node.into()).next_n = pending_n.unwrap_or(next_n) as u64;
         }
         for row in snap.credentials {
             let mut c = Cred::from_row(row);
@@ -456,8 +454,8 @@ impl State {
             }
             match c.revoke_ms.get() {
                 None => {
-                    let pair = (c.agent.clone(), c.node.clone());
-                    st.pairs.entry(pair).or_default().live = Some(Arc::new(c));
+                    let (agent, node) = (c.agent.clone(), c.node.clone());
+                    st.pairs.entry(&agent, &node).live = Some(Arc::new(c));
                 }
                 Some(_) => drop(st.retiring.insert(c.id().into(), Arc::new(c))),
             }
@@ -487,7 +485,10 @@ fn stored_agents(rows: Vec<String>) -> Vec<Agent> {
     let mut agents: Vec<Agent> = rows
         .into_iter()
         .filter_map(|row| match serde_json::from_str::<Agent>(&row) {
-            Ok(a) => Some(a),
+            Ok(mut a) => {
+                a.shrink();
+                Some(a)
+            }
             Err(e) => {
                 tracing::error!(error = %e, "a stored agent does not parse; skipped until the CP is read");
                 None
@@ -510,12 +511,17 @@ impl State {
 
     /// The live credential of an (agent, node) pair.
     pub fn live_cred(&self, pair: &(Id, Id)) -> Option<&Arc<Cred>> {
-        self.pairs.get(pair)?.live.as_ref()
+        self.pairs.get(&pair.0, &pair.1)?.live.as_ref()
     }
 
-    /// Every live credential by its pair.
-    pub fn live_creds(&self) -> impl Iterator<Item = (&(Id, Id), &Arc<Cred>)> {
-        self.pairs.iter().filter_map(|(pair, p)| Some((pair, p.live.as_ref()?)))
+    /// Every live credential with its pair: (agent, node, credential).
+    pub fn live_creds(&self) -> impl Iterator<Item = (&Id, &Id, &Arc<Cred>)> {
+        self.pairs.iter().filter_map(|(agent, node, p)| Some((agent, node, p.live.as_ref()?)))
+    }
+
+    /// The agents whose pair with `node` has a live credential, in key order.
+    pub fn live_agents_on(&self, node: &str) -> Vec<Id> {
+        self.pairs.of_node(node).iter().filter(|(_, p)| p.live.is_some()).map(|(a, _)| a.clone()).collect()
     }
 
     /// A credential waiting for its revocation.
@@ -530,15 +536,15 @@ impl State {
 
     /// The PAT counter of an (agent, node) pair (SPEC §2.1).
     pub fn pair(&self, pair: &(Id, Id)) -> PairRec {
-        self.pairs.get(pair).cloned().unwrap_or_default()
+        self.pairs.get(&pair.0, &pair.1).cloned().unwrap_or_default()
     }
 
     /// Makes `c` its pair's live credential without recording a change (for tests that
     /// put the registry behind the pass's back).
     #[cfg(test)]
     pub(crate) fn put_live_cred(&mut self, c: Arc<Cred>) {
-        let pair = (c.agent.clone(), c.node.clone());
-        self.pairs.entry(pair).or_default().live = Some(c);
+        let (agent, node) = (c.agent.clone(), c.node.clone());
+        self.pairs.entry(&agent, &node).live = Some(c);
     }
 
     /// Sets an agent's identity without recording a change (tests only, as above).
@@ -576,14 +582,14 @@ impl State {
     /// Makes `cred` the live credential of its pair; returns the one it replaces.
     fn set_active(&mut self, cred: Arc<Cred>) -> Option<Arc<Cred>> {
         let pair = (cred.agent.clone(), cred.node.clone());
-        let old = self.pairs.entry(pair.clone()).or_default().live.replace(cred);
+        let old = self.pairs.entry(&pair.0, &pair.1).live.replace(cred);
         self.changes.creds.insert(pair);
         old
     }
 
     /// Takes credential `id` out of `pair` if it is the live one there.
     fn take_active(&mut self, pair: &(Id, Id), id: &str) -> Option<Arc<Cred>> {
-        let rec = self.pairs.get_mut(pair)?;
+        let rec = self.pairs.get_mut(&pair.0, &pair.1)?;
         if rec.live.as_ref().is_none_or(|c| c.id() != id) {
             return None;
         }

@@ -80,7 +80,7 @@ impl Store {
         if let Some((old, at)) = &retire {
             st.schedule_revoke(&pair, old, |_| *at);
         }
-        st.pairs.entry(pair.clone()).or_default().next_n = cred.n + 1;
+        st.pairs.entry(&pair.0, &pair.1).next_n = cred.n + 1;
         let name = st.nodes.get(&cred.node).map(|n| n.name.clone()).unwrap_or_else(|| cred.node.clone());
         let (kind, msg) = match &retire {
             Some(_) => {

@@ -54,7 +54,7 @@ pub fn pat_work(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: 
         for agent in m.keys() {
             let pair = (agent.clone(), node.clone());
             match st.live_cred(&pair) {
-                Some(c) if !wants_pat(&pair) => plan.rotations.push((pair.0, pair.1, rotate_at_ms(c, ttl_ms))),
+                Some(c) if !wants_pat(&pair) => plan.rotations.push((pair.1, rotate_at_ms(c, ttl_ms))),
                 _ => plan.work.push(WorkKey::Pat(pair.0, pair.1)),
             }
         }
@@ -116,12 +116,12 @@ pub fn desired_states(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, 
 /// a 30 s timeout whatever the agent's `drainSeconds` (SPEC §5.2, §6.4), so that is the wait.
 pub fn retire(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan) {
     let st = ctx.store.state.read();
-    let candidates: HashSet<&(Id, Id)> = if snap.full {
-        st.live_creds().map(|(pair, _)| pair).collect()
+    let candidates: HashSet<(Id, Id)> = if snap.full {
+        st.live_creds().map(|(agent, node, _)| (agent.clone(), node.clone())).collect()
     } else {
-        placed.touched_pairs.keys().chain(snap.changes.creds.iter()).collect()
+        placed.touched_pairs.keys().chain(snap.changes.creds.iter()).cloned().collect()
     };
-    for pair in candidates {
+    for pair in &candidates {
         if is_placed(&memo.per_node, pair) {
             continue;
         }
