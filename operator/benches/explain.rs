@@ -59,7 +59,7 @@ fn fleet(nodes: usize, agents: usize) -> State {
     let demands: Vec<_> = agents.iter().filter_map(demand).collect();
     st.outcome = Arc::new(place(&demands, &facts, &Default::default()));
     for n in recs {
-        st.nodes.insert(n.id.clone(), n);
+        st.nodes.insert(n.id.clone(), Box::new(n));
     }
     st.set_agents(Arc::new(agents));
     st

@@ -65,7 +65,7 @@ pub async fn list_nodes(
     let now = clock::now_ms();
     let st = app.store.state.read();
     let mut nodes: Vec<&NodeRec> =
-        st.nodes.values().filter(|n| page.after.as_deref().is_none_or(|a| &*n.name > a)).collect();
+        st.nodes.values().map(|n| &**n).filter(|n| page.after.as_deref().is_none_or(|a| &*n.name > a)).collect();
     nodes.sort_unstable_by(|a, b| a.name.cmp(&b.name));
     let Some(limit) = page.limit else {
         let ids: Arc<[Id]> = nodes.into_iter().map(|n| n.id.clone()).collect();
@@ -302,7 +302,7 @@ mod tests {
             let mut st = crate::store::State::default();
             for i in 0..n {
                 let rec = node(i);
-                st.nodes.insert(rec.id.clone(), rec);
+                st.nodes.insert(rec.id.clone(), Box::new(rec));
             }
             let ids: Vec<Id> = (0..n).map(|i| Id::from(format!("id-{i}"))).collect();
             // Deleted after the list was taken: the first node of the second chunk.

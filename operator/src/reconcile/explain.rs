@@ -277,7 +277,7 @@ mod tests {
         let demands: Vec<_> = crate::reconcile::derive::demand(&a).into_iter().collect();
         st.outcome = Arc::new(place(&demands, &facts, &Default::default()));
         for n in nodes {
-            st.nodes.insert(n.id.clone(), n);
+            st.nodes.insert(n.id.clone(), Box::new(n));
         }
         st.set_agents(Arc::new(vec![a]));
         st

@@ -143,7 +143,7 @@ mod tests {
             let rec = node(id, &[]);
             memo.fact_at.insert(id.into(), memo.facts.len());
             memo.facts.push(facts_of(&rec, true));
-            st.nodes.insert(id.into(), rec);
+            st.nodes.insert(id.into(), Box::new(rec));
         }
         // n1 gained a label behind the memo's back.
         st.nodes.get_mut("n1").unwrap().info.labels = vec!["gpu".into()];
