@@ -1,20 +1,24 @@
-//! The work a pass wants now and the queue has no room for yet, in the pass's order: PAT keys
-//! (and any other key) in a line, and each agent's status once, behind the keys that were
-//! wanted before it.
+//! The work a pass wants now and the queue has no room for yet: PAT keys (and any other key)
+//! in a line, in the pass's order, and statuses behind the keys that were wanted before them.
 //!
 //! A status is wanted again by every pass that sees the agent change, and a fleet coming up
-//! changes each agent's status with every PAT and every report: kept in the line like the
-//! other keys, 20,000 agents' statuses were wanted again and again behind 100,000 PATs, and
-//! the line grew to 12.8 MB at 10,000 nodes — the largest allocation of a cold start
-//! (heaptrack, docs/performance.md, session 16). Here an agent's status waiting to go out is
-//! one entry where it was first wanted: the work item sends what the status says when it
-//! runs, so a later want adds nothing until it has gone out. (Moved back to its latest want
-//! instead, every status waited for the whole fleet's PATs, and cold convergence took 11 s
-//! longer.)
+//! changes each agent's status with every PAT and every report. Kept in the line like the
+//! other keys, 20,000 agents' statuses were wanted again and again, and the line grew to
+//! 12.8 MB at 10,000 nodes — the largest allocation of a cold start (heaptrack,
+//! docs/performance.md, session 16). Once the fleet has joined no PAT is wanted any more, and
+//! every later want of an agent's status lands at the same place, the end of the line: those
+//! copies were all one entry. Here a status is held once per place: (keys of the line to go
+//! out before it, agent), a set.
+//!
+//! The copies at different places are kept, because where a status waits decides when the CP
+//! hears that the agent runs (the work item sends what the status says when it runs): a copy
+//! wanted while the fleet joined sits behind that agent's PATs of the moment, and is often
+//! the first to go out once the agent runs. One entry per agent instead — kept where it was
+//! first wanted, where it was last wanted, or behind the agent's own last PAT — took cold
+//! convergence from 44–48 s to 55.6, 65.0 and 70.9 s (one full-scale run each).
 
 use super::work::WorkKey;
 use crate::model::Id;
-use rustc_hash::FxHashMap as HashMap;
 use std::collections::{BTreeSet, VecDeque};
 
 #[derive(Debug, Default)]
@@ -23,22 +27,16 @@ pub struct Backlog {
     line: VecDeque<WorkKey>,
     /// How many keys have left the line since the start: its front's position.
     taken: u64,
-    /// (keys of the line to go out before it, agent): each agent's status once.
+    /// (keys of the line to go out before it, agent): a status wanted twice at one place is
+    /// one entry.
     statuses: BTreeSet<(u64, Id)>,
-    /// The agents in `statuses`, with their position there.
-    status_at: HashMap<Id, u64>,
 }
 
 impl Backlog {
     pub fn push(&mut self, key: WorkKey) {
         match key {
             WorkKey::Status(agent) => {
-                if self.status_at.contains_key(&agent) {
-                    return;
-                }
-                let at = self.taken + self.line.len() as u64;
-                self.status_at.insert(agent.clone(), at);
-                self.statuses.insert((at, agent));
+                self.statuses.insert((self.taken + self.line.len() as u64, agent));
             }
             key => self.line.push_back(key),
         }
@@ -48,13 +46,10 @@ impl Backlog {
     pub fn take(&mut self, room: usize) -> Vec<WorkKey> {
         let mut out = Vec::with_capacity(room.min(self.len()));
         while out.len() < room {
-            if let Some((at, _)) = self.statuses.first() {
-                if *at <= self.taken {
-                    let (_, agent) = self.statuses.pop_first().expect("looked at");
-                    self.status_at.remove(&agent);
-                    out.push(WorkKey::Status(agent));
-                    continue;
-                }
+            if self.statuses.first().is_some_and(|(at, _)| *at <= self.taken) {
+                let (_, agent) = self.statuses.pop_first().expect("looked at");
+                out.push(WorkKey::Status(agent));
+                continue;
             }
             let Some(key) = self.line.pop_front() else { break };
             self.taken += 1;
@@ -64,9 +59,6 @@ impl Backlog {
         let len = self.line.len();
         if self.line.capacity() > 256 && self.line.capacity() > 4 * len {
             self.line.shrink_to(len * 2);
-        }
-        if self.status_at.is_empty() && self.status_at.capacity() > 256 {
-            self.status_at.shrink_to_fit();
         }
         out
     }
@@ -97,36 +89,31 @@ mod tests {
         WorkKey::Status(a.into())
     }
 
-    /// A status goes out behind the keys wanted before it, once however often it is wanted
-    /// while it waits; wanted after it went out, it waits again.
+    /// A status goes out behind the keys wanted before it; wanted again at another place it
+    /// waits there too, wanted again at the same place it is one entry.
     #[test]
-    fn a_status_goes_out_once_behind_the_keys_wanted_before_it() {
+    fn a_status_goes_out_behind_the_keys_wanted_before_it_once_per_place() {
         let mut b = Backlog::default();
         for k in [pat("a1"), status("x"), pat("a2"), status("y"), pat("a3"), status("x"), status("x")] {
             b.push(k);
         }
-        assert_eq!(b.len(), 5, "three PATs and two statuses");
-        assert_eq!(b.take(2), [pat("a1"), status("x")], "x where it was first wanted");
+        assert_eq!(b.len(), 6, "three PATs, y, and x at two places");
+        assert_eq!(b.take(2), [pat("a1"), status("x")]);
         b.push(pat("a4"));
-        b.push(status("x"));
-        assert_eq!(b.take(10), [pat("a2"), status("y"), pat("a3"), pat("a4"), status("x")]);
-        assert!(b.is_empty());
-        // Positions keep counting across takes.
-        b.push(pat("b1"));
-        b.push(status("z"));
-        assert_eq!(b.take(1), [pat("b1")]);
-        assert_eq!(b.take(1), [status("z")]);
+        b.push(status("y"));
+        assert_eq!(b.take(10), [pat("a2"), status("y"), pat("a3"), status("x"), pat("a4"), status("y")]);
         assert!(b.is_empty() && b.line().next().is_none());
     }
 
-    /// 20,000 agents wanted fifty times each behind 1,000 PATs hold 20,000 entries.
+    /// Wanted fifty times each after the last PAT was wanted, 20,000 agents' statuses are
+    /// 20,000 entries, behind every PAT.
     #[test]
-    fn statuses_wanted_many_times_are_held_once() {
+    fn statuses_wanted_many_times_at_the_end_are_held_once() {
         let mut b = Backlog::default();
-        for round in 0..50 {
-            for i in 0..20 {
-                b.push(pat(&format!("p{round}-{i}")));
-            }
+        for i in 0..1_000 {
+            b.push(pat(&format!("p{i}")));
+        }
+        for _ in 0..50 {
             for i in 0..20_000 {
                 b.push(status(&format!("agent-{i}")));
             }
@@ -134,7 +121,6 @@ mod tests {
         assert_eq!(b.len(), 1_000 + 20_000);
         let out = b.take(usize::MAX);
         assert_eq!(out.len(), 21_000);
-        assert!(out[..20].iter().all(|k| matches!(k, WorkKey::Pat(..))), "the first round's PATs");
-        assert!(out[20..20_020].iter().all(|k| matches!(k, WorkKey::Status(..))), "then every status, once");
+        assert!(out[..1_000].iter().all(|k| matches!(k, WorkKey::Pat(..))), "the PATs first");
     }
 }

@@ -177,7 +177,7 @@ fn publish(ctx: &Ctx, memo: &Memo, snap: &Snapshot, mut placed: Placed, mut plan
     for (node, due_ms) in plan.rotations {
         ctx.rotations.schedule(node, due_ms);
     }
-    // Behind the PATs this pass and the ones before it asked for (`rotation`).
+    // Behind the PATs this pass and the ones before it asked for (`backlog`).
     ctx.rotations.want_now(to_send.into_iter().map(WorkKey::Status));
     drained
 }

@@ -1,12 +1,12 @@
 //! When a pass's PAT and status work is queued: the keys a pass wants run now, in its order
-//! (a node's PATs together, the statuses after them), and one ordered index of (due second,
-//! node) for rotations. One task feeds both into the work queue, keeping at most
-//! [`FEED_AHEAD`] keys ready there: a fleet coming up wants 100,000 PATs at once, and the
-//! queue holds each key twice (its order and its set, ~180 bytes a key at that size) where
-//! the backlog holds one key of 40 bytes. Statuses wait behind the PATs queued before them,
-//! as they did in the queue: an agent's status sent while its PATs are still being issued is
-//! superseded within seconds, and sending each step cost the CP and the controller a fifth
-//! more CPU-seconds to bring a fleet up.
+//! (a node's PATs together; statuses behind the PATs wanted before them, [`super::backlog`]), and
+//! one ordered index of (due second, node) for rotations. One task feeds both into the work
+//! queue, keeping at most [`FEED_AHEAD`] keys ready there: a fleet coming up wants 100,000
+//! PATs at once, and the queue holds each key twice (its order and its set, ~180 bytes a key
+//! at that size) where the backlog holds one key of 40 bytes. A status waits behind the PATs
+//! wanted before it: sent while they are still being issued it is superseded within seconds,
+//! and sending each step cost the CP and the controller a fifth more CPU-seconds to bring a
+//! fleet up.
 //!
 //! Rotations are not a delayed work-queue key per PAT either (the queue's two entries per
 //! key were ~250 bytes each), nor an entry per PAT here (~60 bytes each in a B-tree of (due
