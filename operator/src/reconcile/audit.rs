@@ -6,7 +6,7 @@ use super::gauges::Gauges;
 use super::placement::{self, Demand, NodeFacts};
 use super::rotation::due_second;
 use super::views::placement_views;
-use super::work::{rotate_at_ms, WorkKey};
+use super::work::{first_rotation_ms, WorkKey};
 use crate::clock;
 use crate::context::Ctx;
 use crate::metrics::{NodeLabels, PlacementLabels};
@@ -46,8 +46,7 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
     let ttl_ms = ctx.cfg.token_ttl_seconds as i64 * 1000;
     let rotation_due = |pair: &(Id, Id)| {
         let (Some(c), Some(at)) = (creds.get(pair), rotations.get(&pair.1)) else { return false };
-        // As the PAT's work item scheduled it: not sooner than a second after the issue.
-        *at <= 1000 * due_second(rotate_at_ms(c, ttl_ms).max(c.issued_ms + 1000))
+        *at <= 1000 * due_second(first_rotation_ms(c, ttl_ms))
     };
     for pair in &pairs {
         if !wanted.contains(pair)

@@ -39,6 +39,12 @@ pub fn rotate_at_ms(c: &Cred, ttl_ms: i64) -> i64 {
     c.expires_ms - margin
 }
 
+/// When a freshly issued PAT's rotation is scheduled: at its rotation instant, but not within
+/// a second of its issue (a PAT IAM granted for less than that would be reissued in a loop).
+pub fn first_rotation_ms(c: &Cred, ttl_ms: i64) -> i64 {
+    rotate_at_ms(c, ttl_ms).max(c.issued_ms + 1000)
+}
+
 impl WorkKey {
     /// The kind, as the work metrics and spans name it.
     pub fn kind(&self) -> &'static str {
@@ -213,7 +219,7 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
         issued_ms: now,
         revoke_ms: crate::store::MaybeMs::NONE,
     };
-    let (id, due) = (Id::from(cred.id()), rotate_at_ms(&cred, ttl_ms));
+    let (id, due) = (Id::from(cred.id()), first_rotation_ms(&cred, ttl_ms));
     if let Err(e) = ctx.store.credential_stored(cred, retire.clone()).await {
         tracing::error!(error = %e, "cannot store credential; the retry replays it");
         return Outcome::Failed;
@@ -228,7 +234,7 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
     ctx.metrics.pat("issued");
     ctx.store.identity_ok(agent);
     ctx.kick();
-    rotate_at(ctx, node, due.max(now + 1000))
+    rotate_at(ctx, node, due)
 }
 
 /// The pair's next rotation waits in the rotation index (by node), not as a delayed queue key.

@@ -2,10 +2,10 @@
 //! by agent key, exactly as long as it is. A node has about as many pairs as it has slots,
 //! so a lookup is a hash of the node id and a binary search over a dozen keys.
 //!
-//! Keyed by the pair, the table was one hash slot of 48 bytes a pair at three-quarters load
-//! at best — 6.4 MB at 100,000 pairs, and 9.6 MB while it doubled, which a fleet's recovery
-//! (every moved replica a new pair) made it do at its peak. Grouped by node it is 32 bytes a
-//! pair and one slot a node (docs/performance.md, session 16).
+//! Keyed by the pair, the table was one hash slot of 48 bytes a pair at 44–87 % load — 6.4 MB
+//! at 100,000 pairs, with the old table held beside the new one while it doubled; pairs are
+//! kept after a move (their PAT counter), so every recovery adds its moved replicas. Grouped
+//! by node it is 32 bytes a pair and one slot a node (docs/performance.md, session 16).
 
 use super::PairRec;
 use crate::model::Id;

@@ -116,12 +116,16 @@ pub fn desired_states(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, 
 /// a 30 s timeout whatever the agent's `drainSeconds` (SPEC §5.2, §6.4), so that is the wait.
 pub fn retire(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan) {
     let st = ctx.store.state.read();
-    let candidates: HashSet<(Id, Id)> = if snap.full {
-        st.live_creds().map(|(agent, node, _)| (agent.clone(), node.clone())).collect()
+    // A full pass looks at every live credential (the pairs are built for it); an incremental
+    // one only at the pairs it touched, by reference.
+    let every: Vec<(Id, Id)>;
+    let candidates: HashSet<&(Id, Id)> = if snap.full {
+        every = st.live_creds().map(|(agent, node, _)| (agent.clone(), node.clone())).collect();
+        every.iter().collect()
     } else {
-        placed.touched_pairs.keys().chain(snap.changes.creds.iter()).cloned().collect()
+        placed.touched_pairs.keys().chain(snap.changes.creds.iter()).collect()
     };
-    for pair in &candidates {
+    for pair in candidates {
         if is_placed(&memo.per_node, pair) {
             continue;
         }
