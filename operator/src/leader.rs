@@ -74,9 +74,10 @@ pub async fn start_term(s: &Shared, tasks: &mut Supervisor) -> anyhow::Result<Ar
     let ctx = Ctx::new(s.cfg.clone(), s.store.clone(), s.metrics.clone(), s.trigger.clone(), s.pass_clock.clone());
     // Time-driven work survives a restart and a takeover: re-arm the pending revocations.
     let now = crate::clock::now_ms();
-    for c in s.store.state.read().retiring_creds() {
-        if let Some(at) = c.revoke_ms.get() {
-            ctx.queue.add_after(work::WorkKey::Revoke(c.id().into()), Duration::from_millis((at - now).max(0) as u64));
+    for r in s.store.state.read().retiring_creds() {
+        if let Some(at) = r.cred.revoke_ms.get() {
+            ctx.queue
+                .add_after(work::WorkKey::Revoke(r.cred.id().into()), Duration::from_millis((at - now).max(0) as u64));
         }
     }
     if s.cfg.kubernetes_mirror {

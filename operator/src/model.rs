@@ -101,7 +101,7 @@ fn sixty() -> u64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Agent {
-    pub key: String,
+    pub key: Id,
     pub revision: u64,
     pub state: AgentState,
     pub identity: Identity,
@@ -198,7 +198,7 @@ pub fn parse_agents(items: &[Box<RawValue>]) -> (Vec<Agent>, Vec<SkippedAgent>) 
                     a.shrink();
                     good.push(a)
                 }
-                Err(reason) => bad.push(SkippedAgent { key: Some(a.key), reason }),
+                Err(reason) => bad.push(SkippedAgent { key: Some(a.key.to_string()), reason }),
             },
             Err(e) => bad.push(SkippedAgent { key: key(), reason: e.to_string() }),
         }

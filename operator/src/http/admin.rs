@@ -124,7 +124,7 @@ pub async fn get_node(
         node: st.node_view(n, clock::now_ms(), app.offline_after),
         generation: st.desired.get(&n.id).map(|d| d.generation).unwrap_or(0),
         applied_generation: n.info.applied_generation,
-        replicas: n.info.replicas.clone(),
+        replicas: n.info.replicas.iter().map(crate::store::Seen::to_report).collect(),
     }))
 }
 

@@ -55,6 +55,21 @@ pub async fn watch_cp(ctx: Arc<Ctx>) {
     }
 }
 
+/// Agents listed before keep the key string they had (both lists in key order): the
+/// registry's maps hold that one, and a fresh string an agent would be a second copy of
+/// every key (20,000 at full scale) until all of them are rebuilt.
+fn keep_keys(old: &[Agent], new: &mut [Agent]) {
+    let mut i = 0;
+    for a in new.iter_mut() {
+        while old.get(i).is_some_and(|o| o.key < a.key) {
+            i += 1;
+        }
+        if let Some(o) = old.get(i).filter(|o| o.key == a.key) {
+            a.key = o.key.clone();
+        }
+    }
+}
+
 /// Reads the agent list; when it changed, puts it in the registry and returns what changed
 /// for the caller to store.
 async fn refresh_agents(ctx: &Ctx) -> Option<AgentsWrite> {
@@ -85,6 +100,7 @@ async fn refresh_agents(ctx: &Ctx) -> Option<AgentsWrite> {
                 return None;
             }
             agents.shrink_to_fit();
+            keep_keys(&current, &mut agents);
             let agents = Arc::new(agents);
             let old = {
                 let mut st = ctx.store.state.write();
@@ -117,7 +133,7 @@ fn changed(old: &[Agent], new: &[Agent]) -> (Vec<usize>, Vec<String>) {
         };
         match order {
             Ordering::Less => {
-                delete.push(old[i].key.clone());
+                delete.push(old[i].key.to_string());
                 i += 1;
             }
             Ordering::Greater => {
@@ -158,11 +174,24 @@ mod tests {
         let old = agents(&[("a", 1), ("b", 1), ("c", 1), ("e", 1)]);
         let new = agents(&[("b", 1), ("c", 2), ("d", 1), ("e", 1), ("f", 1)]);
         let (put, delete) = changed(&old, &new);
-        let keys: Vec<&str> = put.iter().map(|&i| new[i].key.as_str()).collect();
+        let keys: Vec<&str> = put.iter().map(|&i| new[i].key.as_ref()).collect();
         assert_eq!(keys, ["c", "d", "f"]);
         assert_eq!(delete, ["a"]);
         assert_eq!(changed(&new, &new), (vec![], vec![]));
         assert_eq!(changed(&[], &new).0.len(), new.len());
         assert_eq!(changed(&new, &[]).1.len(), new.len());
+    }
+
+    /// An agent still listed (changed or not) keeps the old list's key string; a new one
+    /// has its own.
+    #[test]
+    fn listed_agents_keep_their_key_string() {
+        let old = agents(&[("a", 1), ("b", 1), ("c", 1), ("e", 1)]);
+        let mut new = agents(&[("b", 1), ("c", 2), ("d", 1), ("e", 1), ("f", 1)]);
+        keep_keys(&old, &mut new);
+        let shared: Vec<bool> = new.iter().map(|n| old.iter().any(|o| Arc::ptr_eq(&o.key, &n.key))).collect();
+        assert_eq!(shared, [true, true, false, true, false]);
+        let keys: Vec<&str> = new.iter().map(|a| a.key.as_ref()).collect();
+        assert_eq!(keys, ["b", "c", "d", "e", "f"]);
     }
 }

@@ -70,9 +70,9 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
     };
     for a in st.agents.iter().filter(|a| a.gets_status()) {
         let body = agent_status(a, &st.outcome, &st, &lookup);
-        let published = match st.statuses_want.get(a.key.as_str()) {
-            Some(want) => want == &body,
-            None => st.statuses_sent.get(a.key.as_str()).is_some_and(|s| s.is(&body)),
+        let published = match st.statuses_want.get(a.key.as_ref()) {
+            Some(want) => want.is(&body),
+            None => st.statuses_sent.get(a.key.as_ref()).is_some_and(|s| s.is(&body)),
         };
         if !published {
             diffs.push(format!("status of agent {} is stale", a.key));

@@ -16,7 +16,7 @@ pub fn demand(a: &Agent) -> Option<Demand> {
     let spec = a.placed_spec()?;
     let res = a.resources();
     Some(Demand {
-        key: a.key.as_str().into(),
+        key: a.key.clone(),
         replicas: spec.replicas,
         kind: a.executor.kind.clone(),
         image: a.executor.image.clone(),
@@ -85,7 +85,7 @@ pub struct Lookup<'a> {
 
 /// One agent's status from its bindings, the nodes' reports and its identity.
 pub fn agent_status(a: &Agent, outcome: &Outcome, st: &State, lookup: &Lookup) -> StatusBody {
-    let key: Id = a.key.as_str().into();
+    let key: Id = a.key.clone();
     let desired = a.desired_replicas();
     let mut replicas = Vec::with_capacity(desired as usize);
     let mut pending_pat: Option<String> = None;
@@ -98,7 +98,7 @@ pub fn agent_status(a: &Agent, outcome: &Outcome, st: &State, lookup: &Lookup) -
         let node = bound.map(|n| (lookup.node)(n).unwrap_or(("?", false)));
         let report = bound
             .and_then(|n| st.nodes.get(n))
-            .and_then(|n| n.info.replicas.iter().find(|p| p.agent_key == a.key && p.replica == r));
+            .and_then(|n| n.info.replicas.iter().find(|p| *p.agent_key == *a.key && p.replica == r));
         if let Some(n) = bound {
             if pending_pat.is_none() && !(lookup.has_cred)(&(key.clone(), n.clone())) {
                 let name = (lookup.node)(n).map(|x| x.0).unwrap_or("?");
@@ -116,6 +116,14 @@ pub fn agent_status(a: &Agent, outcome: &Outcome, st: &State, lookup: &Lookup) -
         identity_pending: identity_pending(st, &key, pending_pat),
     };
     status::derive(&input)
+}
+
+/// Agent `a`'s status as the registry stands at `now`: what the explanation shows, and what
+/// a status work item sends (the pass keeps only the hash of the body it wants sent).
+pub fn status_now(a: &Agent, st: &State, now: i64, offline_after: std::time::Duration) -> StatusBody {
+    let node = |id: &Id| st.nodes.get(id).map(|n| (&*n.name, n.online(now, offline_after)));
+    let has_cred = |pair: &(Id, Id)| st.live_cred(pair).is_some();
+    agent_status(a, &st.outcome, st, &Lookup { node: &node, has_cred: &has_cred })
 }
 
 /// Why the agent's identity is not ready yet, if it is not: a recorded error first, then a

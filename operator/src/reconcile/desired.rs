@@ -20,7 +20,7 @@ pub fn input_hash(entries: &[Entry], fingerprints: &HashMap<Id, u64>) -> u64 {
     let mut h = DefaultHasher::default();
     for (a, reps, c) in entries {
         a.key.hash(&mut h);
-        fingerprints.get(a.key.as_str()).hash(&mut h);
+        fingerprints.get(a.key.as_ref()).hash(&mut h);
         reps.hash(&mut h);
         c.sealed.hash(&mut h);
     }
@@ -40,7 +40,7 @@ pub fn agent_fingerprint(a: &Agent) -> u64 {
 fn desired_agent(a: &Agent, reps: &[u32], c: &Cred, tenant: &str) -> DesiredAgent {
     let spec = a.placed_spec();
     DesiredAgent {
-        agent_key: a.key.clone(),
+        agent_key: a.key.to_string(),
         revision: a.revision,
         replica_indexes: reps.to_vec(),
         executor: Executor { kind: a.executor.kind.clone(), image: a.executor.image.clone() },

@@ -4,7 +4,7 @@
 //! outcome with each node's room left) and costs nothing while no one asks: one look at
 //! each node, no sum over bindings.
 
-use super::derive::{agent_status, demand, Lookup};
+use super::derive::{demand, status_now};
 use super::placement::{Demand, Free};
 use crate::model::Id;
 use crate::store::{NodeRec, State};
@@ -32,9 +32,7 @@ pub fn explain(
     with_nodes: bool,
 ) -> Option<PlacementExplanation> {
     let agent = st.agent(key)?;
-    let lookup_node = |id: &Id| st.nodes.get(id).map(|n| (&*n.name, n.online(now, offline_after)));
-    let has_cred = |pair: &(Id, Id)| st.live_cred(pair).is_some();
-    let status = agent_status(agent, &st.outcome, st, &Lookup { node: &lookup_node, has_cred: &has_cred });
+    let status = status_now(agent, st, now, offline_after);
     let phase = serde_json::to_value(status.phase).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
     let reason = status.reason.as_ref().map(|r| ReasonView { code: r.code.clone(), message: r.message.clone() });
     let replicas = status
@@ -415,19 +413,21 @@ mod tests {
                 last_exit_code: None,
                 message: Some(message.clone()),
             };
-            let a = node("a", true, |n| n.info.replicas = vec![report]);
+            let a = node("a", true, |n| n.info.replicas = vec![crate::store::Seen::of(report, |_| None)]);
             let mut st = state(vec![a], agent("x", json!({"replicas": 1})));
             st.put_identity("x", crate::store::IdentityRec { principal_id: "p".into(), bound: true });
-            st.put_live_cred(Arc::new(crate::store::Cred {
-                sealed: crate::store::Sealed::from_base64("c", "s"),
-                agent: "x".into(),
-                node: "id-a".into(),
-                n: 0,
-                principal_id: "p".into(),
-                expires_ms: i64::MAX,
-                issued_ms: 0,
-                revoke_ms: crate::store::MaybeMs::NONE,
-            }));
+            let pair = ("x".into(), "id-a".into());
+            st.put_live_cred(
+                &pair,
+                Arc::new(crate::store::Cred {
+                    sealed: crate::store::Sealed::from_base64("c", "s"),
+                    n: 0,
+                    principal_id: "p".into(),
+                    expires_ms: i64::MAX,
+                    issued_ms: 0,
+                    revoke_ms: crate::store::MaybeMs::NONE,
+                }),
+            );
             let e = explain(&st, "x", crate::clock::now_ms(), OFFLINE, false).unwrap();
             assert_eq!(e.phase, "pending", "{code}");
             assert_eq!(e.reason.as_ref().map(|r| r.code.as_str()), Some(code), "{code}");

@@ -47,6 +47,11 @@ impl Memo {
         self.node(id).map(|f| &*f.name).unwrap_or(id)
     }
 
+    /// The node's name as the registry's own string (an event per replica keeps one).
+    pub fn name_id(&self, id: &Id) -> Id {
+        self.node(id).map_or_else(|| id.clone(), |f| f.name.clone())
+    }
+
     pub fn agent(&self, key: &str) -> Option<&Agent> {
         self.index.get(key).map(|&i| &self.agents[i])
     }
@@ -107,7 +112,7 @@ impl Memo {
         }
         for _ in 0..count {
             self.resync_agents = (self.resync_agents + 1) % agents.len();
-            out.push(agents[self.resync_agents].key.as_str().into());
+            out.push(agents[self.resync_agents].key.clone());
         }
         out
     }

@@ -1,7 +1,8 @@
 //! The agent status sent to the CP (SPEC §6.4), derived purely from the desired replicas,
 //! their bindings, identity readiness and what nodes reported. First matching rule wins.
 
-use fleet_api::{codes, ReplicaReport, ReplicaState};
+use crate::store::Seen;
+use fleet_api::{codes, ReplicaState};
 
 pub use crate::store::kept::{Phase, Reason, ReplicaStatus, StatusBody};
 
@@ -14,7 +15,7 @@ pub struct ReplicaInput<'a> {
     /// Bound to an offline node with nowhere else to go.
     pub stuck: bool,
     /// The bound node's last report of this replica.
-    pub report: Option<&'a ReplicaReport>,
+    pub report: Option<&'a Seen>,
 }
 
 #[derive(Debug, Clone)]
@@ -55,7 +56,7 @@ pub fn derive(input: &StatusInput) -> StatusBody {
             state: r.report.map(|p| p.state).unwrap_or(ReplicaState::Pending),
             restarts: r.report.map(|p| p.restarts).unwrap_or(0),
             last_exit_code: r.report.and_then(|p| p.last_exit_code),
-            message: r.report.and_then(|p| p.message.clone()),
+            message: r.report.and_then(|p| p.message.as_deref().map(String::from)),
         })
         .collect();
     let running = |r: &&ReplicaInput| {
@@ -85,7 +86,7 @@ pub fn derive(input: &StatusInput) -> StatusBody {
         return body(Phase::Pending, reason(codes::IDENTITY_PENDING, msg.clone()));
     }
     if let Some(r) = input.replicas.iter().find(|r| r.report.is_some_and(|p| p.state == ReplicaState::Crashloop)) {
-        let msg = r.report.and_then(|p| p.message.clone()).unwrap_or_else(|| "replica is crash-looping".into());
+        let msg = r.report.and_then(|p| p.message.as_deref()).unwrap_or("replica is crash-looping").to_string();
         return body(Phase::CrashLooping, reason("crash_looping", msg));
     }
     if let Some(r) = input.replicas.iter().find(|r| r.stuck) {
@@ -118,8 +119,8 @@ pub fn derive(input: &StatusInput) -> StatusBody {
 mod tests {
     use super::*;
 
-    fn rep(state: ReplicaState, revision: u64) -> ReplicaReport {
-        ReplicaReport {
+    fn rep(state: ReplicaState, revision: u64) -> Seen {
+        Seen {
             agent_key: "a".into(),
             revision,
             replica: 0,
@@ -134,7 +135,7 @@ mod tests {
         StatusInput { stopped: false, desired: replicas.len() as u32, replicas, waiting: None, identity_pending: None }
     }
 
-    fn ri<'a>(i: u32, node: Option<(&'a str, bool)>, report: Option<&'a ReplicaReport>) -> ReplicaInput<'a> {
+    fn ri<'a>(i: u32, node: Option<(&'a str, bool)>, report: Option<&'a Seen>) -> ReplicaInput<'a> {
         ReplicaInput { replica: i, node, stuck: false, report }
     }
 
@@ -202,14 +203,14 @@ mod tests {
         ];
         for (message, state, code) in table {
             let mut r = rep(state, 4);
-            r.message = Some(message.clone());
+            r.message = Some(message.as_str().into());
             let b = derive(&input(vec![ri(0, Some(("w1", true)), Some(&r))]));
             assert_eq!(b.phase, Phase::Pending, "{code}");
             assert_eq!(b.reason, Some(Reason { code: code.into(), message }), "{code}");
         }
         // A waiting reason of an unplaced replica comes first; an ordinary message is no reason.
         let mut r = rep(ReplicaState::Stopped, 4);
-        r.message = Some(refusal::secret_missing("gh"));
+        r.message = Some(refusal::secret_missing("gh").into());
         let mut s = input(vec![ri(0, Some(("w1", true)), Some(&r)), ri(1, None, None)]);
         s.waiting = Some(codes::NO_CAPACITY);
         assert_eq!(derive(&s).reason.unwrap().code, "no_capacity");

@@ -35,7 +35,7 @@ pub fn agent_views(a: &Agent, outcome: &Outcome) -> AgentItems {
         out.items.push(item(None, 0, PlacementStatus::Stopped, None));
         return out;
     }
-    let key: Id = a.key.as_str().into();
+    let key: Id = a.key.clone();
     let mut per_node: BTreeMap<(&Id, bool), u32> = BTreeMap::new();
     for ((_, r), node) in outcome.bindings.range((key.clone(), 0)..=(key.clone(), u32::MAX)) {
         let stuck = !outcome.stuck.is_empty() && outcome.stuck.contains(&(key.clone(), *r));
@@ -60,7 +60,7 @@ pub fn agent_views(a: &Agent, outcome: &Outcome) -> AgentItems {
 pub fn placement_views(agents: &[Agent], outcome: &Outcome) -> ViewMap {
     let mut map = ViewMap::default();
     for a in agents {
-        map.set(a.key.as_str().into(), agent_views(a, outcome));
+        map.set(a.key.clone(), agent_views(a, outcome));
     }
     map
 }

@@ -3,6 +3,7 @@
 //! A failing agent backs off on its own key and never stalls the pass or the others.
 
 use super::ceiling::ceiling;
+use super::derive::status_now;
 use super::queue::Outcome;
 use crate::clock;
 use crate::context::Ctx;
@@ -211,8 +212,6 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
     let retire = active.as_ref().map(|c| (Id::from(c.id()), now + grace.as_millis() as i64));
     let cred = Cred {
         sealed: Sealed::raw(&issued.id, &ciphertext),
-        agent: agent.clone(),
-        node: node.clone(),
         n,
         principal_id: principal,
         expires_ms,
@@ -220,7 +219,7 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
         revoke_ms: crate::store::MaybeMs::NONE,
     };
     let (id, due) = (Id::from(cred.id()), first_rotation_ms(&cred, ttl_ms));
-    if let Err(e) = ctx.store.credential_stored(cred, retire.clone()).await {
+    if let Err(e) = ctx.store.credential_stored(&(agent.clone(), node.clone()), cred, retire.clone()).await {
         tracing::error!(error = %e, "cannot store credential; the retry replays it");
         return Outcome::Failed;
     }
@@ -260,33 +259,50 @@ fn describe(e: &PlatformError) -> String {
 
 async fn revoke(ctx: &Ctx, id: &str) -> Outcome {
     let now = clock::now_ms();
-    let Some(c) = ctx.store.state.read().retiring(id).cloned() else { return Outcome::Done };
+    let Some(r) = ctx.store.state.read().retiring(id).cloned() else { return Outcome::Done };
+    let (c, agent) = (&r.cred, &r.pair.0);
     let Some(at) = c.revoke_ms.get() else { return Outcome::Done };
     if now < at {
         return Outcome::RequeueAfter(Duration::from_millis((at - now) as u64));
     }
     if let Err(e) = ctx.iam.revoke_pat(&c.principal_id, &c.id()).await {
         ctx.metrics.call("iam", "revoke_pat", e.outcome());
-        tracing::warn!(agent = %c.agent, error = %e, "PAT revoke failed; retrying");
+        tracing::warn!(agent = %agent, error = %e, "PAT revoke failed; retrying");
         return Outcome::Failed;
     }
     ctx.metrics.call("iam", "revoke_pat", "ok");
-    if let Err(e) = ctx.store.credential_revoked(&c).await {
+    if let Err(e) = ctx.store.credential_revoked(&r).await {
         tracing::error!(error = %e, "cannot delete revoked credential");
         return Outcome::Failed;
     }
     ctx.metrics.pat("revoked");
-    tracing::info!(agent = %c.agent, "PAT revoked");
+    tracing::info!(agent = %agent, "PAT revoked");
     Outcome::Done
 }
 
+/// Sends the agent's status as it stands now. The pass kept only the hash of the body it
+/// wanted; what has changed since is the newer truth, and the pass that sees the change
+/// settles what is wanted against what was sent.
 async fn status(ctx: &Ctx, agent: &Id) -> Outcome {
-    let Some(body) = ctx.store.state.read().statuses_want.get(agent).cloned() else { return Outcome::Done };
+    let (body, wanted) = {
+        let st = ctx.store.state.read();
+        let Some(&wanted) = st.statuses_want.get(agent) else { return Outcome::Done };
+        let body = match st.agent(agent).filter(|a| a.gets_status()) {
+            Some(a) => status_now(a, &st, clock::now_ms(), ctx.cfg.node_offline_after),
+            None => return Outcome::Done,
+        };
+        // The CP has it already: a newer body than the pass's was sent by an earlier copy
+        // of this item, and the wanted one stays until the next pass settles it.
+        if st.statuses_sent.get(agent).is_some_and(|s| s.is(&body)) {
+            return Outcome::Done;
+        }
+        (body, wanted)
+    };
     match ctx.cp.put_status(agent, &body).await {
         Ok(()) => {
             ctx.metrics.call("cp", "put_status", "ok");
             tracing::info!(phase = ?body.phase, ready = body.ready_replicas, desired = body.desired_replicas, "status sent to the CP");
-            ctx.store.status_sent(agent, body).await;
+            ctx.store.status_sent(agent, body, wanted).await;
             Outcome::Done
         }
         Err(e) => {

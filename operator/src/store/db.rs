@@ -334,8 +334,10 @@ async fn open_pg(url: &str, replica: &str) -> Result<sqlx::PgPool, DbError> {
 /// One pass's writes.
 #[derive(Debug, Default)]
 pub struct PassWrite {
-    pub unbind: Vec<(String, u32)>,
-    pub bind: Vec<(String, u32, String)>,
+    /// (agent, replica) and (agent, replica, node): the registry's own strings, shared (a
+    /// fleet coming up binds 100,000 replicas, and two new strings each were ~6 MB).
+    pub unbind: Vec<(crate::model::Id, u32)>,
+    pub bind: Vec<(crate::model::Id, u32, crate::model::Id)>,
     /// (node, generation, agents JSON): a slice of the body the node is served, so a pass
     /// holds each body it changed once ([`super::DesiredRec::agents_bytes`]).
     pub desired: Vec<(String, u64, axum::body::Bytes)>,
@@ -474,11 +476,11 @@ mod tests {
     async fn pass_writes_on(db: &Db) {
         let mut w = PassWrite::default();
         for i in 0..25_000u32 {
-            w.bind.push((format!("agent-{}", i / 5), i % 5, format!("node-{}", i % 7)));
+            w.bind.push((format!("agent-{}", i / 5).into(), i % 5, format!("node-{}", i % 7).into()));
         }
         db.apply_pass(&w).await.unwrap();
         let w = PassWrite {
-            unbind: (0..5).map(|r| ("agent-0".to_string(), r)).collect(),
+            unbind: (0..5).map(|r| ("agent-0".into(), r)).collect(),
             bind: vec![("agent-0".into(), 1, "node-x".into()), ("agent-1".into(), 0, "node-y".into())],
             desired: vec![("node-1".into(), 2, "[]".into()), ("node-1".into(), 3, "[1]".into())],
             retire: vec![],
@@ -528,7 +530,7 @@ mod tests {
 
     fn stored_keys(s: &Snapshot) -> Vec<String> {
         let mut keys: Vec<String> =
-            s.agents.iter().map(|b| serde_json::from_str::<crate::model::Agent>(b).unwrap().key).collect();
+            s.agents.iter().map(|b| serde_json::from_str::<crate::model::Agent>(b).unwrap().key.to_string()).collect();
         keys.sort();
         keys
     }

@@ -236,8 +236,8 @@ impl State {
         let retiring: Vec<((Id, Id), Id)> = self
             .retiring
             .values()
-            .filter(|c| c.node == id)
-            .map(|c| ((c.agent.clone(), c.node.clone()), Id::from(c.id())))
+            .filter(|r| r.pair.1 == id)
+            .map(|r| (r.pair.clone(), Id::from(r.cred.id())))
             .collect();
         let mut revoke = Vec::new();
         for (pair, cid) in live.into_iter().chain(retiring) {

@@ -13,11 +13,13 @@ pub mod lease;
 pub mod lifecycle;
 mod pairs;
 mod sealed;
+pub mod seen;
 pub mod writer;
 pub mod writes;
 
 pub use lifecycle::{Action, Deleted, DrainProgress, Lifecycle};
 pub use sealed::Sealed;
+pub use seen::Seen;
 pub use writes::PassPublish;
 
 use crate::clock;
@@ -25,7 +27,7 @@ use crate::model::{Agent, AgentList};
 use axum::body::Bytes;
 use db::{CredRow, Db, DbError, JoinOutcome, NodeRow};
 use fleet_api::images::AllowList;
-use fleet_api::{Capacity, Health, JoinRequest, JoinResponse, NodeStatus, NodeView, ObservedReport, ReplicaReport};
+use fleet_api::{Capacity, Health, JoinRequest, JoinResponse, NodeStatus, NodeView, ObservedReport};
 use kept::{Outcome, StatusBody, ViewMap};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
@@ -48,7 +50,7 @@ pub struct NodeInfo {
     pub version: String,
     pub health: Option<Health>,
     pub observe_seconds: Option<u32>,
-    pub replicas: Vec<ReplicaReport>,
+    pub replicas: Vec<Seen>,
     pub applied_generation: u64,
     pub boot_id: Option<String>,
     pub seq: Option<u64>,
@@ -167,12 +169,13 @@ impl From<Option<i64>> for MaybeMs {
     }
 }
 
+/// A PAT as the registry keeps it. Its (agent, node) pair is where it is kept — the pair
+/// table for the live one, [`RetiringCred`] for one waiting for its revocation — not in the
+/// record: 100,000 live PATs at 10,000 nodes, 32 bytes each.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cred {
     /// The PAT's id and sealed box ([`Cred::id`]).
     pub sealed: Sealed,
-    pub agent: Id,
-    pub node: Id,
     pub n: u64,
     pub principal_id: Id,
     pub expires_ms: i64,
@@ -187,18 +190,25 @@ impl Cred {
         self.sealed.id()
     }
 
-    fn from_row(r: CredRow) -> Cred {
-        Cred {
+    /// A stored credential and its (agent, node) pair.
+    fn from_row(r: CredRow) -> ((Id, Id), Cred) {
+        let cred = Cred {
             sealed: Sealed::from_base64(&r.id, &r.ciphertext),
-            agent: r.agent_key.into(),
-            node: r.node_id.into(),
             n: r.n as u64,
             principal_id: r.principal_id.into(),
             expires_ms: r.expires_ms,
             issued_ms: r.issued_ms,
             revoke_ms: r.revoke_ms.into(),
-        }
+        };
+        ((r.agent_key.into(), r.node_id.into()), cred)
     }
+}
+
+/// A credential no longer live, waiting for its revocation, with its (agent, node) pair.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetiringCred {
+    pub pair: (Id, Id),
+    pub cred: Arc<Cred>,
 }
 
 /// A node's desired state as served. The whole body is built once per generation and
@@ -289,13 +299,15 @@ pub struct State {
     /// Each pair's PAT counter and live credential.
     pairs: pairs::Pairs,
     /// Credentials no longer live, waiting for their revocation (`revoke_ms` is set), by id.
-    retiring: HashMap<Id, Arc<Cred>>,
+    retiring: HashMap<Id, RetiringCred>,
     pub desired: HashMap<Id, DesiredRec>,
     /// Hash of the inputs each node's desired state was last built from (memory only).
     pub desired_hashes: HashMap<Id, u64>,
     pub statuses_sent: HashMap<Id, kept::Sent>,
-    /// Bodies computed by the last pass that differ from what the CP accepted.
-    pub statuses_want: HashMap<Id, StatusBody>,
+    /// The bodies computed by the last pass that differ from what the CP accepted, as hashes:
+    /// a status work item derives the body again when it sends it (20,000 agents' bodies
+    /// waiting to be sent were ~10 MB while a fleet came up; heaptrack, session 16).
+    pub statuses_want: HashMap<Id, kept::Sent>,
     /// Nodes whose report is newer than the database copy.
     pub dirty_nodes: HashSet<Id>,
     /// Each draining node's progress, as the last pass saw it.
@@ -334,7 +346,7 @@ impl State {
     /// lock). The key index is rebuilt only when the keys changed.
     pub fn set_agents(&mut self, agents: AgentList) -> AgentList {
         if !same_keys(&self.agents, &agents) {
-            self.agent_index = agents.iter().enumerate().map(|(i, a)| (Id::from(a.key.as_str()), i)).collect();
+            self.agent_index = agents.iter().enumerate().map(|(i, a)| (a.key.clone(), i)).collect();
         }
         std::mem::replace(&mut self.agents, agents)
     }
@@ -450,16 +462,13 @@ impl State {
             st.pairs.entry(&agent.into(), &node.into()).next_n = pending_n.unwrap_or(next_n) as u64;
         }
         for row in snap.credentials {
-            let mut c = Cred::from_row(row);
-            if let Some(i) = st.identities.get(&c.agent).filter(|i| i.principal_id == c.principal_id) {
+            let (pair, mut c) = Cred::from_row(row);
+            if let Some(i) = st.identities.get(&pair.0).filter(|i| i.principal_id == c.principal_id) {
                 c.principal_id = i.principal_id.clone();
             }
             match c.revoke_ms.get() {
-                None => {
-                    let (agent, node) = (c.agent.clone(), c.node.clone());
-                    st.pairs.entry(&agent, &node).live = Some(Arc::new(c));
-                }
-                Some(_) => drop(st.retiring.insert(c.id().into(), Arc::new(c))),
+                None => st.pairs.entry(&pair.0, &pair.1).live = Some(Arc::new(c)),
+                Some(_) => drop(st.retiring.insert(c.id().into(), RetiringCred { pair, cred: Arc::new(c) })),
             }
         }
         // Bodies are read back when a node asks for one it does not have (most have theirs).
@@ -527,12 +536,12 @@ impl State {
     }
 
     /// A credential waiting for its revocation.
-    pub fn retiring(&self, id: &str) -> Option<&Arc<Cred>> {
+    pub fn retiring(&self, id: &str) -> Option<&RetiringCred> {
         self.retiring.get(id)
     }
 
     /// Every credential waiting for its revocation.
-    pub fn retiring_creds(&self) -> impl Iterator<Item = &Arc<Cred>> {
+    pub fn retiring_creds(&self) -> impl Iterator<Item = &RetiringCred> {
         self.retiring.values()
     }
 
@@ -544,9 +553,8 @@ impl State {
     /// Makes `c` its pair's live credential without recording a change (for tests that
     /// put the registry behind the pass's back).
     #[cfg(test)]
-    pub(crate) fn put_live_cred(&mut self, c: Arc<Cred>) {
-        let (agent, node) = (c.agent.clone(), c.node.clone());
-        self.pairs.entry(&agent, &node).live = Some(c);
+    pub(crate) fn put_live_cred(&mut self, pair: &(Id, Id), c: Arc<Cred>) {
+        self.pairs.entry(&pair.0, &pair.1).live = Some(c);
     }
 
     /// Sets an agent's identity without recording a change (tests only, as above).
@@ -581,11 +589,10 @@ impl State {
         changed
     }
 
-    /// Makes `cred` the live credential of its pair; returns the one it replaces.
-    fn set_active(&mut self, cred: Arc<Cred>) -> Option<Arc<Cred>> {
-        let pair = (cred.agent.clone(), cred.node.clone());
+    /// Makes `cred` the live credential of `pair`; returns the one it replaces.
+    fn set_active(&mut self, pair: &(Id, Id), cred: Arc<Cred>) -> Option<Arc<Cred>> {
         let old = self.pairs.entry(&pair.0, &pair.1).live.replace(cred);
-        self.changes.creds.insert(pair);
+        self.changes.creds.insert(pair.clone());
         old
     }
 
@@ -602,11 +609,11 @@ impl State {
     /// Credential `id` of `pair` is to be revoked at `at` (ms), or sooner if it already was:
     /// it is no longer live, and waits in the retiring credentials.
     fn schedule_revoke(&mut self, pair: &(Id, Id), id: &str, at: impl Fn(Option<i64>) -> i64) {
-        let cred = self.take_active(pair, id).or_else(|| self.retiring.remove(id));
+        let cred = self.take_active(pair, id).or_else(|| self.retiring.remove(id).map(|r| r.cred));
         if let Some(mut c) = cred {
             let m = Arc::make_mut(&mut c);
             m.revoke_ms = Some(at(m.revoke_ms.get())).into();
-            self.retiring.insert(c.id().into(), c);
+            self.retiring.insert(c.id().into(), RetiringCred { pair: pair.clone(), cred: c });
         }
     }
 }
@@ -799,10 +806,9 @@ impl Store {
         let mut images: BTreeMap<String, Vec<String>> =
             r.executor_images.into_iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k, sorted(&v))).collect();
         images.retain(|k, _| r.executor_kinds.contains(k));
-        // Kept until the next report: parsing grew the list by doubling (ten replicas in room
-        // for sixteen, ~500 bytes a node at rest).
-        let mut replicas = r.replicas;
-        replicas.shrink_to_fit();
+        // Kept until the next report, at its length, each agent's key the list's own.
+        let known = |key: &str| st.agent_index.get_key_value(key).map(|(k, _)| k.clone());
+        let replicas: Vec<Seen> = r.replicas.into_iter().map(|p| Seen::of(p, known)).collect();
         let info = NodeInfo {
             labels: sorted(&r.labels),
             executor_kinds: sorted(&r.executor_kinds),
@@ -927,11 +933,9 @@ mod tests {
     use super::*;
     use fleet_api::ReplicaState;
 
-    fn pat(id: &str, node: &str) -> Arc<Cred> {
+    fn pat(id: &str) -> Arc<Cred> {
         Arc::new(Cred {
             sealed: Sealed::from_base64(id, "c"),
-            agent: "a".into(),
-            node: node.into(),
             n: 0,
             principal_id: "p".into(),
             expires_ms: 0,
@@ -947,16 +951,16 @@ mod tests {
     fn a_retired_pat_leaves_its_pair_and_waits_by_id() {
         let mut st = State::default();
         let pair: (Id, Id) = ("a".into(), "n1".into());
-        assert!(st.set_active(pat("p0", "n1")).is_none());
+        assert!(st.set_active(&pair, pat("p0")).is_none());
         assert_eq!(st.live_cred(&pair).map(|c| c.id().into_owned()).as_deref(), Some("p0"));
         assert!(st.retiring("p0").is_none(), "a live PAT is not kept by id");
         assert!(st.take_changes().creds.contains(&pair));
 
         // A rotation: the old one is scheduled, then the new one goes live.
         st.schedule_revoke(&pair, "p0", |_| 5_000);
-        assert!(st.set_active(pat("p1", "n1")).is_none());
+        assert!(st.set_active(&pair, pat("p1")).is_none());
         assert_eq!(st.live_cred(&pair).map(|c| c.id().into_owned()).as_deref(), Some("p1"));
-        assert_eq!(st.retiring("p0").and_then(|c| c.revoke_ms.get()), Some(5_000));
+        assert_eq!(st.retiring("p0").and_then(|r| r.cred.revoke_ms.get()), Some(5_000));
 
         // Naming a PAT that is not the pair's live one leaves the live one alone.
         st.schedule_revoke(&pair, "nope", |_| 1);
@@ -979,8 +983,8 @@ mod tests {
         revoked.sort();
         assert_eq!(revoked, ["p0", "p1"]);
         assert!(st.live_cred(&pair).is_none());
-        assert_eq!(st.retiring("p0").and_then(|c| c.revoke_ms.get()), Some(3_000));
-        assert_eq!(st.retiring("p1").and_then(|c| c.revoke_ms.get()), Some(3_000));
+        assert_eq!(st.retiring("p0").and_then(|r| r.cred.revoke_ms.get()), Some(3_000));
+        assert_eq!(st.retiring("p1").and_then(|r| r.cred.revoke_ms.get()), Some(3_000));
         assert_eq!(st.retiring_creds().count(), 2);
     }
 
@@ -1016,11 +1020,11 @@ mod tests {
         assert!(!stored.same_agents(b"[]") && !d.same_agents(b"[]"));
     }
 
-    /// A live PAT is one allocation of jemalloc's 112-byte class (its `Arc` header included)
+    /// A live PAT is one allocation of jemalloc's 80-byte class (its `Arc` header included)
     /// besides the one of its id and sealed box: 100,000 of them at 10,000 nodes.
     #[test]
-    fn a_credential_fits_in_112_bytes() {
-        assert!(std::mem::size_of::<Cred>() + 16 <= 112, "Cred is {} bytes", std::mem::size_of::<Cred>());
+    fn a_credential_fits_in_80_bytes() {
+        assert!(std::mem::size_of::<Cred>() + 16 <= 80, "Cred is {} bytes", std::mem::size_of::<Cred>());
         assert_eq!(MaybeMs::from(Some(5)).get(), Some(5));
         assert_eq!(MaybeMs::from(None).get(), None);
     }
@@ -1063,6 +1067,41 @@ mod tests {
         let stored = store.db.nodes(None).await.unwrap();
         assert_eq!(stored.iter().filter(|n| n.info.contains("flushed")).count(), 5);
         assert_eq!(store.flush_reports_by(2).await.unwrap(), 0, "nothing left to write");
+    }
+
+    /// A status sent settles the want it was derived for, or a want of the body itself; a
+    /// want a later pass set meanwhile (another body) stays to be sent.
+    #[tokio::test]
+    async fn a_sent_status_settles_the_want_it_was_derived_for() {
+        let fresh = db::testing::each().into_iter().next().unwrap();
+        let store = Store::open(&fresh.url).await.unwrap();
+        let agent: Id = "a".into();
+        let body = |ready: u32| StatusBody {
+            phase: kept::Phase::Pending,
+            reason: None,
+            node: None,
+            observed_revision: None,
+            ready_replicas: ready,
+            desired_replicas: 2,
+            replicas: vec![],
+        };
+        let want = |st: &Store| st.state.read().statuses_want.get(&agent).copied();
+        let (old, later) = (kept::Sent::of(&body(0)), kept::Sent::of(&body(2)));
+
+        // Derived while the pass wanted `old`; the body sent is newer: the want is settled.
+        store.state.write().statuses_want.insert(agent.clone(), old);
+        store.status_sent(&agent, body(1), old).await;
+        assert_eq!(want(&store), None);
+        assert!(store.state.read().statuses_sent.get(&agent).is_some_and(|s| s.is(&body(1))));
+
+        // A later pass wanted another body while this one was on its way: it stays.
+        store.state.write().statuses_want.insert(agent.clone(), later);
+        store.status_sent(&agent, body(1), old).await;
+        assert_eq!(want(&store), Some(later));
+
+        // The body the later pass wanted is the one sent: settled.
+        store.status_sent(&agent, body(2), old).await;
+        assert_eq!(want(&store), None);
     }
 
     /// Joins a node named `name` with a fresh key and these labels; its id.

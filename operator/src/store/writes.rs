@@ -5,13 +5,12 @@
 
 use super::db::{CredRow, DbError, PassWrite};
 use super::events::{Event, Kind};
-use super::kept::{Outcome, StatusBody, ViewMap};
-use super::{Cred, DesiredRec, Id, IdentityRec, State, Store};
+use super::kept::{Outcome, Sent, StatusBody, ViewMap};
+use super::{Cred, DesiredRec, Id, IdentityRec, RetiringCred, State, Store};
 use std::sync::Arc;
 
 /// What a pass publishes once its rows are stored and its nodes woken: the placement
-/// outcome, retirements, placement items and the status bodies it
-/// wants sent.
+/// outcome, retirements, placement items and the statuses it wants sent.
 #[derive(Default)]
 pub struct PassPublish {
     /// Credentials no longer needed (pair, id), with the instant (ms) to revoke them.
@@ -20,8 +19,8 @@ pub struct PassPublish {
     pub views: Option<Arc<ViewMap>>,
     /// Start the wanted statuses afresh (a full pass computes them all).
     pub reset_statuses: bool,
-    /// Each agent's status as computed; `None`: it gets none.
-    pub statuses: Vec<(Id, Option<StatusBody>)>,
+    /// Each agent's status as computed, as its hash; `None`: it gets none.
+    pub statuses: Vec<(Id, Option<Sent>)>,
     /// Every draining node's progress (when placement ran).
     pub drains: Option<rustc_hash::FxHashMap<Id, super::DrainProgress>>,
 }
@@ -58,14 +57,19 @@ impl Store {
         self.state.write().set_identity_error(agent, None);
     }
 
-    /// A new PAT was issued for `cred`'s pair: it becomes the live one, the pair's counter is
-    /// raised past its n in the same commit, and the one it replaces (`retire`: id, revoke
-    /// instant) is scheduled for revocation.
-    pub async fn credential_stored(&self, cred: Cred, retire: Option<(Id, i64)>) -> Result<(), DbError> {
+    /// A new PAT was issued for `pair` (agent, node): it becomes the live one, the pair's
+    /// counter is raised past its n in the same commit, and the one it replaces (`retire`: id,
+    /// revoke instant) is scheduled for revocation.
+    pub async fn credential_stored(
+        &self,
+        pair: &(Id, Id),
+        cred: Cred,
+        retire: Option<(Id, i64)>,
+    ) -> Result<(), DbError> {
         let row = CredRow {
             id: cred.id().into_owned(),
-            agent_key: cred.agent.to_string(),
-            node_id: cred.node.to_string(),
+            agent_key: pair.0.to_string(),
+            node_id: pair.1.to_string(),
             n: cred.n as i64,
             principal_id: cred.principal_id.to_string(),
             ciphertext: cred.sealed.to_base64(),
@@ -75,28 +79,27 @@ impl Store {
         };
         let old = retire.as_ref().map(|(id, at)| (&**id, *at));
         self.db.store_credential(&row, (cred.n + 1) as i64, old).await?;
-        let pair = (cred.agent.clone(), cred.node.clone());
         let mut st = self.state.write();
         if let Some((old, at)) = &retire {
-            st.schedule_revoke(&pair, old, |_| *at);
+            st.schedule_revoke(pair, old, |_| *at);
         }
         st.pairs.entry(&pair.0, &pair.1).next_n = cred.n + 1;
-        let name = st.nodes.get(&cred.node).map(|n| n.name.clone()).unwrap_or_else(|| cred.node.clone());
+        let name = st.nodes.get(&pair.1).map(|n| n.name.clone()).unwrap_or_else(|| pair.1.clone());
         let (kind, msg) = match &retire {
             Some(_) => {
                 (Kind::PatRotated, format!("new PAT sealed to {name}; the previous one is revoked after its grace"))
             }
             None => (Kind::PatIssued, format!("PAT issued and sealed to {name}")),
         };
-        let event = Event::new(kind, msg).agent(&cred.agent).node(&cred.node, &name);
+        let event = Event::new(kind, msg).agent(&pair.0).node(&pair.1, &name);
         let issued_ms = cred.issued_ms;
-        if let Some(mut other) = st.set_active(Arc::new(cred)) {
+        if let Some(mut other) = st.set_active(pair, Arc::new(cred)) {
             // Only one worker issues a pair's PATs, and it named the live one in `retire`: a PAT
             // replaced here without one is a bug, kept for revocation rather than lost.
             tracing::warn!(credential = %other.id(), "a live PAT was replaced without being retired; it is revoked");
             let m = Arc::make_mut(&mut other);
             m.revoke_ms = Some(m.revoke_ms.get().unwrap_or(issued_ms)).into();
-            st.retiring.insert(other.id().into(), other);
+            st.retiring.insert(other.id().into(), RetiringCred { pair: pair.clone(), cred: other });
         }
         drop(st);
         self.events.record(event);
@@ -104,32 +107,36 @@ impl Store {
     }
 
     /// The credential was revoked in IAM: it is forgotten.
-    pub async fn credential_revoked(&self, c: &Cred) -> Result<(), DbError> {
-        let id = c.id();
+    pub async fn credential_revoked(&self, r: &RetiringCred) -> Result<(), DbError> {
+        let (id, (agent, node)) = (r.cred.id(), &r.pair);
         self.db.delete_credential(&id).await?;
         let mut st = self.state.write();
         st.retiring.remove(&*id);
-        st.take_active(&(c.agent.clone(), c.node.clone()), &id);
-        let name = st.nodes.get(&c.node).map(|n| n.name.clone()).unwrap_or_else(|| c.node.clone());
+        st.take_active(&r.pair, &id);
+        let name = st.nodes.get(node).map(|n| n.name.clone()).unwrap_or_else(|| node.clone());
         drop(st);
         let msg = format!("PAT of {name} revoked");
-        self.events.record(Event::new(Kind::PatRevoked, msg).agent(&c.agent).node(&c.node, &name));
+        self.events.record(Event::new(Kind::PatRevoked, msg).agent(agent).node(node, &name));
         Ok(())
     }
 
-    /// The CP accepted `body` as the agent's status. Kept in memory even when the database
-    /// copy fails (logged): it only saves a resend after a restart.
-    pub async fn status_sent(&self, agent: &Id, body: StatusBody) {
+    /// The CP accepted `body` as the agent's status, derived while the pass wanted `wanted`.
+    /// That want is settled: the body sent is as new as the one the pass wanted, or newer
+    /// (another copy of the work item waiting behind this one does not send it again). A
+    /// want a later pass set meanwhile stays, unless it is this body. Kept in memory even
+    /// when the database copy fails (logged): it only saves a resend after a restart.
+    pub async fn status_sent(&self, agent: &Id, body: StatusBody, wanted: Sent) {
         let json = serde_json::to_string(&body).unwrap_or_default();
         if let Err(e) = self.db.put_status(agent, &json).await {
             tracing::error!(agent = %agent, error = %e, "cannot store sent status");
         }
         let mut st = self.state.write();
-        if st.statuses_want.get(agent) == Some(&body) {
+        let sent = Sent::of(&body);
+        if st.statuses_want.get(agent).is_some_and(|w| *w == sent || *w == wanted) {
             st.statuses_want.remove(agent);
         }
         let phase = body.phase;
-        let before = st.statuses_sent.insert(agent.clone(), super::kept::Sent::of(&body)).map(|b| b.phase);
+        let before = st.statuses_sent.insert(agent.clone(), sent).map(|b| b.phase);
         drop(st);
         if before != Some(phase) {
             let name = |p: super::kept::Phase| serde_json::to_value(p).ok().and_then(|v| v.as_str().map(String::from));
@@ -182,16 +189,16 @@ impl Store {
 
 impl State {
     /// Records the statuses a pass computed; returns the agents to send one for.
-    fn want_statuses(&mut self, reset: bool, statuses: Vec<(Id, Option<StatusBody>)>) -> Vec<Id> {
+    fn want_statuses(&mut self, reset: bool, statuses: Vec<(Id, Option<Sent>)>) -> Vec<Id> {
         if reset {
             self.statuses_want.clear();
         }
         let mut to_send = Vec::new();
         for (key, body) in statuses {
             match body {
-                Some(body) if !self.statuses_sent.get(&key).is_some_and(|s| s.is(&body)) => {
+                Some(want) if self.statuses_sent.get(&key) != Some(&want) => {
                     to_send.push(key.clone());
-                    self.statuses_want.insert(key, body);
+                    self.statuses_want.insert(key, want);
                 }
                 _ => {
                     self.statuses_want.remove(&key);

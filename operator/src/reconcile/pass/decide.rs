@@ -12,6 +12,7 @@ use super::snapshot::Snapshot;
 use super::{Plan, VANISHED_DRAIN};
 use crate::context::Ctx;
 use crate::model::{Agent, Id, IdentityKind};
+use crate::store::kept::Sent;
 use crate::store::DesiredRec;
 use rustc_hash::FxHashSet as HashSet;
 use std::time::Duration;
@@ -21,9 +22,9 @@ use std::time::Duration;
 pub fn identity_work(ctx: &Ctx, memo: &Memo, snap: &Snapshot, plan: &mut Plan) {
     let st = ctx.store.state.read();
     let needs_identity =
-        |a: &Agent| a.identity.kind == IdentityKind::Agent && !st.identity(a.key.as_str()).is_some_and(|i| i.bound);
+        |a: &Agent| a.identity.kind == IdentityKind::Agent && !st.identity(a.key.as_ref()).is_some_and(|i| i.bound);
     if snap.full {
-        let keys = snap.agents.iter().filter(|a| needs_identity(a)).map(|a| WorkKey::Identity(a.key.as_str().into()));
+        let keys = snap.agents.iter().filter(|a| needs_identity(a)).map(|a| WorkKey::Identity(a.key.clone()));
         plan.work.extend(keys);
         return;
     }
@@ -145,7 +146,7 @@ pub fn retire(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: &m
 /// or flipped.
 fn status_agents(memo: &Memo, snap: &Snapshot, placed: &Placed) -> Vec<Id> {
     if snap.full {
-        return snap.agents.iter().map(|a| Id::from(a.key.as_str())).collect();
+        return snap.agents.iter().map(|a| a.key.clone()).collect();
     }
     let mut set = snap.changed_agents.clone();
     set.extend(snap.resynced_agents.iter().cloned());
@@ -173,7 +174,7 @@ pub fn statuses(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: 
         .map(|key| {
             let body =
                 memo.agent(&key).filter(|a| a.gets_status()).map(|a| agent_status(a, &placed.outcome, &st, &lookup));
-            (key, body)
+            (key, body.as_ref().map(Sent::of))
         })
         .collect();
 }
@@ -184,7 +185,7 @@ pub fn items(memo: &mut Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan)
     let agents: Vec<Id> = if snap.full {
         memo.views = ViewMap::default();
         memo.gauges.clear_placements();
-        snap.agents.iter().map(|a| Id::from(a.key.as_str())).collect()
+        snap.agents.iter().map(|a| a.key.clone()).collect()
     } else {
         let set: HashSet<&Id> = snap.changed_agents.iter().chain(placed.touched_agents.iter()).collect();
         set.into_iter().cloned().collect()

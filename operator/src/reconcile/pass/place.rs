@@ -41,7 +41,9 @@ pub fn place(memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWrite) -> Plac
     if !replaced {
         return placed;
     }
-    let demands: Vec<Demand> = snap.agents.iter().filter_map(demand).collect();
+    // At most one demand an agent: sized so, the vector does not double past it.
+    let mut demands: Vec<Demand> = Vec::with_capacity(snap.agents.len());
+    demands.extend(snap.agents.iter().filter_map(demand));
     placed.outcome = Arc::new(placement::place(&demands, &memo.facts, &previous.bindings));
     let moves = diff_bindings(&previous.bindings, &placed.outcome, memo, rows, &mut placed.events);
     waiting_events(&previous, &placed.outcome, &mut placed.events);
@@ -133,19 +135,19 @@ fn diff_bindings(prev: &Bindings, next: &Outcome, memo: &Memo, rows: &mut PassWr
                 let ((agent, r), node) = a.next().expect("peeked");
                 let why = next.waiting.get(agent).map(|w| w.1).unwrap_or("no longer wanted");
                 tracing::info!(agent = %agent, replica = r, node = %memo.name(node), reason = why, "replica unbound");
-                let name: Id = memo.name(node).into();
+                let name = memo.name_id(node);
                 let msg = format!("unbound from {name}: {why}");
                 events.push(Event::new(Kind::ReplicaUnbound, msg).agent(agent).node(node, &name).replica(*r));
-                rows.unbind.push((agent.to_string(), *r));
+                rows.unbind.push((agent.clone(), *r));
                 moves.push((agent.clone(), *r, Some(node.clone()), None));
             }
             Ordering::Greater => {
                 let ((agent, r), node) = b.next().expect("peeked");
                 tracing::info!(agent = %agent, replica = r, node = %memo.name(node), "replica placed");
-                let name: Id = memo.name(node).into();
+                let name = memo.name_id(node);
                 let msg = format!("placed on {name}");
                 events.push(Event::new(Kind::ReplicaPlaced, msg).agent(agent).node(node, &name).replica(*r));
-                rows.bind.push((agent.to_string(), *r, node.to_string()));
+                rows.bind.push((agent.clone(), *r, node.clone()));
                 moves.push((agent.clone(), *r, None, Some(node.clone())));
             }
             Ordering::Equal => {
@@ -153,10 +155,10 @@ fn diff_bindings(prev: &Bindings, next: &Outcome, memo: &Memo, rows: &mut PassWr
                 let ((agent, r), node) = b.next().expect("peeked");
                 if old != node {
                     tracing::info!(agent = %agent, replica = r, from = %memo.name(old), to = %memo.name(node), "replica moved");
-                    let name: Id = memo.name(node).into();
+                    let name = memo.name_id(node);
                     let msg = format!("moved from {} to {name}", memo.name(old));
                     events.push(Event::new(Kind::ReplicaMoved, msg).agent(agent).node(node, &name).replica(*r));
-                    rows.bind.push((agent.to_string(), *r, node.to_string()));
+                    rows.bind.push((agent.clone(), *r, node.clone()));
                     moves.push((agent.clone(), *r, Some(old.clone()), Some(node.clone())));
                 }
             }

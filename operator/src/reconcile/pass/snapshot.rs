@@ -84,7 +84,7 @@ fn diff_agents(memo: &mut Memo, snap: &mut Snapshot) {
     let agents = snap.agents.clone();
     let old = std::mem::replace(&mut memo.agents, agents.clone());
     let mut note = |before: Option<&Agent>, after: Option<&Agent>, memo: &mut Memo| {
-        let key: Id = before.or(after).map(|a| a.key.as_str()).unwrap_or_default().into();
+        let key: Id = before.or(after).map(|a| a.key.as_ref()).unwrap_or_default().into();
         snap.demand_changed |= before.and_then(demand) != after.and_then(demand);
         match after {
             Some(a) => memo.fingerprints.insert(key.clone(), agent_fingerprint(a)),
@@ -101,9 +101,9 @@ fn diff_agents(memo: &mut Memo, snap: &mut Snapshot) {
         }
     } else {
         let old_index = std::mem::take(&mut memo.index);
-        memo.index = agents.iter().enumerate().map(|(i, a)| (Id::from(a.key.as_str()), i)).collect();
+        memo.index = agents.iter().enumerate().map(|(i, a)| (a.key.clone(), i)).collect();
         for a in agents.iter() {
-            let before = old_index.get(a.key.as_str()).map(|&i| &old[i]);
+            let before = old_index.get(a.key.as_ref()).map(|&i| &old[i]);
             if before != Some(a) {
                 note(before, Some(a), memo);
             }

@@ -182,11 +182,11 @@ pub async fn apply_pass(p: &Pool, f: Option<&Fence>, w: &PassWrite) -> Result<()
         2,
         &w.unbind,
         |b, (agent, replica)| {
-            b.push_bind(agent).push_bind(*replica as i64);
+            b.push_bind(&**agent).push_bind(*replica as i64);
         },
     )
     .await?;
-    let bind = last_per_key(&w.bind, |(agent, replica, _)| (agent.as_str(), *replica));
+    let bind = last_per_key(&w.bind, |(agent, replica, _)| (&**agent, *replica));
     rows(
         &mut tx,
         "INSERT INTO placements (agent_key, replica, node_id) ",
@@ -194,7 +194,7 @@ pub async fn apply_pass(p: &Pool, f: Option<&Fence>, w: &PassWrite) -> Result<()
         3,
         &bind,
         |b, (agent, replica, node)| {
-            b.push_bind(agent).push_bind(*replica as i64).push_bind(node);
+            b.push_bind(&**agent).push_bind(*replica as i64).push_bind(&**node);
         },
     )
     .await?;
@@ -250,7 +250,7 @@ pub async fn store_agents(p: &Pool, f: Option<&Fence>, w: &AgentsWrite) -> Resul
         let mut bodies = Vec::with_capacity(chunk.len());
         for agent in chunk.iter().filter_map(|&i| w.list.get(i)) {
             let body = serde_json::to_string(agent).map_err(|e| DbError::Other(format!("agent {}: {e}", agent.key)))?;
-            bodies.push((agent.key.as_str(), body));
+            bodies.push((agent.key.as_ref(), body));
         }
         rows(
             &mut tx,
@@ -375,8 +375,12 @@ async fn rows<'q, T>(
 /// The last entry of each key, in the order of those last entries: an upsert statement
 /// touches each row once (PostgreSQL refuses a second touch), with the result of applying
 /// the entries one by one.
-fn last_per_key<'a, T, K: Eq + std::hash::Hash>(items: &'a [T], key: impl Fn(&'a T) -> K) -> Vec<&'a T> {
-    // References, not copies: a pass's rows hold every desired body it changed.
+fn last_per_key<'a, T, K: Ord + std::hash::Hash>(items: &'a [T], key: impl Fn(&'a T) -> K) -> Vec<&'a T> {
+    // References, not copies: a pass's rows hold every desired body it changed. Keys in
+    // strictly rising order (a pass's bindings are) are each there once: no map of them.
+    if items.windows(2).all(|w| key(&w[0]) < key(&w[1])) {
+        return items.iter().collect();
+    }
     let mut last = std::collections::HashMap::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         last.insert(key(item), i);
