@@ -291,8 +291,8 @@ async fn status(ctx: &Ctx, agent: &Id) -> Outcome {
             Some(a) => status_now(a, &st, clock::now_ms(), ctx.cfg.node_offline_after),
             None => return Outcome::Done,
         };
-        // The CP has it already: a newer body than the pass's was sent by an earlier copy
-        // of this item, and the wanted one stays until the next pass settles it.
+        // The CP has this body already (an earlier send carried it, or the state came back
+        // to it since the pass): nothing to send; the next pass settles the want.
         if st.statuses_sent.get(agent).is_some_and(|s| s.is(&body)) {
             return Outcome::Done;
         }
