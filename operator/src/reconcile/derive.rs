@@ -98,7 +98,7 @@ pub fn agent_status(a: &Agent, outcome: &Outcome, st: &State, lookup: &Lookup) -
         let node = bound.map(|n| (lookup.node)(n).unwrap_or(("?", false)));
         let report = bound
             .and_then(|n| st.nodes.get(n))
-            .and_then(|n| n.info.replicas.iter().find(|p| *p.agent_key == *a.key && p.replica == r));
+            .and_then(|n| n.info.replicas.iter().find(|p| p.agent_key == a.key && p.replica == r));
         if let Some(n) = bound {
             if pending_pat.is_none() && !(lookup.has_cred)(&(key.clone(), n.clone())) {
                 let name = (lookup.node)(n).map(|x| x.0).unwrap_or("?");
