@@ -40,7 +40,7 @@ pub fn nodes(n: usize) -> Vec<NodeFacts> {
         .collect()
 }
 
-pub fn demands(agents: usize, replicas: u32) -> Vec<Demand> {
+pub fn demands(agents: usize, replicas: u32) -> Vec<Demand<'static>> {
     (0..agents)
         .map(|i| {
             let (kind, image) =
@@ -49,13 +49,14 @@ pub fn demands(agents: usize, replicas: u32) -> Vec<Demand> {
                 key: format!("agent-{i:06}").into(),
                 replicas,
                 kind: kind.into(),
-                image,
+                image: image.map(Into::into),
                 requires: match i % 5 {
                     0 => vec!["repos".into()],
                     1 => vec![format!("zone=z{}", i % 8)],
                     _ => vec![],
-                },
-                secrets: if i % 7 == 0 { vec!["github-token".into()] } else { vec![] },
+                }
+                .into(),
+                secrets: if i % 7 == 0 { vec!["github-token".into()] } else { vec![] }.into(),
                 cpus: if i % 2 == 0 { Some(1.0) } else { None },
                 memory_mb: if i % 3 == 0 { Some(2048) } else { None },
             }

@@ -112,7 +112,7 @@ async fn incremental_passes_match_a_full_recompute_through_a_fleet_history() {
     eventually(20, "every PAT issued", || async {
         let st = ctx.store.state.read();
         let pairs: std::collections::HashSet<_> =
-            st.outcome.bindings.iter().map(|((a, _), n)| (a.clone(), n.clone())).collect();
+            st.outcome.bindings.iter().map(|(a, _, n)| (a.clone(), n.clone())).collect();
         let live = st.live_creds().count();
         (live == pairs.len() && live > 0).then_some(())
     })
@@ -130,19 +130,7 @@ async fn incremental_passes_match_a_full_recompute_through_a_fleet_history() {
     // A revision bump (no placement change) reaches a1's nodes with a new generation.
     let a1_node = nodes
         .iter()
-        .find(|n| {
-            n.id == ctx
-                .store
-                .state
-                .read()
-                .outcome
-                .bindings
-                .iter()
-                .find(|((a, _), _)| &**a == "a1")
-                .unwrap()
-                .1
-                .to_string()
-        })
+        .find(|n| n.id == ctx.store.state.read().outcome.bindings.of_agent("a1").next().unwrap().1.to_string())
         .unwrap()
         .clone();
     let before = a1_node.generation().await;

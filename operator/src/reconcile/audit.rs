@@ -32,7 +32,7 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
         diffs.push("placement: a fresh placement differs from the published outcome".to_string());
     }
     let per_node = per_node_of(&st.outcome);
-    let pairs: HashSet<(Id, Id)> = st.outcome.bindings.iter().map(|((a, _), n)| (a.clone(), n.clone())).collect();
+    let pairs: HashSet<(Id, Id)> = st.outcome.bindings.iter().map(|(a, _, n)| (a.clone(), n.clone())).collect();
     let creds: HashMap<(Id, Id), &Arc<Cred>> = st.live_creds().map(|(a, n, c)| ((a.clone(), n.clone()), c)).collect();
     for pair in creds.keys() {
         if !pairs.contains(pair) {

@@ -9,19 +9,20 @@ use super::status::{self, ReplicaInput, StatusBody, StatusInput};
 use crate::model::{Agent, AgentState, Id};
 use crate::store::{Cred, NodeRec, State};
 use rustc_hash::FxHashMap as HashMap;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// What placement needs of an agent; `None` for one that is not placed.
-pub fn demand(a: &Agent) -> Option<Demand> {
+pub fn demand(a: &Agent) -> Option<Demand<'_>> {
     let spec = a.placed_spec()?;
     let res = a.resources();
     Some(Demand {
         key: a.key.clone(),
         replicas: spec.replicas,
-        kind: a.executor.kind.clone(),
-        image: a.executor.image.clone(),
-        requires: spec.requires.clone(),
-        secrets: spec.secrets.clone(),
+        kind: Cow::Borrowed(&a.executor.kind),
+        image: a.executor.image.as_deref().map(Cow::Borrowed),
+        requires: Cow::Borrowed(&spec.requires),
+        secrets: Cow::Borrowed(&spec.secrets),
         cpus: res.cpus,
         memory_mb: res.memory_mb,
     })
@@ -49,8 +50,8 @@ pub type PerNode = HashMap<Id, NodeAgents>;
 pub fn per_node_of(outcome: &Outcome) -> PerNode {
     let mut per_node: PerNode = HashMap::default();
     // Bindings come in (agent, replica) order, so each node's agents are appended in order.
-    for ((agent, r), node) in &outcome.bindings {
-        per_node.entry(node.clone()).or_default().entry(agent).push(*r);
+    for (agent, r, node) in outcome.bindings.iter() {
+        per_node.entry(node.clone()).or_default().entry(agent).push(r);
     }
     per_node.values_mut().for_each(NodeAgents::shrink_to_fit);
     per_node
@@ -91,8 +92,8 @@ pub fn agent_status(a: &Agent, outcome: &Outcome, st: &State, lookup: &Lookup) -
     let mut pending_pat: Option<String> = None;
     // One range walk over this agent's bindings instead of a lookup per replica.
     let mut bound_to: Vec<Option<&Id>> = vec![None; desired as usize];
-    for ((_, r), n) in outcome.bindings.range((key.clone(), 0)..(key.clone(), desired)) {
-        bound_to[*r as usize] = Some(n);
+    for (r, n) in outcome.bindings.of_agent(&key).take_while(|(r, _)| *r < desired) {
+        bound_to[r as usize] = Some(n);
     }
     for (r, bound) in (0..desired).zip(bound_to) {
         let node = bound.map(|n| (lookup.node)(n).unwrap_or(("?", false)));

@@ -6,7 +6,6 @@
 
 use super::derive::{demand, status_now};
 use super::placement::{Demand, Free};
-use crate::model::Id;
 use crate::store::{NodeRec, State};
 use fleet_api::{codes, Exhausted, FilterCount, NodeVerdict, PlacementExplanation, ReasonView, ReplicaPlacement};
 use std::collections::BTreeMap;
@@ -39,7 +38,7 @@ pub fn explain(
         .replicas
         .iter()
         .map(|r| {
-            let node_id = st.outcome.bindings.get(&(Id::from(key), r.replica)).map(|n| n.to_string());
+            let node_id = st.outcome.bindings.get(key, r.replica).map(|n| n.to_string());
             ReplicaPlacement {
                 replica: r.replica,
                 node_id,
@@ -79,11 +78,11 @@ fn verdict(d: &Demand, n: &NodeRec, online: bool, free: Option<&Free>) -> Option
         let what = if n.lifecycle.draining().is_some() { "draining" } else { "cordoned" };
         return Some((1, what.into()));
     }
-    if !n.info.executor_kinds.contains(&d.kind) {
+    if !n.info.executor_kinds.iter().any(|k| *k == d.kind) {
         return Some((2, format!("no executor kind {}", d.kind)));
     }
     if let Some(img) = &d.image {
-        if !n.allow.get(&d.kind).is_some_and(|l| l.admits(img)) {
+        if !n.allow.get(&*d.kind).is_some_and(|l| l.admits(img)) {
             return Some((3, format!("image {img} not allowed for {}", d.kind)));
         }
     }
@@ -131,7 +130,7 @@ fn filter(st: &State, d: &Demand, now: i64, offline_after: Duration, with_nodes:
     let mut exhausted = Exhausted::default();
     let mut verdicts = Vec::new();
     for n in st.nodes.values() {
-        let free = st.outcome.free.get(&n.id);
+        let free = st.outcome.free_of(&n.id);
         let v = verdict(d, n, n.online(now, offline_after), free);
         match &v {
             Some((4, _)) => {

@@ -37,8 +37,8 @@ pub fn agent_views(a: &Agent, outcome: &Outcome) -> AgentItems {
     }
     let key: Id = a.key.clone();
     let mut per_node: BTreeMap<(&Id, bool), u32> = BTreeMap::new();
-    for ((_, r), node) in outcome.bindings.range((key.clone(), 0)..=(key.clone(), u32::MAX)) {
-        let stuck = !outcome.stuck.is_empty() && outcome.stuck.contains(&(key.clone(), *r));
+    for (r, node) in outcome.bindings.of_agent(&key) {
+        let stuck = !outcome.stuck.is_empty() && outcome.stuck.contains(&(key.clone(), r));
         *per_node.entry((node, stuck)).or_default() += 1;
     }
     for ((node, stuck), count) in per_node {

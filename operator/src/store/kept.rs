@@ -12,8 +12,7 @@ use std::sync::Arc;
 /// One replica: (agent key, replica index).
 pub type ReplicaKey = (Arc<str>, u32);
 
-/// (agent key, replica index) → node id.
-pub type Bindings = BTreeMap<ReplicaKey, Arc<str>>;
+pub use super::bindings::Bindings;
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Outcome {
@@ -25,9 +24,20 @@ pub struct Outcome {
     pub blocked: BTreeSet<(Arc<str>, u32)>,
     /// Agents with unplaced replicas: how many, and the first filter that left no node.
     pub waiting: BTreeMap<Arc<str>, (u32, &'static str)>,
-    /// What each node has left after this placement: the explanation's capacity filter
-    /// (SPEC §10.2) reads it instead of summing every binding.
-    pub free: rustc_hash::FxHashMap<Arc<str>, Free>,
+    /// What each node has left after this placement, in the order of the bindings' node
+    /// table (empty before the first placement): the explanation's capacity filter (SPEC
+    /// §10.2) reads it instead of summing every binding.
+    pub free: Vec<Free>,
+}
+
+impl Outcome {
+    /// What `node` has left after this placement.
+    pub fn free_of(&self, node: &str) -> Option<&Free> {
+        if self.free.len() != self.bindings.nodes().len() {
+            return None;
+        }
+        self.bindings.position(node).map(|at| &self.free[at])
+    }
 }
 
 /// A node's room left: slots, and cpus (thousandths) and memory where the node declares them.

@@ -86,7 +86,7 @@ impl State {
     /// The node's view with its drain's progress.
     pub fn node_view(&self, n: &super::NodeRec, now_ms: i64, offline_after: Duration) -> NodeView {
         let mut v = n.view(now_ms, offline_after);
-        if let Some(free) = self.outcome.free.get(&n.id) {
+        if let Some(free) = self.outcome.free_of(&n.id) {
             v.slots_used = n.info.capacity.slots.saturating_sub(free.slots);
         }
         if let Lifecycle::Draining { started_ms, force, .. } = n.lifecycle {
@@ -212,7 +212,7 @@ impl State {
         } else if !self.drains.contains_key(id) {
             // Until the next pass says otherwise, everything bound there remains (one
             // scan of the bindings per drain asked: an admin's action, not a hot path).
-            let remaining = self.outcome.bindings.values().filter(|n| *n == id).count() as u32;
+            let remaining = self.outcome.bindings.count_on(id);
             self.drains.insert(id.clone(), DrainProgress { remaining, blocked: Vec::new() });
         }
         self.changes.facts.insert(id.clone());

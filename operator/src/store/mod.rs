@@ -4,6 +4,7 @@
 //! across `.await`: callers copy what they need out, write the database, then publish.
 
 mod backend;
+pub mod bindings;
 pub mod db;
 pub mod events;
 pub mod follow;
@@ -358,8 +359,7 @@ impl State {
     /// Whether the published outcome binds a replica of `agent` to `node` (a walk over the
     /// agent's few bindings, so no set of pairs is kept beside them).
     pub fn is_placed(&self, agent: &Id, node: &Id) -> bool {
-        let range = (agent.clone(), 0)..=(agent.clone(), u32::MAX);
-        self.outcome.bindings.range(range).any(|(_, n)| n == node)
+        self.outcome.bindings.of_agent(agent).any(|(_, n)| n == node)
     }
 
     pub fn node_id_by_token(&self, token: &str) -> Option<Id> {
@@ -450,10 +450,7 @@ impl State {
         for rec in snap.nodes.into_iter().filter_map(|r| NodeRec::from_row(r, now)) {
             st.insert_node(rec);
         }
-        let mut bindings = BTreeMap::new();
-        for (agent, replica, node) in snap.placements {
-            bindings.insert((Id::from(agent), replica as u32), Id::from(node));
-        }
+        let bindings = snap.placements.into_iter().map(|(a, r, n)| (Id::from(a), r as u32, Id::from(n))).collect();
         st.outcome = Arc::new(Outcome { bindings, ..Default::default() });
         for (agent, principal_id, bound) in snap.identities {
             st.identities.insert(agent.into(), IdentityRec { principal_id: principal_id.into(), bound });

@@ -71,7 +71,7 @@ fn dirty_nodes(memo: &Memo, snap: &Snapshot, placed: &Placed) -> Vec<Id> {
     let mut set = placed.touched_nodes.clone();
     set.extend(snap.changes.creds.iter().map(|p| p.1.clone()));
     for key in &snap.changed_agents {
-        for (_, node) in placed.outcome.bindings.range((key.clone(), 0)..=(key.clone(), u32::MAX)) {
+        for (_, node) in placed.outcome.bindings.of_agent(key) {
             set.insert(node.clone());
         }
     }

@@ -25,7 +25,7 @@ pub fn progress(memo: &Memo, outcome: &Outcome) -> HashMap<Id, DrainProgress> {
         return out;
     }
     for key in &outcome.blocked {
-        if let Some(p) = outcome.bindings.get(key).and_then(|node| out.get_mut(node)) {
+        if let Some(p) = outcome.bindings.get(&key.0, key.1).and_then(|node| out.get_mut(node)) {
             p.blocked.push(key.clone());
         }
     }

@@ -128,38 +128,38 @@ fn diff_bindings(prev: &Bindings, next: &Outcome, memo: &Memo, rows: &mut PassWr
             (None, None) => break,
             (Some(_), None) => Ordering::Less,
             (None, Some(_)) => Ordering::Greater,
-            (Some((ka, _)), Some((kb, _))) => ka.cmp(kb),
+            (Some((ka, ra, _)), Some((kb, rb, _))) => (ka, ra).cmp(&(kb, rb)),
         };
         match ord {
             Ordering::Less => {
-                let ((agent, r), node) = a.next().expect("peeked");
+                let (agent, r, node) = a.next().expect("peeked");
                 let why = next.waiting.get(agent).map(|w| w.1).unwrap_or("no longer wanted");
                 tracing::info!(agent = %agent, replica = r, node = %memo.name(node), reason = why, "replica unbound");
                 let name = memo.name_id(node);
                 let msg = format!("unbound from {name}: {why}");
-                events.push(Event::new(Kind::ReplicaUnbound, msg).agent(agent).node(node, &name).replica(*r));
-                rows.unbind.push((agent.clone(), *r));
-                moves.push((agent.clone(), *r, Some(node.clone()), None));
+                events.push(Event::new(Kind::ReplicaUnbound, msg).agent(agent).node(node, &name).replica(r));
+                rows.unbind.push((agent.clone(), r));
+                moves.push((agent.clone(), r, Some(node.clone()), None));
             }
             Ordering::Greater => {
-                let ((agent, r), node) = b.next().expect("peeked");
+                let (agent, r, node) = b.next().expect("peeked");
                 tracing::info!(agent = %agent, replica = r, node = %memo.name(node), "replica placed");
                 let name = memo.name_id(node);
                 let msg = format!("placed on {name}");
-                events.push(Event::new(Kind::ReplicaPlaced, msg).agent(agent).node(node, &name).replica(*r));
-                rows.bind.push((agent.clone(), *r, node.clone()));
-                moves.push((agent.clone(), *r, None, Some(node.clone())));
+                events.push(Event::new(Kind::ReplicaPlaced, msg).agent(agent).node(node, &name).replica(r));
+                rows.bind.push((agent.clone(), r, node.clone()));
+                moves.push((agent.clone(), r, None, Some(node.clone())));
             }
             Ordering::Equal => {
-                let (_, old) = a.next().expect("peeked");
-                let ((agent, r), node) = b.next().expect("peeked");
+                let (_, _, old) = a.next().expect("peeked");
+                let (agent, r, node) = b.next().expect("peeked");
                 if old != node {
                     tracing::info!(agent = %agent, replica = r, from = %memo.name(old), to = %memo.name(node), "replica moved");
                     let name = memo.name_id(node);
                     let msg = format!("moved from {} to {name}", memo.name(old));
-                    events.push(Event::new(Kind::ReplicaMoved, msg).agent(agent).node(node, &name).replica(*r));
-                    rows.bind.push((agent.clone(), *r, node.clone()));
-                    moves.push((agent.clone(), *r, Some(old.clone()), Some(node.clone())));
+                    events.push(Event::new(Kind::ReplicaMoved, msg).agent(agent).node(node, &name).replica(r));
+                    rows.bind.push((agent.clone(), r, node.clone()));
+                    moves.push((agent.clone(), r, Some(old.clone()), Some(node.clone())));
                 }
             }
         }

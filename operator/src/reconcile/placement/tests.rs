@@ -19,21 +19,26 @@ fn node(name: &str, slots: u32) -> NodeFacts {
     }
 }
 
-fn agent(key: &str, replicas: u32) -> Demand {
+fn agent(key: &str, replicas: u32) -> Demand<'static> {
     Demand {
         key: key.into(),
         replicas,
         kind: "claude-code".into(),
         image: None,
-        requires: vec![],
-        secrets: vec![],
+        requires: vec![].into(),
+        secrets: vec![].into(),
         cpus: None,
         memory_mb: None,
     }
 }
 
 fn on(out: &Outcome, key: &str, r: u32) -> Option<String> {
-    out.bindings.get(&(Arc::from(key), r)).map(|n| n.to_string())
+    out.bindings.get(key, r).map(|n| n.to_string())
+}
+
+/// Last pass's bindings: (agent, replica, node id).
+fn bound(rows: &[(&str, u32, &str)]) -> Bindings {
+    rows.iter().map(|&(a, r, n)| (Id::from(a), r, Id::from(n))).collect()
 }
 
 #[test]
@@ -50,8 +55,7 @@ fn most_free_slots_then_name() {
 #[test]
 fn new_replicas_in_key_order_after_sticky() {
     let nodes = [node("a", 1), node("b", 1)];
-    let mut prev = Bindings::new();
-    prev.insert(("z".into(), 0), "id-b".into());
+    let prev = bound(&[("z", 0, "id-b")]);
     let out = place(&[agent("z", 1), agent("y", 1), agent("x", 1)], &nodes, &prev);
     assert_eq!(on(&out, "z", 0).as_deref(), Some("id-b"), "sticky keeps b");
     assert_eq!(on(&out, "x", 0).as_deref(), Some("id-a"), "x before y");
@@ -61,8 +65,7 @@ fn new_replicas_in_key_order_after_sticky() {
 #[test]
 fn sticky_even_when_another_node_is_emptier() {
     let nodes = [node("a", 1), node("b", 10)];
-    let mut prev = Bindings::new();
-    prev.insert(("x".into(), 0), "id-a".into());
+    let prev = bound(&[("x", 0, "id-a")]);
     let out = place(&[agent("x", 1)], &nodes, &prev);
     assert_eq!(on(&out, "x", 0).as_deref(), Some("id-a"));
 }
@@ -70,10 +73,7 @@ fn sticky_even_when_another_node_is_emptier() {
 #[test]
 fn shrunk_node_sheds_the_last_ones() {
     let nodes = [node("a", 2), node("b", 5)];
-    let mut prev = Bindings::new();
-    for (k, r) in [("p", 0), ("p", 1), ("q", 0)] {
-        prev.insert((k.into(), r), "id-a".into());
-    }
+    let prev = bound(&[("p", 0, "id-a"), ("p", 1, "id-a"), ("q", 0, "id-a")]);
     let out = place(&[agent("p", 2), agent("q", 1)], &nodes, &prev);
     assert_eq!(on(&out, "p", 0).as_deref(), Some("id-a"));
     assert_eq!(on(&out, "p", 1).as_deref(), Some("id-a"));
@@ -85,9 +85,7 @@ fn offline_moves_or_stays_unavailable() {
     let mut a = node("a", 2);
     a.online = false;
     let b = node("b", 1);
-    let mut prev = Bindings::new();
-    prev.insert(("x".into(), 0), "id-a".into());
-    prev.insert(("y".into(), 0), "id-a".into());
+    let prev = bound(&[("x", 0, "id-a"), ("y", 0, "id-a")]);
     let out = place(&[agent("x", 1), agent("y", 1)], &[a, b], &prev);
     assert_eq!(on(&out, "x", 0).as_deref(), Some("id-b"), "moves to the fitting node");
     assert_eq!(on(&out, "y", 0).as_deref(), Some("id-a"), "nowhere to go: stays bound");
@@ -102,9 +100,7 @@ fn cordon_keeps_drain_moves_blocked_stay_and_force_unbinds() {
     let mut a = node("a", 3);
     a.schedulable = false;
     let b = node("b", 1);
-    let mut prev = Bindings::new();
-    prev.insert(("x".into(), 0), "id-a".into());
-    prev.insert(("y".into(), 0), "id-a".into());
+    let prev = bound(&[("x", 0, "id-a"), ("y", 0, "id-a")]);
     let demands = [agent("x", 1), agent("y", 1), agent("z", 2)];
     let out = place(&demands, &[a.clone(), b.clone()], &prev);
     assert_eq!(on(&out, "x", 0).as_deref(), Some("id-a"), "cordoned: x stays");
@@ -150,7 +146,7 @@ fn the_room_left_on_each_node_is_kept() {
     let mut a = node("a", 3);
     a.capacity.cpus = Some(2.0);
     let out = place(&[agent("x", 2)], &[a, node("b", 1)], &Bindings::new());
-    let free = |id: &str| out.free.get(id).copied().unwrap();
+    let free = |id: &str| out.free_of(id).copied().unwrap();
     assert_eq!(free("id-a").slots + free("id-b").slots, 2);
     assert_eq!(free("id-a").cpus_milli, Some(2000), "x needs no cpus");
     assert_eq!(free("id-b").cpus_milli, None, "b declares none");
@@ -159,13 +155,10 @@ fn the_room_left_on_each_node_is_kept() {
 #[test]
 fn lowering_replicas_drops_highest_indexes() {
     let nodes = [node("a", 5)];
-    let mut prev = Bindings::new();
-    for r in 0..3 {
-        prev.insert(("x".into(), r), "id-a".into());
-    }
+    let prev = bound(&[("x", 0, "id-a"), ("x", 1, "id-a"), ("x", 2, "id-a")]);
     let out = place(&[agent("x", 1)], &nodes, &prev);
     assert_eq!(out.bindings.len(), 1);
-    assert!(out.bindings.contains_key(&(Arc::from("x"), 0)));
+    assert!(out.bindings.contains("x", 0));
 }
 
 #[test]
@@ -181,10 +174,10 @@ fn waiting_reasons_in_order() {
     let mut kind = agent("kind", 1);
     kind.kind = "unknown".into();
     let mut label = agent("label", 1);
-    label.requires = vec!["gpu=h100".into()];
+    label.requires = vec!["gpu=h100".into()].into();
     let mut secret = agent("secret", 1);
-    secret.requires = vec!["repos".into(), "gpu".into()];
-    secret.secrets = vec!["github-token".into(), "other".into()];
+    secret.requires = vec!["repos".into(), "gpu".into()].into();
+    secret.secrets = vec!["github-token".into(), "other".into()].into();
     let cap = agent("cap", 1);
     let out = place(&[img, kind, label, secret, cap], &[full.clone()], &Bindings::new());
     let reason = |k: &str| out.waiting.get(k).map(|w| w.1);
@@ -208,7 +201,7 @@ fn reason_is_deepest_filter_across_nodes() {
     k.kinds = vec!["other".into()];
     let l = node("l", 1);
     let mut a = agent("a", 1);
-    a.requires = vec!["repos".into()];
+    a.requires = vec!["repos".into()].into();
     let out = place(&[a], &[k, l], &Bindings::new());
     assert_eq!(out.waiting.get("a").map(|w| w.1), Some(codes::NO_LABEL));
 }
@@ -220,7 +213,7 @@ fn label_and_image_matching_admit() {
     n.labels = vec!["gpu=a100".into()];
     n.images.insert("observer".into(), AllowList::parse(&["obs/mail:1.*"]).unwrap());
     let mut a = agent("a", 1);
-    a.requires = vec!["gpu".into()];
+    a.requires = vec!["gpu".into()].into();
     let mut o = agent("o", 1);
     o.kind = "observer".into();
     o.image = Some("obs/mail:1.4.2".into());
@@ -254,7 +247,7 @@ fn cpus_and_memory_count_only_where_both_sides_set_them() {
 fn waiting_agent_holds_no_slot() {
     let nodes = [node("a", 1)];
     let mut w = agent("a-wait", 2);
-    w.requires = vec!["nope".into()];
+    w.requires = vec!["nope".into()].into();
     let out = place(&[w, agent("b", 1)], &nodes, &Bindings::new());
     assert_eq!(on(&out, "b", 0).as_deref(), Some("id-a"));
     assert_eq!(out.waiting.get("a-wait"), Some(&(2, codes::NO_LABEL)));
@@ -287,7 +280,7 @@ fn arb_nodes() -> impl Strategy<Value = Vec<NodeFacts>> {
     })
 }
 
-fn arb_demands() -> impl Strategy<Value = Vec<Demand>> {
+fn arb_demands() -> impl Strategy<Value = Vec<Demand<'static>>> {
     prop::collection::vec((0u32..4, any::<bool>(), prop::option::of(1u32..3), prop::option::of(128u64..1024)), 0..8)
         .prop_map(|v| {
             v.into_iter()
@@ -295,7 +288,7 @@ fn arb_demands() -> impl Strategy<Value = Vec<Demand>> {
                 .map(|(i, (replicas, label, cpus, mem))| {
                     let mut d = agent(&format!("a{i}"), replicas);
                     if label {
-                        d.requires = vec!["repos".into()];
+                        d.requires = vec!["repos".into()].into();
                     }
                     d.cpus = cpus.map(f64::from);
                     d.memory_mb = mem;
@@ -310,8 +303,8 @@ fn check_capacity(demands: &[Demand], nodes: &[NodeFacts], out: &Outcome) -> Res
         let on_n: Vec<&Demand> = out
             .bindings
             .iter()
-            .filter(|(k, v)| **v == n.id && !out.stuck.contains(*k))
-            .map(|((a, _), _)| demands.iter().find(|d| d.key == *a).unwrap())
+            .filter(|(a, r, v)| **v == n.id && !out.stuck.contains(&((*a).clone(), *r)))
+            .map(|(a, _, _)| demands.iter().find(|d| d.key == *a).unwrap())
             .collect();
         prop_assert!(on_n.len() as u32 <= n.capacity.slots, "slots exceeded on {}", n.name);
         if let Some(c) = n.capacity.cpus {
@@ -338,7 +331,7 @@ proptest! {
         check_capacity(&demands, &nodes, &out)?;
         // every replica is bound or counted as waiting
         for d in &demands {
-            let bound = (0..d.replicas).filter(|r| out.bindings.contains_key(&(d.key.clone(), *r))).count() as u32;
+            let bound = (0..d.replicas).filter(|r| out.bindings.contains(&d.key, *r)).count() as u32;
             let waiting = out.waiting.get(&d.key).map(|w| w.0).unwrap_or(0);
             prop_assert_eq!(bound + waiting, d.replicas);
         }
@@ -364,9 +357,9 @@ proptest! {
             let mut changed = nodes.clone();
             changed[victim].online = false;
             let third = place(&demands, &changed, &first.bindings);
-            for (k, v) in &first.bindings {
+            for (a, r, v) in first.bindings.iter() {
                 if *v != nodes[victim].id {
-                    prop_assert_eq!(third.bindings.get(k), Some(v));
+                    prop_assert_eq!(third.bindings.get(a, r), Some(v));
                 }
             }
             check_capacity(&demands, &changed, &third)?;
@@ -379,7 +372,7 @@ proptest! {
         for (key, (_, reason)) in &out.waiting {
             let d = demands.iter().find(|d| d.key == *key).unwrap();
             let online: Vec<_> = nodes.iter().filter(|n| n.online).collect();
-            let kind: Vec<_> = online.iter().filter(|n| n.kinds.contains(&d.kind)).collect();
+            let kind: Vec<_> = online.iter().filter(|n| n.kinds.iter().any(|k| *k == d.kind)).collect();
             let label: Vec<_> = kind.iter().filter(|n| labels::all_met(&d.requires, &n.labels)).collect();
             let expected = if online.is_empty() { codes::NO_NODE }
                 else if kind.is_empty() { codes::NO_EXECUTOR_KIND }
