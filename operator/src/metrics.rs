@@ -83,6 +83,8 @@ pub struct Metrics {
     pub connections_refused: Counter,
     pub memory_allocated: Gauge,
     pub memory_resident: Gauge,
+    pub memory_active: Gauge,
+    pub memory_metadata: Gauge,
     /// 1 on the replica that holds the lease (always 1 on SQLite), else 0 (SPEC §3.9).
     pub leader: Gauge,
 }
@@ -115,6 +117,8 @@ impl Default for Metrics {
             connections_refused: Counter::default(),
             memory_allocated: Gauge::default(),
             memory_resident: Gauge::default(),
+            memory_active: Gauge::default(),
+            memory_metadata: Gauge::default(),
             leader: Gauge::default(),
             registry: Registry::default(),
         };
@@ -158,6 +162,16 @@ impl Default for Metrics {
             "memory_resident_bytes",
             "Bytes the allocator holds in physical memory (heap in use plus its free pages)",
             m.memory_resident.clone(),
+        );
+        registry.register(
+            "memory_active_bytes",
+            "Bytes in the allocator's pages in use: above the heap in use, what its partly used pages hold free",
+            m.memory_active.clone(),
+        );
+        registry.register(
+            "memory_metadata_bytes",
+            "Bytes the allocator spends on its own bookkeeping",
+            m.memory_metadata.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -212,6 +226,12 @@ impl Metrics {
         }
         if let Ok(n) = stats::resident::read() {
             self.memory_resident.set(n as i64);
+        }
+        if let Ok(n) = stats::active::read() {
+            self.memory_active.set(n as i64);
+        }
+        if let Ok(n) = stats::metadata::read() {
+            self.memory_metadata.set(n as i64);
         }
     }
 

@@ -70,6 +70,9 @@ async fn json_logs_and_metric_families() {
     let (allocated, resident) = (gauge("fleet_memory_allocated_bytes"), gauge("fleet_memory_resident_bytes"));
     assert!(allocated > 1 << 20, "jemalloc counts the controller's heap: {allocated} bytes");
     assert!(resident >= allocated, "resident {resident} covers allocated {allocated}");
+    let (active, metadata) = (gauge("fleet_memory_active_bytes"), gauge("fleet_memory_metadata_bytes"));
+    assert!(active >= allocated && active <= resident, "active {active} between allocated and resident");
+    assert!(metadata > 0 && metadata < resident, "metadata {metadata} a part of resident {resident}");
     let api = reqwest::get(format!("{}/metrics", ctl.url)).await.unwrap();
     assert_eq!(api.status(), 404, "metrics stay off the public port");
 
