@@ -25,7 +25,7 @@ async fn main() -> anyhow::Result<()> {
     let mut times = Vec::new();
     for _ in 0..rounds {
         let t = Instant::now();
-        match cp.list_agents(None).await? {
+        match cp.list_agents(None, n).await? {
             AgentsFetch::List { agents, .. } => assert_eq!(agents.len(), n),
             AgentsFetch::NotModified => anyhow::bail!("304 without an ETag"),
         }

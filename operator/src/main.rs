@@ -32,12 +32,19 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 pub static JEMALLOC_CONF: &[u8; 67] = b"background_thread:true,narenas:2,dirty_decay_ms:0,muzzy_decay_ms:0\0";
 
 /// glibc's malloc still serves C code (SQLite, on its connection threads): at most two arenas,
-/// so each of those threads does not keep a heap of its own with its own fragmentation.
+/// so each of those threads does not keep a heap of its own with its own fragmentation, and
+/// fixed thresholds for giving memory back. Left to itself glibc raises both after the first
+/// large block is freed (up to 32 MiB, and twice that before trimming), so the memory a big
+/// SQLite transaction took stayed with the process: at 10,000 nodes the anonymous memory
+/// outside jemalloc rose by 5–8 MiB while 1,000 nodes' replicas moved (docs/performance.md).
 fn limit_glibc_arenas() {
-    // SAFETY: mallopt only changes a malloc tunable; M_ARENA_MAX takes any positive value.
+    const GIVE_BACK: libc::c_int = 128 * 1024;
+    // SAFETY: mallopt only changes malloc tunables; each takes any positive value.
     #[allow(unsafe_code)]
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, GIVE_BACK);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, GIVE_BACK);
     }
 }
 

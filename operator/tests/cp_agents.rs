@@ -85,3 +85,36 @@ async fn pages_etag_skips_and_outage_across_restart() {
     assert_eq!(d, desired, "the node's desired state is unchanged");
     running.shutdown().await;
 }
+
+/// A list is read into a vector sized for the length the caller expects (the last list's),
+/// not grown page by page: at 20,000 agents doubling left 32,768 places beside the old list
+/// (issue #22). A longer or shorter list than expected is still read whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_is_read_into_a_vector_of_the_expected_length() {
+    use fleet_controller::config::ClientCredentials;
+    use fleet_controller::platform::cp::{AgentsFetch, CpClient};
+    use fleet_controller::platform::token::TokenSource;
+    use std::sync::Arc;
+
+    let cfg = DevkitConfig { page_size: 7, ..Default::default() };
+    let creds = ClientCredentials { client_id: cfg.client_id.clone(), client_secret: cfg.client_secret.clone() };
+    let dk = Devkit::start(cfg, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    dk.put_agents((0..50).map(|i| agent(&format!("a{i:02}"), "k", 1)).collect());
+    let http = reqwest::Client::new();
+    let tokens = Arc::new(TokenSource::new(http.clone(), &dk.url, Some(creds)));
+    let cp = CpClient::new(http, &dk.url, tokens);
+    let read = |expected| {
+        let cp = &cp;
+        async move {
+            match cp.list_agents(None, expected).await.unwrap() {
+                AgentsFetch::List { agents, .. } => agents,
+                AgentsFetch::NotModified => panic!("304 without an ETag"),
+            }
+        }
+    };
+    let agents = read(50).await;
+    assert_eq!((agents.len(), agents.capacity()), (50, 50), "sized once, for the expected length");
+    assert_eq!(read(10).await.len(), 50, "a longer list than expected is read whole");
+    let grown = read(0).await;
+    assert!(grown.len() == 50 && grown.capacity() > 50, "without an expectation it grows as read");
+}

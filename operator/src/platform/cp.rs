@@ -14,6 +14,8 @@ const SERVICE: &str = "CP";
 pub const AUDIENCE: &str = "control-plane";
 /// A list longer than this many pages is treated as a CP fault, not followed forever.
 const MAX_PAGES: usize = 10_000;
+/// The most agents a list's vector is sized for up front; a longer list grows it as read.
+const MAX_EXPECTED: usize = 1_000_000;
 
 pub struct CpClient {
     http: reqwest::Client,
@@ -68,9 +70,12 @@ impl CpClient {
     ///
     /// Pages are pipelined: as soon as a page's `nextCursor` is known the next request is on
     /// its way, and the page's items are parsed while the CP answers it.
-    pub async fn list_agents(&self, etag: Option<&str>) -> Result<AgentsFetch, PlatformError> {
+    /// `expected`: how many agents the list is likely to hold (the last list's length): the
+    /// vector is sized for it once instead of doubling page by page (at 20,000 agents of 256
+    /// bytes it doubled to 32,768 places, 8.4 MB, beside the list it replaces).
+    pub async fn list_agents(&self, etag: Option<&str>, expected: usize) -> Result<AgentsFetch, PlatformError> {
         let token = self.bearer().await?;
-        let mut agents = Vec::new();
+        let mut agents = Vec::with_capacity(expected.min(MAX_EXPECTED));
         let mut skipped = Vec::new();
         let mut first_etag = None;
         let started = std::time::Instant::now();

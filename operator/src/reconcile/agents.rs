@@ -73,8 +73,11 @@ fn keep_keys(old: &[Agent], new: &mut [Agent]) {
 /// Reads the agent list; when it changed, puts it in the registry and returns what changed
 /// for the caller to store.
 async fn refresh_agents(ctx: &Ctx) -> Option<AgentsWrite> {
-    let etag = ctx.store.state.read().agents_etag.clone();
-    match ctx.cp.list_agents(etag.as_deref()).await {
+    let (etag, expected) = {
+        let st = ctx.store.state.read();
+        (st.agents_etag.clone(), st.agents.len())
+    };
+    match ctx.cp.list_agents(etag.as_deref(), expected).await {
         Ok(AgentsFetch::NotModified) => {
             ctx.metrics.call("cp", "list_agents", "not_modified");
             None
