@@ -159,7 +159,7 @@ pub fn place(demands: &[Demand<'_>], nodes: &[NodeFacts], previous: &Bindings) -
     let unbound = p.sticky(previous);
     p.place_new(unbound, &mut out);
     let (table, position) = p.node_table();
-    out.free = p.free(&table);
+    out.free = p.free(&position);
     out.bindings = p.bindings(table, &position);
     out
 }
@@ -251,11 +251,10 @@ impl<'a> Placer<'a> {
     }
 
     /// Each node's room left, in the node table's order.
-    fn free(&self, table: &[Id]) -> Vec<Free> {
-        let mut free = vec![Free::default(); table.len()];
-        for (i, r) in self.room.iter().enumerate() {
-            let at = table.binary_search(&self.nodes[i].id).expect("every node is in the table");
-            free[at] = Free { slots: r.slots, cpus_milli: r.cpus, memory_mb: r.mem };
+    fn free(&self, position: &[u32]) -> Vec<Free> {
+        let mut free = vec![Free::default(); self.room.len()];
+        for (r, &at) in self.room.iter().zip(position) {
+            free[at as usize] = Free { slots: r.slots, cpus_milli: r.cpus, memory_mb: r.mem };
         }
         free
     }

@@ -7,7 +7,6 @@
 //! the controller's peak).
 
 use crate::model::Id;
-use std::cmp::Ordering;
 
 /// (agent key, replica index) → node id, ordered by agent key, then replica.
 #[derive(Debug, Clone, Default)]
@@ -129,18 +128,6 @@ impl FromIterator<(Id, u32, Id)> for Bindings {
 impl PartialEq for Bindings {
     fn eq(&self, other: &Bindings) -> bool {
         self.len() == other.len() && self.iter().zip(other.iter()).all(|(a, b)| a.0 == b.0 && a.1 == b.1 && a.2 == b.2)
-    }
-}
-
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, other: &Entry) -> Option<Ordering> {
-        Some(self.key().cmp(&other.key()))
-    }
-}
-
-impl PartialEq for Entry {
-    fn eq(&self, other: &Entry) -> bool {
-        self.key() == other.key()
     }
 }
 
