@@ -118,3 +118,31 @@ async fn a_list_is_read_into_a_vector_of_the_expected_length() {
     let grown = read(0).await;
     assert!(grown.len() == 50 && grown.capacity() > 50, "without an expectation it grows as read");
 }
+
+/// A list the CP replaced is let go once the pass has taken the new one: nothing (the pass's
+/// memo, the watcher's write, a work item) keeps the old list alive beside it, which at
+/// 20,000 agents is ~10 MB (issue #22).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_agent_list_is_let_go() {
+    let dk = Devkit::start(DevkitConfig::default(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    dk.put_agents(vec![agent("a1", "k", 1), agent("a2", "k", 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let ctx = running.ctx.clone().unwrap();
+    let url = format!("http://{}", running.addr);
+    let admin = Admin::new(&url, dk.mint("fleet", &["fleet:read", "fleet:admin"], 3600));
+    let mut node = TestNode::new(&url, "n1", json!({"executorKinds": ["k"], "capacity": {"slots": 4}}));
+    node.join(&admin.join_key().await).await;
+    eventually(15, "both agents placed", || async {
+        (admin.placements().await.iter().filter(|i| i["status"] == "placed").count() == 2).then_some(())
+    })
+    .await;
+    let old = std::sync::Arc::downgrade(&ctx.store.state.read().agents);
+    dk.edit_agent("a1", |a| a["revision"] = json!(2));
+    eventually(15, "the edit placed at revision 2", || async {
+        let p = admin.placements().await;
+        p.iter().any(|i| i["agentKey"] == "a1" && i["revision"] == 2).then_some(())
+    })
+    .await;
+    eventually(10, "the old list let go", || async { (old.upgrade().is_none()).then_some(()) }).await;
+}
