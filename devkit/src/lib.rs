@@ -105,7 +105,6 @@ impl Devkit {
         self.state.lock().put_agent(agent);
     }
 
-    /// Applies `f` to an agent's JSON and bumps the ETag. Returns false if unknown.
     /// Inserts or replaces several agents at once: the CP never shows half of them.
     pub fn put_agents(&self, agents: Vec<serde_json::Value>) {
         let mut st = self.state.lock();
@@ -119,8 +118,15 @@ impl Devkit {
         self.state.lock().calls.get(name).copied().unwrap_or(0)
     }
 
+    /// Applies `f` to an agent's JSON and bumps the ETag. Returns false if unknown.
     pub fn edit_agent(&self, key: &str, f: impl FnOnce(&mut serde_json::Value)) -> bool {
         self.state.lock().edit_agent(key, f)
+    }
+
+    /// Gives the list a new ETag with the same agents, as a CP may for reasons of its own
+    /// (the ETag is opaque, SPEC §2.2).
+    pub fn touch(&self) {
+        self.state.lock().version += 1;
     }
 
     pub fn remove_agent(&self, key: &str) -> bool {

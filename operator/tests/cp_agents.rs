@@ -146,3 +146,27 @@ async fn a_replaced_agent_list_is_let_go() {
     .await;
     eventually(10, "the old list let go", || async { (old.upgrade().is_none()).then_some(()) }).await;
 }
+
+/// A new ETag over the same agents is taken without replacing the registry's list: the pass
+/// and its maps keep sharing the one list instead of a second copy of every agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_etag_over_the_same_agents_keeps_the_list() {
+    let dk = Devkit::start(DevkitConfig::default(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    dk.put_agents(vec![agent("a1", "k", 1), agent("a2", "k", 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let ctx = running.ctx.clone().unwrap();
+    let state = || ctx.store.state.read();
+    eventually(15, "both agents read", || async { (state().agents.len() == 2).then_some(()) }).await;
+    let (list, etag) = (state().agents.clone(), state().agents_etag.clone());
+    dk.touch();
+    eventually(15, "the new ETag taken", || async { (state().agents_etag != etag).then_some(()) }).await;
+    assert!(std::sync::Arc::ptr_eq(&list, &state().agents), "the same list, not a copy of it");
+    let reads = dk.calls("list_agents");
+    dk.edit_agent("a1", |a| a["revision"] = json!(2));
+    eventually(15, "an edit still replaces it", || async {
+        (!std::sync::Arc::ptr_eq(&list, &state().agents)).then_some(())
+    })
+    .await;
+    assert!(dk.calls("list_agents") > reads);
+}

@@ -99,8 +99,17 @@ async fn refresh_agents(ctx: &Ctx) -> Option<AgentsWrite> {
             };
             // One walk over both lists says whether anything changed and what to store.
             let (put, delete) = changed(&current, &agents);
-            if put.is_empty() && delete.is_empty() && current_etag == etag {
-                return None;
+            if put.is_empty() && delete.is_empty() {
+                if current_etag == etag {
+                    return None;
+                }
+                // Only the ETag moved: the registry keeps the list it has (the pass and its
+                // maps share it; a copy would be a second list of every agent until the next
+                // pass) and takes the new ETag, which is stored with no rows.
+                drop(agents);
+                ctx.store.state.write().agents_etag = etag.clone();
+                let etag = etag.unwrap_or_default();
+                return Some(AgentsWrite { list: current, put, delete, replace_all: false, etag });
             }
             agents.shrink_to_fit();
             keep_keys(&current, &mut agents);
