@@ -119,15 +119,21 @@ async fn a_list_is_read_into_a_vector_of_the_expected_length() {
     assert!(grown.len() == 50 && grown.capacity() > 50, "without an expectation it grows as read");
 }
 
+/// devkit listing agents a1 and a2 (kind `k`), and a controller in this process reading it.
+async fn with_two_agents() -> (Devkit, tempfile::TempDir, fleet_controller::server::Running) {
+    let dk = devkit().await;
+    dk.put_agents(vec![agent("a1", "k", 1), agent("a2", "k", 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    (dk, dir, running)
+}
+
 /// A list the CP replaced is let go once the pass has taken the new one: nothing (the pass's
 /// memo, the watcher's write, a work item) keeps the old list alive beside it, which at
 /// 20,000 agents is ~10 MB (issue #22).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_agent_list_is_let_go() {
-    let dk = Devkit::start(DevkitConfig::default(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
-    dk.put_agents(vec![agent("a1", "k", 1), agent("a2", "k", 1)]);
-    let dir = tempfile::tempdir().unwrap();
-    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let (dk, _dir, running) = with_two_agents().await;
     let ctx = running.ctx.clone().unwrap();
     let url = format!("http://{}", running.addr);
     let admin = Admin::new(&url, dk.mint("fleet", &["fleet:read", "fleet:admin"], 3600));
@@ -151,10 +157,7 @@ async fn a_replaced_agent_list_is_let_go() {
 /// and its maps keep sharing the one list instead of a second copy of every agent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_etag_over_the_same_agents_keeps_the_list() {
-    let dk = Devkit::start(DevkitConfig::default(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
-    dk.put_agents(vec![agent("a1", "k", 1), agent("a2", "k", 1)]);
-    let dir = tempfile::tempdir().unwrap();
-    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let (dk, _dir, running) = with_two_agents().await;
     let ctx = running.ctx.clone().unwrap();
     let state = || ctx.store.state.read();
     eventually(15, "both agents read", || async { (state().agents.len() == 2).then_some(()) }).await;
