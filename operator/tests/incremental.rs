@@ -22,7 +22,7 @@ use support::*;
 async fn audited(ctx: &Ctx, step: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let diffs = audit(ctx);
+        let diffs = audit(ctx).await.expect("the audit reads the credentials' boxes");
         if diffs.is_empty() {
             return;
         }
@@ -225,5 +225,56 @@ async fn incremental_passes_match_a_full_recompute_through_a_fleet_history() {
     })
     .await;
     audited(&ctx, "a restart").await;
+    running.shutdown().await;
+}
+
+/// A sealed box is held in memory only until its node has it: once the node asks with the
+/// generation that carries it, the registry keeps the PAT's id alone, and the next desired
+/// state of that node reads the box back from the database — the same ciphertext, opened by
+/// the node's key to the same PAT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivered_pats_box_is_let_go_and_read_back_for_the_next_desired_state() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let ctx = running.ctx.clone().unwrap();
+    let url = format!("http://{}", running.addr);
+    let admin = Admin::new(&url, dk.mint("fleet", &["fleet:admin"], 3600));
+    let mut node = TestNode::new(&url, "n1", json!({"executorKinds": ["k"], "capacity": {"slots": 4}}));
+    node.join(&admin.join_key().await).await;
+    let _reporter = Reporter::start(node.clone());
+    let ciphertext_of = |d: &serde_json::Value, agent: &str| {
+        let a = d["agents"].as_array()?.iter().find(|a| a["agentKey"] == agent)?;
+        a["identity"]["credential"]["ciphertext"].as_str().map(str::to_string)
+    };
+
+    dk.put_agent(agent("a1", "k", 1));
+    let first = eventually(20, "a1's PAT in n1's desired state", || async {
+        let (_, d) = node.desired(None, 0).await;
+        ciphertext_of(&d, "a1").map(|_| d)
+    })
+    .await;
+    let pat = node.open_pat(&first, "a1").expect("n1's key opens a1's PAT");
+    let pair: (fleet_controller::model::Id, fleet_controller::model::Id) = ("a1".into(), node.id.as_str().into());
+    let has_box = || ctx.store.state.read().live_cred(&pair).map(|c| c.sealed.has_box());
+    assert_eq!(has_box(), Some(true), "held until the node has it");
+
+    // The node asks with the generation it has: the box is let go.
+    let generation = first["generation"].as_u64().unwrap();
+    let (status, _) = node.desired(Some(generation), 0).await;
+    assert_eq!(status, reqwest::StatusCode::NOT_MODIFIED);
+    assert_eq!(has_box(), Some(false), "the node has it; the database keeps it");
+
+    // A second agent changes n1's desired state: a1's box comes back from the database.
+    dk.put_agent(agent("a2", "k", 1));
+    let second = eventually(20, "a2's PAT beside a1's", || async {
+        let (_, d) = node.desired(Some(generation), 0).await;
+        ciphertext_of(&d, "a2").map(|_| d)
+    })
+    .await;
+    assert_eq!(ciphertext_of(&second, "a1"), ciphertext_of(&first, "a1"), "the stored box, as it was served");
+    assert_eq!(node.open_pat(&second, "a1"), Some(pat));
+    assert!(node.open_pat(&second, "a2").is_some());
+    assert_eq!(has_box(), Some(false));
     running.shutdown().await;
 }

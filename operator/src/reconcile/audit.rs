@@ -1,7 +1,7 @@
 //! The incremental pass checked against a recompute from scratch.
 
 use super::derive::{agent_status, demand, entries_of, facts_of, per_node_of, Lookup};
-use super::desired::{desired_json, Entry};
+use super::desired::{desired_json, Boxes, Entry};
 use super::gauges::Gauges;
 use super::placement::{self, Demand, NodeFacts};
 use super::rotation::due_second;
@@ -10,6 +10,7 @@ use super::work::{first_rotation_ms, WorkKey};
 use crate::clock;
 use crate::context::Ctx;
 use crate::metrics::{NodeLabels, PlacementLabels};
+use crate::store::db::DbError;
 use crate::store::{Cred, Id};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::Arc;
@@ -18,8 +19,15 @@ use std::sync::Arc;
 /// every desired state, every status, the placement items, retirements) and lists where
 /// it differs from what the passes published. Empty when the incremental passes kept up;
 /// meant for tests and for debugging, on a quiet fleet (a node crossing its offline
-/// threshold since the last pass is a real difference until the next pass).
-pub fn audit(ctx: &Ctx) -> Vec<String> {
+/// threshold since the last pass is a real difference until the next pass). Reads every
+/// live PAT's sealed box from the database first (the registry keeps few of them).
+pub async fn audit(ctx: &Ctx) -> Result<Vec<String>, DbError> {
+    let ids: Vec<String> = ctx.store.state.read().live_creds().map(|(_, _, c)| c.id().into_owned()).collect();
+    let boxes: Boxes = ctx.store.db.ciphertexts(&ids).await?.into_iter().collect();
+    Ok(compare(ctx, &boxes))
+}
+
+fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
     let mut diffs = Vec::new();
     let now = clock::now_ms();
     let st = ctx.store.state.read();
@@ -59,7 +67,7 @@ pub fn audit(ctx: &Ctx) -> Vec<String> {
     for f in &facts {
         let entries: Vec<Entry> =
             entries_of(&per_node, &f.id, |k| st.agent(k), |p| creds.get(p).map(|&c| Arc::clone(c)));
-        let json = desired_json(&entries, &ctx.cfg.iam_tenant);
+        let json = desired_json(&entries, &ctx.cfg.iam_tenant, boxes);
         if !st.desired.get(&f.id).is_some_and(|d| d.same_agents(&json)) {
             diffs.push(format!("desired state of node {} is stale", f.name));
         }

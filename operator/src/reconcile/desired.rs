@@ -22,9 +22,32 @@ pub fn input_hash(entries: &[Entry], fingerprints: &HashMap<Id, u64>) -> u64 {
         a.key.hash(&mut h);
         fingerprints.get(a.key.as_ref()).hash(&mut h);
         reps.hash(&mut h);
-        c.sealed.hash(&mut h);
+        // The PAT's id, not its box: the same whether the registry still holds the box.
+        c.sealed.id_bytes().hash(&mut h);
     }
     h.finish()
+}
+
+/// Sealed boxes read back from the database for credentials the registry keeps without
+/// theirs: id → ciphertext as stored.
+pub type Boxes = HashMap<String, String>;
+
+/// The ids of the entries' credentials whose boxes are in the database only.
+pub fn stored_boxes<'e>(entries: &'e [Entry]) -> impl Iterator<Item = String> + 'e {
+    entries.iter().filter(|(_, _, c)| !c.sealed.has_box()).map(|(_, _, c)| c.id().into_owned())
+}
+
+/// A credential's sealed box, from the registry or from `boxes`.
+fn ciphertext(c: &Cred, boxes: &Boxes) -> Option<String> {
+    c.sealed.ciphertext().or_else(|| boxes.get(c.id().as_ref()).cloned())
+}
+
+/// The first of the entries' credentials whose box is nowhere (its row is gone).
+pub fn missing_box(entries: &[Entry], boxes: &Boxes) -> Option<String> {
+    entries
+        .iter()
+        .find(|(_, _, c)| !c.sealed.has_box() && !boxes.contains_key(c.id().as_ref()))
+        .map(|(_, _, c)| c.id().into_owned())
 }
 
 /// Everything of an agent that goes into a desired state.
@@ -37,7 +60,7 @@ pub fn agent_fingerprint(a: &Agent) -> u64 {
     h.finish()
 }
 
-fn desired_agent(a: &Agent, reps: &[u32], c: &Cred, tenant: &str) -> DesiredAgent {
+fn desired_agent(a: &Agent, reps: &[u32], c: &Cred, tenant: &str, boxes: &Boxes) -> DesiredAgent {
     let spec = a.placed_spec();
     DesiredAgent {
         agent_key: a.key.to_string(),
@@ -52,7 +75,7 @@ fn desired_agent(a: &Agent, reps: &[u32], c: &Cred, tenant: &str) -> DesiredAgen
             tenant_id: tenant.to_string(),
             credential: SealedCredential {
                 credential_id: c.id().into_owned(),
-                ciphertext: c.sealed.to_base64(),
+                ciphertext: ciphertext(c, boxes).unwrap_or_default(),
                 expires_at: clock::rfc3339_ms(c.expires_ms),
             },
         },
@@ -60,29 +83,30 @@ fn desired_agent(a: &Agent, reps: &[u32], c: &Cred, tenant: &str) -> DesiredAgen
 }
 
 /// Appends the JSON array of a node's desired agents to `out` (the served body's buffer),
-/// serialising each agent straight into it.
-pub fn write_agents(out: &mut Vec<u8>, entries: &[Entry], tenant: &str) {
+/// serialising each agent straight into it. A credential the registry keeps without its box
+/// takes it from `boxes` (the caller checked with [`missing_box`] that it is there).
+pub fn write_agents(out: &mut Vec<u8>, entries: &[Entry], tenant: &str, boxes: &Boxes) {
     let start = out.len();
     // Serialising plain structs into memory cannot fail; were it ever to, the node is sent
     // no agents rather than half an array.
-    if serde_json::to_writer(&mut *out, &Agents(entries, tenant)).is_err() {
+    if serde_json::to_writer(&mut *out, &Agents(entries, tenant, boxes)).is_err() {
         out.truncate(start);
         out.extend_from_slice(b"[]");
     }
 }
 
 /// The JSON array of a node's desired agents (what [`write_agents`] appends).
-pub fn desired_json(entries: &[Entry], tenant: &str) -> Vec<u8> {
+pub fn desired_json(entries: &[Entry], tenant: &str, boxes: &Boxes) -> Vec<u8> {
     let mut out = Vec::new();
-    write_agents(&mut out, entries, tenant);
+    write_agents(&mut out, entries, tenant, boxes);
     out
 }
 
 /// A node's entries as the JSON array of its desired agents, without collecting them first.
-struct Agents<'a, 'b>(&'a [Entry<'b>], &'a str);
+struct Agents<'a, 'b>(&'a [Entry<'b>], &'a str, &'a Boxes);
 
 impl serde::Serialize for Agents<'_, '_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.iter().map(|(a, reps, c)| desired_agent(a, reps, c, self.1)))
+        s.collect_seq(self.0.iter().map(|(a, reps, c)| desired_agent(a, reps, c, self.1, self.2)))
     }
 }

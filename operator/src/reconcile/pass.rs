@@ -126,7 +126,7 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     decide::identity_work(ctx, memo, &snap, &mut plan);
     decide::pat_work(ctx, memo, &snap, &placed, &mut plan);
     phases.mark("identity work");
-    decide::desired_states(ctx, memo, &snap, &placed, &mut plan);
+    decide::desired_states(ctx, memo, &snap, &placed, &mut plan).await?;
     phases.mark("desired");
     decide::retire(ctx, memo, &snap, &placed, &mut plan);
     phases.mark("retire");

@@ -261,6 +261,14 @@ impl Db {
     }
 
     /// The desired states of `ids` that exist; every one when `ids` is `None`.
+    /// The sealed boxes of these credentials: (id, ciphertext as stored).
+    pub async fn ciphertexts(&self, ids: &[String]) -> Result<Vec<(String, String)>, DbError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        on!(&self.pool, ciphertexts(ids))
+    }
+
     pub async fn desired(&self, ids: Option<&[String]>) -> Result<Vec<(String, i64, String)>, DbError> {
         on!(&self.pool, desired(ids))
     }

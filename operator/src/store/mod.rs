@@ -191,10 +191,17 @@ impl Cred {
         self.sealed.id()
     }
 
-    /// A stored credential and its (agent, node) pair.
+    /// The same PAT with its sealed box left to the database (see [`Sealed::id_only`]).
+    pub fn without_box(&self) -> Cred {
+        Cred { sealed: self.sealed.id_only(), principal_id: self.principal_id.clone(), ..*self }
+    }
+
+    /// A stored credential and its (agent, node) pair. Its box stays in the database: a
+    /// node that needs it again has it in its desired state, and a new desired state reads
+    /// it back.
     fn from_row(r: CredRow) -> ((Id, Id), Cred) {
         let cred = Cred {
-            sealed: Sealed::from_base64(&r.id, &r.ciphertext),
+            sealed: Sealed::stored(&r.id),
             n: r.n as u64,
             principal_id: r.principal_id.into(),
             expires_ms: r.expires_ms,
@@ -216,8 +223,9 @@ pub struct RetiringCred {
 /// shared by every response (a clone is a reference count): waking 10,000 long-polls
 /// copies nothing. Once the node has the generation (it asks with `since` = it) the body is
 /// let go — the database keeps it, and a node that asks again (a restart) has it read back —
-/// so at rest the fleet's bodies take no memory and each ciphertext is held once, in its
-/// credential.
+/// so at rest the fleet's bodies take no memory. A sealed box is held in memory only until
+/// its node has it: the registry keeps a new PAT's box until a body that carries it is
+/// delivered, then the id alone ([`Store::delivered`]); a later body reads the box back.
 #[derive(Debug, Clone)]
 pub struct DesiredRec {
     pub generation: u64,
@@ -225,6 +233,9 @@ pub struct DesiredRec {
     agents_hash: u64,
     /// `{"generation":G,"agents":[…]}` while the node may still need it.
     body: Option<Bytes>,
+    /// The (agent, live credential) pairs whose boxes the body took from the registry's
+    /// memory; kept without their boxes once the node has the body.
+    boxed: Box<[(Id, Arc<Cred>)]>,
 }
 
 /// SipHash with a key chosen at start: the CP cannot craft two agent lists of one hash.
@@ -248,12 +259,18 @@ impl DesiredRec {
         let agents_hash = agents_hash(&body[at..]);
         body.push(b'}');
         body.shrink_to_fit();
-        DesiredRec { generation, agents_hash, body: Some(body.into()) }
+        DesiredRec { generation, agents_hash, body: Some(body.into()), boxed: Box::default() }
+    }
+
+    /// The body carries these credentials' boxes, held in memory until the node has it.
+    pub fn carrying(mut self, boxed: Vec<(Id, Arc<Cred>)>) -> DesiredRec {
+        self.boxed = boxed.into_boxed_slice();
+        self
     }
 
     /// A generation whose body is in the database only.
     pub fn stored(generation: u64, agents: &str) -> DesiredRec {
-        DesiredRec { generation, agents_hash: agents_hash(agents.as_bytes()), body: None }
+        DesiredRec { generation, agents_hash: agents_hash(agents.as_bytes()), body: None, boxed: Box::default() }
     }
 
     /// Whether this desired state has exactly these agents (a pass bumps the generation only
@@ -882,16 +899,25 @@ impl Store {
         self.state.read().desired.get(node).map(|d| (d.generation, d.body()))
     }
 
-    /// The node has generation `generation`: its body is let go (the database keeps it).
+    /// The node has generation `generation`: its body is let go (the database keeps it), and
+    /// so are the sealed boxes of the live credentials it carried — the node has them, and a
+    /// later body reads them back.
     pub fn delivered(&self, node: &Id, generation: u64) {
         let held = |st: &State| st.desired.get(node).is_some_and(|d| d.generation == generation && d.body.is_some());
         if !held(&self.state.read()) {
             return;
         }
         let mut st = self.state.write();
-        if held(&st) {
-            if let Some(d) = st.desired.get_mut(node) {
-                d.body = None;
+        if !held(&st) {
+            return;
+        }
+        let Some(d) = st.desired.get_mut(node) else { return };
+        d.body = None;
+        let boxed = std::mem::take(&mut d.boxed);
+        for (agent, cred) in boxed.iter() {
+            let Some(pair) = st.pairs.get_mut(agent, node) else { continue };
+            if pair.live.as_ref().is_some_and(|live| Arc::ptr_eq(live, cred)) {
+                pair.live = Some(Arc::new(cred.without_box()));
             }
         }
     }

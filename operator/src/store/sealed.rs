@@ -9,6 +9,10 @@
 //!
 //! Layout: `[id form] [id…] [box form] [box…]`, where the id is `[u16 length][text]` or
 //! `[u8 prefix length][prefix][u8 byte count][bytes]`, and the box runs to the end.
+//!
+//! A box is needed only to serve it: once its node has a desired state holding it, the
+//! registry keeps the id alone ([`Sealed::id_only`], 32 bytes instead of 112) and a later
+//! desired state reads the box back from the database.
 
 use std::borrow::Cow;
 
@@ -19,6 +23,8 @@ const ID_TEXT: u8 = 0;
 const ID_HEX: u8 = 1;
 const BOX_RAW: u8 = 0;
 const BOX_TEXT: u8 = 1;
+/// The box is in the database only.
+const BOX_NONE: u8 = 2;
 
 impl Sealed {
     /// A PAT with its sealed box's bytes.
@@ -34,6 +40,11 @@ impl Sealed {
             Ok(raw) if b64.encode(&raw) == text => Self::build(id, BOX_RAW, &raw),
             _ => Self::build(id, BOX_TEXT, text.as_bytes()),
         }
+    }
+
+    /// A PAT whose box is in the database only.
+    pub fn stored(id: &str) -> Sealed {
+        Self::build(id, BOX_NONE, &[])
     }
 
     fn build(id: &str, form: u8, sealed: &[u8]) -> Sealed {
@@ -61,15 +72,48 @@ impl Sealed {
         }
     }
 
-    /// The sealed box as stored and served.
-    pub fn to_base64(&self) -> String {
+    /// The same PAT without its box: what the registry keeps once its node has it.
+    pub fn id_only(&self) -> Sealed {
+        let at = self.id_end();
+        let mut out = Vec::with_capacity(at + 1);
+        out.extend_from_slice(&self.0[..at]);
+        out.push(BOX_NONE);
+        Sealed(out.into_boxed_slice())
+    }
+
+    /// Whether the box is held here (else it is in the database only).
+    pub fn has_box(&self) -> bool {
+        !matches!(self.parts(), Some((_, (BOX_NONE, _))) | None)
+    }
+
+    /// The id as kept: equal for the same PAT with or without its box, so a hash of it
+    /// does not change when the box is let go.
+    pub fn id_bytes(&self) -> &[u8] {
+        &self.0[..self.id_end()]
+    }
+
+    /// Where the id part ends (the box form's position).
+    fn id_end(&self) -> usize {
+        match self.parts() {
+            Some((_, (_, sealed))) => self.0.len() - sealed.len() - 1,
+            None => self.0.len(),
+        }
+    }
+
+    /// The sealed box as stored and served; `None` when it is in the database only.
+    pub fn ciphertext(&self) -> Option<String> {
         use base64::Engine;
         match self.parts() {
-            Some((_, (BOX_RAW, raw))) => base64::engine::general_purpose::STANDARD.encode(raw),
+            Some((_, (BOX_RAW, raw))) => Some(base64::engine::general_purpose::STANDARD.encode(raw)),
+            Some((_, (BOX_NONE, _))) | None => None,
             // Built from a `&str`, so always UTF-8.
-            Some((_, (_, text))) => String::from_utf8_lossy(text).into_owned(),
-            None => String::new(),
+            Some((_, (_, text))) => Some(String::from_utf8_lossy(text).into_owned()),
         }
+    }
+
+    /// The sealed box as stored and served (empty when it is in the database only).
+    pub fn to_base64(&self) -> String {
+        self.ciphertext().unwrap_or_default()
     }
 
     /// The sealed box's length when it is held as bytes.
@@ -179,6 +223,25 @@ mod tests {
             assert_eq!(s.id(), id, "{id:?}");
             assert_eq!(s.raw_len(), Some(3), "{id:?}");
         }
+    }
+
+    /// Without its box a PAT keeps its id, its hash key and a 32-byte allocation; the box
+    /// is gone and nothing pretends otherwise.
+    #[test]
+    fn a_pat_without_its_box_keeps_its_id() {
+        for id in ["cred_7f06edb9962b48a89f0efbb83fa834d5", "tok-x", ""] {
+            for s in [Sealed::raw(id, &[7; 85]), Sealed::from_base64(id, "sealed-1")] {
+                assert!(s.has_box());
+                let kept = s.id_only();
+                assert!(!kept.has_box(), "{id:?}");
+                assert_eq!(kept.id(), id);
+                assert_eq!(kept.id_bytes(), s.id_bytes());
+                assert_eq!(kept.ciphertext(), None);
+                assert_eq!(kept.id_only(), kept);
+                assert_eq!(Sealed::stored(id), kept);
+            }
+        }
+        assert!(Sealed::raw("cred_7f06edb9962b48a89f0efbb83fa834d5", &[0; 85]).id_only().0.len() <= 32);
     }
 
     /// IAM's usual id and a sealed PAT (devkit's are 37 bytes, 85 sealed) fit jemalloc's

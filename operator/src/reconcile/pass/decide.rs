@@ -3,7 +3,7 @@
 //! the credentials to retire, the statuses and the placement items. None of them writes.
 
 use super::super::derive::{agent_status, entries_of, is_placed, Lookup};
-use super::super::desired::{input_hash, write_agents, Entry};
+use super::super::desired::{input_hash, missing_box, stored_boxes, write_agents, Boxes, Entry};
 use super::super::memo::Memo;
 use super::super::views::{agent_views, ViewMap};
 use super::super::work::{rotate_at_ms, WorkKey};
@@ -12,6 +12,7 @@ use super::snapshot::Snapshot;
 use super::{Plan, VANISHED_DRAIN};
 use crate::context::Ctx;
 use crate::model::{Agent, Id, IdentityKind};
+use crate::store::db::DbError;
 use crate::store::kept::Sent;
 use crate::store::DesiredRec;
 use rustc_hash::FxHashSet as HashSet;
@@ -80,7 +81,15 @@ fn dirty_nodes(memo: &Memo, snap: &Snapshot, placed: &Placed) -> Vec<Id> {
 
 /// Desired states of the dirty nodes: their inputs are hashed, and only those whose hash
 /// moved are serialised and compared; a node whose body changed gets the next generation.
-pub fn desired_states(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan) {
+/// The sealed boxes the registry no longer holds (their nodes have them) are read back from
+/// the database, in one query for the pass.
+pub async fn desired_states(
+    ctx: &Ctx,
+    memo: &Memo,
+    snap: &Snapshot,
+    placed: &Placed,
+    plan: &mut Plan,
+) -> Result<(), DbError> {
     let dirty = dirty_nodes(memo, snap, placed);
     // (node, new hash, entries, the desired state it has now). The entries hold handles to
     // the credentials, so the lock goes before any body is built.
@@ -96,19 +105,30 @@ pub fn desired_states(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, 
             })
             .collect()
     };
+    let wanted: Vec<String> = changed.iter().flat_map(|(_, _, entries, _)| stored_boxes(entries)).collect();
+    let boxes: Boxes = ctx.store.db.ciphertexts(&wanted).await?.into_iter().collect();
     for (node, h, entries, current) in changed {
+        if let Some(id) = missing_box(&entries, &boxes) {
+            // Only a deleted row does this, and a live PAT's row is deleted with its node;
+            // the node's desired state is left as it is and built again when it next changes.
+            tracing::error!(node = %memo.name(node), credential = %id, "a live PAT's sealed box is not in the database; desired state not rebuilt");
+            continue;
+        }
         plan.desired_hashes.push((node.clone(), h));
         // Built as the next generation in the buffer that is served and stored; dropped at
         // once when its agents are what the node already has.
         let generation = current.as_ref().map_or(0, |d| d.generation) + 1;
-        let rec = DesiredRec::build(generation, |out| write_agents(out, &entries, &ctx.cfg.iam_tenant));
+        let rec = DesiredRec::build(generation, |out| write_agents(out, &entries, &ctx.cfg.iam_tenant, &boxes));
         let Some(agents) = rec.agents_bytes() else { continue };
         if !current.as_ref().is_some_and(|d| d.same_agents(&agents)) {
             tracing::info!(node = %memo.name(node), generation, agents = entries.len(), "desired state changed");
+            let boxed =
+                entries.iter().filter(|(_, _, c)| c.sealed.has_box()).map(|(a, _, c)| (a.key.clone(), c.clone()));
             plan.rows.desired.push((node.to_string(), generation, agents));
-            plan.desired.push((node.clone(), rec));
+            plan.desired.push((node.clone(), rec.carrying(boxed.collect())));
         }
     }
+    Ok(())
 }
 
 /// PATs no longer needed are retired: revoked once the node's stop has run its course, or at

@@ -413,8 +413,11 @@ pub async fn load(p: &Pool) -> Result<Snapshot, DbError> {
         .into_iter()
         .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
         .collect();
+    // Without the sealed boxes: the registry keeps none at start ([`ciphertexts`] reads one
+    // back when a desired state needs it).
     let credentials = sqlx::query(
-        "SELECT id, agent_key, node_id, n, principal_id, ciphertext, expires_ms, issued_ms, revoke_ms FROM credentials",
+        "SELECT id, agent_key, node_id, n, principal_id, '' AS ciphertext, expires_ms, issued_ms, revoke_ms \
+         FROM credentials",
     )
     .fetch_all(p)
     .await?
@@ -490,6 +493,19 @@ fn node_row(r: &<DB as sqlx::Database>::Row) -> NodeRow {
             info: r.get(6),
         lifecycle: crate::store::Lifecycle::from_columns(r.get(7), r.get(8), r.get(9), r.get(10)),
     }
+}
+
+/// The sealed boxes of these credentials, as stored: (id, ciphertext). A credential that is
+/// gone has no row.
+pub async fn ciphertexts(p: &Pool, ids: &[String]) -> Result<Vec<(String, String)>, DbError> {
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(MAX_VARS) {
+        let mut q = QueryBuilder::<DB>::new("SELECT id, ciphertext FROM credentials");
+        push_ids(&mut q, "id", Some(chunk));
+        let rows = q.build().persistent(false).fetch_all(p).await?;
+        out.extend(rows.into_iter().map(|r| (r.get(0), r.get(1))));
+    }
+    Ok(out)
 }
 
 pub async fn desired(p: &Pool, ids: Option<&[String]>) -> Result<Vec<(String, i64, String)>, DbError> {
