@@ -276,5 +276,10 @@ async fn a_delivered_pats_box_is_let_go_and_read_back_for_the_next_desired_state
     assert_eq!(node.open_pat(&second, "a1"), Some(pat));
     assert!(node.open_pat(&second, "a2").is_some());
     assert_eq!(has_box(), Some(false));
+    let a2: (fleet_controller::model::Id, fleet_controller::model::Id) = ("a2".into(), node.id.as_str().into());
+    let a2_has_box = || ctx.store.state.read().live_cred(&a2).map(|c| c.sealed.has_box());
+    assert_eq!(a2_has_box(), Some(true));
+    node.desired(second["generation"].as_u64(), 0).await;
+    assert_eq!(a2_has_box(), Some(false), "a2's box goes once n1 has it too");
     running.shutdown().await;
 }

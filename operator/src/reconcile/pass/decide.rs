@@ -14,8 +14,9 @@ use crate::context::Ctx;
 use crate::model::{Agent, Id, IdentityKind};
 use crate::store::db::DbError;
 use crate::store::kept::Sent;
-use crate::store::DesiredRec;
+use crate::store::{Cred, DesiredRec};
 use rustc_hash::FxHashSet as HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Identities to ensure: every agent of kind `agent` whose identity is not bound yet, among
@@ -122,13 +123,23 @@ pub async fn desired_states(
         let Some(agents) = rec.agents_bytes() else { continue };
         if !current.as_ref().is_some_and(|d| d.same_agents(&agents)) {
             tracing::info!(node = %memo.name(node), generation, agents = entries.len(), "desired state changed");
-            let boxed =
-                entries.iter().filter(|(_, _, c)| c.sealed.has_box()).map(|(a, _, c)| (a.key.clone(), c.clone()));
             plan.rows.desired.push((node.to_string(), generation, agents));
-            plan.desired.push((node.clone(), rec.carrying(boxed.collect())));
+            plan.desired.push((node.clone(), rec.carrying(boxes_to_let_go(memo, node, &entries))));
         }
     }
     Ok(())
+}
+
+/// The boxes a body lets go once its node has it: those it carries from the registry's
+/// memory, when every agent bound to the node has its PAT in it. While PATs are still being
+/// issued for a node (a start, a node that just received replicas) each new one rebuilds its
+/// body, and letting the boxes go at every step would read them back at the next one.
+fn boxes_to_let_go(memo: &Memo, node: &Id, entries: &[Entry]) -> Vec<(Id, Arc<Cred>)> {
+    let bound = memo.per_node.get(node).map_or(0, |m| m.keys().count());
+    if entries.len() < bound {
+        return Vec::new();
+    }
+    entries.iter().filter(|(_, _, c)| c.sealed.has_box()).map(|(a, _, c)| (a.key.clone(), c.clone())).collect()
 }
 
 /// PATs no longer needed are retired: revoked once the node's stop has run its course, or at
