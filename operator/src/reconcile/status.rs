@@ -55,7 +55,7 @@ pub fn derive(input: &StatusInput) -> StatusBody {
             node: r.node.map(|(n, _)| n.to_string()),
             state: r.report.map(|p| p.state).unwrap_or(ReplicaState::Pending),
             restarts: r.report.map(|p| p.restarts).unwrap_or(0),
-            last_exit_code: r.report.and_then(|p| p.last_exit_code),
+            last_exit_code: r.report.and_then(|p| p.last_exit_code()),
             message: r.report.and_then(|p| p.message.as_deref().map(String::from)),
         })
         .collect();
@@ -120,15 +120,7 @@ mod tests {
     use super::*;
 
     fn rep(state: ReplicaState, revision: u64) -> Seen {
-        Seen {
-            agent_key: "a".into(),
-            revision,
-            replica: 0,
-            state,
-            restarts: 2,
-            last_exit_code: Some(1),
-            message: Some("boom".into()),
-        }
+        Seen::new("a".into(), revision, 0, state, 2, Some(1), Some("boom".into()))
     }
 
     fn input<'a>(replicas: Vec<ReplicaInput<'a>>) -> StatusInput<'a> {

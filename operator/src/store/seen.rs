@@ -7,33 +7,104 @@ use crate::model::Id;
 use fleet_api::{ReplicaReport, ReplicaState};
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// 64 bytes: the exit code is kept beside a flag that fills padding, where `Option<i64>` took
+/// 16 bytes and the record 72 — a node's ten replicas are 640 bytes instead of 768 in
+/// jemalloc's classes (1.3 MB at 10,000 nodes).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(from = "Wire")]
 pub struct Seen {
     pub agent_key: Id,
     pub revision: u64,
     pub replica: u32,
     pub state: ReplicaState,
-    #[serde(default)]
     pub restarts: u32,
-    #[serde(default)]
-    pub last_exit_code: Option<i64>,
-    #[serde(default)]
+    exit_code: i64,
+    has_exit_code: bool,
     pub message: Option<Box<str>>,
 }
 
+/// The stored form: the wire's fields, with the defaults rows stored before them read as.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Wire {
+    agent_key: Id,
+    revision: u64,
+    replica: u32,
+    state: ReplicaState,
+    #[serde(default)]
+    restarts: u32,
+    #[serde(default)]
+    last_exit_code: Option<i64>,
+    #[serde(default)]
+    message: Option<Box<str>>,
+}
+
+/// The stored form, written from the record without copying it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WireRef<'a> {
+    agent_key: &'a str,
+    revision: u64,
+    replica: u32,
+    state: ReplicaState,
+    restarts: u32,
+    last_exit_code: Option<i64>,
+    message: Option<&'a str>,
+}
+
+impl From<Wire> for Seen {
+    fn from(w: Wire) -> Seen {
+        Seen::new(w.agent_key, w.revision, w.replica, w.state, w.restarts, w.last_exit_code, w.message)
+    }
+}
+
+impl Serialize for Seen {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        WireRef {
+            agent_key: &self.agent_key,
+            revision: self.revision,
+            replica: self.replica,
+            state: self.state,
+            restarts: self.restarts,
+            last_exit_code: self.last_exit_code(),
+            message: self.message.as_deref(),
+        }
+        .serialize(s)
+    }
+}
+
 impl Seen {
+    pub fn new(
+        agent_key: Id,
+        revision: u64,
+        replica: u32,
+        state: ReplicaState,
+        restarts: u32,
+        last_exit_code: Option<i64>,
+        message: Option<Box<str>>,
+    ) -> Seen {
+        Seen {
+            agent_key,
+            revision,
+            replica,
+            state,
+            restarts,
+            exit_code: last_exit_code.unwrap_or(0),
+            has_exit_code: last_exit_code.is_some(),
+            message,
+        }
+    }
+
     /// The reported replica, its agent's key taken from `known` when the agent is known.
     pub fn of(r: ReplicaReport, known: impl Fn(&str) -> Option<Id>) -> Seen {
-        Seen {
-            agent_key: known(&r.agent_key).unwrap_or_else(|| r.agent_key.into()),
-            revision: r.revision,
-            replica: r.replica,
-            state: r.state,
-            restarts: r.restarts,
-            last_exit_code: r.last_exit_code,
-            message: r.message.map(String::into_boxed_str),
-        }
+        let key = known(&r.agent_key).unwrap_or_else(|| r.agent_key.into());
+        let message = r.message.map(String::into_boxed_str);
+        Seen::new(key, r.revision, r.replica, r.state, r.restarts, r.last_exit_code, message)
+    }
+
+    /// The exit code of the replica's last run, when the node reported one.
+    pub fn last_exit_code(&self) -> Option<i64> {
+        self.has_exit_code.then_some(self.exit_code)
     }
 
     /// The replica as the API shows it.
@@ -44,7 +115,7 @@ impl Seen {
             replica: self.replica,
             state: self.state,
             restarts: self.restarts,
-            last_exit_code: self.last_exit_code,
+            last_exit_code: self.last_exit_code(),
             message: self.message.as_deref().map(String::from),
         }
     }
@@ -87,11 +158,20 @@ mod tests {
         // A row stored before (the wire's type, fields left out at their defaults).
         let old = r#"{"agentKey":"a-1","revision":4,"replica":2,"state":"running"}"#;
         let back: Seen = serde_json::from_str(old).unwrap();
-        assert_eq!((back.restarts, back.last_exit_code, back.message), (0, None, None));
+        assert_eq!((back.restarts, back.last_exit_code(), back.message), (0, None, None));
+        // Every exit code comes back as reported, zero and the extremes among them.
+        for code in [Some(0), Some(i64::MIN), Some(i64::MAX), Some(-9), None] {
+            let mut r = report("a-1", None);
+            r.last_exit_code = code;
+            let seen = Seen::of(r.clone(), known);
+            assert_eq!(seen.last_exit_code(), code);
+            let back: Seen = serde_json::from_value(serde_json::to_value(&seen).unwrap()).unwrap();
+            assert_eq!(back.to_report(), r);
+        }
     }
 
     #[test]
-    fn a_replica_is_kept_in_72_bytes() {
-        assert!(std::mem::size_of::<Seen>() <= 72, "{} bytes", std::mem::size_of::<Seen>());
+    fn a_replica_is_kept_in_64_bytes() {
+        assert!(std::mem::size_of::<Seen>() <= 64, "{} bytes", std::mem::size_of::<Seen>());
     }
 }
