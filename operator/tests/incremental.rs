@@ -68,14 +68,29 @@ fn status_phase(dk: &fleet_devkit::Devkit, key: &str) -> Option<String> {
     dk.status(key).and_then(|s| s["phase"].as_str().map(str::to_string))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn incremental_passes_match_a_full_recompute_through_a_fleet_history() {
+/// devkit and a controller in this process, with its registry, URL and an admin client.
+struct InProcess {
+    dk: fleet_devkit::Devkit,
+    dir: tempfile::TempDir,
+    running: fleet_controller::server::Running,
+    ctx: std::sync::Arc<Ctx>,
+    url: String,
+    admin: Admin,
+}
+
+async fn in_process() -> InProcess {
     let dk = devkit().await;
     let dir = tempfile::tempdir().unwrap();
     let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
     let ctx = running.ctx.clone().unwrap();
     let url = format!("http://{}", running.addr);
     let admin = Admin::new(&url, dk.mint("fleet", &["fleet:admin"], 3600));
+    InProcess { dk, dir, running, ctx, url, admin }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incremental_passes_match_a_full_recompute_through_a_fleet_history() {
+    let InProcess { dk, dir, running, ctx, url, admin } = in_process().await;
 
     // Five nodes: two with gpu, one of another kind, one holding a secret.
     let specs = [
@@ -234,12 +249,7 @@ async fn incremental_passes_match_a_full_recompute_through_a_fleet_history() {
 /// the node's key to the same PAT.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivered_pats_box_is_let_go_and_read_back_for_the_next_desired_state() {
-    let dk = devkit().await;
-    let dir = tempfile::tempdir().unwrap();
-    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
-    let ctx = running.ctx.clone().unwrap();
-    let url = format!("http://{}", running.addr);
-    let admin = Admin::new(&url, dk.mint("fleet", &["fleet:admin"], 3600));
+    let InProcess { dk, dir: _dir, running, ctx, url, admin } = in_process().await;
     let mut node = TestNode::new(&url, "n1", json!({"executorKinds": ["k"], "capacity": {"slots": 4}}));
     node.join(&admin.join_key().await).await;
     let _reporter = Reporter::start(node.clone());
