@@ -260,15 +260,12 @@ impl Db {
         on!(&self.pool, node_by_token_hash(hash))
     }
 
-    /// The desired states of `ids` that exist; every one when `ids` is `None`.
-    /// The sealed boxes of these credentials: (id, ciphertext as stored).
+    /// The sealed boxes of these credentials: (id, ciphertext as stored); none for no ids.
     pub async fn ciphertexts(&self, ids: &[String]) -> Result<Vec<(String, String)>, DbError> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
         on!(&self.pool, ciphertexts(ids))
     }
 
+    /// The desired states of `ids` that exist; every one when `ids` is `None`.
     pub async fn desired(&self, ids: Option<&[String]>) -> Result<Vec<(String, i64, String)>, DbError> {
         on!(&self.pool, desired(ids))
     }

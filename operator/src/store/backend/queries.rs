@@ -496,7 +496,7 @@ fn node_row(r: &<DB as sqlx::Database>::Row) -> NodeRow {
 }
 
 /// The sealed boxes of these credentials, as stored: (id, ciphertext). A credential that is
-/// gone has no row.
+/// gone has no row; no ids, no statement.
 pub async fn ciphertexts(p: &Pool, ids: &[String]) -> Result<Vec<(String, String)>, DbError> {
     let mut out = Vec::with_capacity(ids.len());
     for chunk in ids.chunks(MAX_VARS) {
