@@ -234,8 +234,16 @@ fn check(a: &Agent) -> Result<(), String> {
     Ok(())
 }
 
-/// The active agent list as the controller last saw it, shared cheaply with the pass.
+/// The active agent list as the controller last saw it, shared cheaply with the pass. In key
+/// order, each key once (the CP lists so; `reconcile::agents` sorts a list that is not, and
+/// the stored list is read back sorted).
 pub type AgentList = Arc<Vec<Agent>>;
+
+/// The agent of this key in a list in key order: a binary search, where a key index beside
+/// each list took ~0.8 MB a list at 20,000 agents.
+pub fn find_agent<'a>(agents: &'a [Agent], key: &str) -> Option<&'a Agent> {
+    agents.binary_search_by(|a| (*a.key).cmp(key)).ok().map(|i| &agents[i])
+}
 
 #[cfg(test)]
 mod tests {

@@ -8,10 +8,9 @@
 mod support;
 
 use fleet_api::{Capacity, Health, NodeStatus, NodeView, PlacementStatus, PlacementView};
-use fleet_controller::k8s::desired::{self, Snapshot, Wanted};
+use fleet_controller::k8s::desired::{self, Wanted};
 use fleet_controller::k8s::mirror::{Kind, Mirror, Seen, WRITE_BURST};
 use fleet_controller::metrics::Metrics;
-use fleet_controller::reconcile::views::ViewMap;
 use http::{Request, Response};
 use kube::client::Body;
 use kube::Client;
@@ -129,7 +128,7 @@ fn pending(agent: &str, replicas: u32, reason: &str) -> PlacementView {
 }
 
 fn wanted(nodes: Vec<NodeView>, views: Vec<PlacementView>) -> Wanted {
-    desired::wanted(Snapshot { nodes, views: Arc::new(ViewMap::from_views(views)) })
+    desired::wanted_from(&nodes, || views.iter().cloned())
 }
 
 const T0: &str = "2026-11-30T10:00:00.000Z";

@@ -7,7 +7,7 @@ use super::error::ApiError;
 use super::page::{self, Page};
 use super::App;
 use crate::clock;
-use crate::store::kept::ViewMap;
+use crate::store::kept::Placements;
 use crate::store::{Id, NodeRec};
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
@@ -140,25 +140,25 @@ pub async fn list_placements(
 ) -> Result<Response, ApiError> {
     app.jwks.admin(&headers, SCOPE_READ).await?;
     let page = Page::parse(&q)?;
-    let views = app.store.state.read().views.clone();
+    let placements = app.store.state.read().placements.clone();
     let Some(limit) = page.limit else {
-        return Ok(([(header::CONTENT_TYPE, "application/json")], whole_list(views)).into_response());
+        return Ok(([(header::CONTENT_TYPE, "application/json")], whole_list(placements)).into_response());
     };
     // The cursor is "<index within the agent's items>:<agent key>" of the next item.
     let (skip, from) = match page.after.as_deref().and_then(|a| a.split_once(':')) {
         Some((i, key)) => (i.parse::<usize>().unwrap_or(0), key.to_string()),
         None => (0, String::new()),
     };
-    let mut items = Vec::with_capacity(limit.min(views.len()));
+    let mut items = Vec::with_capacity(limit.min(1024));
     let mut next_cursor = None;
-    'agents: for (key, revision, list) in views.range_from(&from) {
+    'agents: for (key, list) in placements.range_from(&from) {
         let start = if **key == *from { skip } else { 0 };
-        for (i, v) in list.iter().enumerate().skip(start) {
+        for (i, v) in list.items.iter().enumerate().skip(start) {
             if items.len() == limit {
                 next_cursor = Some(page::encode(&format!("{i}:{key}")));
                 break 'agents;
             }
-            items.push(v.view(key, revision));
+            items.push(v.view(key, list.revision));
         }
     }
     // A page names its nodes: the reader needs no whole node list to show them.
@@ -173,25 +173,25 @@ pub async fn list_placements(
 /// Items of the unpaged placement list written into one chunk of its body.
 const LIST_CHUNK: usize = 1_000;
 
-/// The unpaged placement list, [`LIST_CHUNK`] items a chunk from the published snapshot,
-/// which the stream shares. At 100,000 replicas the list is ~15 MB of JSON and its views more
-/// again; built whole, every reader of it (a dashboard, a script polling it) made that a peak
-/// of the controller's memory.
-fn whole_list(views: Arc<ViewMap>) -> Body {
-    stream_items((String::new(), 0), move |(from, skip), items| list_chunk(&views, &from, skip, items))
+/// The unpaged placement list, [`LIST_CHUNK`] items a chunk built from the published agents
+/// and outcome, which the stream shares. At 100,000 replicas the list is ~15 MB of JSON and
+/// its views more again; built whole, every reader of it (a dashboard, a script polling it)
+/// made that a peak of the controller's memory.
+fn whole_list(placements: Placements) -> Body {
+    stream_items((String::new(), 0), move |(from, skip), items| list_chunk(&placements, &from, skip, items))
 }
 
 /// The placement items from (`from` agent, `skip` of its items) into `items`, and where the
 /// next chunk starts.
-fn list_chunk(views: &ViewMap, from: &str, skip: usize, items: &mut Items) -> Option<(String, usize)> {
+fn list_chunk(placements: &Placements, from: &str, skip: usize, items: &mut Items) -> Option<(String, usize)> {
     let mut written = 0;
-    for (key, revision, list) in views.range_from(from) {
+    for (key, list) in placements.range_from(from) {
         let start = if **key == *from { skip } else { 0 };
-        for (i, item) in list.iter().enumerate().skip(start) {
+        for (i, item) in list.items.iter().enumerate().skip(start) {
             if written == LIST_CHUNK {
                 return Some((key.to_string(), i));
             }
-            items.push(&item.view(key, revision));
+            items.push(&item.view(key, list.revision));
             written += 1;
         }
     }
@@ -256,18 +256,24 @@ mod tests {
     use super::*;
     use fleet_api::PlacementStatus;
 
-    /// 2,503 items over agents of three and four: chunks end inside an agent's items, between
-    /// agents and at the very end.
-    fn views(n: usize) -> ViewMap {
-        let item = |i: usize| PlacementView {
-            agent_key: format!("agent-{:05}", i / (3 + i % 2)),
-            revision: 1,
-            node_id: Some(format!("node-{i}")),
-            replicas: 1,
-            status: PlacementStatus::Placed,
-            reason: None,
-        };
-        ViewMap::from_views((0..n).map(item).collect())
+    /// `n` replicas of agents of three and four, each on its own node: chunks end inside an
+    /// agent's items, between agents and at the very end.
+    fn placements(n: usize) -> Placements {
+        use crate::store::kept::Outcome;
+        let (mut agents, mut bound) = (Vec::new(), Vec::new());
+        let mut i = 0;
+        while i < n {
+            let (key, replicas) = (format!("agent-{:05}", agents.len()), (3 + agents.len() % 2).min(n - i));
+            let agent = serde_json::json!({"key": key, "revision": 1, "state": "running", "identity": {"kind": "agent"},
+                "executor": {"kind": "k", "image": null}, "placement": {"replicas": replicas}});
+            agents.push(serde_json::from_value(agent).unwrap());
+            for r in 0..replicas {
+                bound.push((Id::from(key.as_str()), r as u32, Id::from(format!("node-{i:05}"))));
+                i += 1;
+            }
+        }
+        let outcome = Outcome { bindings: bound.into_iter().collect(), ..Outcome::default() };
+        Placements::new(Arc::new(agents), Arc::new(outcome))
     }
 
     /// The chunks of an unpaged list, in order, as its body streams them.
@@ -320,11 +326,12 @@ mod tests {
     #[test]
     fn the_unpaged_list_streams_in_chunks_that_make_the_whole_list() {
         for n in [0, 1, LIST_CHUNK, 2_503] {
-            let views = views(n);
-            let parts = chunks((String::new(), 0), |(from, skip), items| list_chunk(&views, &from, skip, items));
+            let placements = placements(n);
+            assert_eq!(placements.iter().filter(|v| v.status == PlacementStatus::Placed).count(), n);
+            let parts = chunks((String::new(), 0), |(from, skip), items| list_chunk(&placements, &from, skip, items));
             assert_eq!(parts.len(), n.div_ceil(LIST_CHUNK).max(1), "{n} items");
             let body: Vec<u8> = parts.concat();
-            let whole = serde_json::to_vec(&List::all(views.to_vec())).unwrap();
+            let whole = serde_json::to_vec(&List::all(placements.to_vec())).unwrap();
             assert_eq!(String::from_utf8(body).unwrap(), String::from_utf8(whole).unwrap(), "{n} items");
         }
     }

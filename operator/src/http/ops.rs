@@ -210,7 +210,9 @@ pub async fn summary(State(app): State<Arc<App>>, headers: HeaderMap) -> Result<
             crate::store::Lifecycle::Schedulable => {}
         }
     }
-    for v in st.views.iter() {
+    let placements = st.placements.clone();
+    drop(st);
+    for v in placements.iter() {
         match v.status {
             PlacementStatus::Placed => s.replicas.placed += u64::from(v.replicas),
             PlacementStatus::Stopped => s.replicas.stopped += 1,

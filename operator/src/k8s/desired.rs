@@ -5,14 +5,13 @@
 
 use super::crd::{FleetNodeSpec, FleetNodeStatus, FleetPlacementSpec, FleetPlacementStatus, MirrorCapacity};
 use super::names;
-use crate::reconcile::views::ViewMap;
+use crate::reconcile::views::Placements;
 use crate::store::State;
-use fleet_api::{NodeView, PlacementStatus};
+use fleet_api::{NodeView, PlacementStatus, PlacementView};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use serde_json::Value;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// One mirror object as it should be.
@@ -68,28 +67,32 @@ pub fn canonical<T: serde::de::DeserializeOwned + Serialize>(v: Option<&Value>) 
 /// hashing happen after the lock is released.
 pub struct Snapshot {
     pub nodes: Vec<NodeView>,
-    pub views: Arc<ViewMap>,
+    pub views: Placements,
 }
 
 pub fn snapshot(st: &State, now_ms: i64, offline_after: Duration) -> Snapshot {
     Snapshot {
         nodes: st.nodes.values().map(|n| st.node_view(n, now_ms, offline_after)).collect(),
-        views: st.views.clone(),
+        views: st.placements.clone(),
     }
 }
 
 pub fn wanted(snap: Snapshot) -> Wanted {
-    let names: FxHashMap<&str, &str> = snap.nodes.iter().map(|n| (n.id.as_str(), n.name.as_str())).collect();
-    let mut placed: FxHashMap<&str, u32> = FxHashMap::default();
-    for (_, _, v) in snap.views.entries() {
-        if v.status == PlacementStatus::Placed {
-            if let Some(n) = &v.node_id {
-                *placed.entry(&**n).or_default() += v.replicas;
-            }
+    let Snapshot { nodes, views } = snap;
+    wanted_from(&nodes, || views.iter())
+}
+
+/// The mirrors of these nodes and placement items; `views` lists the items (it is walked
+/// twice, and the items are built as it reaches them).
+pub fn wanted_from<I: Iterator<Item = PlacementView>>(node_views: &[NodeView], views: impl Fn() -> I) -> Wanted {
+    let names: FxHashMap<&str, &str> = node_views.iter().map(|n| (n.id.as_str(), n.name.as_str())).collect();
+    let mut placed: FxHashMap<String, u32> = FxHashMap::default();
+    for v in views() {
+        if let (PlacementStatus::Placed, Some(n)) = (v.status, v.node_id) {
+            *placed.entry(n).or_default() += v.replicas;
         }
     }
-    let mut nodes: Vec<Want> = snap
-        .nodes
+    let mut nodes: Vec<Want> = node_views
         .iter()
         .map(|view| {
             let used = placed.get(view.id.as_str()).copied().unwrap_or(0);
@@ -115,9 +118,7 @@ pub fn wanted(snap: Snapshot) -> Wanted {
         })
         .collect();
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut placements: Vec<Want> = snap
-        .views
-        .iter()
+    let mut placements: Vec<Want> = views()
         .map(|v| {
             let node_name = v.node_id.as_deref().and_then(|id| names.get(id)).map(|n| n.to_string());
             let status_word = v.status.as_str().to_string();

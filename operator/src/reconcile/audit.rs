@@ -5,7 +5,7 @@ use super::desired::{desired_json, Boxes, Entry};
 use super::gauges::Gauges;
 use super::placement::{self, Demand, NodeFacts};
 use super::rotation::due_second;
-use super::views::placement_views;
+use super::views::agent_views;
 use super::work::{first_rotation_ms, WorkKey};
 use crate::clock;
 use crate::context::Ctx;
@@ -97,13 +97,13 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
             diffs.push(format!("nodes gauge {status}/{health}: {shown}, the registry says {count}"));
         }
     }
-    let fresh = placement_views(&st.agents, &st.outcome);
-    if fresh != *st.views {
-        diffs.push("placement items differ from a fresh build".to_string());
+    if !st.placements.of(&st.agents, &st.outcome) && st.placements.to_vec() != fresh_placements(&st) {
+        diffs.push("placement items are not those of the agents and the outcome".to_string());
     }
     let mut gauge = Gauges::default();
-    let items: Vec<_> = fresh.entries().map(|(_, _, i)| i.clone()).collect();
-    gauge.count_views(&items, 1);
+    for a in st.agents.iter() {
+        gauge.count_views(&agent_views(a, &st.outcome).items, 1);
+    }
     for (status, reason, replicas) in gauge.placement_replicas() {
         let shown = ctx.metrics.placements.get_or_create(&PlacementLabels { status, reason: reason.to_string() }).get();
         if shown != replicas {
@@ -111,4 +111,9 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
         }
     }
     diffs
+}
+
+/// The placement items of the registry's agents and outcome, built afresh.
+fn fresh_placements(st: &crate::store::State) -> Vec<fleet_api::PlacementView> {
+    crate::store::kept::Placements::new(st.agents.clone(), st.outcome.clone()).to_vec()
 }

@@ -7,7 +7,6 @@
 use super::derive::{facts_of, PerNode};
 use super::gauges::Gauges;
 use super::placement::NodeFacts;
-use super::views::ViewMap;
 use crate::model::{Agent, AgentList, Id};
 use crate::store::{Changes, State};
 use rustc_hash::FxHashMap as HashMap;
@@ -20,15 +19,13 @@ pub const RESYNC: Duration = Duration::from_secs(300);
 #[derive(Default)]
 pub struct Memo {
     pub primed: bool,
-    /// The agent list the last pass saw, and each key's position in it.
+    /// The agent list the last pass saw (in key order).
     pub agents: AgentList,
-    pub index: HashMap<Id, usize>,
     pub fingerprints: HashMap<Id, u64>,
     /// Every node's placement facts as of the last pass, online state included.
     pub facts: Vec<NodeFacts>,
     pub fact_at: HashMap<Id, usize>,
     pub per_node: PerNode,
-    pub views: ViewMap,
     /// No online node goes offline before this instant (ms); `i64::MAX`: none online.
     pub next_check: i64,
     pub gauges: Gauges,
@@ -53,7 +50,7 @@ impl Memo {
     }
 
     pub fn agent(&self, key: &str) -> Option<&Agent> {
-        self.index.get(key).map(|&i| &self.agents[i])
+        crate::model::find_agent(&self.agents, key)
     }
 
     /// How many of `len` items the resync re-derives in a pass at `now` (ms): all of them

@@ -30,6 +30,7 @@ use crate::clock;
 use crate::context::Ctx;
 use crate::model::Id;
 use crate::store::db::{DbError, PassWrite};
+use crate::store::kept::Placements;
 use crate::store::{DesiredRec, PassPublish};
 use place::Placed;
 use snapshot::Snapshot;
@@ -154,9 +155,12 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
 /// placed pairs, items, retirements, statuses, drain progress and events, then queues the
 /// work they call for. Returns the draining nodes with no replica left.
 fn publish(ctx: &Ctx, memo: &Memo, snap: &Snapshot, mut placed: Placed, mut plan: Plan) -> Vec<Id> {
-    // The nodes are woken first; copying the placement items (an `Arc` per agent) comes after.
-    plan.publish.views = plan.views_changed.then(|| Arc::new(memo.views.clone()));
-    if plan.publish.views.is_some() {
+    // The items are built from the agents and the outcome as they are listed; a pass that
+    // changed either publishes the pair.
+    if snap.full || placed.replaced || snap.old_agents.is_some() {
+        plan.publish.placements = Some(Placements::new(memo.agents.clone(), placed.outcome.clone()));
+    }
+    if plan.views_changed {
         memo.gauges.publish_placements(&ctx.metrics);
     }
     let mut drained = Vec::new();

@@ -3,7 +3,7 @@
 //! store owns them, so the store depends on nothing in `reconcile`; the reconciler computes
 //! them (`reconcile::placement`, `status`, `views` re-export them under their old names).
 
-use crate::model::Id;
+use crate::model::{Agent, AgentList, AgentState, Id, IdentityKind, Placement};
 use fleet_api::{PlacementStatus, PlacementView, ReplicaState};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -127,79 +127,92 @@ impl AgentItems {
     }
 }
 
-/// Placement items by agent key; iterating yields them in the API's order
-/// (agent key, node id, status).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ViewMap(BTreeMap<Id, (u64, Arc<[Item]>)>);
+/// The placement items of `GET /api/v1/placements` (SPEC §3.3), built on demand from the
+/// agent list and the outcome a pass placed them by: one item per (agent, node) with a count,
+/// one `pending` item for the unplaced replicas, `pending / node_unavailable` for replicas
+/// stuck on an offline node, and one `stopped` item per stopped agent.
+///
+/// Kept, the items of 100,000 replicas were ~5 MB and two trees (the pass's and the
+/// published one) of ~1.2 MB each, the largest part of the controller's memory nothing read
+/// between two lists (heaptrack, session 19). An agent's items are a binary search into the
+/// bindings away, so a list builds each as it reaches it.
+#[derive(Debug, Clone, Default)]
+pub struct Placements {
+    /// In key order (the CP lists agents so, and the list is sorted when one does not).
+    agents: AgentList,
+    outcome: Arc<Outcome>,
+}
 
-impl ViewMap {
-    /// Groups items (in any order) by agent.
-    pub fn from_views(views: Vec<PlacementView>) -> ViewMap {
-        let mut map: BTreeMap<Id, AgentItems> = BTreeMap::new();
-        for v in views {
-            let e = map.entry(v.agent_key.as_str().into()).or_default();
-            e.revision = v.revision;
-            e.items.push(Item {
-                node_id: v.node_id.map(Id::from),
-                replicas: v.replicas,
-                status: v.status,
-                reason: v.reason.map(String::into_boxed_str),
-            });
-        }
-        let mut out = ViewMap::default();
-        for (k, mut v) in map {
-            v.sort();
-            out.set(k, v);
-        }
-        out
+impl Placements {
+    pub fn new(agents: AgentList, outcome: Arc<Outcome>) -> Placements {
+        debug_assert!(agents.is_sorted_by(|a, b| a.key <= b.key), "agents in key order");
+        Placements { agents, outcome }
     }
 
-    /// Sets one agent's items (none removes the agent).
-    pub fn set(&mut self, agent: Id, items: AgentItems) {
-        if items.items.is_empty() {
-            self.0.remove(&agent);
-        } else {
-            self.0.insert(agent, (items.revision, items.items.into()));
-        }
+    /// Whether these are the items of exactly this list and outcome.
+    pub fn of(&self, agents: &AgentList, outcome: &Arc<Outcome>) -> bool {
+        Arc::ptr_eq(&self.agents, agents) && Arc::ptr_eq(&self.outcome, outcome)
     }
 
-    /// Each agent's items from `agent` on, in key order: (key, revision, items).
-    pub fn range_from<'a>(&'a self, agent: &str) -> impl Iterator<Item = (&'a Id, u64, &'a [Item])> + 'a {
-        let from: Id = agent.into();
-        self.0.range(from..).map(|(k, (rev, v))| (k, *rev, &v[..]))
+    /// Each listed agent's items from `agent` on, in key order: (key, items).
+    pub fn range_from<'a>(&'a self, agent: &str) -> impl Iterator<Item = (&'a Id, AgentItems)> + 'a {
+        let start = self.agents.partition_point(|a| &*a.key < agent);
+        self.agents[start..]
+            .iter()
+            .map(|a| (&a.key, agent_views(a, &self.outcome)))
+            .filter(|(_, v)| !v.items.is_empty())
     }
 
-    /// One agent's items and revision.
-    pub fn get(&self, agent: &str) -> Option<(u64, &[Item])> {
-        self.0.get(agent).map(|(rev, v)| (*rev, &v[..]))
-    }
-
-    /// One agent's items.
-    pub fn items(&self, agent: &str) -> &[Item] {
-        self.get(agent).map(|(_, v)| v).unwrap_or_default()
-    }
-
-    /// Every item as kept, with its agent's key and revision.
-    pub fn entries(&self) -> impl Iterator<Item = (&Id, u64, &Item)> + '_ {
-        self.0.iter().flat_map(|(k, (rev, v))| v.iter().map(move |i| (k, *rev, i)))
-    }
-
-    /// Every item as the API lists it (each built as it is reached).
+    /// Every item as the API lists it, in its order (agent key, node id, status).
     pub fn iter(&self) -> impl Iterator<Item = PlacementView> + '_ {
-        self.0.iter().flat_map(|(k, (rev, v))| v.iter().map(move |i| i.view(k, *rev)))
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.values().map(|v| v.1.len()).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.range_from("").flat_map(|(k, v)| v.items.into_iter().map(move |i| i.view(k, v.revision)))
     }
 
     pub fn to_vec(&self) -> Vec<PlacementView> {
         self.iter().collect()
     }
+}
+
+/// Whether the agent has placement items at all (identity-only and service agents do not).
+fn listed(a: &Agent) -> bool {
+    a.identity.kind == IdentityKind::Agent && !matches!(a.placement, Placement::None(_))
+}
+
+/// One agent's items, from its range of the bindings.
+pub fn agent_views(a: &Agent, outcome: &Outcome) -> AgentItems {
+    let mut out = AgentItems { revision: a.revision, items: Vec::new() };
+    if !listed(a) {
+        return out;
+    }
+    let item = |node_id: Option<Id>, replicas, status, reason: Option<&str>| Item {
+        node_id,
+        replicas,
+        status,
+        reason: reason.map(Box::from),
+    };
+    if a.state == AgentState::Stopped {
+        out.items.push(item(None, 0, PlacementStatus::Stopped, None));
+        return out;
+    }
+    let key: &Id = &a.key;
+    let mut per_node: BTreeMap<(&Id, bool), u32> = BTreeMap::new();
+    for (r, node) in outcome.bindings.of_agent(key) {
+        let stuck = !outcome.stuck.is_empty() && outcome.stuck.contains(&(key.clone(), r));
+        *per_node.entry((node, stuck)).or_default() += 1;
+    }
+    for ((node, stuck), count) in per_node {
+        let (status, reason) = if stuck {
+            (PlacementStatus::Pending, Some(fleet_api::codes::NODE_UNAVAILABLE))
+        } else {
+            (PlacementStatus::Placed, None)
+        };
+        out.items.push(item(Some(node.clone()), count, status, reason));
+    }
+    if let Some((count, reason)) = outcome.waiting.get(key) {
+        out.items.push(item(None, *count, PlacementStatus::Pending, Some(reason)));
+    }
+    out.sort();
+    out
 }
 
 /// What is kept of a status the CP accepted: its phase (for the phase-change event) and a
@@ -266,31 +279,52 @@ mod tests {
         assert_eq!(sent.phase, Phase::Running);
     }
 
-    /// Items are kept compact and listed as the API's items, in its order.
+    fn agent(key: &str, state: &str, kind: &str) -> Agent {
+        serde_json::from_value(serde_json::json!({"key": key, "revision": 7, "state": state,
+            "identity": {"kind": kind}, "executor": {"kind": "k", "image": null}, "placement": {"replicas": 3}}))
+        .unwrap()
+    }
+
+    /// Items are built from the agents and the outcome as the API lists them, in its order
+    /// (agent key, node id with none first, status); an agent without items is left out, and a
+    /// list can start at any agent.
     #[test]
     fn items_are_listed_as_the_api_has_them_in_its_order() {
-        let view = |agent: &str, node: Option<&str>, status, reason: Option<&str>| PlacementView {
+        let agents = vec![
+            agent("a", "running", "agent"),
+            agent("b", "running", "agent"),
+            agent("c", "running", "service"),
+            agent("d", "stopped", "agent"),
+        ];
+        let bound = [("a", 0, "n2"), ("a", 1, "n1"), ("a", 2, "n2"), ("b", 0, "n1"), ("b", 1, "n3")];
+        let mut outcome = Outcome {
+            bindings: bound.iter().map(|(a, r, n)| (Id::from(*a), *r, Id::from(*n))).collect(),
+            ..Outcome::default()
+        };
+        outcome.stuck.insert(("b".into(), 1));
+        outcome.waiting.insert("b".into(), (1, "no_capacity"));
+        let placements = Placements::new(Arc::new(agents), Arc::new(outcome));
+        let view = |agent: &str, node: Option<&str>, replicas, status, reason: Option<&str>| PlacementView {
             agent_key: agent.into(),
             revision: 7,
             node_id: node.map(str::to_string),
-            replicas: 2,
+            replicas,
             status,
             reason: reason.map(str::to_string),
         };
-        let given = vec![
-            view("b", Some("n1"), PlacementStatus::Placed, None),
-            view("a", None, PlacementStatus::Pending, Some("no_capacity")),
-            view("a", Some("n2"), PlacementStatus::Placed, None),
+        let (placed, pending, stopped) = (PlacementStatus::Placed, PlacementStatus::Pending, PlacementStatus::Stopped);
+        let expected = vec![
+            view("a", Some("n1"), 1, placed, None),
+            view("a", Some("n2"), 2, placed, None),
+            view("b", None, 1, pending, Some("no_capacity")),
+            view("b", Some("n1"), 1, placed, None),
+            view("b", Some("n3"), 1, pending, Some("node_unavailable")),
+            view("d", None, 0, stopped, None),
         ];
-        let map = ViewMap::from_views(given.clone());
-        let listed = map.to_vec();
-        assert_eq!(
-            listed,
-            vec![given[1].clone(), given[2].clone(), given[0].clone()],
-            "agent key, then node id (none first)"
-        );
-        assert_eq!(map.len(), 3);
-        let (revision, items) = map.get("a").unwrap();
-        assert_eq!((revision, items.len()), (7, 2));
+        assert_eq!(placements.to_vec(), expected);
+        let from_b: Vec<&str> = placements.range_from("b").map(|(k, _)| &**k).collect();
+        assert_eq!(from_b, ["b", "d"], "from an agent on, the service agent left out");
+        let from_bb: Vec<&str> = placements.range_from("bb").map(|(k, _)| &**k).collect();
+        assert_eq!(from_bb, ["d"], "from between two keys");
     }
 }

@@ -29,7 +29,7 @@ use axum::body::Bytes;
 use db::{CredRow, Db, DbError, JoinOutcome, NodeRow};
 use fleet_api::images::AllowList;
 use fleet_api::{Capacity, Health, JoinRequest, JoinResponse, NodeStatus, NodeView, ObservedReport};
-use kept::{Outcome, StatusBody, ViewMap};
+use kept::{Outcome, Placements, StatusBody};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -307,11 +307,10 @@ pub struct State {
     pub by_token: HashMap<[u8; 32], Id>,
     pub by_name: HashMap<Id, Id>,
     pub agents: AgentList,
-    /// Position of each agent in `agents`.
-    pub agent_index: HashMap<Id, usize>,
     pub agents_etag: Option<String>,
     pub outcome: Arc<Outcome>,
-    pub views: Arc<ViewMap>,
+    /// The placement items the API lists, of the agents and outcome the last pass placed.
+    pub placements: Placements,
     identities: HashMap<Id, IdentityRec>,
     identity_errors: HashMap<Id, String>,
     /// Each pair's PAT counter and live credential.
@@ -360,17 +359,15 @@ pub struct Changes {
 }
 
 impl State {
-    /// Replaces the agent list and returns the old one (for the caller to drop outside the
-    /// lock). The key index is rebuilt only when the keys changed.
+    /// Replaces the agent list (in key order) and returns the old one (for the caller to drop
+    /// outside the lock).
     pub fn set_agents(&mut self, agents: AgentList) -> AgentList {
-        if !same_keys(&self.agents, &agents) {
-            self.agent_index = agents.iter().enumerate().map(|(i, a)| (a.key.clone(), i)).collect();
-        }
+        debug_assert!(agents.is_sorted_by(|a, b| a.key < b.key), "agents in key order, each once");
         std::mem::replace(&mut self.agents, agents)
     }
 
     pub fn agent(&self, key: &str) -> Option<&Agent> {
-        self.agent_index.get(key).and_then(|&i| self.agents.get(i))
+        crate::model::find_agent(&self.agents, key)
     }
 
     /// Whether the published outcome binds a replica of `agent` to `node` (a walk over the
@@ -824,7 +821,7 @@ impl Store {
         // into a vector of its own: collected in place, it kept the parsed list's buffer,
         // grown by doubling for the wire's larger items (1.4 KB a node with ten replicas
         // instead of 720 bytes; heaptrack, session 17).
-        let known = |key: &str| st.agent_index.get_key_value(key).map(|(k, _)| k.clone());
+        let known = |key: &str| st.agent(key).map(|a| a.key.clone());
         let mut replicas: Vec<Seen> = Vec::with_capacity(r.replicas.len());
         replicas.extend(r.replicas.into_iter().map(|p| Seen::of(p, known)));
         let info = NodeInfo {

@@ -5,7 +5,7 @@
 
 use super::db::{CredRow, DbError, PassWrite};
 use super::events::{Event, Kind};
-use super::kept::{Outcome, Sent, StatusBody, ViewMap};
+use super::kept::{Outcome, Placements, Sent, StatusBody};
 use super::{Cred, DesiredRec, Id, IdentityRec, RetiringCred, State, Store};
 use std::sync::Arc;
 
@@ -16,7 +16,8 @@ pub struct PassPublish {
     /// Credentials no longer needed (pair, id), with the instant (ms) to revoke them.
     pub retired: Vec<((Id, Id), Id, i64)>,
     pub outcome: Option<Arc<Outcome>>,
-    pub views: Option<Arc<ViewMap>>,
+    /// The placement items, when the agents or the outcome they are built from changed.
+    pub placements: Option<Placements>,
     /// Start the wanted statuses afresh (a full pass computes them all).
     pub reset_statuses: bool,
     /// Each agent's status as computed, as its hash; `None`: it gets none.
@@ -170,6 +171,8 @@ impl Store {
     /// Publishes the rest of a committed pass. Returns the agents whose wanted status
     /// differs from what the CP has.
     pub fn publish_pass(&self, publish: PassPublish) -> Vec<Id> {
+        // The items replaced may hold the last handle to an agent list: dropped after the lock.
+        let mut _replaced = None;
         let mut st = self.state.write();
         for (pair, id, at) in &publish.retired {
             st.schedule_revoke(pair, id, |_| *at);
@@ -177,8 +180,8 @@ impl Store {
         if let Some(outcome) = publish.outcome {
             st.outcome = outcome;
         }
-        if let Some(v) = publish.views {
-            st.views = v;
+        if let Some(p) = publish.placements {
+            _replaced = Some(std::mem::replace(&mut st.placements, p));
         }
         if let Some(d) = publish.drains {
             st.drains = d.into_iter().collect();

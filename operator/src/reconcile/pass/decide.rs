@@ -5,7 +5,7 @@
 use super::super::derive::{agent_status, entries_of, is_placed, Lookup};
 use super::super::desired::{input_hash, missing_box, stored_boxes, write_agents, Boxes, Entry};
 use super::super::memo::Memo;
-use super::super::views::{agent_views, ViewMap};
+use super::super::views::agent_views;
 use super::super::work::{rotate_at_ms, WorkKey};
 use super::place::Placed;
 use super::snapshot::Snapshot;
@@ -210,11 +210,11 @@ pub fn statuses(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: 
         .collect();
 }
 
-/// Placement items of the agents whose agent or placement changed; the placements gauge
-/// follows them.
+/// Placement items of the agents whose agent or placement changed, against what they were
+/// (the agent as the last pass saw it, by the last outcome): the placements gauge follows the
+/// difference. The items themselves are built when listed.
 pub fn items(memo: &mut Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan) {
     let agents: Vec<Id> = if snap.full {
-        memo.views = ViewMap::default();
         memo.gauges.clear_placements();
         snap.agents.iter().map(|a| a.key.clone()).collect()
     } else {
@@ -224,16 +224,24 @@ pub fn items(memo: &mut Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan)
     plan.views_changed = snap.full;
     for key in agents {
         let items = memo.agent(&key).map(|a| agent_views(a, &placed.outcome)).unwrap_or_default();
-        let same = match memo.views.get(&key) {
-            Some((revision, held)) => revision == items.revision && held == items.items.as_slice(),
-            None => items.items.is_empty(),
+        let before = match snap.full {
+            true => Default::default(),
+            false => last_seen(memo, snap, &key).map(|a| agent_views(a, &placed.previous)).unwrap_or_default(),
         };
-        if !snap.full && same {
+        if !snap.full && before == items {
             continue;
         }
         plan.views_changed = true;
-        memo.gauges.count_views(memo.views.items(&key), -1);
+        memo.gauges.count_views(&before.items, -1);
         memo.gauges.count_views(&items.items, 1);
-        memo.views.set(key, items);
+    }
+}
+
+/// The agent as the last pass saw it: in the list it replaced (kept in key order), or in the
+/// memo's when the list did not change.
+fn last_seen<'a>(memo: &'a Memo, snap: &'a Snapshot, key: &str) -> Option<&'a Agent> {
+    match &snap.old_agents {
+        Some(old) => old.binary_search_by(|a| (*a.key).cmp(key)).ok().map(|i| &old[i]),
+        None => memo.agent(key),
     }
 }

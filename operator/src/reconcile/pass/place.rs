@@ -17,6 +17,9 @@ pub struct Placed {
     /// Placement ran (the outcome is new, possibly equal to the last).
     pub replaced: bool,
     pub outcome: Arc<Outcome>,
+    /// The outcome of the last pass (the same when placement did not run): the placement
+    /// items of the agents touched are compared against it.
+    pub previous: Arc<Outcome>,
     /// Agents whose bindings, waiting count or stuck replicas changed.
     pub touched_agents: HashSet<Id>,
     /// Nodes that gained or lost a replica.
@@ -33,6 +36,7 @@ pub fn place(memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWrite) -> Plac
     let mut placed = Placed {
         replaced,
         outcome: previous.clone(),
+        previous: previous.clone(),
         touched_agents: HashSet::default(),
         touched_nodes: HashSet::default(),
         touched_pairs: HashMap::default(),

@@ -93,24 +93,32 @@ fn diff_agents(memo: &mut Memo, snap: &mut Snapshot) {
         snap.changed_agents.insert(key);
     };
     if !snap.full && crate::store::same_keys(&old, &agents) {
-        // The usual edit: same keys in the same order; compare in place, keep the index.
+        // The usual edit: same keys in the same order; compare in place.
         for (before, after) in old.iter().zip(agents.iter()) {
             if before != after {
                 note(Some(before), Some(after), memo);
             }
         }
     } else {
-        let old_index = std::mem::take(&mut memo.index);
-        memo.index = agents.iter().enumerate().map(|(i, a)| (a.key.clone(), i)).collect();
-        for a in agents.iter() {
-            let before = old_index.get(a.key.as_ref()).map(|&i| &old[i]);
-            if before != Some(a) {
-                note(before, Some(a), memo);
-            }
-        }
-        for (key, &i) in &old_index {
-            if !memo.index.contains_key(key) {
-                note(Some(&old[i]), None, memo);
+        // Both lists are in key order: one merge walk finds what was added, removed or edited.
+        let (mut i, mut j) = (0, 0);
+        loop {
+            match (old.get(i), agents.get(j)) {
+                (None, None) => break,
+                (Some(before), Some(after)) if before.key == after.key => {
+                    if before != after {
+                        note(Some(before), Some(after), memo);
+                    }
+                    (i, j) = (i + 1, j + 1);
+                }
+                (Some(before), after) if after.is_none_or(|a| before.key < a.key) => {
+                    note(Some(before), None, memo);
+                    i += 1;
+                }
+                (_, after) => {
+                    note(None, after, memo);
+                    j += 1;
+                }
             }
         }
     }
