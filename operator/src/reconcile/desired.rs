@@ -4,7 +4,7 @@
 
 use crate::clock;
 use crate::model::Agent;
-use crate::store::{Cred, Id};
+use crate::store::Cred;
 use fleet_api::{DesiredAgent, DesiredIdentity, Executor, SealedCredential};
 use rustc_hash::{FxHashMap as HashMap, FxHasher as DefaultHasher};
 use std::hash::{Hash, Hasher};
@@ -16,11 +16,11 @@ pub type Entry<'a> = (&'a Agent, &'a [u32], Arc<Cred>);
 
 /// Hash of what a node's desired state is built from: when it is unchanged the body is too,
 /// and the pass skips serialising it.
-pub fn input_hash(entries: &[Entry], fingerprints: &HashMap<Id, u64>) -> u64 {
+pub fn input_hash(entries: &[Entry], fingerprint: impl Fn(&str) -> Option<u64>) -> u64 {
     let mut h = DefaultHasher::default();
     for (a, reps, c) in entries {
         a.key.hash(&mut h);
-        fingerprints.get(a.key.as_ref()).hash(&mut h);
+        fingerprint(&a.key).hash(&mut h);
         reps.hash(&mut h);
         // The PAT's id, not its box: the same whether the registry still holds the box.
         c.sealed.id_bytes().hash(&mut h);

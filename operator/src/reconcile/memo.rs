@@ -21,7 +21,9 @@ pub struct Memo {
     pub primed: bool,
     /// The agent list the last pass saw (in key order).
     pub agents: AgentList,
-    pub fingerprints: HashMap<Id, u64>,
+    /// Each agent's [`agent_fingerprint`](super::desired::agent_fingerprint), at its position
+    /// in `agents` (a map by key was ~0.8 MB at 20,000 agents).
+    pub fingerprints: Vec<u64>,
     /// Every node's placement facts as of the last pass, online state included.
     pub facts: Vec<NodeFacts>,
     pub fact_at: HashMap<Id, usize>,
@@ -51,6 +53,12 @@ impl Memo {
 
     pub fn agent(&self, key: &str) -> Option<&Agent> {
         crate::model::find_agent(&self.agents, key)
+    }
+
+    /// The fingerprint of the agent of this key.
+    pub fn fingerprint(&self, key: &str) -> Option<u64> {
+        let at = self.agents.binary_search_by(|a| (*a.key).cmp(key)).ok()?;
+        self.fingerprints.get(at).copied()
     }
 
     /// How many of `len` items the resync re-derives in a pass at `now` (ms): all of them

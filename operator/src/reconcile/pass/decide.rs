@@ -101,7 +101,7 @@ pub async fn desired_states(
             .iter()
             .filter_map(|node| {
                 let entries = entries_of(&memo.per_node, node, |k| memo.agent(k), |p| st.live_cred(p).cloned());
-                let h = input_hash(&entries, &memo.fingerprints);
+                let h = input_hash(&entries, |key| memo.fingerprint(key));
                 (st.desired_hashes.get(node) != Some(&h)).then(|| (node, h, entries, st.desired.get(node).cloned()))
             })
             .collect()

@@ -83,44 +83,50 @@ pub fn take(ctx: &Ctx, memo: &mut Memo, now: i64) -> Snapshot {
 fn diff_agents(memo: &mut Memo, snap: &mut Snapshot) {
     let agents = snap.agents.clone();
     let old = std::mem::replace(&mut memo.agents, agents.clone());
-    let mut note = |before: Option<&Agent>, after: Option<&Agent>, memo: &mut Memo| {
-        let key: Id = before.or(after).map(|a| a.key.as_ref()).unwrap_or_default().into();
+    let mut note = |before: Option<&Agent>, after: Option<&Agent>| {
+        let key: &Id = &before.or(after).expect("an agent on one side").key;
         snap.demand_changed |= before.and_then(demand) != after.and_then(demand);
-        match after {
-            Some(a) => memo.fingerprints.insert(key.clone(), agent_fingerprint(a)),
-            None => memo.fingerprints.remove(&key),
-        };
-        snap.changed_agents.insert(key);
+        snap.changed_agents.insert(key.clone());
     };
     if !snap.full && crate::store::same_keys(&old, &agents) {
         // The usual edit: same keys in the same order; compare in place.
-        for (before, after) in old.iter().zip(agents.iter()) {
+        for (i, (before, after)) in old.iter().zip(agents.iter()).enumerate() {
             if before != after {
-                note(Some(before), Some(after), memo);
+                note(Some(before), Some(after));
+                memo.fingerprints[i] = agent_fingerprint(after);
             }
         }
     } else {
-        // Both lists are in key order: one merge walk finds what was added, removed or edited.
+        // Both lists are in key order: one merge walk finds what was added, removed or edited,
+        // and lays the fingerprints out in the new list's order.
+        let old_prints = std::mem::take(&mut memo.fingerprints);
+        let mut prints = Vec::with_capacity(agents.len());
         let (mut i, mut j) = (0, 0);
         loop {
             match (old.get(i), agents.get(j)) {
                 (None, None) => break,
                 (Some(before), Some(after)) if before.key == after.key => {
                     if before != after {
-                        note(Some(before), Some(after), memo);
+                        note(Some(before), Some(after));
+                        prints.push(agent_fingerprint(after));
+                    } else {
+                        prints.push(old_prints[i]);
                     }
                     (i, j) = (i + 1, j + 1);
                 }
                 (Some(before), after) if after.is_none_or(|a| before.key < a.key) => {
-                    note(Some(before), None, memo);
+                    note(Some(before), None);
                     i += 1;
                 }
                 (_, after) => {
-                    note(None, after, memo);
+                    let after = after.expect("the other arms took every case without a new agent");
+                    note(None, Some(after));
+                    prints.push(agent_fingerprint(after));
                     j += 1;
                 }
             }
         }
+        memo.fingerprints = prints;
     }
     snap.old_agents = Some(old);
 }
