@@ -239,8 +239,8 @@ fn check(a: &Agent) -> Result<(), String> {
 /// the stored list is read back sorted).
 pub type AgentList = Arc<Vec<Agent>>;
 
-/// The agent of this key in a list in key order: a binary search, where a key index beside
-/// each list took ~0.8 MB a list at 20,000 agents.
+/// The agent of this key in a list in key order, by binary search: for a list without an
+/// index of its own (the one a pass replaced). Lists in use have one (`store::AgentIndex`).
 pub fn find_agent<'a>(agents: &'a [Agent], key: &str) -> Option<&'a Agent> {
     agents.binary_search_by(|a| (*a.key).cmp(key)).ok().map(|i| &agents[i])
 }

@@ -241,7 +241,7 @@ pub fn items(memo: &mut Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan)
 /// memo's when the list did not change.
 fn last_seen<'a>(memo: &'a Memo, snap: &'a Snapshot, key: &str) -> Option<&'a Agent> {
     match &snap.old_agents {
-        Some(old) => old.binary_search_by(|a| (*a.key).cmp(key)).ok().map(|i| &old[i]),
+        Some(old) => crate::model::find_agent(old, key),
         None => memo.agent(key),
     }
 }

@@ -43,7 +43,7 @@ pub fn take(ctx: &Ctx, memo: &mut Memo, now: i64) -> Snapshot {
         *memo = Memo::default();
     }
     let full = !memo.primed;
-    let (agents, previous, flips) = {
+    let (agents, index, previous, flips) = {
         let st = ctx.store.state.read();
         if full {
             memo.load(&st);
@@ -53,7 +53,7 @@ pub fn take(ctx: &Ctx, memo: &mut Memo, now: i64) -> Snapshot {
             memo.update(&st, &changes);
         }
         let flips = liveness::check(&st, memo, &changes, full, now, ctx.cfg.node_offline_after);
-        (st.agents.clone(), st.outcome.clone(), flips)
+        (st.agents.clone(), st.agent_index.clone(), st.outcome.clone(), flips)
     };
     let next_offline = (memo.next_check != i64::MAX).then_some(memo.next_check);
     let mut snap = Snapshot {
@@ -71,6 +71,8 @@ pub fn take(ctx: &Ctx, memo: &mut Memo, now: i64) -> Snapshot {
     };
     if full || !Arc::ptr_eq(&memo.agents, &agents) {
         diff_agents(memo, &mut snap);
+        // Taken with the list under one read lock: the index of this very list.
+        memo.index = index;
     }
     if !full {
         let count = memo.slice(agents.len(), now);
