@@ -831,7 +831,7 @@ impl Store {
         // into a vector of its own: collected in place, it kept the parsed list's buffer,
         // grown by doubling for the wire's larger items (1.4 KB a node with ten replicas
         // instead of 720 bytes; heaptrack, session 17).
-        let known = |key: &str| st.agent(key).map(|a| a.key.clone());
+        let known = |key: &str| st.agent_index.get_key_value(key).map(|(k, _)| k.clone());
         let mut replicas: Vec<Seen> = Vec::with_capacity(r.replicas.len());
         replicas.extend(r.replicas.into_iter().map(|p| Seen::of(p, known)));
         let info = NodeInfo {
