@@ -3,7 +3,7 @@
 use super::derive::{agent_status, demand, entries_of, facts_of, per_node_of, Lookup};
 use super::desired::{desired_json, Boxes, Entry};
 use super::gauges::Gauges;
-use super::placement::{self, Demand, NodeFacts};
+use super::placement::{self, NodeFacts};
 use super::rotation::due_second;
 use super::views::agent_views;
 use super::work::{first_rotation_ms, WorkKey};
@@ -34,8 +34,7 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
     let facts: Vec<NodeFacts> =
         st.nodes.values().map(|n| facts_of(n, n.online(now, ctx.cfg.node_offline_after))).collect();
     let by_id: HashMap<&str, &NodeFacts> = facts.iter().map(|f| (&*f.id, f)).collect();
-    let demands: Vec<Demand> = st.agents.iter().filter_map(demand).collect();
-    let outcome = placement::place(&demands, &facts, &st.outcome.bindings);
+    let outcome = placement::place(st.agents.iter().filter_map(demand), &facts, &st.outcome.bindings);
     if outcome != *st.outcome {
         diffs.push("placement: a fresh placement differs from the published outcome".to_string());
     }

@@ -33,8 +33,10 @@ pub struct NodeFacts {
     pub capacity: Capacity,
 }
 
-/// One placed agent's demand. Its requirements borrow the agent's (a pass builds one for
-/// every agent and keeps them for the run: owned copies were ~2.5 MB at 20,000 agents).
+/// One placed agent's demand. Its requirements borrow the agent's, and [`place`] takes the
+/// demands one by one, keeping of each only its key, replica count and signature: a pass
+/// that built one for every agent and kept them for the run held ~3 MB of them at 20,000
+/// agents (152 bytes each), at the controller's peak (issue #22).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Demand<'a> {
     pub key: Arc<str>,
@@ -45,6 +47,23 @@ pub struct Demand<'a> {
     pub secrets: Cow<'a, [String]>,
     pub cpus: Option<f64>,
     pub memory_mb: Option<u64>,
+}
+
+/// A view of a demand borrowing its requirements, so a list of demands can be placed without
+/// giving them up (`place(&demands, …)`).
+impl<'a, 'b> From<&'a Demand<'b>> for Demand<'a> {
+    fn from(d: &'a Demand<'b>) -> Demand<'a> {
+        Demand {
+            key: d.key.clone(),
+            replicas: d.replicas,
+            kind: Cow::Borrowed(&d.kind),
+            image: d.image.as_deref().map(Cow::Borrowed),
+            requires: Cow::Borrowed(&d.requires),
+            secrets: Cow::Borrowed(&d.secrets),
+            cpus: d.cpus,
+            memory_mb: d.memory_mb,
+        }
+    }
 }
 
 pub use crate::store::kept::{Bindings, Free, Outcome, ReplicaKey};
@@ -90,15 +109,44 @@ struct Need {
     mem: Option<u64>,
 }
 
-/// Requirements that decide static fit; agents sharing them share a candidate set.
+/// Requirements that decide static fit; agents sharing them share a candidate set. Taken
+/// from a demand as it comes: borrowed when the demand borrows them (a pass: the agents'), so
+/// a signature costs no copy of them.
 #[derive(Hash, PartialEq, Eq, Clone)]
 struct Signature<'a> {
-    kind: &'a str,
-    image: Option<&'a str>,
-    requires: Vec<&'a str>,
-    secrets: Vec<&'a str>,
+    kind: Cow<'a, str>,
+    image: Option<Cow<'a, str>>,
+    requires: Vec<Cow<'a, str>>,
+    secrets: Vec<Cow<'a, str>>,
     cpus: Option<u64>,
     mem: Option<u64>,
+}
+
+impl<'a> Signature<'a> {
+    /// A demand's signature, and what else of it a run keeps: its key and replica count.
+    fn of(d: Demand<'a>) -> (Signature<'a>, Id, u32) {
+        let Demand { key, replicas, kind, image, requires, secrets, cpus, memory_mb } = d;
+        let sig = Signature {
+            kind,
+            image,
+            requires: set_of(requires),
+            secrets: set_of(secrets),
+            cpus: cpus.map(milli),
+            mem: memory_mb,
+        };
+        (sig, key, replicas)
+    }
+}
+
+/// A list of requirements as a sorted set, each borrowed when the list is.
+fn set_of(list: Cow<'_, [String]>) -> Vec<Cow<'_, str>> {
+    let mut set: Vec<Cow<str>> = match list {
+        Cow::Borrowed(l) => l.iter().map(|s| Cow::Borrowed(s.as_str())).collect(),
+        Cow::Owned(l) => l.into_iter().map(Cow::Owned).collect(),
+    };
+    set.sort_unstable();
+    set.dedup();
+    set
 }
 
 /// Where `schedulable` sits in the filter order (SPEC §10.2: right after `online`).
@@ -114,18 +162,18 @@ fn first_failure(sig: &Signature, n: &NodeFacts, cordon_counts: bool) -> Option<
     if cordon_counts && !n.schedulable {
         return Some(SCHEDULABLE);
     }
-    if !n.kinds.iter().any(|k| k == sig.kind) {
+    if !n.kinds.iter().any(|k| *k == sig.kind) {
         return Some(2);
     }
-    if let Some(img) = sig.image {
-        if !n.images.get(sig.kind).is_some_and(|l| l.admits(img)) {
+    if let Some(img) = &sig.image {
+        if !n.images.get(&*sig.kind).is_some_and(|l| l.admits(img)) {
             return Some(3);
         }
     }
     if !labels::all_met(&sig.requires, &n.labels) {
         return Some(4);
     }
-    if !sig.secrets.iter().all(|s| n.secrets.binary_search_by(|x| x.as_str().cmp(s)).is_ok()) {
+    if !sig.secrets.iter().all(|s| n.secrets.binary_search_by(|x| x.as_str().cmp(&**s)).is_ok()) {
         return Some(5);
     }
     None
@@ -150,11 +198,17 @@ struct SigState {
     empty_reason: usize,
 }
 
-/// Places `demands` (sorted or not) on `nodes` given last pass's `previous` bindings.
-pub fn place(demands: &[Demand<'_>], nodes: &[NodeFacts], previous: &Bindings) -> Outcome {
-    let mut ds: Vec<&Demand<'_>> = demands.iter().collect();
-    ds.sort_by(|a, b| a.key.cmp(&b.key));
-    let mut p = Placer::new(&ds, nodes);
+/// Places `demands` (sorted or not) on `nodes` given last pass's `previous` bindings. Takes
+/// them one by one (owned, or `&demands` as borrowed views) and keeps of each only its key,
+/// replica count and signature.
+pub fn place<'a, D: Into<Demand<'a>>>(
+    demands: impl IntoIterator<Item = D>,
+    nodes: &[NodeFacts],
+    previous: &Bindings,
+) -> Outcome {
+    let (mut ds, sigs) = signatures(demands.into_iter().map(Into::into));
+    ds.sort_by(|a, b| a.key.cmp(&b.key)); // stable, and linear when in key order (a pass's)
+    let mut p = Placer::new(ds, sigs, nodes);
     let mut out = Outcome::default();
     let unbound = p.sticky(previous);
     p.place_new(unbound, &mut out);
@@ -162,6 +216,14 @@ pub fn place(demands: &[Demand<'_>], nodes: &[NodeFacts], previous: &Bindings) -
     out.free = p.free(&position);
     out.bindings = p.bindings(table, &position);
     out
+}
+
+/// What a placement run keeps of a demand: 24 bytes.
+struct Wanted {
+    key: Id,
+    replicas: u32,
+    /// Its signature: an index into the run's list.
+    sig: u32,
 }
 
 /// No node: a replica not (yet) bound.
@@ -174,7 +236,7 @@ type Unbound = (usize, u32, Option<u32>);
 /// agent key) with their signatures, and the static fit of each (signature, node).
 struct Placer<'a> {
     nodes: &'a [NodeFacts],
-    ds: &'a [&'a Demand<'a>],
+    ds: Vec<Wanted>,
     /// Node indexes by name; `rank[i]` is node i's position in that order.
     order: Vec<u32>,
     rank: Vec<u32>,
@@ -186,14 +248,13 @@ struct Placer<'a> {
     first: Vec<usize>,
     assigned: Vec<u32>,
     sigs: Vec<Signature<'a>>,
-    demand_sig: Vec<usize>,
     /// Static fit of (signature, node), memoised: dense when small enough, else computed.
     dense: bool,
     fit_memo: Vec<u8>,
 }
 
 impl<'a> Placer<'a> {
-    fn new(ds: &'a [&'a Demand<'a>], nodes: &'a [NodeFacts]) -> Placer<'a> {
+    fn new(ds: Vec<Wanted>, sigs: Vec<Signature<'a>>, nodes: &'a [NodeFacts]) -> Placer<'a> {
         let mut order: Vec<u32> = (0..nodes.len() as u32).collect();
         order.sort_by(|&a, &b| nodes[a as usize].name.cmp(&nodes[b as usize].name));
         let mut rank = vec![0u32; nodes.len()];
@@ -207,15 +268,14 @@ impl<'a> Placer<'a> {
             .collect();
         let mut first = Vec::with_capacity(ds.len());
         let mut wanted = 0usize;
-        for d in ds {
+        for d in &ds {
             first.push(wanted);
             wanted += d.replicas as usize;
         }
         let assigned = vec![UNBOUND; wanted];
-        let (sigs, demand_sig) = signatures(ds);
         let dense = sigs.len().saturating_mul(nodes.len()) <= 8_000_000;
         let fit_memo = if dense { vec![0; sigs.len() * nodes.len()] } else { Vec::new() };
-        Placer { nodes, ds, order, rank, by_id, room, first, assigned, sigs, demand_sig, dense, fit_memo }
+        Placer { nodes, ds, order, rank, by_id, room, first, assigned, sigs, dense, fit_memo }
     }
 
     fn static_fit(&mut self, sig: usize, ni: u32) -> bool {
@@ -292,12 +352,13 @@ impl<'a> Placer<'a> {
         let mut prev_iter = previous.positions().peekable();
         let mut prev_nodes: Vec<Option<u32>> = Vec::new();
         for di in 0..self.ds.len() {
-            let d = self.ds[di];
+            let d = &self.ds[di];
+            let (replicas, sig) = (d.replicas, d.sig as usize);
             while prev_iter.peek().is_some_and(|(k, _, _)| ***k < *d.key) {
                 prev_iter.next();
             }
             prev_nodes.clear();
-            prev_nodes.resize(d.replicas as usize, None);
+            prev_nodes.resize(replicas as usize, None);
             while let Some(&(k, r, at)) = prev_iter.peek() {
                 if **k != *d.key {
                     break;
@@ -307,9 +368,8 @@ impl<'a> Placer<'a> {
                 }
                 prev_iter.next();
             }
-            let sig = self.demand_sig[di];
             let need = self.need(sig);
-            for r in 0..d.replicas {
+            for r in 0..replicas {
                 let prev = prev_nodes[r as usize];
                 match prev {
                     Some(ni) if self.may_stay(sig, ni) && self.room[ni as usize].fits(&need) => {
@@ -328,8 +388,7 @@ impl<'a> Placer<'a> {
     fn place_new(&mut self, unbound: Vec<Unbound>, out: &mut Outcome) {
         let mut states: HashMap<usize, SigState> = HashMap::default();
         for (di, r, prev) in unbound {
-            let d = self.ds[di];
-            let sig = self.demand_sig[di];
+            let sig = self.ds[di].sig as usize;
             let need = self.need(sig);
             let st = states.entry(sig).or_insert_with(|| self.sig_state(sig, &need));
             match pick(st, &mut self.room, &self.order, &need) {
@@ -338,15 +397,15 @@ impl<'a> Placer<'a> {
                 None => match prev {
                     Some(ni) if !self.nodes[ni as usize].online => {
                         self.bind(di, r, ni);
-                        out.stuck.insert((d.key.clone(), r));
+                        out.stuck.insert((self.ds[di].key.clone(), r));
                     }
                     // Draining without force: a replica with nowhere to go stays, blocked.
                     Some(ni) if self.nodes[ni as usize].draining == Some(false) => {
                         self.bind(di, r, ni);
-                        out.blocked.insert((d.key.clone(), r));
+                        out.blocked.insert((self.ds[di].key.clone(), r));
                     }
                     _ => {
-                        let e = out.waiting.entry(d.key.clone()).or_insert((0, REASONS[st.empty_reason]));
+                        let e = out.waiting.entry(self.ds[di].key.clone()).or_insert((0, REASONS[st.empty_reason]));
                         e.0 += 1;
                     }
                 },
@@ -373,35 +432,26 @@ impl<'a> Placer<'a> {
     }
 }
 
-/// Each demand's signature (index into the returned list), agents with the same requirements
-/// sharing one.
-fn signatures<'a>(ds: &[&'a Demand<'a>]) -> (Vec<Signature<'a>>, Vec<usize>) {
-    let mut sig_of: HashMap<Signature, usize> = HashMap::default();
+/// What the run keeps of each demand (in the order given), and the signatures, agents with
+/// the same requirements sharing one.
+fn signatures<'a>(ds: impl Iterator<Item = Demand<'a>>) -> (Vec<Wanted>, Vec<Signature<'a>>) {
+    let mut sig_of: HashMap<Signature, u32> = HashMap::default();
     let mut sigs: Vec<Signature> = Vec::new();
-    let demand_sig = ds
-        .iter()
-        .map(|d| {
-            let mut requires: Vec<&str> = d.requires.iter().map(String::as_str).collect();
-            requires.sort_unstable();
-            requires.dedup();
-            let mut secrets: Vec<&str> = d.secrets.iter().map(String::as_str).collect();
-            secrets.sort_unstable();
-            secrets.dedup();
-            let s = Signature {
-                kind: &d.kind,
-                image: d.image.as_deref(),
-                requires,
-                secrets,
-                cpus: d.cpus.map(milli),
-                mem: d.memory_mb,
-            };
-            *sig_of.entry(s.clone()).or_insert_with(|| {
-                sigs.push(s);
-                sigs.len() - 1
-            })
-        })
-        .collect();
-    (sigs, demand_sig)
+    let (fewest, most) = ds.size_hint();
+    let mut wanted = Vec::with_capacity(most.unwrap_or(fewest));
+    for d in ds {
+        let (s, key, replicas) = Signature::of(d);
+        let sig = match sig_of.get(&s) {
+            Some(&at) => at,
+            None => {
+                sigs.push(s.clone());
+                sig_of.insert(s, sigs.len() as u32 - 1);
+                sigs.len() as u32 - 1
+            }
+        };
+        wanted.push(Wanted { key, replicas, sig });
+    }
+    (wanted, sigs)
 }
 
 /// Takes a slot on the candidate with the most free slots (ties by name) from the

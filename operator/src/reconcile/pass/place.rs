@@ -4,7 +4,7 @@
 
 use super::super::derive::{demand, is_placed, per_node_of};
 use super::super::memo::Memo;
-use super::super::placement::{self, Bindings, Demand, Outcome};
+use super::super::placement::{self, Bindings, Outcome};
 use super::snapshot::Snapshot;
 use crate::model::Id;
 use crate::store::db::PassWrite;
@@ -45,10 +45,9 @@ pub fn place(memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWrite) -> Plac
     if !replaced {
         return placed;
     }
-    // At most one demand an agent: sized so, the vector does not double past it.
-    let mut demands: Vec<Demand> = Vec::with_capacity(snap.agents.len());
-    demands.extend(snap.agents.iter().filter_map(demand));
-    placed.outcome = Arc::new(placement::place(&demands, &memo.facts, &previous.bindings));
+    // The demands borrow the agents and are taken one by one, not collected.
+    let demands = snap.agents.iter().filter_map(demand);
+    placed.outcome = Arc::new(placement::place(demands, &memo.facts, &previous.bindings));
     let moves = diff_bindings(&previous.bindings, &placed.outcome, memo, rows, &mut placed.events);
     waiting_events(&previous, &placed.outcome, &mut placed.events);
     if snap.full {
