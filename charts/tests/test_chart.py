@@ -134,7 +134,8 @@ class Render(unittest.TestCase):
         # The key goes into the file node.yaml's joinKeyFile names (node.yaml has no joinKey).
         self.assertIn("write the key to the file node.yaml's joinKeyFile names", notes)
         self.assertNotIn("joinKey (", notes)
-        self.assertIn("Memory: the limit is 128Mi. A fleet needs about 40 MiB plus\n72 MiB per 1,000 nodes", notes)
+        self.assertIn("Memory: the limit is 128Mi. A fleet needs about 31 MiB plus\n10 MiB per 1,000 nodes", notes)
+        self.assertIn("128Mi fits about 10,000 nodes", notes)
         self.assertIn("WARNING: token.scopes is empty (FLEET_TOKEN_SCOPES)", notes)
         self.assertIn("kubectl -n fleet exec deploy/fleet-fleet-controller", notes)
         self.assertNotIn("get fleetnodes", notes)
