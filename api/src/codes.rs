@@ -1,4 +1,4 @@
-//! Error codes and the user-facing strings SPEC quotes, in one place so tests can assert them.
+//! Error codes and the user-facing strings the docs quote (docs/reference.md#error-codes), in one place so tests can assert them.
 
 pub const NOT_CONFIGURED: &str = "not_configured";
 pub const INVALID_TOKEN: &str = "invalid_token";
@@ -15,9 +15,9 @@ pub const NOT_READY: &str = "not_ready";
 pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
 pub const REQUEST_TIMEOUT: &str = "request_timeout";
 
-/// Reasons an agent waits for a node (§5.1), in the order the filters apply.
+/// Reasons an agent waits for a node (docs/behaviour.md#placement), in the order the filters apply.
 pub const NO_NODE: &str = "no_node";
-/// [ext] Every online node is cordoned or draining (SPEC §10.1).
+/// [ext] Every online node is cordoned or draining (docs/behaviour.md#node-lifecycle).
 pub const NO_SCHEDULABLE_NODE: &str = "no_schedulable_node";
 pub const NO_EXECUTOR_KIND: &str = "no_executor_kind";
 pub const IMAGE_NOT_ALLOWED: &str = "image_not_allowed";
@@ -27,8 +27,8 @@ pub const NO_CAPACITY: &str = "no_capacity";
 pub const NODE_UNAVAILABLE: &str = "node_unavailable";
 pub const IDENTITY_PENDING: &str = "identity_pending";
 
-/// Why a node did not run a replica (SPEC §6.4): the node's messages, and the code the
-/// controller shows for each in the agent's phase (§6.4 rule 7). Both programs use these, so
+/// Why a node did not run a replica (docs/behaviour.md#container-rules): the node's messages, and the code the
+/// controller shows for each in the agent's phase (docs/behaviour.md#agent-status rule 7). Both programs use these, so
 /// the texts cannot drift apart.
 pub mod refusal {
     pub const SECRET_MISSING: &str = "secret_missing";

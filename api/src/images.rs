@@ -1,4 +1,4 @@
-//! Image allow-lists of SPEC §6.6. An entry admits a reference by comparing strings as
+//! Image allow-lists of docs/behaviour.md#images-an-agent-may-name. An entry admits a reference by comparing strings as
 //! written (no Docker defaults): an exact entry admits only itself; an entry whose tag holds
 //! one `*` admits any tag of the same repository that fits the pattern; a digest entry, or an
 //! entry without a tag, admits only the identical reference.
@@ -7,7 +7,7 @@ use std::fmt;
 
 /// Most entries one kind's `images` list may hold.
 pub const MAX_ENTRIES: usize = 50;
-/// Longest entry of an allow-list (SPEC §11).
+/// Longest entry of an allow-list (docs/behaviour.md#hardening).
 pub const MAX_ENTRY_LEN: usize = 512;
 
 /// Why an allow-list entry was refused.
@@ -25,7 +25,7 @@ impl fmt::Display for PatternError {
 
 impl std::error::Error for PatternError {}
 
-/// A reference split as §6.6 reads it: the tag is what follows the last `:` after the last `/`.
+/// A reference split as docs/behaviour.md#images-an-agent-may-name reads it: the tag is what follows the last `:` after the last `/`.
 struct Parts<'a> {
     repo: &'a str,
     tag: Option<&'a str>,

@@ -1,4 +1,4 @@
-//! Label matching of SPEC §5.1: a requirement `name` is met by the label `name` or by any
+//! Label matching of docs/behaviour.md#placement: a requirement `name` is met by the label `name` or by any
 //! `name=value`; a requirement `name=value` only by exactly that label.
 
 /// Whether one requirement is met by a node's labels.

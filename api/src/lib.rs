@@ -1,8 +1,8 @@
 #![forbid(unsafe_code)]
 //! The wire contract shared by `fleet-controller` and `fleet-node`: the node-protocol and
-//! admin-API types (SPEC §3.3, §4), validation of names, labels, secret names and capacity,
-//! label matching (§5.1), image allow-list matching (§6.6) and the sealed-box helpers that
-//! carry a PAT to exactly one node (§5.2). It knows no transport: no tokio, axum or Docker.
+//! admin-API types (docs/reference.md#http-api, docs/behaviour.md#node-protocol), validation of names, labels, secret names and capacity,
+//! label matching (docs/behaviour.md#placement), image allow-list matching (docs/behaviour.md#images-an-agent-may-name) and the sealed-box helpers that
+//! carry a PAT to exactly one node (docs/behaviour.md#identity-and-pats). It knows no transport: no tokio, axum or Docker.
 
 pub mod codes;
 pub mod failpoint;

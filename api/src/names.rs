@@ -1,4 +1,4 @@
-//! Name rules of SPEC §2.2, §6.1 and §6.7. Hand-written matchers: they run on every report.
+//! Name rules of docs/behaviour.md#control-plane-calls-and-agent-descriptions, docs/reference.md#node-configuration-nodeyaml and docs/behaviour.md#secrets. Hand-written matchers: they run on every report.
 
 fn lower_alnum(c: u8) -> bool {
     c.is_ascii_lowercase() || c.is_ascii_digit()
@@ -21,7 +21,7 @@ pub fn is_node_name(s: &str) -> bool {
 }
 
 /// Labels: `name` or `name=value`, `^[a-z0-9][a-z0-9.-]*(=[a-zA-Z0-9._-]+)?$`.
-/// Longest label (SPEC §11).
+/// Longest label (docs/behaviour.md#hardening).
 pub const MAX_LABEL_LEN: usize = 127;
 
 pub fn is_label(s: &str) -> bool {
@@ -98,7 +98,7 @@ mod tests {
             assert!(!is_label(bad), "{bad}");
         }
         assert!(is_label(&"a".repeat(127)), "127 characters is the limit");
-        assert!(!is_label(&"a".repeat(128)), "SPEC §11: at most 127 characters");
+        assert!(!is_label(&"a".repeat(128)), "docs/behaviour.md#hardening: at most 127 characters");
     }
 
     #[test]

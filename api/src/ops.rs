@@ -1,4 +1,4 @@
-//! Wire types of the day-two routes (SPEC §10): node lifecycle, the placement explanation,
+//! Wire types of the day-two routes (docs/behaviour.md#day-two-operations): node lifecycle, the placement explanation,
 //! events and list pages. Answers only: clients are lenient readers of them.
 
 use serde::{Deserialize, Serialize};
@@ -33,7 +33,7 @@ pub struct BlockedReplica {
     pub replica: u32,
 }
 
-/// One event of `GET /api/v1/events` (SPEC §10.3).
+/// One event of `GET /api/v1/events` (docs/behaviour.md#events).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EventView {
@@ -47,7 +47,7 @@ pub struct EventView {
     pub message: String,
 }
 
-/// One filter of the placement explanation, in SPEC §5.1's order.
+/// One filter of the placement explanation, in the order of docs/behaviour.md#placement.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FilterCount {
@@ -92,7 +92,7 @@ pub struct NodeVerdict {
     pub node_id: String,
     pub name: String,
     pub fits: bool,
-    /// The first filter the node fails, as a §5.1 code.
+    /// The first filter the node fails, as a docs/behaviour.md#placement code.
     pub reason: Option<String>,
     pub detail: Option<String>,
 }
@@ -103,7 +103,7 @@ pub struct ReasonView {
     pub message: String,
 }
 
-/// `GET /api/v1/agents/{key}/placement` (SPEC §10.2).
+/// `GET /api/v1/agents/{key}/placement` (docs/behaviour.md#why-an-agent-is-where-it-is).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlacementExplanation {

@@ -1,4 +1,4 @@
-//! Names of the node protocol's routes and headers (SPEC §4.2), shared by controller, node
+//! Names of the node protocol's routes and headers (docs/behaviour.md#desired-state-and-observed-report), shared by controller, node
 //! and simulator so the three cannot drift.
 
 /// Join with a one-time key.

@@ -21,7 +21,7 @@ pub fn public_of(secret_key: &[u8; 32]) -> [u8; 32] {
     *SecretKey::from(*secret_key).public_key().as_bytes()
 }
 
-/// Whether an X25519 public key is a point of small order (SPEC §11): every secret key
+/// Whether an X25519 public key is a point of small order (docs/behaviour.md#hardening): every secret key
 /// agrees the same shared secret with it (all zeros), so a box sealed to it is open to anyone.
 /// The test is libsodium's: a clamped scalar multiple of such a point is the identity, whose
 /// encoding is zero; for any other point it is not.

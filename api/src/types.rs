@@ -49,8 +49,8 @@ pub struct Capacity {
     pub memory_mb: Option<u64>,
 }
 
-/// `POST /api/v1/nodes:join` body (§4.1).
-// Its `Debug` (below) hides the key (SPEC §11).
+/// `POST /api/v1/nodes:join` body (docs/behaviour.md#joining).
+// Its `Debug` (below) hides the key (docs/behaviour.md#hardening).
 #[derive(Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JoinRequest {
@@ -131,7 +131,7 @@ impl std::fmt::Debug for JoinKeyResponse {
 mod redaction_tests {
     use super::*;
 
-    /// SPEC §11: no secret in a derived `Debug` (a `?req` in a log line must not leak it).
+    /// docs/behaviour.md#hardening: no secret in a derived `Debug` (a `?req` in a log line must not leak it).
     #[test]
     fn debug_output_hides_keys_and_tokens() {
         let req = JoinRequest {
@@ -158,7 +158,7 @@ mod redaction_tests {
     }
 }
 
-/// Join-key TTL bounds (§3.2, §3.3).
+/// Join-key TTL bounds (docs/reference.md#fleet-controller-commands, docs/reference.md#http-api).
 pub const JOIN_KEY_TTL_MIN: u64 = 60;
 pub const JOIN_KEY_TTL_MAX: u64 = 604_800;
 pub const JOIN_KEY_TTL_DEFAULT: u64 = 3600;
@@ -247,7 +247,7 @@ pub enum ReplicaState {
     Pending,
 }
 
-/// One replica in an observed report (§4.2).
+/// One replica in an observed report (docs/behaviour.md#desired-state-and-observed-report).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReplicaReport {
@@ -324,7 +324,7 @@ pub struct NodeView {
     /// Slots taken by the replicas placed here.
     #[serde(default)]
     pub slots_used: u32,
-    /// False when cordoned or draining (SPEC §10.1).
+    /// False when cordoned or draining (docs/behaviour.md#node-lifecycle).
     #[serde(default = "yes")]
     pub schedulable: bool,
     #[serde(default)]

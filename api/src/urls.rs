@@ -1,4 +1,4 @@
-//! Plain HTTP only where nothing can listen in (SPEC §11): `http://` URLs are accepted for
+//! Plain HTTP only where nothing can listen in (docs/behaviour.md#hardening): `http://` URLs are accepted for
 //! loopback hosts (`localhost`, `127.0.0.0/8`, `[::1]`) and refused elsewhere unless the
 //! operator says otherwise (`insecure: true` in node.yaml, `FLEET_ALLOW_INSECURE_HTTP=true`
 //! for the controller). A JWKS fetched in clear would let anyone on the path mint admin tokens.

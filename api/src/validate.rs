@@ -204,7 +204,7 @@ mod tests {
                 "executorImages.other",
             ),
             (Box::new(|r| r.observe_seconds = Some(4)), "observeSeconds"),
-            // SPEC §11: labels at most 127 characters, allow-list entries at most 512.
+            // docs/behaviour.md#hardening: labels at most 127 characters, allow-list entries at most 512.
             (Box::new(|r| r.labels = vec!["a".repeat(128)]), "labels[0]"),
             (
                 Box::new(|r| {

@@ -96,7 +96,7 @@ class Render(unittest.TestCase):
             self.assertEqual(c[probe]["httpGet"], {"path": "/healthz", "port": "api"}, probe)
         self.assertEqual(c["readinessProbe"]["httpGet"], {"path": "/readyz", "port": "api"})
         self.assertEqual({p["name"]: p["containerPort"] for p in c["ports"]}, {"api": 8040, "metrics": 9040})
-        # Every SPEC §3.1 variable is set (FLEET_DATABASE_URL only when given; the
+        # Every docs/reference.md#controller-environment variable is set (FLEET_DATABASE_URL only when given; the
         # namespace only with the mirror).
         for name in [
             "FLEET_LISTEN", "FLEET_METRICS_LISTEN", "FLEET_DATA_DIR", "FLEET_CONTROL_PLANE_URL", "FLEET_IAM_URL",

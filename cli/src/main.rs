@@ -1,5 +1,5 @@
 #![forbid(unsafe_code)]
-//! `fleetctl`: the Fleet admin's command line (SPEC §10.4). Reads like kubectl: tables by
+//! `fleetctl`: the Fleet admin's command line (docs/reference.md#fleetctl). Reads like kubectl: tables by
 //! default, `-o wide` for more columns, `-o json` for the API's own answer.
 
 mod client;

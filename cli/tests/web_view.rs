@@ -1,4 +1,4 @@
-//! The web view (SPEC §10.5) in Debian's headless Chromium, driven over WebDriver: on a dev
+//! The web view (docs/behaviour.md#web-view) in Debian's headless Chromium, driven over WebDriver: on a dev
 //! controller with two nodes, the admin enters the token, sees the nodes and placements,
 //! opens a waiting agent and reads its reason and filter counts, drains a node with fleetctl
 //! and watches the page show it without a reload. Screenshots go to the target directory.

@@ -1,4 +1,4 @@
-//! The compose files as an operator runs them (SPEC §8): `deploy/node/compose.yaml` and
+//! The compose files as an operator runs them (docs/behaviour.md#packaging-and-the-docker-guard): `deploy/node/compose.yaml` and
 //! `deploy/controller/compose.yaml` brought up with `docker compose up` exactly as their
 //! headers say, the only overrides being the names of the images built here (the fleet
 //! images, and the executor images in a copy of the example node.yaml). The node joins,

@@ -1,4 +1,4 @@
-//! High availability end to end (SPEC §3.9, issue #20): three controller processes on one
+//! High availability end to end (docs/behaviour.md#high-availability, issue #20): three controller processes on one
 //! PostgreSQL behind a Service-like spreader, real `fleet-node`s on Docker. The leader is
 //! `SIGKILL`ed while the fleet comes up and again in steady state; PostgreSQL is stopped for
 //! 30 s and started again; the leader's connection to PostgreSQL is cut so another replica

@@ -1,4 +1,4 @@
-//! Day-two operations end to end (SPEC §10.1), real binaries on the real Docker engine: a
+//! Day-two operations end to end (docs/behaviour.md#node-lifecycle), real binaries on the real Docker engine: a
 //! drained node's agents come up elsewhere with new PATs while the old containers stop and
 //! their PATs are revoked; uncordon makes the node eligible again; a deleted node exits, its
 //! PATs are revoked at once, its agents run elsewhere and its name joins again; a join whose

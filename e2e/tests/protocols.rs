@@ -1,4 +1,4 @@
-//! Nodes of two protocol versions on one controller (SPEC §4.2): the controller is upgraded
+//! Nodes of two protocol versions on one controller (docs/behaviour.md#desired-state-and-observed-report): the controller is upgraded
 //! first, so a node that speaks only the two routes (`GET desired`, `PUT observed`; here the
 //! real binary with `--protocol two-routes`, as nodes before the exchange) runs beside one that
 //! takes the exchange the controller offers. Both run their share of one agent, both follow

@@ -1,4 +1,4 @@
-//! Supervision of the real node binary (SPEC §11): when its supervisor loop or its loop
+//! Supervision of the real node binary (docs/behaviour.md#hardening): when its supervisor loop or its loop
 //! talking to the controller (the exchange, or the pull and report loops) ends, `fleet-node` exits non-zero naming the loop, so an orchestrator
 //! restarts it; restarted, it carries on with its saved state. Loops are ended through the
 //! test-only failpoints (`FLEET_FAILPOINTS`). The controller's side is in

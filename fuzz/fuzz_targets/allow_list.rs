@@ -1,4 +1,4 @@
-//! The image allow-list (SPEC §6.6): patterns and references from arbitrary text. The first
+//! The image allow-list (docs/behaviour.md#images-an-agent-may-name): patterns and references from arbitrary text. The first
 //! line is the reference, the rest are allow-list entries.
 #![no_main]
 use libfuzzer_sys::fuzz_target;

@@ -1,4 +1,4 @@
-//! The placement explanation (SPEC §10.2) at 10,000 nodes and 20,000 agents × 5 replicas:
+//! The placement explanation (docs/behaviour.md#why-an-agent-is-where-it-is) at 10,000 nodes and 20,000 agents × 5 replicas:
 //! computed on request from the registry and the last outcome, it must answer within a few
 //! milliseconds. A waiting agent (a label no node has), a placed one, and `?nodes=true`.
 
@@ -52,17 +52,12 @@ fn agent(i: usize) -> Agent {
 
 fn fleet(nodes: usize, agents: usize) -> State {
     let now = fleet_controller::clock::now_ms();
-    let mut st = State::default();
     let recs: Vec<NodeRec> = (0..nodes).map(|i| node(i, now)).collect();
     let agents: Vec<Agent> = (0..agents).map(agent).collect();
     let facts: Vec<_> = recs.iter().map(|n| facts_of(n, n.online(now, OFFLINE))).collect();
     let demands: Vec<_> = agents.iter().filter_map(demand).collect();
-    st.outcome = Arc::new(place(&demands, &facts, &Default::default()));
-    for n in recs {
-        st.nodes.insert(n.id.clone(), Box::new(n));
-    }
-    st.set_agents(Arc::new(agents));
-    st
+    let st = State::default().with_outcome(Arc::new(place(&demands, &facts, &Default::default())));
+    recs.into_iter().fold(st, State::with_node).with_agents(Arc::new(agents))
 }
 
 fn bench(c: &mut Criterion) {

@@ -1,4 +1,4 @@
-//! Controller configuration from the environment (SPEC §3.1). Defaults live here and only
+//! Controller configuration from the environment (docs/reference.md#controller-environment). Defaults live here and only
 //! here; every missing or malformed variable is reported at once, by name.
 
 use std::net::SocketAddr;
@@ -35,13 +35,13 @@ pub struct Config {
     pub token_ttl_seconds: u64,
     pub reconcile_every: Duration,
     pub node_offline_after: Duration,
-    /// [ext] `FLEET_NODE_GC_SECONDS`: a node offline longer than this is deleted (SPEC §10.1);
+    /// [ext] `FLEET_NODE_GC_SECONDS`: a node offline longer than this is deleted (docs/behaviour.md#node-lifecycle);
     /// `None` (0, the default) keeps offline nodes until an admin deletes them.
     pub node_gc_after: Option<Duration>,
     pub token_revoke_grace: Duration,
-    /// [ext] How often the JWKS of admin tokens is fetched again (SPEC §11: 10 minutes).
+    /// [ext] How often the JWKS of admin tokens is fetched again (docs/behaviour.md#hardening: 10 minutes).
     pub jwks_refresh: Duration,
-    /// [ext] `FLEET_MAX_CONNECTIONS`: connections the API port holds at once (SPEC §11).
+    /// [ext] `FLEET_MAX_CONNECTIONS`: connections the API port holds at once (docs/behaviour.md#hardening).
     pub max_connections: usize,
     /// [ext] `FLEET_CA_FILE`: CAs trusted for outbound TLS besides the built-in roots.
     pub ca_certs: Vec<reqwest::Certificate>,
@@ -51,7 +51,7 @@ pub struct Config {
     /// Header-read and idle timeouts of both listeners ([ext] `FLEET_HTTP_HEADER_READ_SECONDS`,
     /// `FLEET_HTTP_IDLE_SECONDS`).
     pub http_timeouts: HttpTimeouts,
-    /// [ext] `FLEET_LEADER_LEASE_SECONDS`: the leader lease's TTL on PostgreSQL (SPEC §3.9).
+    /// [ext] `FLEET_LEADER_LEASE_SECONDS`: the leader lease's TTL on PostgreSQL (docs/behaviour.md#high-availability).
     pub leader_lease: Duration,
     /// [ext] `FLEET_REPLICA_NAME`: this replica's name in the lease and the notifications;
     /// the host name and a random suffix by default (unique per process).
@@ -174,7 +174,7 @@ impl Reader<'_> {
         }
     }
 
-    /// SPEC §11 for the controller's outbound calls: plain http:// only to loopback hosts
+    /// docs/behaviour.md#hardening for the controller's outbound calls: plain http:// only to loopback hosts
     /// (unless `FLEET_ALLOW_INSECURE_HTTP=true`), and the CAs of `FLEET_CA_FILE`.
     fn outbound_tls(&mut self, urls: &[(&str, &String)]) -> Vec<reqwest::Certificate> {
         let allow_insecure = self.flag("FLEET_ALLOW_INSECURE_HTTP");
@@ -188,7 +188,7 @@ impl Reader<'_> {
         }
         match self.opt("FLEET_CA_FILE") {
             None => Vec::new(),
-            Some(p) => crate::platform::read_ca_file(std::path::Path::new(&p)).unwrap_or_else(|e| {
+            Some(p) => read_ca_file(std::path::Path::new(&p)).unwrap_or_else(|e| {
                 self.problems.push(format!("FLEET_CA_FILE: {e}"));
                 Vec::new()
             }),
@@ -225,6 +225,16 @@ impl Reader<'_> {
     }
 }
 
+/// The certificates of a PEM bundle, for `FLEET_CA_FILE`.
+pub fn read_ca_file(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| format!("{}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{}: no PEM certificate in it", path.display()));
+    }
+    Ok(certs)
+}
+
 /// The host name (the pod's name in Kubernetes) and a random suffix, so two processes on one
 /// host are two replicas.
 fn default_replica_name() -> String {
@@ -254,78 +264,28 @@ impl Config {
         Self::from_lookup(&|k| std::env::var(k).ok())
     }
 
+    /// Every variable read at once: a bad value is named with every other problem, not one
+    /// start-up at a time.
     pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let mut r = Reader { get, problems: vec![] };
         let mut missing = Vec::new();
         let listen = r.addr("FLEET_LISTEN", defaults::LISTEN);
         let metrics_listen = r.addr("FLEET_METRICS_LISTEN", defaults::METRICS_LISTEN);
-        let control_plane_url = r.url("FLEET_CONTROL_PLANE_URL", &mut missing, "FLEET_CONTROL_PLANE_URL");
-        let iam_url = r.url("FLEET_IAM_URL", &mut missing, "FLEET_IAM_URL");
-        let iam_issuer = r.opt("FLEET_IAM_ISSUER").unwrap_or_else(|| {
-            missing.push("FLEET_IAM_ISSUER");
-            String::new()
-        });
-        let iam_tenant = r.opt("FLEET_IAM_TENANT").unwrap_or_else(|| {
-            missing.push("FLEET_IAM_TENANT");
-            String::new()
-        });
-        let jwks_url = r.url("FLEET_JWKS_URL", &mut missing, "FLEET_JWKS_URL");
-        let credentials = match (r.opt("FLEET_CLIENT_ID"), r.opt("FLEET_CLIENT_SECRET")) {
-            (Some(client_id), Some(client_secret)) => Some(ClientCredentials { client_id, client_secret }),
-            _ => None,
-        };
-        let audience = r.or("FLEET_AUDIENCE", defaults::AUDIENCE);
-        let split = |v: Option<String>| -> Vec<String> {
-            v.map(|s| s.split_whitespace().map(str::to_string).collect()).unwrap_or_default()
-        };
-        let token_audiences = split(r.opt("FLEET_TOKEN_AUDIENCES"));
-        let token_scopes = split(r.opt("FLEET_TOKEN_SCOPES"));
-        let token_ttl_seconds = r.seconds(
-            "FLEET_TOKEN_TTL_SECONDS",
-            defaults::TOKEN_TTL_SECONDS,
-            defaults::TOKEN_TTL_MIN,
-            defaults::TOKEN_TTL_MAX,
-        );
-        let day = 86_400 * 365;
-        let reconcile_every =
-            Duration::from_secs(r.seconds("FLEET_RECONCILE_SECONDS", defaults::RECONCILE_SECONDS, 1, day));
-        let node_offline_after =
-            Duration::from_secs(r.seconds("FLEET_NODE_OFFLINE_SECONDS", defaults::NODE_OFFLINE_SECONDS, 1, day));
-        let gc = r.seconds("FLEET_NODE_GC_SECONDS", defaults::NODE_GC_SECONDS, 0, day);
-        let node_gc_after = (gc > 0).then(|| Duration::from_secs(gc));
+        let platform = r.platform(&mut missing);
+        let tokens = r.tokens();
+        let timing = r.timing();
         let http_timeouts = r.http_timeouts();
-        let token_revoke_grace = Duration::from_secs(r.seconds(
-            "FLEET_TOKEN_REVOKE_GRACE_SECONDS",
-            defaults::TOKEN_REVOKE_GRACE_SECONDS,
-            1,
-            day,
-        ));
-        let jwks_refresh =
-            Duration::from_secs(r.seconds("FLEET_JWKS_REFRESH_SECONDS", defaults::JWKS_REFRESH_SECONDS, 1, day));
         let outbound = [
-            ("FLEET_CONTROL_PLANE_URL", &control_plane_url),
-            ("FLEET_IAM_URL", &iam_url),
-            ("FLEET_JWKS_URL", &jwks_url),
+            ("FLEET_CONTROL_PLANE_URL", &platform.control_plane_url),
+            ("FLEET_IAM_URL", &platform.iam_url),
+            ("FLEET_JWKS_URL", &platform.jwks_url),
         ];
         let ca_certs = r.outbound_tls(&outbound);
         let max_connections = r.number("FLEET_MAX_CONNECTIONS", defaults::MAX_CONNECTIONS, 16, 10_000_000, "") as usize;
         let kubernetes_mirror = r.flag("FLEET_KUBERNETES_MIRROR");
         let kubernetes_namespace = r.opt("FLEET_KUBERNETES_NAMESPACE");
         let log_format = r.log_format();
-        let leader_lease =
-            Duration::from_secs(r.seconds("FLEET_LEADER_LEASE_SECONDS", defaults::LEADER_LEASE_SECONDS, 3, 600));
-        let replica_name = r.opt("FLEET_REPLICA_NAME").unwrap_or_else(default_replica_name);
-        if replica_name.contains(char::is_whitespace) {
-            r.problems.push(format!("FLEET_REPLICA_NAME={replica_name:?} must not contain spaces"));
-        }
-        let advertise_url = match r.opt("FLEET_ADVERTISE_URL") {
-            None => format!("http://127.0.0.1:{}", listen.port()),
-            Some(v) if v.starts_with("http://") || v.starts_with("https://") => v.trim_end_matches('/').to_string(),
-            Some(v) => {
-                r.problems.push(format!("FLEET_ADVERTISE_URL={v:?} must be an http:// or https:// URL"));
-                String::new()
-            }
-        };
+        let (replica_name, advertise_url) = r.replica(listen);
         let store = StoreConfig::from_lookup(get);
         let mut problems = Vec::new();
         if !missing.is_empty() {
@@ -335,6 +295,16 @@ impl Config {
         if !problems.is_empty() {
             return Err(ConfigError(problems));
         }
+        let Platform { control_plane_url, iam_url, iam_issuer, iam_tenant, jwks_url, credentials, audience } = platform;
+        let Tokens { token_audiences, token_scopes, token_ttl_seconds } = tokens;
+        let Timing {
+            reconcile_every,
+            node_offline_after,
+            node_gc_after,
+            token_revoke_grace,
+            jwks_refresh,
+            leader_lease,
+        } = timing;
         Ok(Config {
             listen,
             metrics_listen,
@@ -364,6 +334,103 @@ impl Config {
             replica_name,
             advertise_url,
         })
+    }
+}
+
+/// Where the CP and IAM are, and who the controller is to them.
+struct Platform {
+    control_plane_url: String,
+    iam_url: String,
+    iam_issuer: String,
+    iam_tenant: String,
+    jwks_url: String,
+    credentials: Option<ClientCredentials>,
+    audience: String,
+}
+
+/// The ceiling of the PATs the controller asks for.
+struct Tokens {
+    token_audiences: Vec<String>,
+    token_scopes: Vec<String>,
+    token_ttl_seconds: u64,
+}
+
+/// The periods and thresholds of the controller's timed work.
+struct Timing {
+    reconcile_every: Duration,
+    node_offline_after: Duration,
+    node_gc_after: Option<Duration>,
+    token_revoke_grace: Duration,
+    jwks_refresh: Duration,
+    leader_lease: Duration,
+}
+
+impl Reader<'_> {
+    /// The platform's addresses; a required one that is unset goes to `missing`.
+    fn platform(&mut self, missing: &mut Vec<&'static str>) -> Platform {
+        let control_plane_url = self.url("FLEET_CONTROL_PLANE_URL", missing, "FLEET_CONTROL_PLANE_URL");
+        let iam_url = self.url("FLEET_IAM_URL", missing, "FLEET_IAM_URL");
+        let mut required = |name: &'static str, v: Option<String>| {
+            v.unwrap_or_else(|| {
+                missing.push(name);
+                String::new()
+            })
+        };
+        let iam_issuer = required("FLEET_IAM_ISSUER", self.opt("FLEET_IAM_ISSUER"));
+        let iam_tenant = required("FLEET_IAM_TENANT", self.opt("FLEET_IAM_TENANT"));
+        let jwks_url = self.url("FLEET_JWKS_URL", missing, "FLEET_JWKS_URL");
+        let credentials = match (self.opt("FLEET_CLIENT_ID"), self.opt("FLEET_CLIENT_SECRET")) {
+            (Some(client_id), Some(client_secret)) => Some(ClientCredentials { client_id, client_secret }),
+            _ => None,
+        };
+        let audience = self.or("FLEET_AUDIENCE", defaults::AUDIENCE);
+        Platform { control_plane_url, iam_url, iam_issuer, iam_tenant, jwks_url, credentials, audience }
+    }
+
+    fn tokens(&mut self) -> Tokens {
+        let split = |v: Option<String>| -> Vec<String> {
+            v.map(|s| s.split_whitespace().map(str::to_string).collect()).unwrap_or_default()
+        };
+        let token_audiences = split(self.opt("FLEET_TOKEN_AUDIENCES"));
+        let token_scopes = split(self.opt("FLEET_TOKEN_SCOPES"));
+        let token_ttl_seconds = self.seconds(
+            "FLEET_TOKEN_TTL_SECONDS",
+            defaults::TOKEN_TTL_SECONDS,
+            defaults::TOKEN_TTL_MIN,
+            defaults::TOKEN_TTL_MAX,
+        );
+        Tokens { token_audiences, token_scopes, token_ttl_seconds }
+    }
+
+    fn timing(&mut self) -> Timing {
+        let day = 86_400 * 365;
+        let mut secs =
+            |name: &str, default: u64, min: u64, max: u64| Duration::from_secs(self.seconds(name, default, min, max));
+        let reconcile_every = secs("FLEET_RECONCILE_SECONDS", defaults::RECONCILE_SECONDS, 1, day);
+        let node_offline_after = secs("FLEET_NODE_OFFLINE_SECONDS", defaults::NODE_OFFLINE_SECONDS, 1, day);
+        let gc = secs("FLEET_NODE_GC_SECONDS", defaults::NODE_GC_SECONDS, 0, day);
+        let node_gc_after = (!gc.is_zero()).then_some(gc);
+        let token_revoke_grace = secs("FLEET_TOKEN_REVOKE_GRACE_SECONDS", defaults::TOKEN_REVOKE_GRACE_SECONDS, 1, day);
+        let jwks_refresh = secs("FLEET_JWKS_REFRESH_SECONDS", defaults::JWKS_REFRESH_SECONDS, 1, day);
+        let leader_lease = secs("FLEET_LEADER_LEASE_SECONDS", defaults::LEADER_LEASE_SECONDS, 3, 600);
+        Timing { reconcile_every, node_offline_after, node_gc_after, token_revoke_grace, jwks_refresh, leader_lease }
+    }
+
+    /// This replica's name and the URL other replicas forward to it by.
+    fn replica(&mut self, listen: SocketAddr) -> (String, String) {
+        let replica_name = self.opt("FLEET_REPLICA_NAME").unwrap_or_else(default_replica_name);
+        if replica_name.contains(char::is_whitespace) {
+            self.problems.push(format!("FLEET_REPLICA_NAME={replica_name:?} must not contain spaces"));
+        }
+        let advertise_url = match self.opt("FLEET_ADVERTISE_URL") {
+            None => format!("http://127.0.0.1:{}", listen.port()),
+            Some(v) if v.starts_with("http://") || v.starts_with("https://") => v.trim_end_matches('/').to_string(),
+            Some(v) => {
+                self.problems.push(format!("FLEET_ADVERTISE_URL={v:?} must be an http:// or https:// URL"));
+                String::new()
+            }
+        };
+        (replica_name, advertise_url)
     }
 }
 
@@ -403,7 +470,7 @@ mod tests {
         assert!(c.token_scopes.is_empty());
     }
 
-    /// SPEC §11: http:// only for loopback hosts unless FLEET_ALLOW_INSECURE_HTTP says so;
+    /// docs/behaviour.md#hardening: http:// only for loopback hosts unless FLEET_ALLOW_INSECURE_HTTP says so;
     /// each refused URL is named.
     #[test]
     fn plain_http_to_other_hosts_is_refused_naming_the_variable() {

@@ -1,4 +1,4 @@
-//! Who reconciles (SPEC §3.9). On SQLite the one replica leads for as long as it runs. On
+//! Who reconciles (docs/behaviour.md#high-availability). On SQLite the one replica leads for as long as it runs. On
 //! PostgreSQL every replica serves nodes, joins and the admin API, and campaigns for the
 //! lease; the one holding it runs the leader's tasks — the pass, the workers (IAM, CP), the
 //! CP watcher, node GC and the Kubernetes mirror — for one term:
@@ -74,7 +74,7 @@ pub async fn start_term(s: &Shared, tasks: &mut Supervisor) -> anyhow::Result<Ar
     let ctx = Ctx::new(s.cfg.clone(), s.store.clone(), s.metrics.clone(), s.trigger.clone(), s.pass_clock.clone());
     // Time-driven work survives a restart and a takeover: re-arm the pending revocations.
     let now = crate::clock::now_ms();
-    for r in s.store.state.read().retiring_creds() {
+    for r in s.store.read().retiring_creds() {
         if let Some(at) = r.cred.revoke_ms.get() {
             ctx.queue
                 .add_after(work::WorkKey::Revoke(r.cred.id().into()), Duration::from_millis((at - now).max(0) as u64));
@@ -89,7 +89,7 @@ pub async fn start_term(s: &Shared, tasks: &mut Supervisor) -> anyhow::Result<Ar
     }
     let timer = ctx.clone();
     tasks.spawn("rotations", async move {
-        let live_agents = |node: &Id| timer.store.state.read().live_agents_on(node);
+        let live_agents = |node: &Id| timer.store.read().live_agents_on(node);
         timer.rotations.run(&timer.queue, pass::STATUS_DEBOUNCE, live_agents).await
     });
     tasks.spawn("pass", pass::run(ctx.clone()));
@@ -111,7 +111,7 @@ struct Term {
 
 /// Campaigns for the lease and leads while holding it, until a term's task fails.
 pub async fn campaign(s: Shared) {
-    let Some(pool) = s.store.db.pg().cloned() else { return };
+    let Some(pool) = s.store.db().pg().cloned() else { return };
     let ttl = s.cfg.leader_lease;
     let renew_every = ttl / 3;
     let mut term: Option<Term> = None;
@@ -185,12 +185,12 @@ async fn try_lead(s: &Shared, pool: &sqlx::PgPool) -> Option<Term> {
         let _ = lease::release(pool, &fence).await;
         return None;
     }
-    s.store.db.set_fence(Some(fence.clone()));
+    s.store.db().set_fence(Some(fence.clone()));
     s.pass_clock.finished(crate::clock::now_ms());
     let mut tasks = Supervisor::default();
     if let Err(e) = start_term(s, &mut tasks).await {
         tracing::error!(error = %e, epoch = fence.epoch, "cannot start the leader's tasks; giving the lease up");
-        s.store.db.set_fence(None);
+        s.store.db().set_fence(None);
         let _ = lease::release(pool, &fence).await;
         return None;
     }
@@ -202,7 +202,7 @@ async fn try_lead(s: &Shared, pool: &sqlx::PgPool) -> Option<Term> {
 
 /// Ends a term: no leader write can start once the fence is gone; then the tasks stop.
 fn step_down(s: &Shared, mut t: Term, why: &str) {
-    s.store.db.set_fence(None);
+    s.store.db().set_fence(None);
     t.tasks.abort_all();
     s.role.set(false, None);
     s.metrics.leader.set(0);

@@ -24,8 +24,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// 10,000 nodes a two-second purge still held up to 64 MiB of freed pages above the heap in
 /// use while 1,000 nodes' replicas moved (desired bodies, a pass's rows and PAT calls freed
 /// faster than the purge gave them back), and that slack was the run's peak RSS. Purging at
-/// once took the peak from 219.5 to 191.6 MiB at the same CPU (docs/performance.md, session
-/// 16); earlier, with a larger heap churning more, a 250 ms purge had cost 7 CPU-seconds.
+/// once took the peak from 219.5 to 191.6 MiB at the same CPU (docs/performance-history.md#the-allocators-purge-pat-bookkeeping-by-node-a-backlog-without-duplicates-2026-12-03-session-16-issue-22); earlier, with a larger heap churning more, a 250 ms purge had cost 7 CPU-seconds.
 #[cfg(not(feature = "system-allocator"))]
 #[allow(unsafe_code)] // a symbol jemalloc looks up; no code runs
 #[export_name = "_rjem_malloc_conf"]

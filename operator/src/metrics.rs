@@ -1,4 +1,4 @@
-//! Prometheus metrics (SPEC §3.8), served on their own port. Values are pushed by the code
+//! Prometheus metrics (docs/behaviour.md#logs-and-metrics), served on their own port. Values are pushed by the code
 //! that knows them (the pass sets gauges from what it computed); encoding never calls back
 //! into the registry.
 
@@ -85,7 +85,7 @@ pub struct Metrics {
     pub memory_resident: Gauge,
     pub memory_active: Gauge,
     pub memory_metadata: Gauge,
-    /// 1 on the replica that holds the lease (always 1 on SQLite), else 0 (SPEC §3.9).
+    /// 1 on the replica that holds the lease (always 1 on SQLite), else 0 (docs/behaviour.md#high-availability).
     pub leader: Gauge,
 }
 

@@ -1,4 +1,4 @@
-//! Agents as the Control Plane describes them (SPEC §2.2). Parsing is lenient about unknown
+//! Agents as the Control Plane describes them (docs/behaviour.md#control-plane-calls-and-agent-descriptions). Parsing is lenient about unknown
 //! fields (the CP is usually newer than we are) and strict about what we act on: an item
 //! that does not parse, or whose key is not a valid name, is skipped whole with an error.
 
@@ -117,7 +117,7 @@ pub struct Agent {
 /// Most replicas one agent may ask for: a typo of `1000000` must not allocate a million slots.
 pub const MAX_REPLICAS: u32 = 1000;
 
-/// Longest drain an agent may ask for (SPEC §11): longer values are clamped, with a warning.
+/// Longest drain an agent may ask for (docs/behaviour.md#hardening): longer values are clamped, with a warning.
 pub const MAX_DRAIN_SECONDS: u64 = 3600;
 
 impl Agent {
@@ -138,7 +138,7 @@ impl Agent {
         self.skills.audiences.shrink_to_fit();
     }
 
-    /// The placement spec when this agent is placed at all (§5.1): running, of kind agent,
+    /// The placement spec when this agent is placed at all (docs/behaviour.md#placement): running, of kind agent,
     /// with a placement other than `none`.
     pub fn placed_spec(&self) -> Option<&PlacementSpec> {
         match (&self.placement, self.state, self.identity.kind) {
@@ -297,7 +297,7 @@ mod tests {
         assert_eq!(keys, vec!["Bad_Key", "broken", "weird"]);
     }
 
-    /// SPEC §11: a drain longer than an hour is clamped (the desired state carries the
+    /// docs/behaviour.md#hardening: a drain longer than an hour is clamped (the desired state carries the
     /// clamped value); a negative one is not a u64 and skips the item.
     #[test]
     fn drain_seconds_are_clamped_to_an_hour() {

@@ -35,8 +35,8 @@ impl Running {
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
         self.tasks.abort_all();
-        if let (Some(pool), Ok(Some(fence))) = (self.store.db.pg(), self.store.db.fence()) {
-            self.store.db.set_fence(None);
+        if let (Some(pool), Ok(Some(fence))) = (self.store.db().pg(), self.store.db().fence()) {
+            self.store.db().set_fence(None);
             match crate::store::lease::release(pool, &fence).await {
                 Ok(()) => tracing::info!(epoch = fence.epoch, "released the lease"),
                 Err(e) => tracing::warn!(error = %e, "cannot release the lease; it expires by itself"),
@@ -77,10 +77,10 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     );
     let metrics = Arc::new(Metrics::default());
     let mut tasks = Supervisor::default();
-    if let Some(writer) = store.db.take_writer_task() {
+    if let Some(writer) = store.db().take_writer_task() {
         tasks.adopt("writer", writer);
     }
-    let shared_store = store.db.is_shared();
+    let shared_store = store.db().is_shared();
     let role = if shared_store { Arc::new(Role::default()) } else { Role::single() };
     let shared = leader::Shared {
         cfg: cfg.clone(),
@@ -93,17 +93,11 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let ctx = match &cfg.credentials {
         Some(_) if shared_store => {
             tracing::info!(replica = %cfg.replica_name, url = %cfg.advertise_url, "on PostgreSQL: serving as one replica of several; campaigning for the lease");
-            let (follower, trigger) = (role.clone(), shared.trigger.clone());
-            tasks.spawn(
-                "follower",
-                crate::store::follow::run(
-                    store.clone(),
-                    cfg.replica_name.clone(),
-                    cfg.node_offline_after,
-                    move || follower.leading(),
-                    move || trigger.kick(),
-                ),
-            );
+            let (follower, trigger, followed) = (role.clone(), shared.trigger.clone(), store.clone());
+            let (me, offline_after) = (cfg.replica_name.clone(), cfg.node_offline_after);
+            tasks.spawn("follower", async move {
+                followed.follow(me, offline_after, move || follower.leading(), move || trigger.kick()).await
+            });
             tasks.spawn("lease", leader::campaign(shared.clone()));
             None
         }

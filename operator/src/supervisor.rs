@@ -1,11 +1,11 @@
-//! The controller's core tasks under one watch (SPEC §11, supervision): the pass loop, the
+//! The controller's core tasks under one watch (docs/behaviour.md#hardening, supervision): the pass loop, the
 //! workers, the database writer, the CP watcher, the report flusher, the mirror and the
 //! listeners. None of them is meant to end while the controller runs, so the first one that
 //! ends or panics is reported by name and the controller exits non-zero: an orchestrator
 //! restarts a process, but nobody restarts a task that died inside one that looks healthy.
 //!
 //! Chosen over restarting tasks in place: every task's state lives in the registry and the
-//! database, which a restart reloads whole (and the liveness grace of SPEC §3.6 covers the
+//! database, which a restart reloads whole (and the liveness grace of docs/behaviour.md#node-liveness covers the
 //! gap), whereas a task restarted in place would resume beside whatever broke it.
 
 use std::collections::HashMap;

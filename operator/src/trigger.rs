@@ -20,7 +20,7 @@ impl Trigger {
     }
 }
 
-/// When the last pass finished, for `/readyz` (SPEC §3.9): a controller whose passes
+/// When the last pass finished, for `/readyz` (docs/behaviour.md#high-availability): a controller whose passes
 /// stopped is not ready, so an orchestrator stops sending it traffic and can restart it.
 pub struct PassClock {
     finished_ms: AtomicI64,

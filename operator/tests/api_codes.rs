@@ -1,4 +1,4 @@
-//! Every status code of SPEC §3.3 and §4, produced over real HTTP against an in-process
+//! Every status code of docs/reference.md#http-api and docs/behaviour.md#node-protocol, produced over real HTTP against an in-process
 //! controller and devkit, with the precedence `503`, then `401`/`403`, then `413`/`400`.
 
 mod support;
@@ -143,7 +143,7 @@ async fn every_status_code_of_the_api() {
         let (s, v) = TestNode::new(&url, name, json!({"capacity": {"slots": 1}})).try_join(&key).await;
         assert_eq!((s.as_u16(), v["error"].as_str()), (401, Some("join_key_invalid")), "a key works once");
     }
-    // SPEC §10.1: the same node (name and public key) joining again while the key lasts — its
+    // docs/behaviour.md#node-lifecycle: the same node (name and public key) joining again while the key lasts — its
     // first `201` was lost — gets the same id and a new token; the old token stops working.
     let first = n1.clone();
     n1.join(&key).await;
@@ -246,7 +246,7 @@ async fn every_status_code_of_the_api() {
     assert!(statuses.contains(&429), "{statuses:?}");
     assert!(statuses.iter().all(|s| *s == 401 || *s == 429));
 
-    // Two joins racing with one key (SPEC §11): exactly one node is created. (After the
+    // Two joins racing with one key (docs/behaviour.md#hardening): exactly one node is created. (After the
     // second in which failed joins were throttled above.)
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let key3 = admin.join_key().await;

@@ -1,4 +1,4 @@
-//! Every route × every kind of bad credential → the exact code of SPEC §3.3/§3.7. Admin
+//! Every route × every kind of bad credential → the exact code of docs/reference.md#http-api and docs/behaviour.md#admin-tokens. Admin
 //! routes answer `401 invalid_token` or `403 insufficient_scope`; node routes
 //! `401 node_token_invalid`; the open routes answer anyway.
 
@@ -31,7 +31,7 @@ async fn every_route_by_every_bad_credential() {
     let last = bad_sig.pop().unwrap();
     bad_sig.push(if last == 'A' { 'B' } else { 'A' });
     let other_key = fleet_devkit::keys::Signer::generate(&dk.issuer());
-    // Forgeries (SPEC §11): no signature at all, and HS256 "signed" with the public key as
+    // Forgeries (docs/behaviour.md#hardening): no signature at all, and HS256 "signed" with the public key as
     // the HMAC secret (the classic key-confusion attack); and claims the rules refuse.
     let b64 = |v: serde_json::Value| {
         use base64::Engine;
@@ -72,7 +72,7 @@ async fn every_route_by_every_bad_credential() {
         ("GET", "/api/v1/placements".into(), Kind::Read),
         ("GET", "/api/v1/nodes/me/desired".into(), Kind::Node),
         ("PUT", "/api/v1/nodes/me/observed".into(), Kind::Node),
-        // SPEC §10: the day-two routes.
+        // docs/behaviour.md#day-two-operations: the day-two routes.
         ("POST", format!("/api/v1/nodes/{}:cordon", node.id), Kind::Admin),
         ("POST", format!("/api/v1/nodes/{}:drain", node.id), Kind::Admin),
         ("POST", format!("/api/v1/nodes/{}:uncordon", node.id), Kind::Admin),
@@ -114,7 +114,7 @@ async fn every_route_by_every_bad_credential() {
     }
     assert_eq!(checked, routes.len() * tokens.len());
     // The open routes answer whatever the credential; the web view's files hold no data and
-    // keep the page to this origin (SPEC §10.5).
+    // keep the page to this origin (docs/behaviour.md#web-view).
     for token in ["", "not-a-jwt"] {
         for path in ["/healthz", "/ui", "/ui/app.js", "/ui/app.css"] {
             let mut req = http.get(format!("{url}{path}"));

@@ -82,7 +82,7 @@ fn help_and_version() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("--ttl"));
     let out = bin().arg("--version").output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("fleet-controller "));
-    // `--version` works on every subcommand, as the SPEC asks (§3.2).
+    // `--version` works on every subcommand, as docs/reference.md#fleet-controller-commands says.
     for cmd in ["serve", "join-key", "healthcheck", "openapi", "crds", "dev"] {
         let out = bin().args([cmd, "--version"]).output().unwrap();
         assert!(out.status.success(), "{cmd} --version: {}", String::from_utf8_lossy(&out.stderr));
@@ -106,6 +106,10 @@ async fn dev_prints_token_key_and_node_line() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains(&format!("export FLEET_URL=http://127.0.0.1:{p1} FLEET_TOKEN=ey")), "{text}");
+    assert!(
+        text.contains(&format!("web view              http://127.0.0.1:{p1}/ui\n")),
+        "the web view's address: {text}"
+    );
     assert!(text.contains("cargo run -q -p fleetctl -- nodes"), "the ready fleetctl line: {text}");
     assert!(text.contains("Join key (one use, 1 h): fjk_"), "{text}");
     assert!(text.contains("fleet-node -- --config"), "{text}");

@@ -1,4 +1,4 @@
-//! Reading agents from the CP (SPEC §2.2, §3.4 step 1): every page followed, `If-None-Match`
+//! Reading agents from the CP (docs/behaviour.md#control-plane-calls-and-agent-descriptions, docs/behaviour.md#the-reconcile-pass step 1): every page followed, `If-None-Match`
 //! honoured, invalid items skipped whole, and the last known list used — across a restart —
 //! while the CP is down.
 
@@ -143,7 +143,7 @@ async fn a_replaced_agent_list_is_let_go() {
         (admin.placements().await.iter().filter(|i| i["status"] == "placed").count() == 2).then_some(())
     })
     .await;
-    let old = std::sync::Arc::downgrade(&ctx.store.state.read().agents);
+    let old = std::sync::Arc::downgrade(&ctx.store.read().agents());
     dk.edit_agent("a1", |a| a["revision"] = json!(2));
     eventually(15, "the edit placed at revision 2", || async {
         let p = admin.placements().await;
@@ -159,16 +159,17 @@ async fn a_replaced_agent_list_is_let_go() {
 async fn a_new_etag_over_the_same_agents_keeps_the_list() {
     let (dk, _dir, running) = with_two_agents().await;
     let ctx = running.ctx.clone().unwrap();
-    let state = || ctx.store.state.read();
-    eventually(15, "both agents read", || async { (state().agents.len() == 2).then_some(()) }).await;
-    let (list, etag) = (state().agents.clone(), state().agents_etag.clone());
+    let state = || ctx.store.read();
+    eventually(15, "both agents read", || async { (state().agents().len() == 2).then_some(()) }).await;
+    let (list, etag) = (state().agents().clone(), state().agents_etag().map(String::from));
     dk.touch();
-    eventually(15, "the new ETag taken", || async { (state().agents_etag != etag).then_some(()) }).await;
-    assert!(std::sync::Arc::ptr_eq(&list, &state().agents), "the same list, not a copy of it");
+    eventually(15, "the new ETag taken", || async { (state().agents_etag().map(String::from) != etag).then_some(()) })
+        .await;
+    assert!(std::sync::Arc::ptr_eq(&list, &state().agents()), "the same list, not a copy of it");
     let reads = dk.calls("list_agents");
     dk.edit_agent("a1", |a| a["revision"] = json!(2));
     eventually(15, "an edit still replaces it", || async {
-        (!std::sync::Arc::ptr_eq(&list, &state().agents)).then_some(())
+        (!std::sync::Arc::ptr_eq(&list, &state().agents())).then_some(())
     })
     .await;
     assert!(dk.calls("list_agents") > reads);

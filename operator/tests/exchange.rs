@@ -1,6 +1,6 @@
-//! The exchange (SPEC §4.2): one request that carries the observed report and is held like
+//! The exchange (docs/behaviour.md#desired-state-and-observed-report): one request that carries the observed report and is held like
 //! the long-poll, so a node keeps one connection; and the node routes' own HTTP/1.1 path
-//! (`http::nodeconn`) on raw sockets: keep-alive, HTTP/1.0, pipelining, the limits of SPEC §11,
+//! (`http::nodeconn`) on raw sockets: keep-alive, HTTP/1.0, pipelining, the limits of docs/behaviour.md#hardening,
 //! a closed connection giving its hold back, and the hand-over of other requests to hyper.
 
 mod support;
@@ -222,7 +222,7 @@ async fn node_connections_keep_alive_and_hold_the_limits_of_the_api() {
         assert!(closed_within(&mut sock, 5).await, "closed after the answer");
     }
 
-    // The limits of SPEC §11 on this path: 401 before 413, a head over 64 KiB, a body over
+    // The limits of docs/behaviour.md#hardening on this path: 401 before 413, a head over 64 KiB, a body over
     // 1 MiB, a trickled body (408 after 10 s).
     let mut sock = TcpStream::connect(addr).await.unwrap();
     sock.write_all(&exchange_request("fnt_unknown", "wait=0", &report)).await.unwrap();

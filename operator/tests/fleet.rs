@@ -1,5 +1,5 @@
 //! The controller with devkit over real HTTP on 127.0.0.1, the controller as a real process:
-//! placement per SPEC §5.1, long-poll wake-ups, liveness and moves, CP statuses, and a
+//! placement per docs/behaviour.md#placement, long-poll wake-ups, liveness and moves, CP statuses, and a
 //! `SIGKILL` + restart that loses nothing and marks no node offline by itself.
 
 mod support;
@@ -83,7 +83,7 @@ async fn fleet_places_wakes_moves_reports_and_survives_sigkill() {
     assert_eq!(nodes.iter().find(|n| n["name"] == "n-a").unwrap()["secrets"], json!(["github-token"]));
     let (ra, rb, rc) = (Reporter::start(a.clone()), Reporter::start(b.clone()), Reporter::start(c.clone()));
 
-    // All agents appear at once, so placement of new replicas is exactly §5.1's order.
+    // All agents appear at once, so placement of new replicas is exactly the order of docs/behaviour.md#placement.
     let alpha = agent("alpha", "claude-code", 2);
     let beta = with(agent("beta", "claude-code", 1), |v| v["placement"]["requires"] = json!(["repos"]));
     let delta = with(agent("delta", "claude-code", 1), |v| v["placement"]["secrets"] = json!(["github-token"]));
@@ -106,7 +106,7 @@ async fn fleet_places_wakes_moves_reports_and_survives_sigkill() {
         row("zeta", "-", 1, "pending", "no_label"),
     ]
     .into();
-    eventually(15, "placements per §5.1", || async {
+    eventually(15, "placements per docs/behaviour.md#placement", || async {
         let got = summary(&admin.placements().await, &names);
         (got == expected).then_some(())
     })

@@ -1,4 +1,4 @@
-//! High availability on PostgreSQL (SPEC §3.9), with three real controller processes on one
+//! High availability on PostgreSQL (docs/behaviour.md#high-availability), with three real controller processes on one
 //! PostgreSQL the test starts itself: one leader, every replica serving joins, reports,
 //! long-polls and admin reads; a takeover after the leader's `SIGKILL`; and a deposed leader
 //! whose write is refused by the fence.
@@ -248,7 +248,7 @@ async fn one_leader_every_replica_serves_and_a_killed_leader_is_replaced() {
     for n in Admin::new(&other, token.clone()).nodes().await {
         assert_eq!(n["status"], "online", "the takeover alone marks no node offline: {n}");
     }
-    // Day-two operations from a follower (SPEC §10): a drain asked there empties n1 by the
+    // Day-two operations from a follower (docs/behaviour.md#day-two-operations): a drain asked there empties n1 by the
     // leader's passes, and its events are read back through the other replica.
     let drainer = Admin::new(&other, token.clone());
     let busy = items.iter().find(|i| i["status"] == "placed").unwrap()["nodeId"].as_str().unwrap().to_string();

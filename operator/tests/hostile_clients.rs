@@ -1,5 +1,5 @@
 //! What a client without credentials can do to the controller's memory and sockets, bounded
-//! (SPEC §11): at most `FLEET_MAX_CONNECTIONS` connections (the rest closed at accept and
+//! (docs/behaviour.md#hardening): at most `FLEET_MAX_CONNECTIONS` connections (the rest closed at accept and
 //! counted), a request head of at most 64 KiB (`431`), a body that must arrive within 10 s of
 //! its head (`408 request_timeout`), and a join body of at most 64 KiB (`413`).
 

@@ -1,4 +1,4 @@
-//! IAM refusing (SPEC §5.2): `403`, `422 invalid_scope_ceiling`, `422 expiry_too_long` keep
+//! IAM refusing (docs/behaviour.md#identity-and-pats): `403`, `422 invalid_scope_ceiling`, `422 expiry_too_long` keep
 //! that agent `pending` with `identity_pending` and the error in the message, while other
 //! agents are unaffected; `service` agents are never touched; `placement: none` agents get a
 //! principal and no PAT.

@@ -1,4 +1,4 @@
-//! Agent identity and PATs (SPEC §2.1, §5.2) with the controller as a real process: the
+//! Agent identity and PATs (docs/behaviour.md#iam-calls, docs/behaviour.md#identity-and-pats) with the controller as a real process: the
 //! right audiences and scopes, sealed to one node, revoked on stop, rotated before expiry,
 //! an IAM outage that blocks only new agents, exactly one live PAT after a `SIGKILL` between
 //! issuing and storing, and no plaintext PAT in the store or the logs.
@@ -33,7 +33,7 @@ async fn pats_are_scoped_sealed_rotated_revoked_and_idempotent() {
     b.join(&admin.join_key().await).await;
     let reporter = keep_reporting(vec![a.clone(), b.clone()]);
 
-    // Audiences and scopes per §5.2; sealed to n-a only.
+    // Audiences and scopes per docs/behaviour.md#identity-and-pats; sealed to n-a only.
     let mut scoped = agent("scoped", "k", 1);
     scoped["identity"]["iam"] = json!({"audiences": ["notification-service", "billing"]});
     scoped["drainSeconds"] = json!(1);
@@ -53,7 +53,7 @@ async fn pats_are_scoped_sealed_rotated_revoked_and_idempotent() {
     assert_eq!(d["agents"][0]["identity"]["principalId"], rec.principal_id.as_str());
     assert_eq!(dk.identity("scoped").unwrap()["iamPrincipalId"], rec.principal_id.as_str());
 
-    // Stopping the agent revokes its PAT once the node's 30 s stop has run (SPEC §5.2;
+    // Stopping the agent revokes its PAT once the node's 30 s stop has run (docs/behaviour.md#identity-and-pats;
     // `revocation.rs` holds the timing).
     dk.edit_agent("scoped", |v| v["state"] = json!("stopped"));
     eventually(45, "stopped agent's PAT revoked", || async {

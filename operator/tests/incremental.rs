@@ -125,9 +125,9 @@ async fn incremental_passes_match_a_full_recompute_through_a_fleet_history() {
     .await;
     audited(&ctx, "adding agents").await;
     eventually(20, "every PAT issued", || async {
-        let st = ctx.store.state.read();
+        let st = ctx.store.read();
         let pairs: std::collections::HashSet<_> =
-            st.outcome.bindings.iter().map(|(a, _, n)| (a.clone(), n.clone())).collect();
+            st.outcome().bindings.iter().map(|(a, _, n)| (a.clone(), n.clone())).collect();
         let live = st.live_creds().count();
         (live == pairs.len() && live > 0).then_some(())
     })
@@ -145,7 +145,7 @@ async fn incremental_passes_match_a_full_recompute_through_a_fleet_history() {
     // A revision bump (no placement change) reaches a1's nodes with a new generation.
     let a1_node = nodes
         .iter()
-        .find(|n| n.id == ctx.store.state.read().outcome.bindings.of_agent("a1").next().unwrap().1.to_string())
+        .find(|n| n.id == ctx.store.read().outcome().bindings.of_agent("a1").next().unwrap().1.to_string())
         .unwrap()
         .clone();
     let before = a1_node.generation().await;
@@ -236,7 +236,7 @@ async fn incremental_passes_match_a_full_recompute_through_a_fleet_history() {
     let running = fleet_controller::server::start(cfg).await.unwrap();
     let ctx = running.ctx.clone().unwrap();
     eventually(20, "the restarted controller has its placements", || async {
-        (!ctx.store.state.read().outcome.bindings.is_empty()).then_some(())
+        (!ctx.store.read().outcome().bindings.is_empty()).then_some(())
     })
     .await;
     audited(&ctx, "a restart").await;
@@ -266,7 +266,7 @@ async fn a_delivered_pats_box_is_let_go_and_read_back_for_the_next_desired_state
     .await;
     let pat = node.open_pat(&first, "a1").expect("n1's key opens a1's PAT");
     let pair: (fleet_controller::model::Id, fleet_controller::model::Id) = ("a1".into(), node.id.as_str().into());
-    let has_box = || ctx.store.state.read().live_cred(&pair).map(|c| c.sealed.has_box());
+    let has_box = || ctx.store.read().live_cred(&pair).map(|c| c.sealed.has_box());
     assert_eq!(has_box(), Some(true), "held until the node has it");
 
     // The node asks with the generation it has: the box is let go.
@@ -287,7 +287,7 @@ async fn a_delivered_pats_box_is_let_go_and_read_back_for_the_next_desired_state
     assert!(node.open_pat(&second, "a2").is_some());
     assert_eq!(has_box(), Some(false));
     let a2: (fleet_controller::model::Id, fleet_controller::model::Id) = ("a2".into(), node.id.as_str().into());
-    let a2_has_box = || ctx.store.state.read().live_cred(&a2).map(|c| c.sealed.has_box());
+    let a2_has_box = || ctx.store.read().live_cred(&a2).map(|c| c.sealed.has_box());
     assert_eq!(a2_has_box(), Some(true));
     node.desired(second["generation"].as_u64(), 0).await;
     assert_eq!(a2_has_box(), Some(false), "a2's box goes once n1 has it too");

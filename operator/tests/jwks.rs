@@ -1,4 +1,4 @@
-//! The JWKS of admin tokens (SPEC §11): refreshed in the background, so a key IAM retired is
+//! The JWKS of admin tokens (docs/behaviour.md#hardening): refreshed in the background, so a key IAM retired is
 //! refused after the next refresh and its successor is accepted; a failed or empty fetch keeps
 //! the last keys; and a token whose key is known is verified without waiting for a fetch
 //! that is under way. devkit rotates its signing key the way IAM would.

@@ -1,4 +1,4 @@
-//! Observability (SPEC §3.8): JSON logs when asked, one event per state change with the node
+//! Observability (docs/behaviour.md#logs-and-metrics): JSON logs when asked, one event per state change with the node
 //! and agent as fields, and the metric families on their own port.
 
 mod support;

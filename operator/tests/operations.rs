@@ -1,4 +1,4 @@
-//! Day-two operations through the API (SPEC §10.1–§10.3): cordon, drain, uncordon and delete
+//! Day-two operations through the API (docs/behaviour.md#node-lifecycle, docs/behaviour.md#why-an-agent-is-where-it-is and docs/behaviour.md#events): cordon, drain, uncordon and delete
 //! as placement, PATs, node tokens and the event history see them; the lifecycle surviving a
 //! restart; a drain that blocks and one forced; paging of the list routes.
 

@@ -1,4 +1,4 @@
-//! When a retired pair's PAT is revoked (SPEC §5.2 as amended): the agent left that node's
+//! When a retired pair's PAT is revoked (docs/behaviour.md#identity-and-pats): the agent left that node's
 //! desired state, so the node stops its container with a 30 s timeout whatever the agent's
 //! `drainSeconds`; the PAT lives exactly that long — not the 5 s an agent with
 //! `drainSeconds: 5` would suggest (its last run could not report), nor the 600 s of one with

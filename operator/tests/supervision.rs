@@ -1,4 +1,4 @@
-//! Supervision (SPEC §11) and readiness (SPEC §3.9) of the real controller binary: a core
+//! Supervision (docs/behaviour.md#hardening) and readiness (docs/behaviour.md#high-availability) of the real controller binary: a core
 //! task that ends takes the process down non-zero with a log line naming it, for each kind of
 //! core task; `/readyz` turns 503 while passes stop and 200 again when they resume. Tasks are
 //! ended and passes stalled through the test-only failpoints (`FLEET_FAILPOINTS`).

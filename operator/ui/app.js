@@ -1,4 +1,4 @@
-// The Fleet web view (SPEC §10.5): read-only pages over the controller's JSON API, built with
+// The Fleet web view (docs/behaviour.md#web-view): read-only pages over the controller's JSON API, built with
 // DOM calls (never innerHTML with data), refreshed every few seconds in place. The admin
 // token lives in sessionStorage: this tab only, never in a URL.
 'use strict';
@@ -157,7 +157,7 @@
       e.hint ? h('p', { class: 'hint', id: 'hint' }, h('strong', {}, 'What to do: '), e.hint) : null,
       table('Where each replica is', ['Replica', 'Node', 'State', 'Message'],
         e.replicas.map((r) => [r.replica, r.node ? link('#/nodes/' + enc(r.node), r.node) : '–', badge(r.state, tone(r.state)), dash(r.message)]), [0]),
-      table('Placement filters, in order (SPEC §5.1)', ['Filter', 'Nodes before', 'Excluded', 'Detail'],
+      table('Placement filters, in order', ['Filter', 'Nodes before', 'Excluded', 'Detail'],
         e.filters.map((f) => [f.filter, f.before, f.excluded, filterDetail(f)]), [1, 2]),
       table(`Node verdicts (${verdicts.length}${verdicts.length > shown.length ? ', first 200: those that do not fit first' : ''})`,
         ['Node', 'Fits', 'Reason', 'Detail'],

@@ -49,7 +49,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- default .Release.Namespace .Values.mirror.namespace }}
 {{- end }}
 
-{{/* The HA mode (SPEC §3.9): the store is PostgreSQL. */}}
+{{/* The HA mode (docs/behaviour.md#high-availability): the store is PostgreSQL. */}}
 {{- define "fleet.ha" -}}
 {{- if or .Values.database.existingSecret .Values.database.url (hasPrefix "postgres" .Values.databaseUrl) }}true{{ end }}
 {{- end }}

@@ -63,9 +63,8 @@ pub async fn list_nodes(
     app.jwks.admin(&headers, SCOPE_READ).await?;
     let page = Page::parse(&q)?;
     let now = clock::now_ms();
-    let st = app.store.state.read();
-    let mut nodes: Vec<&NodeRec> =
-        st.nodes.values().map(|n| &**n).filter(|n| page.after.as_deref().is_none_or(|a| &*n.name > a)).collect();
+    let st = app.store.read();
+    let mut nodes: Vec<&NodeRec> = st.nodes().filter(|n| page.after.as_deref().is_none_or(|a| &*n.name > a)).collect();
     nodes.sort_unstable_by(|a, b| a.name.cmp(&b.name));
     let Some(limit) = page.limit else {
         let ids: Arc<[Id]> = nodes.into_iter().map(|n| n.id.clone()).collect();
@@ -86,7 +85,7 @@ const NODE_CHUNK: usize = 500;
 /// of the registry: the whole list at 10,000 nodes is ~9 MB of views and JSON.
 fn whole_node_list(app: Arc<App>, ids: Arc<[Id]>, now: i64) -> Body {
     stream_items(0, move |start, items| {
-        let st = app.store.state.read();
+        let st = app.store.read();
         node_chunk(&st, app.offline_after, &ids, start, now, items)
     })
 }
@@ -102,7 +101,7 @@ fn node_chunk(
     items: &mut Items,
 ) -> Option<usize> {
     let end = (start + NODE_CHUNK).min(ids.len());
-    for n in ids[start..end].iter().filter_map(|id| st.nodes.get(id)) {
+    for n in ids[start..end].iter().filter_map(|id| st.node(id)) {
         items.push(&st.node_view(n, now, offline_after));
     }
     (end < ids.len()).then_some(end)
@@ -118,11 +117,11 @@ pub async fn get_node(
     Path(id): Path<String>,
 ) -> Result<Json<NodeDetail>, ApiError> {
     app.jwks.admin(&headers, SCOPE_READ).await?;
-    let st = app.store.state.read();
-    let n = st.resolve(&id).and_then(|id| st.nodes.get(&id)).ok_or_else(|| super::ops::unknown_node(&id))?;
+    let st = app.store.read();
+    let n = st.resolve(&id).and_then(|id| st.node(&id)).ok_or_else(|| super::ops::unknown_node(&id))?;
     Ok(Json(NodeDetail {
         node: st.node_view(n, clock::now_ms(), app.offline_after),
-        generation: st.desired.get(&n.id).map(|d| d.generation).unwrap_or(0),
+        generation: st.desired(&n.id).map(|d| d.generation).unwrap_or(0),
         applied_generation: n.info.applied_generation,
         replicas: n.info.replicas.iter().map(crate::store::Seen::to_report).collect(),
     }))
@@ -140,7 +139,7 @@ pub async fn list_placements(
 ) -> Result<Response, ApiError> {
     app.jwks.admin(&headers, SCOPE_READ).await?;
     let page = Page::parse(&q)?;
-    let placements = app.store.state.read().placements.clone();
+    let placements = app.store.read().placements().clone();
     let Some(limit) = page.limit else {
         return Ok(([(header::CONTENT_TYPE, "application/json")], whole_list(placements)).into_response());
     };
@@ -163,9 +162,9 @@ pub async fn list_placements(
     }
     // A page names its nodes: the reader needs no whole node list to show them.
     let names = {
-        let st = app.store.state.read();
+        let st = app.store.read();
         let ids = items.iter().filter_map(|v: &PlacementView| v.node_id.as_deref());
-        ids.filter_map(|id| st.nodes.get(id).map(|n| (id.to_string(), n.name.to_string()))).collect()
+        ids.filter_map(|id| st.node(id).map(|n| (id.to_string(), n.name.to_string()))).collect()
     };
     Ok(Json(List { items, next_cursor, node_names: Some(names) }).into_response())
 }
@@ -305,19 +304,15 @@ mod tests {
     fn the_unpaged_node_list_streams_in_chunks_and_leaves_out_deleted_nodes() {
         let after = Duration::from_secs(60);
         for n in [0, 1, NODE_CHUNK, NODE_CHUNK + 1, 1_203] {
-            let mut st = crate::store::State::default();
-            for i in 0..n {
-                let rec = node(i);
-                st.nodes.insert(rec.id.clone(), Box::new(rec));
-            }
+            let mut st = (0..n).fold(crate::store::State::default(), |st, i| st.with_node(node(i)));
             let ids: Vec<Id> = (0..n).map(|i| Id::from(format!("id-{i}"))).collect();
             // Deleted after the list was taken: the first node of the second chunk.
             if n > NODE_CHUNK {
-                st.nodes.remove(&ids[NODE_CHUNK]);
+                st = st.without_node(&ids[NODE_CHUNK]);
             }
             let body = chunks(0, |start, items| node_chunk(&st, after, &ids, start, 0, items)).concat();
             let views: Vec<NodeView> =
-                ids.iter().filter_map(|id| st.nodes.get(id)).map(|r| st.node_view(r, 0, after)).collect();
+                ids.iter().filter_map(|id| st.node(id)).map(|r| st.node_view(r, 0, after)).collect();
             let whole = serde_json::to_vec(&List::page(views, None)).unwrap();
             assert_eq!(String::from_utf8(body).unwrap(), String::from_utf8(whole).unwrap(), "{n} nodes");
         }

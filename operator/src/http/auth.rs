@@ -1,4 +1,4 @@
-//! Who is calling. Admin routes take an IAM-issued JWT (SPEC §3.7): signature against the
+//! Who is calling. Admin routes take an IAM-issued JWT (docs/behaviour.md#admin-tokens): signature against the
 //! JWKS (RS256, ES256 or EdDSA), issuer, audience, `exp`/`nbf` with 60 s leeway, scopes from
 //! the space-separated `scope` claim; `fleet:admin` implies `fleet:read`. Node routes take
 //! the node token, looked up by its hash.
@@ -35,12 +35,12 @@ pub async fn node(store: &Store, headers: &HeaderMap, offline_after: std::time::
 /// The node a bearer token belongs to (`401 node_token_invalid` for none).
 pub async fn node_by_token(store: &Store, token: Option<&str>, offline_after: Duration) -> Result<Id, ApiError> {
     let token = token.ok_or_else(ApiError::node_token_invalid)?;
-    if let Some(id) = store.state.read().node_id_by_token(token) {
+    if let Some(id) = store.read().node_id_by_token(token) {
         return Ok(id);
     }
-    // Several replicas (SPEC §3.9): the node may have joined on another one a moment ago,
+    // Several replicas (docs/behaviour.md#high-availability): the node may have joined on another one a moment ago,
     // before this replica heard of it. The database says; one indexed read per unknown token.
-    if store.db.is_shared() {
+    if store.db().is_shared() {
         match store.learn_node_by_token(token, offline_after).await {
             Ok(Some(id)) => return Ok(id),
             Ok(None) => {}
@@ -77,7 +77,7 @@ impl KeySet {
     }
 }
 
-/// The keys that sign admin tokens (SPEC §3.7, §11): refreshed in the background every
+/// The keys that sign admin tokens (docs/behaviour.md#admin-tokens, docs/behaviour.md#hardening): refreshed in the background every
 /// `FLEET_JWKS_REFRESH_SECONDS` (10 minutes) and on an unknown `kid` at most once a minute.
 /// A key that left the JWKS is refused after the next refresh; a failed or empty fetch keeps
 /// the last keys; verifying a token whose key is known never waits for a fetch.

@@ -1,4 +1,4 @@
-//! Reading JSON bodies after authentication, so the precedence of SPEC §3.3 holds
+//! Reading JSON bodies after authentication, so the precedence of docs/reference.md#http-api holds
 //! (`401`/`403` before `413`/`400`), with the 1 MiB limit and errors naming the field.
 
 use super::error::ApiError;
@@ -7,9 +7,9 @@ use axum::http::HeaderMap;
 use serde::de::DeserializeOwned;
 
 pub const LIMIT: usize = 1024 * 1024;
-/// A join body is at most this (SPEC §11): a join announces a node, nothing large.
+/// A join body is at most this (docs/behaviour.md#hardening): a join announces a node, nothing large.
 pub const JOIN_LIMIT: usize = 64 * 1024;
-/// A body must arrive within this of its head (SPEC §11); a trickled body is answered `408`.
+/// A body must arrive within this of its head (docs/behaviour.md#hardening); a trickled body is answered `408`.
 pub const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Whether a body-read error is the length limit (http-body-util's `LengthLimitError`,

@@ -32,7 +32,7 @@ impl ApiError {
     pub fn node_token_invalid() -> Self {
         Self::new(StatusCode::UNAUTHORIZED, codes::NODE_TOKEN_INVALID, "the node token is missing, unknown or revoked")
     }
-    /// The message names the bad field; what the client sent in it is bounded (SPEC §11): a
+    /// The message names the bad field; what the client sent in it is bounded (docs/behaviour.md#hardening): a
     /// field name of 60,000 characters makes no 60,000-character answer or log line.
     pub fn invalid_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, codes::INVALID_REQUEST, bounded(&message.into()))
@@ -54,7 +54,7 @@ impl ApiError {
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, codes::NOT_FOUND, message)
     }
-    /// `/readyz` when this replica cannot serve (SPEC §3.9).
+    /// `/readyz` when this replica cannot serve (docs/behaviour.md#high-availability).
     pub fn not_ready(message: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, codes::NOT_READY, message)
     }
@@ -82,7 +82,7 @@ fn bounded(message: &str) -> String {
 }
 
 /// A string from a request as it may appear in a message or a log line: at most 200
-/// characters, control characters escaped (SPEC §11).
+/// characters, control characters escaped (docs/behaviour.md#hardening).
 pub fn cut(s: &str) -> String {
     s.chars().take(200).collect::<String>().escape_debug().to_string()
 }

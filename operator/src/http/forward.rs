@@ -1,4 +1,4 @@
-//! Admin reads on a follower (SPEC §3.9). What the admin API reads — placements, verdicts,
+//! Admin reads on a follower (docs/behaviour.md#high-availability). What the admin API reads — placements, verdicts,
 //! explanations, the summary — is computed by the leader's pass, so a replica that does not
 //! lead sends such a request on to the replica that does (the URL it advertised in the lease)
 //! and answers with the leader's answer, as Vault standbys and Nomad followers do. Writes

@@ -1,4 +1,4 @@
-//! The HTTP API (SPEC §3.3): admin routes, the node protocol and the long-poll, with the
+//! The HTTP API (docs/reference.md#http-api): admin routes, the node protocol and the long-poll, with the
 //! `503 not_configured` gate in front of everything but `/healthz` and `/openapi.json`.
 
 pub mod admin;
@@ -28,11 +28,11 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Failed joins allowed per second, all sources together (SPEC §3.3).
+/// Failed joins allowed per second, all sources together (docs/reference.md#http-api).
 pub const MAX_FAILED_JOINS_PER_SECOND: u32 = 20;
 
 /// The reconciler as the HTTP side knows it: a trigger to kick, a clock to read, and whether
-/// this replica leads (SPEC §3.9).
+/// this replica leads (docs/behaviour.md#high-availability).
 #[derive(Clone)]
 pub struct Reconciler {
     pub trigger: Arc<Trigger>,
@@ -108,14 +108,14 @@ pub async fn healthz() -> Json<fleet_api::Healthz> {
     Json(fleet_api::Healthz { status: "ok".into() })
 }
 
-/// Readiness (SPEC §3.9): 200 while the store answers and, on the leader, the last pass
+/// Readiness (docs/behaviour.md#high-availability): 200 while the store answers and, on the leader, the last pass
 /// finished within 3 × `FLEET_RECONCILE_SECONDS` + 30 s; 503 otherwise, and in the
 /// not-configured mode. A follower that reaches its store can serve.
 #[utoipa::path(get, path = "/readyz", tag = "health",
     responses((status = 200, body = fleet_api::Healthz), (status = 503, description = "not_ready or not_configured", body = ErrorBody)))]
 pub async fn readyz(State(app): State<Arc<App>>) -> Result<Json<fleet_api::Healthz>, ApiError> {
     let Some(r) = &app.reconciler else { return Err(ApiError::not_configured()) };
-    if let Err(e) = app.store.db.ping().await {
+    if let Err(e) = app.store.db().ping().await {
         return Err(ApiError::not_ready(format!("the store does not answer: {e}")));
     }
     if !r.role.leading() {
@@ -135,7 +135,7 @@ async fn not_found() -> ApiError {
     ApiError::not_found("no such route")
 }
 
-/// A known path with another method: `405` with the JSON error body (SPEC §3.3).
+/// A known path with another method: `405` with the JSON error body (docs/reference.md#http-api).
 async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
     ApiError::method_not_allowed(method.as_str(), uri.path())
 }

@@ -1,4 +1,4 @@
-//! The node protocol (SPEC §4): join with a one-time key, the desired-state long-poll and
+//! The node protocol (docs/behaviour.md#node-protocol): join with a one-time key, the desired-state long-poll and
 //! the observed report.
 
 use super::auth;
@@ -18,7 +18,7 @@ use std::time::Duration;
 /// Longest a desired-state poll may be held.
 pub const MAX_WAIT_SECONDS: u64 = 60;
 
-/// Join with a one-time key (§4.1). The node token is shown once.
+/// Join with a one-time key (docs/behaviour.md#joining). The node token is shown once.
 #[utoipa::path(post, path = "/api/v1/nodes:join", tag = "node", request_body = JoinRequest,
     responses((status = 201, body = JoinResponse),
               (status = 400, description = "invalid_request", body = ErrorBody),
@@ -82,7 +82,7 @@ pub async fn join_with(app: &App, body: Result<&[u8], &ApiError>) -> Result<Repl
     }
 }
 
-/// What a node route answers when it succeeds, with the exchange offered (SPEC §4.2).
+/// What a node route answers when it succeeds, with the exchange offered (docs/behaviour.md#desired-state-and-observed-report).
 #[derive(Debug)]
 pub enum Reply {
     /// `201` with the join's answer.
@@ -188,9 +188,9 @@ pub async fn hold(app: &App, node: &Id, wait: Wait) -> Result<Reply, ApiError> {
         return Err(ApiError::node_token_invalid());
     };
     // The node has a newer generation than this replica: another replica served it before
-    // this one heard of it (SPEC §3.9). Read it from the database rather than answer with an
+    // this one heard of it (docs/behaviour.md#high-availability). Read it from the database rather than answer with an
     // older one.
-    if wait.since.is_some_and(|s| s > generation) && app.store.db.is_shared() {
+    if wait.since.is_some_and(|s| s > generation) && app.store.db().is_shared() {
         if let Err(e) = Box::pin(app.store.refresh_desired(node)).await {
             tracing::warn!(error = %e, "cannot read a node's newest desired state; answering with this replica's");
         }
@@ -207,10 +207,10 @@ pub async fn hold(app: &App, node: &Id, wait: Wait) -> Result<Reply, ApiError> {
     if wait.seconds == 0 {
         return Ok(Reply::NotModified);
     }
-    let Some(_held) = app.store.hub.hold(node) else {
+    let Some(_held) = app.store.hub().hold(node) else {
         return Err(ApiError::too_many("this node already holds the most long-polls allowed (4)"));
     };
-    let mut rx = app.store.hub.subscribe(node);
+    let mut rx = app.store.hub().subscribe(node);
     // A bump between the read above and the subscription is seen here.
     if let Some((g, body)) = app.store.desired_body(node) {
         if g != generation {
@@ -221,7 +221,7 @@ pub async fn hold(app: &App, node: &Id, wait: Wait) -> Result<Reply, ApiError> {
     match app.store.desired_body(node) {
         Some((g, body)) if g != generation => Box::pin(desired_reply(app, node, body)).await,
         Some(_) => Ok(Reply::NotModified),
-        // Deleted while the poll was held (SPEC §10.1).
+        // Deleted while the poll was held (docs/behaviour.md#node-lifecycle).
         None => Err(ApiError::node_token_invalid()),
     }
 }
@@ -241,7 +241,7 @@ async fn desired_reply(app: &App, node: &Id, body: Option<Bytes>) -> Result<Repl
     }
 }
 
-/// What the node has (§4.2). Unknown fields are refused, naming the field.
+/// What the node has (docs/behaviour.md#desired-state-and-observed-report). Unknown fields are refused, naming the field.
 #[utoipa::path(put, path = "/api/v1/nodes/me/observed", tag = "node", security(("node" = [])), request_body = ObservedReport,
     responses((status = 204, description = "accepted (or ignored as stale)"),
               (status = 400, description = "invalid_request", body = ErrorBody),
@@ -254,7 +254,7 @@ pub async fn observed(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
     Ok(Reply::Accepted)
 }
 
-/// The report and the long-poll in one request, so a node keeps one connection (SPEC §4.2):
+/// The report and the long-poll in one request, so a node keeps one connection (docs/behaviour.md#desired-state-and-observed-report):
 /// the body is taken as by `PUT observed`, then the answer is that of `GET desired` with the
 /// same `since` and `wait`. A refused report is answered `400` and nothing is held.
 #[utoipa::path(post, path = "/api/v1/nodes/me/exchange", tag = "node", security(("node" = [])), request_body = ObservedReport,

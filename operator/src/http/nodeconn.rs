@@ -9,7 +9,7 @@
 //!
 //! Every connection starts here. A request this path does not serve — any other route, a
 //! chunked or `Expect` body, an upgrade, a head it cannot parse — hands the connection to
-//! hyper with the bytes read so far, for the rest of its life. The limits of SPEC §11 hold on
+//! hyper with the bytes read so far, for the rest of its life. The limits of docs/behaviour.md#hardening hold on
 //! both paths: the head within the header-read timeout and 64 KiB (`431`), a body within
 //! 10 s of its head (`408`) and 1 MiB (`413`), nothing written or read for the idle timeout.
 
@@ -260,7 +260,7 @@ async fn answer(
     let mut leftover = if head.route.has_body() { Vec::new() } else { std::mem::take(&mut body) };
     // After an error before the body was read, only a route without one can go on.
     let keep = !head.route.has_body();
-    // The precedence of SPEC §3.3: 503, then 401, then 400 and 413.
+    // The precedence of docs/reference.md#http-api: 503, then 401, then 400 and 413.
     if app.reconciler.is_none() {
         return Some((Err(ApiError::not_configured()), keep, leftover));
     }
@@ -301,7 +301,7 @@ async fn answer(
     Some((reply, true, leftover))
 }
 
-/// A join (SPEC §4.1): no token; the body at most 64 KiB.
+/// A join (docs/behaviour.md#joining): no token; the body at most 64 KiB.
 async fn join(
     stream: &TcpStream,
     app: &Arc<App>,

@@ -1,4 +1,4 @@
-//! Day-two admin routes (SPEC §10): cordon, uncordon, drain and delete a node, the placement
+//! Day-two admin routes (docs/behaviour.md#day-two-operations): cordon, uncordon, drain and delete a node, the placement
 //! explanation, and the event history. Reads need `fleet:read`, the rest `fleet:admin`.
 
 use super::auth::{SCOPE_ADMIN, SCOPE_READ};
@@ -51,8 +51,8 @@ async fn apply(app: &App, by: &str, node: &str, action: Action) -> Result<NodeVi
         return Err(unknown_node(node));
     };
     app.kick();
-    let st = app.store.state.read();
-    let n = st.nodes.get(&id).ok_or_else(|| unknown_node(node))?;
+    let st = app.store.read();
+    let n = st.node(&id).ok_or_else(|| unknown_node(node))?;
     Ok(st.node_view(n, clock::now_ms(), app.offline_after))
 }
 
@@ -125,7 +125,7 @@ pub async fn delete_node(
     }
 }
 
-/// Why the agent is where it is, or why it waits (SPEC §10.2).
+/// Why the agent is where it is, or why it waits (docs/behaviour.md#why-an-agent-is-where-it-is).
 #[utoipa::path(get, path = "/api/v1/agents/{key}/placement", tag = "admin", security(("admin" = ["fleet:read"])),
     params(("key" = String, Path, description = "agent key"),
            ("nodes" = Option<bool>, Query, description = "also every node's verdict")),
@@ -142,7 +142,7 @@ pub async fn explain(
         Some("true") | Some("") => true,
         Some(_) => return Err(ApiError::invalid_request("nodes: must be true or false")),
     };
-    let st = app.store.state.read();
+    let st = app.store.read();
     crate::reconcile::explain::explain(&st, &key, clock::now_ms(), app.offline_after, with_nodes)
         .map(Json)
         .ok_or_else(|| ApiError::not_found(format!("no agent {:?} in the active list", super::error::cut(&key))))
@@ -193,9 +193,9 @@ pub async fn events(
 pub async fn summary(State(app): State<Arc<App>>, headers: HeaderMap) -> Result<Json<FleetSummary>, ApiError> {
     app.jwks.admin(&headers, SCOPE_READ).await?;
     let now = clock::now_ms();
-    let st = app.store.state.read();
+    let st = app.store.read();
     let mut s = FleetSummary::default();
-    for n in st.nodes.values() {
+    for n in st.nodes() {
         let c = &mut s.nodes;
         c.total += 1;
         if n.online(now, app.offline_after) {
@@ -210,7 +210,7 @@ pub async fn summary(State(app): State<Arc<App>>, headers: HeaderMap) -> Result<
             crate::store::Lifecycle::Schedulable => {}
         }
     }
-    let placements = st.placements.clone();
+    let placements = st.placements().clone();
     drop(st);
     for v in placements.iter() {
         match v.status {

@@ -121,7 +121,7 @@ impl AsyncWrite for IdleStream {
     }
 }
 
-/// A request head must fit this (SPEC §11); hyper answers `431` past it. It also bounds how far
+/// A request head must fit this (docs/behaviour.md#hardening); hyper answers `431` past it. It also bounds how far
 /// one connection's read buffer grows (hyper's default lets a trickled head reach ~400 KiB).
 pub const MAX_HEAD: usize = 64 * 1024;
 

@@ -1,4 +1,4 @@
-//! The web view (SPEC §10.5): three static files embedded in the binary, served at `/ui`,
+//! The web view (docs/behaviour.md#web-view): three static files embedded in the binary, served at `/ui`,
 //! with headers that keep the page to this origin (`connect-src 'self'`: it cannot call any
 //! other host) and out of frames. The page reads the JSON API with the admin's token.
 //!

@@ -1,4 +1,4 @@
-//! The two custom resources the mirror writes (SPEC §7): `FleetNode` and `FleetPlacement`,
+//! The two custom resources the mirror writes (docs/behaviour.md#kubernetes-mirror): `FleetNode` and `FleetPlacement`,
 //! group `fleet.taimen.dev`, version `v1alpha1`, namespaced, with a status subresource.
 //! The spec only names what is mirrored; everything shown lives in `status`, which only the
 //! controller writes. `crds/` is generated from these types (`fleet-controller crds`).
@@ -80,7 +80,7 @@ pub struct FleetNodeStatus {
     pub placed_replicas: u32,
     /// `used/total` slots, for the printer column.
     pub slots: String,
-    /// `schedulable`, `cordoned`, `draining (N left)` or `drained` (SPEC §10.1).
+    /// `schedulable`, `cordoned`, `draining (N left)` or `drained` (docs/behaviour.md#node-lifecycle).
     #[serde(default)]
     pub scheduling: String,
     /// Replicas left on a draining node with nowhere else to go.
@@ -123,7 +123,7 @@ pub struct MirrorCapacity {
         name = "Reason",
         type_ = "string",
         json_path = ".status.reason",
-        description = "why replicas wait (SPEC §5.1 codes)"
+        description = "why replicas wait (the reason codes of docs/behaviour.md#placement)"
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]

@@ -72,8 +72,8 @@ pub struct Snapshot {
 
 pub fn snapshot(st: &State, now_ms: i64, offline_after: Duration) -> Snapshot {
     Snapshot {
-        nodes: st.nodes.values().map(|n| st.node_view(n, now_ms, offline_after)).collect(),
-        views: st.placements.clone(),
+        nodes: st.nodes().map(|n| st.node_view(n, now_ms, offline_after)).collect(),
+        views: st.placements().clone(),
     }
 }
 

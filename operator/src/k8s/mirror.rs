@@ -1,5 +1,5 @@
 //! The mirror controller: projects the store into `FleetNode` / `FleetPlacement` objects with
-//! server-side apply (SPEC §7). The store stays the truth; the mirror keeps a *belief* of what
+//! server-side apply (docs/behaviour.md#kubernetes-mirror). The store stays the truth; the mirror keeps a *belief* of what
 //! the API server holds — what it wrote, corrected by what its watches report — and each sync
 //! writes only where the wanted object differs from that belief:
 //!

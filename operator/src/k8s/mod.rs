@@ -1,4 +1,4 @@
-//! Kubernetes (SPEC §7): the `FleetNode` / `FleetPlacement` custom resources and the mirror
+//! Kubernetes (docs/behaviour.md#kubernetes-mirror): the `FleetNode` / `FleetPlacement` custom resources and the mirror
 //! that projects the store into them when `FLEET_KUBERNETES_MIRROR=true`.
 
 pub mod crd;
@@ -58,7 +58,7 @@ pub async fn run(mut mirror: Mirror, store: Arc<Store>, offline_after: Duration)
             Some((kind, ev)) = seen.next() => mirror.seen(kind, ev),
             _ = tick.tick() => {
                 let snap = {
-                    let st = store.state.read();
+                    let st = store.read();
                     desired::snapshot(&st, crate::clock::now_ms(), offline_after)
                 };
                 let wanted = desired::wanted(snap);

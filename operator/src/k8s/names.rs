@@ -1,4 +1,4 @@
-//! Object names of mirrors (SPEC §7): a node's name where it is a valid DNS subdomain, else
+//! Object names of mirrors (docs/behaviour.md#kubernetes-mirror): a node's name where it is a valid DNS subdomain, else
 //! `node-` plus a short hash of it; a placement's `<agentKey>.<node object name>` (or
 //! `<agentKey>.pending` / `<agentKey>.stopped`), hashed as `placement-<hash>` where too long.
 

@@ -1,4 +1,4 @@
-//! IAM client: agent principals and their platform access tokens (SPEC §2.1). Every create
+//! IAM client: agent principals and their platform access tokens (docs/behaviour.md#iam-calls). Every create
 //! carries an `Idempotency-Key`, so a retry after a crash replays instead of duplicating.
 
 use super::token::TokenSource;
@@ -149,7 +149,7 @@ impl IamClient {
     }
 }
 
-/// An id that goes into a URL path must be one plain segment (SPEC §11): an id IAM answered
+/// An id that goes into a URL path must be one plain segment (docs/behaviour.md#hardening): an id IAM answered
 /// with `/`, `..` or `%` in it must not turn a revoke into a call on another path.
 fn segment<'a>(what: &str, id: &'a str) -> Result<&'a str, PlatformError> {
     let ok = !id.is_empty()

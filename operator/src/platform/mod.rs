@@ -1,4 +1,4 @@
-//! Clients of the platform's Control Plane and IAM (SPEC §2): the only code that knows their
+//! Clients of the platform's Control Plane and IAM (docs/behaviour.md#the-platform-control-plane-and-iam): the only code that knows their
 //! URLs and bodies, so a deployment can adapt them without touching the reconciler.
 
 pub mod cp;
@@ -48,16 +48,6 @@ pub fn http_client_trusting(extra: &[reqwest::Certificate]) -> reqwest::Client {
         b = b.add_root_certificate(c.clone());
     }
     b.build().expect("the HTTP client builds with static settings")
-}
-
-/// The certificates of a PEM bundle, for `FLEET_CA_FILE`.
-pub fn read_ca_file(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, String> {
-    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| format!("{}: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!("{}: no PEM certificate in it", path.display()));
-    }
-    Ok(certs)
 }
 
 /// Reads a body cut to a length safe to log: error bodies from peers are not trusted.

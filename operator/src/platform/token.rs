@@ -1,5 +1,5 @@
 //! The controller's own OAuth2 client-credentials tokens, one per audience, cached until
-//! 30 s before expiry (SPEC §2.1).
+//! 30 s before expiry (docs/behaviour.md#iam-calls).
 
 use super::{short_body, PlatformError};
 use crate::config::ClientCredentials;

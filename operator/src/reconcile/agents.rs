@@ -1,4 +1,4 @@
-//! The CP change trigger: the one reader of the CP's agent list (SPEC §2.2, §3.4).
+//! The CP change trigger: the one reader of the CP's agent list (docs/behaviour.md#control-plane-calls-and-agent-descriptions, docs/behaviour.md#the-reconcile-pass).
 
 use crate::context::Ctx;
 use crate::model::Agent;
@@ -37,13 +37,13 @@ pub async fn watch_cp(ctx: Arc<Ctx>) {
         let write = match change {
             Some(w) if !unsure => Some(w),
             _ if unsure => {
-                let st = ctx.store.state.read();
-                Some(AgentsWrite::all(st.agents.clone(), st.agents_etag.clone().unwrap_or_default()))
+                let st = ctx.store.read();
+                Some(AgentsWrite::all(st.agents().clone(), st.agents_etag().map(String::from).unwrap_or_default()))
             }
             _ => None,
         };
         if let Some(w) = write {
-            match ctx.store.db.store_agents(&w).await {
+            match ctx.store.db().store_agents(&w).await {
                 Ok(()) => unsure = false,
                 Err(e) => {
                     unsure = true;
@@ -74,8 +74,8 @@ fn keep_keys(old: &[Agent], new: &mut [Agent]) {
 /// for the caller to store.
 async fn refresh_agents(ctx: &Ctx) -> Option<AgentsWrite> {
     let (etag, expected) = {
-        let st = ctx.store.state.read();
-        (st.agents_etag.clone(), st.agents.len())
+        let st = ctx.store.read();
+        (st.agents_etag().map(String::from), st.agents().len())
     };
     match ctx.cp.list_agents(etag.as_deref(), expected).await {
         Ok(AgentsFetch::NotModified) => {
@@ -94,8 +94,8 @@ async fn refresh_agents(ctx: &Ctx) -> Option<AgentsWrite> {
             }
             // Compared outside the lock: the registry's list is shared, not copied.
             let (current, current_etag) = {
-                let st = ctx.store.state.read();
-                (st.agents.clone(), st.agents_etag.clone())
+                let st = ctx.store.read();
+                (st.agents().clone(), st.agents_etag().map(String::from))
             };
             // One walk over both lists says whether anything changed and what to store.
             let (put, delete) = changed(&current, &agents);
@@ -107,18 +107,14 @@ async fn refresh_agents(ctx: &Ctx) -> Option<AgentsWrite> {
                 // maps share it; a copy would be a second list of every agent until the next
                 // pass) and takes the new ETag, which is stored with no rows.
                 drop(agents);
-                ctx.store.state.write().agents_etag = etag.clone();
+                ctx.store.set_agents_etag(etag.clone());
                 let etag = etag.unwrap_or_default();
                 return Some(AgentsWrite { list: current, put, delete, replace_all: false, etag });
             }
             agents.shrink_to_fit();
             keep_keys(&current, &mut agents);
             let agents = Arc::new(agents);
-            let old = {
-                let mut st = ctx.store.state.write();
-                st.agents_etag = etag.clone();
-                st.set_agents(agents.clone())
-            };
+            let old = ctx.store.set_agents(agents.clone(), etag.clone());
             // The old list is freed here, outside the lock.
             drop((old, current));
             Some(AgentsWrite { list: agents, put, delete, replace_all: false, etag: etag.unwrap_or_default() })

@@ -22,24 +22,23 @@ use std::sync::Arc;
 /// threshold since the last pass is a real difference until the next pass). Reads every
 /// live PAT's sealed box from the database first (the registry keeps few of them).
 pub async fn audit(ctx: &Ctx) -> Result<Vec<String>, DbError> {
-    let ids: Vec<String> = ctx.store.state.read().live_creds().map(|(_, _, c)| c.id().into_owned()).collect();
-    let boxes: Boxes = ctx.store.db.ciphertexts(&ids).await?.into_iter().collect();
+    let ids: Vec<String> = ctx.store.read().live_creds().map(|(_, _, c)| c.id().into_owned()).collect();
+    let boxes: Boxes = ctx.store.db().ciphertexts(&ids).await?.into_iter().collect();
     Ok(compare(ctx, &boxes))
 }
 
 fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
     let mut diffs = Vec::new();
     let now = clock::now_ms();
-    let st = ctx.store.state.read();
-    let facts: Vec<NodeFacts> =
-        st.nodes.values().map(|n| facts_of(n, n.online(now, ctx.cfg.node_offline_after))).collect();
+    let st = ctx.store.read();
+    let facts: Vec<NodeFacts> = st.nodes().map(|n| facts_of(n, n.online(now, ctx.cfg.node_offline_after))).collect();
     let by_id: HashMap<&str, &NodeFacts> = facts.iter().map(|f| (&*f.id, f)).collect();
-    let outcome = placement::place(st.agents.iter().filter_map(demand), &facts, &st.outcome.bindings);
-    if outcome != *st.outcome {
+    let outcome = placement::place(st.agents().iter().filter_map(demand), &facts, &st.outcome().bindings);
+    if outcome != **st.outcome() {
         diffs.push("placement: a fresh placement differs from the published outcome".to_string());
     }
-    let per_node = per_node_of(&st.outcome);
-    let pairs: HashSet<(Id, Id)> = st.outcome.bindings.iter().map(|(a, _, n)| (a.clone(), n.clone())).collect();
+    let per_node = per_node_of(&st.outcome());
+    let pairs: HashSet<(Id, Id)> = st.outcome().bindings.iter().map(|(a, _, n)| (a.clone(), n.clone())).collect();
     let creds: HashMap<(Id, Id), &Arc<Cred>> = st.live_creds().map(|(a, n, c)| ((a.clone(), n.clone()), c)).collect();
     for pair in creds.keys() {
         if !pairs.contains(pair) {
@@ -67,7 +66,7 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
         let entries: Vec<Entry> =
             entries_of(&per_node, &f.id, |k| st.agent(k), |p| creds.get(p).map(|&c| Arc::clone(c)));
         let json = desired_json(&entries, &ctx.cfg.iam_tenant, boxes);
-        if !st.desired.get(&f.id).is_some_and(|d| d.same_agents(&json)) {
+        if !st.desired(&f.id).is_some_and(|d| d.same_agents(&json)) {
             diffs.push(format!("desired state of node {} is stale", f.name));
         }
     }
@@ -75,11 +74,11 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
         node: &|id: &Id| by_id.get(&**id).map(|f| (&*f.name, f.online)),
         has_cred: &|pair: &(Id, Id)| creds.contains_key(pair),
     };
-    for a in st.agents.iter().filter(|a| a.gets_status()) {
-        let body = agent_status(a, &st.outcome, &st, &lookup);
-        let published = match st.statuses_want.get(a.key.as_ref()) {
+    for a in st.agents().iter().filter(|a| a.gets_status()) {
+        let body = agent_status(a, &st.outcome(), &st, &lookup);
+        let published = match st.status_wanted(a.key.as_ref()) {
             Some(want) => want.is(&body),
-            None => st.statuses_sent.get(a.key.as_ref()).is_some_and(|s| s.is(&body)),
+            None => st.status_sent(a.key.as_ref()).is_some_and(|s| s.is(&body)),
         };
         if !published {
             diffs.push(format!("status of agent {} is stale", a.key));
@@ -87,7 +86,7 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
     }
     let mut node_gauge: HashMap<(&'static str, &'static str), i64> = HashMap::default();
     for f in &facts {
-        let health = st.nodes.get(&f.id).and_then(|n| n.info.health).unwrap_or(fleet_api::Health::Ok).as_str();
+        let health = st.node(&f.id).and_then(|n| n.info.health).unwrap_or(fleet_api::Health::Ok).as_str();
         *node_gauge.entry((if f.online { "online" } else { "offline" }, health)).or_default() += 1;
     }
     for ((status, health), count) in node_gauge {
@@ -96,12 +95,12 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
             diffs.push(format!("nodes gauge {status}/{health}: {shown}, the registry says {count}"));
         }
     }
-    if !st.placements.of(&st.agents, &st.outcome) && st.placements.to_vec() != fresh_placements(&st) {
+    if !st.placements().of(&st.agents(), &st.outcome()) && st.placements().to_vec() != fresh_placements(&st) {
         diffs.push("placement items are not those of the agents and the outcome".to_string());
     }
     let mut gauge = Gauges::default();
-    for a in st.agents.iter() {
-        gauge.count_views(&agent_views(a, &st.outcome).items, 1);
+    for a in st.agents().iter() {
+        gauge.count_views(&agent_views(a, &st.outcome()).items, 1);
     }
     for (status, reason, replicas) in gauge.placement_replicas() {
         let shown = ctx.metrics.placements.get_or_create(&PlacementLabels { status, reason: reason.to_string() }).get();
@@ -114,5 +113,5 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
 
 /// The placement items of the registry's agents and outcome, built afresh.
 fn fresh_placements(st: &crate::store::State) -> Vec<fleet_api::PlacementView> {
-    crate::store::kept::Placements::new(st.agents.clone(), st.outcome.clone()).to_vec()
+    crate::store::kept::Placements::new(st.agents().clone(), st.outcome().clone()).to_vec()
 }

@@ -5,7 +5,7 @@
 //! changes each agent's status with every PAT and every report. Kept in the line like the
 //! other keys, 20,000 agents' statuses were wanted again and again, and the line grew to
 //! 12.8 MB at 10,000 nodes — the largest allocation of a cold start (heaptrack,
-//! docs/performance.md, session 16). Once the fleet has joined no PAT is wanted any more, and
+//! docs/performance-history.md#the-allocators-purge-pat-bookkeeping-by-node-a-backlog-without-duplicates-2026-12-03-session-16-issue-22). Once the fleet has joined no PAT is wanted any more, and
 //! every later want of an agent's status lands at the same place, the end of the line: those
 //! copies were all one entry. Here a status is held once per place: (keys of the line to go
 //! out before it, agent), a set.

@@ -1,4 +1,4 @@
-//! The audiences and scope ceiling of an agent's PAT (SPEC §5.2), a pure function of the
+//! The audiences and scope ceiling of an agent's PAT (docs/behaviour.md#identity-and-pats), a pure function of the
 //! agent and the controller's configuration.
 
 use crate::model::Agent;

@@ -63,7 +63,7 @@ pub fn is_placed(per_node: &PerNode, pair: &(Id, Id)) -> bool {
 }
 
 /// A node's desired-state entries: every agent bound there whose credential for the node
-/// exists (SPEC §4.2: an agent enters only once it does).
+/// exists (docs/behaviour.md#desired-state-and-observed-report: an agent enters only once it does).
 pub fn entries_of<'a>(
     per_node: &'a PerNode,
     node: &Id,
@@ -98,7 +98,7 @@ pub fn agent_status(a: &Agent, outcome: &Outcome, st: &State, lookup: &Lookup) -
     for (r, bound) in (0..desired).zip(bound_to) {
         let node = bound.map(|n| (lookup.node)(n).unwrap_or(("?", false)));
         let report = bound
-            .and_then(|n| st.nodes.get(n))
+            .and_then(|n| st.node(n))
             .and_then(|n| n.info.replicas.iter().find(|p| p.agent_key == a.key && p.replica == r));
         if let Some(n) = bound {
             if pending_pat.is_none() && !(lookup.has_cred)(&(key.clone(), n.clone())) {
@@ -122,9 +122,9 @@ pub fn agent_status(a: &Agent, outcome: &Outcome, st: &State, lookup: &Lookup) -
 /// Agent `a`'s status as the registry stands at `now`: what the explanation shows, and what
 /// a status work item sends (the pass keeps only the hash of the body it wants sent).
 pub fn status_now(a: &Agent, st: &State, now: i64, offline_after: std::time::Duration) -> StatusBody {
-    let node = |id: &Id| st.nodes.get(id).map(|n| (&*n.name, n.online(now, offline_after)));
+    let node = |id: &Id| st.node(id).map(|n| (&*n.name, n.online(now, offline_after)));
     let has_cred = |pair: &(Id, Id)| st.live_cred(pair).is_some();
-    agent_status(a, &st.outcome, st, &Lookup { node: &node, has_cred: &has_cred })
+    agent_status(a, &st.outcome(), st, &Lookup { node: &node, has_cred: &has_cred })
 }
 
 /// Why the agent's identity is not ready yet, if it is not: a recorded error first, then a

@@ -1,4 +1,4 @@
-//! A node's desired state (SPEC §4.2) from what the pass knows: the agents bound there, their
+//! A node's desired state (docs/behaviour.md#desired-state-and-observed-report) from what the pass knows: the agents bound there, their
 //! replica indexes and each pair's sealed credential; and the hash that lets a pass skip
 //! serialising a node whose inputs did not change.
 

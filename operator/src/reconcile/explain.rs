@@ -1,4 +1,4 @@
-//! "Why is my agent where it is" (SPEC §10.2): the filters of §5.1 applied one after another
+//! "Why is my agent where it is" (docs/behaviour.md#why-an-agent-is-where-it-is): the filters of docs/behaviour.md#placement applied one after another
 //! over every known node, with counts, what is missing, and the troubleshooting hint. It is
 //! computed on request from what the pass published (the registry's nodes, the last
 //! outcome with each node's room left) and costs nothing while no one asks: one look at
@@ -38,7 +38,7 @@ pub fn explain(
         .replicas
         .iter()
         .map(|r| {
-            let node_id = st.outcome.bindings.get(key, r.replica).map(|n| n.to_string());
+            let node_id = st.outcome().bindings.get(key, r.replica).map(|n| n.to_string());
             ReplicaPlacement {
                 replica: r.replica,
                 node_id,
@@ -129,8 +129,8 @@ fn filter(st: &State, d: &Demand, now: i64, offline_after: Duration, with_nodes:
     let mut missing_secrets: BTreeMap<String, u32> = d.secrets.iter().map(|s| (s.clone(), 0)).collect();
     let mut exhausted = Exhausted::default();
     let mut verdicts = Vec::new();
-    for n in st.nodes.values() {
-        let free = st.outcome.free_of(&n.id);
+    for n in st.nodes() {
+        let free = st.outcome().free_of(&n.id);
         let v = verdict(d, n, n.online(now, offline_after), free);
         match &v {
             Some((4, _)) => {
@@ -165,7 +165,7 @@ fn filter(st: &State, d: &Demand, now: i64, offline_after: Duration, with_nodes:
         }
     }
     verdicts.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut before = st.nodes.len() as u32;
+    let mut before = st.node_count() as u32;
     let counts = FILTERS
         .iter()
         .enumerate()
@@ -268,16 +268,11 @@ mod tests {
 
     /// A registry with these nodes and one agent, placed as the pass would.
     fn state(nodes: Vec<NodeRec>, a: Agent) -> State {
-        let mut st = State::default();
         let now = crate::clock::now_ms();
         let facts: Vec<_> = nodes.iter().map(|n| facts_of(n, n.online(now, OFFLINE))).collect();
         let demands: Vec<_> = crate::reconcile::derive::demand(&a).into_iter().collect();
-        st.outcome = Arc::new(place(&demands, &facts, &Default::default()));
-        for n in nodes {
-            st.nodes.insert(n.id.clone(), Box::new(n));
-        }
-        st.set_agents(Arc::new(vec![a]));
-        st
+        let st = State::default().with_outcome(Arc::new(place(&demands, &facts, &Default::default())));
+        nodes.into_iter().fold(st, State::with_node).with_agents(Arc::new(vec![a]))
     }
 
     fn counts(e: &PlacementExplanation) -> Vec<(String, u32, u32)> {
@@ -288,7 +283,7 @@ mod tests {
         (f.to_string(), before, excluded)
     }
 
-    /// Every waiting reason of SPEC §5.1 (and §10.1's `no_schedulable_node`): the first filter
+    /// Every waiting reason of docs/behaviour.md#placement (and the `no_schedulable_node` of docs/behaviour.md#node-lifecycle): the first filter
     /// that leaves no node is the reason, the counts say how many each filter removed, and
     /// the hint says what to do.
     #[test]
@@ -387,7 +382,7 @@ mod tests {
         assert!(explain(&st, "nope", 0, OFFLINE, false).is_none());
     }
 
-    /// SPEC §10.2 with §6.4 rule 7: a node's refusal of a placed replica is the reason, its
+    /// docs/behaviour.md#why-an-agent-is-where-it-is with docs/behaviour.md#agent-status rule 7: a node's refusal of a placed replica is the reason, its
     /// message is the replica's, and the hint says what to do on the node.
     #[test]
     fn node_side_refusals_are_the_reason_of_a_placed_agent() {

@@ -1,4 +1,4 @@
-//! `FLEET_NODE_GC_SECONDS` (SPEC §10.1): a node offline longer than this is deleted as by
+//! `FLEET_NODE_GC_SECONDS` (docs/behaviour.md#node-lifecycle): a node offline longer than this is deleted as by
 //! `DELETE /api/v1/nodes/{id}`. Off by default. The controller's own restart counts as a
 //! report from every node (the store loads last-seen as max(stored, now)), so an outage of
 //! the controller never collects a fleet.
@@ -15,9 +15,8 @@ pub async fn run(ctx: Arc<Ctx>, after: Duration) {
         tokio::time::sleep(every).await;
         let now = crate::clock::now_ms();
         let due: Vec<Id> = {
-            let st = ctx.store.state.read();
-            st.nodes
-                .values()
+            let st = ctx.store.read();
+            st.nodes()
                 .filter(|n| {
                     !n.online(now, ctx.cfg.node_offline_after) && now - n.last_seen_ms > after.as_millis() as i64
                 })

@@ -1,4 +1,4 @@
-//! Node liveness (SPEC §3.6): which nodes crossed their offline threshold, or came back,
+//! Node liveness (docs/behaviour.md#node-liveness): which nodes crossed their offline threshold, or came back,
 //! since the last pass. Liveness is time, not an event, so the pass asks every time.
 //!
 //! No online node can go offline before the earliest deadline the last whole scan found (last
@@ -17,7 +17,7 @@ use std::time::Duration;
 pub fn check(st: &State, memo: &mut Memo, changes: &Changes, full: bool, now: i64, offline_after: Duration) -> Vec<Id> {
     let mut flips = Vec::new();
     let mut check = |f: &mut NodeFacts, next: &mut i64| {
-        let Some(n) = st.nodes.get(&f.id) else { return };
+        let Some(n) = st.node(&f.id) else { return };
         let online = n.online(now, offline_after);
         if online != f.online {
             f.online = online;

@@ -1,6 +1,6 @@
 //! What the pass keeps from one run to the next, so that it recomputes only what the changes
 //! since then touch, and the rolling resync that re-derives a slice of it from the registry
-//! every pass (SPEC §3.4: a change that was never recorded is healed within [`RESYNC`]). The
+//! every pass (docs/behaviour.md#the-reconcile-pass: a change that was never recorded is healed within [`RESYNC`]). The
 //! first pass (and the one after a failed pass) starts from an empty memo and computes
 //! everything.
 
@@ -72,7 +72,7 @@ impl Memo {
     /// of a full pass. Credentials are not copied: the pass reads them from the registry,
     /// where each change is recorded with it.
     pub fn load(&mut self, st: &State) {
-        self.facts = st.nodes.values().map(|n| facts_of(n, false)).collect();
+        self.facts = st.nodes().map(|n| facts_of(n, false)).collect();
         self.fact_at = self.facts.iter().enumerate().map(|(i, f)| (f.id.clone(), i)).collect();
     }
 
@@ -80,11 +80,11 @@ impl Memo {
     pub fn update(&mut self, st: &State, changes: &Changes) {
         // Room for the registry's nodes and no more: grown by doubling, the table of 10,000
         // nodes' facts held room for 16,384 (1.3 MB; heaptrack, session 19).
-        if st.nodes.len() > self.facts.capacity() {
-            self.facts.reserve_exact(st.nodes.len() - self.facts.len());
+        if st.node_count() > self.facts.capacity() {
+            self.facts.reserve_exact(st.node_count() - self.facts.len());
         }
         for id in &changes.facts {
-            let Some(n) = st.nodes.get(id) else { continue };
+            let Some(n) = st.node(id) else { continue };
             match self.fact_at.get(id) {
                 // The online state is kept, so a node that comes back with new facts still
                 // counts as a flip.
@@ -105,7 +105,7 @@ impl Memo {
         for _ in 0..count {
             self.resync_nodes = (self.resync_nodes + 1) % self.facts.len();
             let f = &self.facts[self.resync_nodes];
-            let Some(n) = st.nodes.get(&f.id) else { continue };
+            let Some(n) = st.node(&f.id) else { continue };
             if facts_of(n, f.online) != *f {
                 changes.facts.insert(f.id.clone());
             }
@@ -158,10 +158,12 @@ mod tests {
             let rec = node(id, &[]);
             memo.fact_at.insert(id.into(), memo.facts.len());
             memo.facts.push(facts_of(&rec, true));
-            st.nodes.insert(id.into(), Box::new(rec));
+            st = st.with_node(rec);
         }
         // n1 gained a label behind the memo's back.
-        st.nodes.get_mut("n1").unwrap().info.labels = vec!["gpu".into()];
+        let mut n1 = node("n1", &[]);
+        n1.info.labels = vec!["gpu".into()];
+        st = st.with_node(n1);
 
         let mut changes = Changes::default();
         memo.resync_nodes(&st, 1, &mut changes);

@@ -1,4 +1,4 @@
-//! The reconcile pass (SPEC §3.4): level-based and single-flight. It reads the agents, marks
+//! The reconcile pass (docs/behaviour.md#the-reconcile-pass): level-based and single-flight. It reads the agents, marks
 //! liveness, places replicas, asks the work queue for identities and PATs, rebuilds each
 //! node's desired state (bumping a generation only when the content changed), retires PATs
 //! no longer needed and computes statuses — queueing a CP write only where one changed.
@@ -106,7 +106,7 @@ pub async fn run(ctx: Arc<Ctx>) {
         }
         ctx.metrics.passes.inc();
         ctx.metrics.queue_depth.set((ctx.queue.depth() + ctx.rotations.len()) as i64);
-        ctx.metrics.longpolls_held.set(ctx.store.hub.held_total() as i64);
+        ctx.metrics.longpolls_held.set(ctx.store.hub().held_total() as i64);
         ctx.metrics.sample_memory();
     }
 }
@@ -116,7 +116,7 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     let mut phases = Phases::new();
     let mut plan = Plan::default();
     let mut snap = snapshot::take(ctx, memo, clock::now_ms());
-    // Credentials of deleted nodes: revoked now, with no drain window (SPEC §10.1).
+    // Credentials of deleted nodes: revoked now, with no drain window (docs/behaviour.md#node-lifecycle).
     for id in std::mem::take(&mut snap.changes.revoke_now) {
         ctx.queue.add(WorkKey::Revoke(id.into()));
     }
@@ -170,7 +170,7 @@ fn publish(ctx: &Ctx, memo: &Memo, snap: &Snapshot, mut placed: Placed, mut plan
         plan.publish.drains = Some(progress);
         plan.publish.outcome = Some(placed.outcome);
     }
-    ctx.store.events.record_all(std::mem::take(&mut placed.events).finish());
+    ctx.store.events().record_all(std::mem::take(&mut placed.events).finish());
     let retired = plan.publish.retired.clone();
     let to_send = ctx.store.publish_pass(plan.publish);
     // Revocations are queued once their credential says when (the worker reads it).
@@ -219,10 +219,10 @@ fn count_nodes(ctx: &Ctx, memo: &mut Memo, snap: &Snapshot) {
         return;
     }
     {
-        let st = ctx.store.state.read();
+        let st = ctx.store.read();
         for id in nodes {
             let Some(online) = memo.node(&id).map(|f| f.online) else { continue };
-            let health = st.nodes.get(&id).and_then(|n| n.info.health).unwrap_or(fleet_api::Health::Ok);
+            let health = st.node(&id).and_then(|n| n.info.health).unwrap_or(fleet_api::Health::Ok);
             memo.gauges.count_node(id, online, health);
         }
     }

@@ -1,4 +1,4 @@
-//! Placement (SPEC §5.1) as a pure function: `(demands, nodes, previous bindings) → outcome`.
+//! Placement (docs/behaviour.md#placement) as a pure function: `(demands, nodes, previous bindings) → outcome`.
 //!
 //! Cost matters at 10,000 nodes × 100,000 replicas. Agents with the same requirements
 //! (kind, image, labels, secrets, resources) share a *signature*; each signature's static
@@ -21,7 +21,7 @@ pub struct NodeFacts {
     pub id: Arc<str>,
     pub name: Arc<str>,
     pub online: bool,
-    /// Not cordoned or draining (SPEC §10.1): new replicas may come here.
+    /// Not cordoned or draining (docs/behaviour.md#node-lifecycle): new replicas may come here.
     pub schedulable: bool,
     /// `Some(force)` while draining: its replicas move off.
     pub draining: Option<bool>,
@@ -149,10 +149,10 @@ fn set_of(list: Cow<'_, [String]>) -> Vec<Cow<'_, str>> {
     set
 }
 
-/// Where `schedulable` sits in the filter order (SPEC §10.2: right after `online`).
+/// Where `schedulable` sits in the filter order (docs/behaviour.md#why-an-agent-is-where-it-is: right after `online`).
 const SCHEDULABLE: usize = 1;
 
-/// Which static filter a node fails first, in SPEC order; `None` when it passes all.
+/// Which static filter a node fails first, in the order of docs/behaviour.md#placement; `None` when it passes all.
 /// `cordon_counts`: whether an unschedulable node fails (new replicas) or not (replicas
 /// already on a cordoned node stay).
 fn first_failure(sig: &Signature, n: &NodeFacts, cordon_counts: bool) -> Option<usize> {

@@ -1,4 +1,4 @@
-//! The agent status sent to the CP (SPEC §6.4), derived purely from the desired replicas,
+//! The agent status sent to the CP (docs/behaviour.md#agent-status), derived purely from the desired replicas,
 //! their bindings, identity readiness and what nodes reported. First matching rule wins.
 
 use crate::store::Seen;
@@ -23,7 +23,7 @@ pub struct StatusInput<'a> {
     pub stopped: bool,
     pub desired: u32,
     pub replicas: Vec<ReplicaInput<'a>>,
-    /// The §5.1 reason of the unplaced replicas, when some are unplaced.
+    /// The docs/behaviour.md#placement reason of the unplaced replicas, when some are unplaced.
     pub waiting: Option<&'static str>,
     /// `Some(message)` while the identity or a PAT is not ready.
     pub identity_pending: Option<String>,
@@ -181,7 +181,7 @@ mod tests {
         assert_eq!((b.phase, b.reason), (Phase::Pending, None));
     }
 
-    /// §6.4 rule 7 [ext]: a replica refused or failing to start on its node makes the node's
+    /// docs/behaviour.md#agent-status rule 7 [ext]: a replica refused or failing to start on its node makes the node's
     /// cause the agent's reason, with the node's message whole.
     #[test]
     fn node_side_refusals_become_the_reason() {

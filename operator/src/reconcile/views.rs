@@ -1,4 +1,4 @@
-//! The items of `GET /api/v1/placements` (SPEC §3.3): built on demand from the agents and the
+//! The items of `GET /api/v1/placements` (docs/reference.md#http-api): built on demand from the agents and the
 //! placement outcome ([`crate::store::kept::Placements`]); the pass only follows how they
 //! change, for the placements gauge.
 

@@ -1,4 +1,4 @@
-//! Side calls as per-object work items (SPEC §3.4): each key is handled idempotently from the
+//! Side calls as per-object work items (docs/behaviour.md#the-reconcile-pass): each key is handled idempotently from the
 //! registry's current state, so a duplicate, a retry or a crash in the middle is harmless.
 //! A failing agent backs off on its own key and never stalls the pass or the others.
 
@@ -105,7 +105,7 @@ fn note_error(ctx: &Ctx, agent: &Id, msg: String) {
 
 async fn identity(ctx: &Ctx, agent: &Id) -> Outcome {
     let (wanted, rec) = {
-        let st = ctx.store.state.read();
+        let st = ctx.store.read();
         let wanted = st.agent(agent).is_some_and(|a| a.identity.kind == IdentityKind::Agent);
         (wanted, st.identity(agent).cloned())
     };
@@ -156,10 +156,10 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
     let now = clock::now_ms();
     // What is true now: the pair must still be placed, the node known, the principal made.
     let (a, node_name, pk, principal, active, pair) = {
-        let st = ctx.store.state.read();
+        let st = ctx.store.read();
         let Some(a) = st.agent(agent).cloned() else { return Outcome::Done };
         let placed = st.is_placed(agent, node);
-        let Some(n) = st.nodes.get(node) else { return Outcome::Done };
+        let Some(n) = st.node(node) else { return Outcome::Done };
         if !placed {
             return Outcome::Done;
         }
@@ -179,7 +179,7 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
         ctx.queue.add(WorkKey::Identity(agent.clone()));
         return Outcome::Failed;
     };
-    // The key's counter (SPEC §2.1). `next_n` is stored and is raised only in the commit that
+    // The key's counter (docs/behaviour.md#iam-calls). `next_n` is stored and is raised only in the commit that
     // stores the PAT it keyed, so until that commit every attempt — a retry, or the first one
     // after a crash — uses the same n and IAM replays instead of minting a second PAT; once it
     // is stored, the next PAT gets n + 1 and never replays an old one. A pair without a row
@@ -259,7 +259,7 @@ fn describe(e: &PlatformError) -> String {
 
 async fn revoke(ctx: &Ctx, id: &str) -> Outcome {
     let now = clock::now_ms();
-    let Some(r) = ctx.store.state.read().retiring(id).cloned() else { return Outcome::Done };
+    let Some(r) = ctx.store.read().retiring(id).cloned() else { return Outcome::Done };
     let (c, agent) = (&r.cred, &r.pair.0);
     let Some(at) = c.revoke_ms.get() else { return Outcome::Done };
     if now < at {
@@ -285,15 +285,15 @@ async fn revoke(ctx: &Ctx, id: &str) -> Outcome {
 /// settles what is wanted against what was sent.
 async fn status(ctx: &Ctx, agent: &Id) -> Outcome {
     let (body, wanted) = {
-        let st = ctx.store.state.read();
-        let Some(&wanted) = st.statuses_want.get(agent) else { return Outcome::Done };
+        let st = ctx.store.read();
+        let Some(&wanted) = st.status_wanted(agent) else { return Outcome::Done };
         let body = match st.agent(agent).filter(|a| a.gets_status()) {
             Some(a) => status_now(a, &st, clock::now_ms(), ctx.cfg.node_offline_after),
             None => return Outcome::Done,
         };
         // The CP has this body already (an earlier send carried it, or the state came back
         // to it since the pass): nothing to send; the next pass settles the want.
-        if st.statuses_sent.get(agent).is_some_and(|s| s.is(&body)) {
+        if st.status_sent(agent).is_some_and(|s| s.is(&body)) {
             return Outcome::Done;
         }
         (body, wanted)

@@ -1,12 +1,11 @@
-//! The event history (SPEC §10.3): recorded where the state changes, in memory first (a
+//! The event history (docs/behaviour.md#events): recorded where the state changes, in memory first (a
 //! bounded queue, so recording never waits), written by the report flusher every second,
 //! and kept bounded in the database — the last [`KEEP_TOTAL`], at most [`KEEP_PER_SUBJECT`]
 //! per agent or node — so it survives a restart.
 
-use super::db::{on, Db, DbError, Pool};
-use super::Id;
-use crate::clock;
-use crate::store::backend::{pg, sqlite};
+use super::db::sql::{on, pg, sqlite, Pool};
+use super::db::{Db, DbError};
+pub use super::records::event::{Batch, Event, Filter, Kind, PER_PASS};
 use fleet_api::EventView;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -20,127 +19,6 @@ pub const KEEP_PER_SUBJECT: i64 = 100;
 pub const PAGE: u32 = 500;
 /// Events waiting for the flusher at most; past it the oldest are dropped and counted.
 const PENDING_MAX: usize = 20_000;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    NodeJoined,
-    NodeOnline,
-    NodeOffline,
-    NodeCordoned,
-    NodeUncordoned,
-    NodeDraining,
-    NodeDrained,
-    NodeDeleted,
-    ReplicaPlaced,
-    ReplicaMoved,
-    ReplicaUnbound,
-    ReplicaWaiting,
-    IdentityFailed,
-    PatIssued,
-    PatRotated,
-    PatRevoked,
-    AgentPhase,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::NodeJoined => "node_joined",
-            Kind::NodeOnline => "node_online",
-            Kind::NodeOffline => "node_offline",
-            Kind::NodeCordoned => "node_cordoned",
-            Kind::NodeUncordoned => "node_uncordoned",
-            Kind::NodeDraining => "node_draining",
-            Kind::NodeDrained => "node_drained",
-            Kind::NodeDeleted => "node_deleted",
-            Kind::ReplicaPlaced => "replica_placed",
-            Kind::ReplicaMoved => "replica_moved",
-            Kind::ReplicaUnbound => "replica_unbound",
-            Kind::ReplicaWaiting => "replica_waiting",
-            Kind::IdentityFailed => "identity_failed",
-            Kind::PatIssued => "pat_issued",
-            Kind::PatRotated => "pat_rotated",
-            Kind::PatRevoked => "pat_revoked",
-            Kind::AgentPhase => "agent_phase",
-        }
-    }
-}
-
-/// One event as recorded.
-#[derive(Debug, Clone)]
-pub struct Event {
-    pub at_ms: i64,
-    pub kind: Kind,
-    pub agent: Option<Id>,
-    pub node_id: Option<Id>,
-    pub node: Option<Id>,
-    pub replica: Option<u32>,
-    pub message: String,
-}
-
-impl Event {
-    pub fn new(kind: Kind, message: impl Into<String>) -> Event {
-        Event {
-            at_ms: clock::now_ms(),
-            kind,
-            agent: None,
-            node_id: None,
-            node: None,
-            replica: None,
-            message: message.into(),
-        }
-    }
-
-    pub fn agent(mut self, key: &Id) -> Event {
-        self.agent = Some(key.clone());
-        self
-    }
-
-    /// The node, by id and name.
-    pub fn node(mut self, id: &Id, name: &Id) -> Event {
-        self.node_id = Some(id.clone());
-        self.node = Some(name.clone());
-        self
-    }
-
-    pub fn replica(mut self, r: u32) -> Event {
-        self.replica = Some(r);
-        self
-    }
-}
-
-/// Events one pass records at most one by one; past it, one summary per kind says how many
-/// more there were (a fleet coming up places 100,000 replicas in one pass).
-pub const PER_PASS: usize = 1_000;
-
-/// The events of one pass, bounded by [`PER_PASS`].
-#[derive(Debug, Default)]
-pub struct Batch {
-    events: Vec<Event>,
-    skipped: Vec<(Kind, u32)>,
-}
-
-impl Batch {
-    pub fn push(&mut self, e: Event) {
-        if self.events.len() < PER_PASS {
-            self.events.push(e);
-            return;
-        }
-        match self.skipped.iter_mut().find(|(k, _)| *k == e.kind) {
-            Some((_, n)) => *n += 1,
-            None => self.skipped.push((e.kind, 1)),
-        }
-    }
-
-    /// The events, with a summary of those not recorded one by one.
-    pub fn finish(mut self) -> Vec<Event> {
-        for (kind, n) in std::mem::take(&mut self.skipped) {
-            let msg = format!("{n} more {} events in this pass (a pass records {PER_PASS} one by one)", kind.as_str());
-            self.events.push(Event::new(kind, msg));
-        }
-        self.events
-    }
-}
 
 /// Events recorded and not yet written.
 #[derive(Default)]
@@ -198,16 +76,6 @@ pub async fn flush(db: &Db, pending: &Pending) -> Result<usize, DbError> {
     }
 }
 
-/// Which events a reader wants.
-#[derive(Debug, Default, Clone)]
-pub struct Filter {
-    pub agent: Option<String>,
-    /// A node id or name.
-    pub node: Option<String>,
-    pub since: i64,
-    pub limit: u32,
-}
-
 pub async fn read(db: &Db, f: &Filter) -> Result<Vec<EventView>, DbError> {
     let limit = i64::from(f.limit.clamp(1, PAGE));
     on!(db.pool(), read_events(f, limit))
@@ -216,6 +84,7 @@ pub async fn read(db: &Db, f: &Filter) -> Result<Vec<EventView>, DbError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Id;
 
     use crate::store::db::testing::{count, each};
 

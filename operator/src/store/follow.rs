@@ -1,4 +1,4 @@
-//! Following the other replicas' writes (SPEC §3.9). On PostgreSQL every change of a node row
+//! Following the other replicas' writes (docs/behaviour.md#high-availability). On PostgreSQL every change of a node row
 //! or a desired state notifies its id (a trigger, in the writing transaction; the payload also
 //! names the writing replica, which skips its own). Each replica listens, reads the rows
 //! named and applies them to its registry: a node that joined elsewhere can report here, a
@@ -8,10 +8,13 @@
 //! connection was lost, a replica catches up by reading every node row and generation.
 
 use super::db::{DbError, NodeRow};
-use super::{DesiredRec, Id, NodeInfo, NodeRec, Store};
+use super::parts::Parts;
+use super::secret::hash;
 use crate::clock;
+use crate::model::Id;
 use sqlx::postgres::PgListener;
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Ids read per query, and notifications taken per round.
@@ -46,13 +49,7 @@ impl Named {
 /// Listens until the process ends; reconnects (and catches up) after losing the database.
 /// `leading` tells whether desired states can be skipped (the leader wrote them all);
 /// `kick` wakes the pass when something it reads changed.
-pub async fn run(
-    store: std::sync::Arc<Store>,
-    me: String,
-    offline_after: Duration,
-    leading: impl Fn() -> bool,
-    kick: impl Fn(),
-) {
+pub async fn run(store: Arc<Parts>, me: String, offline_after: Duration, leading: impl Fn() -> bool, kick: impl Fn()) {
     let Some(pool) = store.db.pg().cloned() else { return };
     loop {
         let mut listener = match listen(&pool).await {
@@ -67,7 +64,7 @@ pub async fn run(
         match catch_up(&store, offline_after, leading()).await {
             Ok(changed) => {
                 tracing::info!(
-                    nodes = store.state.read().nodes.len(),
+                    nodes = store.registry.read().node_count(),
                     "following the other replicas' writes (caught up)"
                 );
                 if changed {
@@ -118,7 +115,7 @@ async fn listen(pool: &sqlx::PgPool) -> Result<PgListener, sqlx::Error> {
 
 /// Reads the rows a round named and applies them; `true` when the pass has work from them.
 pub async fn apply_named(
-    store: &Store,
+    store: &Parts,
     named: &Named,
     offline_after: Duration,
     leading: bool,
@@ -141,10 +138,10 @@ pub async fn apply_named(
 
 /// Reads every node row and desired state and applies what differs; `true` when the pass
 /// has work from them.
-pub async fn catch_up(store: &Store, offline_after: Duration, leading: bool) -> Result<bool, DbError> {
+pub async fn catch_up(store: &Parts, offline_after: Duration, leading: bool) -> Result<bool, DbError> {
     let rows = store.db.nodes(None).await?;
     let mut ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
-    ids.extend(store.state.read().nodes.keys().map(|id| id.to_string()));
+    ids.extend(store.registry.read().nodes().map(|n| n.id.to_string()));
     ids.sort_unstable();
     ids.dedup();
     let changed = store.apply_nodes(&ids, rows, offline_after);
@@ -154,62 +151,30 @@ pub async fn catch_up(store: &Store, offline_after: Duration, leading: bool) -> 
     Ok(changed)
 }
 
-impl Store {
+impl Parts {
     /// Applies the stored rows of the nodes `asked` for: a row is a node joined or changed
     /// elsewhere; a node asked for without a row was deleted elsewhere. `true` when the pass
     /// has work from them.
     pub fn apply_nodes(&self, asked: &[String], rows: Vec<NodeRow>, offline_after: Duration) -> bool {
-        let mut changed = false;
-        let now = clock::now_ms();
-        let mut found = HashSet::with_capacity(rows.len());
-        let mut woken = Vec::new();
-        let mut gone = Vec::new();
-        {
-            let mut st = self.state.write();
-            for row in rows {
-                found.insert(row.id.clone());
-                // A node new here gets the liveness grace of a join; a known one keeps its
-                // own last sighting, compared with the stored one.
-                let known = st.nodes.contains_key(row.id.as_str());
-                let Some(stored) = NodeRec::from_row(row, if known { i64::MIN } else { now }) else { continue };
-                if known {
-                    changed |= st.follow_node(stored, now, offline_after);
-                    continue;
-                }
-                tracing::debug!(node = %stored.name, id = %stored.id, "node joined on another replica");
-                let id = stored.id.clone();
-                if st.add_joined_node(stored) {
-                    woken.push((id, 1));
-                }
-                changed = true;
-            }
-            for id in asked.iter().filter(|id| !found.contains(*id)) {
-                let id: Id = id.as_str().into();
-                if let Some(rec) = st.nodes.remove(&id) {
-                    let deleted = st.forget_node(&rec, now);
-                    gone.push(deleted);
-                    changed = true;
-                }
-            }
+        let done = self.registry.write().follow_nodes(asked, rows, clock::now_ms(), offline_after);
+        for id in &done.joined {
+            self.hub.publish(id, 1);
         }
-        for (id, generation) in woken {
-            self.hub.publish(&id, generation);
-        }
-        for d in gone {
+        for d in &done.deleted {
             self.hub.remove(&d.id);
             tracing::info!(node = %d.name, id = %d.id, "node deleted by another replica");
         }
-        changed
+        done.changed
     }
 
     /// A node token this replica does not know, looked up in the database: a node joined on
     /// another replica moments ago is learned now (its row and its desired state).
     pub async fn learn_node_by_token(&self, token: &str, offline_after: Duration) -> Result<Option<Id>, DbError> {
-        let Some(row) = self.db.node_by_token_hash(&super::hash(token)).await? else { return Ok(None) };
+        let Some(row) = self.db.node_by_token_hash(&hash(token)).await? else { return Ok(None) };
         let id = row.id.clone();
         self.apply_nodes(std::slice::from_ref(&id), vec![row], offline_after);
         self.refresh_desired(&id.as_str().into()).await?;
-        Ok(self.state.read().node_id_by_token(token))
+        Ok(self.registry.read().node_id_by_token(token))
     }
 
     /// Reads one node's desired state from the database now and applies it if newer.
@@ -224,18 +189,12 @@ impl Store {
     pub fn apply_desired(&self, rows: Vec<(String, i64, String)>) {
         let mut woken = Vec::new();
         {
-            let mut st = self.state.write();
+            let mut st = self.registry.write();
             for (node, generation, agents) in rows {
                 let id: Id = node.as_str().into();
-                let generation = generation as u64;
-                if !st.nodes.contains_key(&id) {
-                    continue;
+                if st.follow_desired(&id, generation as u64, &agents) {
+                    woken.push((id, generation as u64));
                 }
-                if st.desired.get(&id).is_some_and(|d| d.generation >= generation) {
-                    continue;
-                }
-                st.desired.insert(id.clone(), DesiredRec::new(generation, &agents));
-                woken.push((id, generation));
             }
         }
         for (id, generation) in woken {
@@ -244,62 +203,9 @@ impl Store {
     }
 }
 
-impl super::State {
-    /// Takes another replica's copy of a node this replica knows: its token and lifecycle
-    /// always (they change only by a join or an admin, in the database first), its report
-    /// when it is newer than the one held here (a later sequence of the same boot, or a
-    /// later sighting of another boot). `true` when the pass has work from it.
-    fn follow_node(&mut self, stored: NodeRec, now: i64, offline_after: Duration) -> bool {
-        let id = stored.id.clone();
-        self.set_token(&id, stored.token_hash);
-        let Some(rec) = self.nodes.get(&id) else { return false };
-        let lifecycle_changed = rec.lifecycle != stored.lifecycle;
-        let newer = newer_report(&rec.info, rec.last_seen_ms, &stored.info, stored.last_seen_ms);
-        if lifecycle_changed {
-            self.put_lifecycle(&id, stored.lifecycle);
-        }
-        if newer {
-            let seen = self.observe(&id, stored.info, stored.last_seen_ms, now, offline_after, false);
-            return lifecycle_changed
-                || matches!(seen, super::ReportOutcome::Accepted { changed, was_online } if changed || !was_online);
-        }
-        // The same report, seen later elsewhere: a sighting that may bring the node back.
-        let Some(rec) = self.nodes.get_mut(&id) else { return lifecycle_changed };
-        let was_online = rec.online(now, offline_after);
-        rec.last_seen_ms = rec.last_seen_ms.max(stored.last_seen_ms);
-        let back = !was_online && rec.online(now, offline_after);
-        if back {
-            self.changes.seen.insert(id);
-        }
-        lifecycle_changed || back
-    }
-}
-
-/// Whether the stored report is newer than the one held: same boot, higher sequence; or
-/// another boot seen later.
-fn newer_report(held: &NodeInfo, held_seen: i64, stored: &NodeInfo, stored_seen: i64) -> bool {
-    match (&held.boot_id, held.seq, &stored.boot_id, stored.seq) {
-        (Some(hb), Some(hs), Some(sb), Some(ss)) if hb == sb => ss > hs,
-        _ => stored_seen > held_seen && stored != held,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn info(boot: &str, seq: u64) -> NodeInfo {
-        NodeInfo { boot_id: Some(boot.into()), seq: Some(seq), ..Default::default() }
-    }
-
-    #[test]
-    fn a_stored_report_is_taken_only_when_newer() {
-        assert!(newer_report(&info("a", 1), 10, &info("a", 2), 5), "a higher sequence of the same boot");
-        assert!(!newer_report(&info("a", 2), 5, &info("a", 2), 10), "the same report read back");
-        assert!(!newer_report(&info("a", 3), 5, &info("a", 2), 10), "an older sequence");
-        assert!(newer_report(&info("a", 9), 5, &info("b", 1), 10), "a new boot seen later");
-        assert!(!newer_report(&info("b", 1), 10, &info("a", 9), 5), "the old boot seen earlier");
-    }
 
     #[test]
     fn notifications_of_this_replica_and_malformed_ones_are_skipped() {
@@ -317,6 +223,7 @@ mod tests {
 mod replicas {
     use super::*;
     use crate::store::db::testing::lead;
+    use crate::store::Store;
     use fleet_api::{Capacity, JoinRequest};
     use std::sync::Arc;
 
@@ -372,52 +279,47 @@ mod replicas {
         let url = pg.database().unwrap();
         let leader = Arc::new(Store::open_as(&url, "leader").await.unwrap());
         let follower = Arc::new(Store::open_as(&url, "follower").await.unwrap());
-        lead(&leader.db).await;
+        lead(leader.db()).await;
         let ttl = Duration::from_secs(60);
         let kicks = Arc::new(std::sync::atomic::AtomicU32::new(0));
         let k = kicks.clone();
-        tokio::spawn(run(
-            leader.clone(),
-            "leader".into(),
-            ttl,
-            || true,
-            move || {
+        let (l, f) = (leader.clone(), follower.clone());
+        tokio::spawn(async move {
+            let kick = move || {
                 k.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            },
-        ));
-        tokio::spawn(run(follower.clone(), "follower".into(), ttl, || false, || {}));
+            };
+            l.follow("leader".into(), ttl, || true, kick).await
+        });
+        tokio::spawn(async move { f.follow("follower".into(), ttl, || false, || {}).await });
         tokio::time::sleep(Duration::from_millis(300)).await;
 
         let (key, _) = follower.issue_join_key(ttl, "").await.unwrap();
         let id: Id = follower.join(&join_request(key, "n1")).await.unwrap().node_id.into();
-        until("the leader knows the node joined on the follower", || leader.state.read().nodes.contains_key(&id)).await;
-        assert!(leader.state.write().take_changes().facts.contains(&id), "the leader's pass hears of it");
+        until("the leader knows the node joined on the follower", || leader.read().node(&id).is_some()).await;
+        assert!(leader.take_changes().facts.contains(&id), "the leader's pass hears of it");
         until("the leader's pass is woken", || kicks.load(std::sync::atomic::Ordering::Relaxed) > 0).await;
 
         let w = crate::store::db::PassWrite { desired: vec![(id.to_string(), 5, "[]".into())], ..Default::default() };
-        leader.db.apply_pass(&w).await.unwrap();
+        leader.db().apply_pass(&w).await.unwrap();
         until("the follower serves generation 5", || follower.desired_body(&id).is_some_and(|(g, _)| g == 5)).await;
 
         // A node joined on the leader reports to the follower: the leader hears the report.
         let (key, _) = leader.issue_join_key(ttl, "").await.unwrap();
         let joined = leader.join(&join_request(key, "n2")).await.unwrap();
         let id2: Id = joined.node_id.as_str().into();
-        until("the follower knows n2", || follower.state.read().node_id_by_token(&joined.node_token).is_some()).await;
+        until("the follower knows n2", || follower.read().node_id_by_token(&joined.node_token).is_some()).await;
         let now = clock::now_ms();
         let got = follower.report(&id2, report(7), now, ttl);
         assert!(matches!(got, crate::store::ReportOutcome::Accepted { .. }), "{got:?}");
         follower.flush_reports().await.unwrap();
-        until("the leader has n2's report", || {
-            leader.state.read().nodes.get(&id2).is_some_and(|n| n.info.seq == Some(7))
-        })
-        .await;
+        until("the leader has n2's report", || leader.read().node(&id2).is_some_and(|n| n.info.seq == Some(7))).await;
 
         // A replica that has not heard of a join yet (no notification taken) learns the node
         // when the node's token reaches it: a node's first request never meets a 401.
         let late = Store::open_as(&url, "late").await.unwrap();
         let (key, _) = leader.issue_join_key(ttl, "").await.unwrap();
         let joined = leader.join(&join_request(key, "n3")).await.unwrap();
-        assert_eq!(late.state.read().node_id_by_token(&joined.node_token), None);
+        assert_eq!(late.read().node_id_by_token(&joined.node_token), None);
         let learned = late.learn_node_by_token(&joined.node_token, ttl).await.unwrap();
         assert_eq!(learned.as_deref(), Some(joined.node_id.as_str()));
         assert_eq!(late.desired_body(&joined.node_id.as_str().into()).map(|(g, _)| g), Some(1));
@@ -425,10 +327,10 @@ mod replicas {
 
         follower.set_lifecycle("n1", crate::store::Action::Cordon, "test").await.unwrap();
         until("the leader sees the cordon", || {
-            leader.state.read().nodes.get(&id).is_some_and(|n| n.lifecycle == crate::store::Lifecycle::Cordoned)
+            leader.read().node(&id).is_some_and(|n| n.lifecycle == crate::store::Lifecycle::Cordoned)
         })
         .await;
         follower.delete_node("n1", "test").await.unwrap();
-        until("the leader forgets the deleted node", || !leader.state.read().nodes.contains_key(&id)).await;
+        until("the leader forgets the deleted node", || !leader.read().node(&id).is_some()).await;
     }
 }

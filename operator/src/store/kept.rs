@@ -20,13 +20,12 @@ pub struct Outcome {
     pub bindings: Bindings,
     /// Replicas bound to an offline node because no other node fits (`node_unavailable`).
     pub stuck: BTreeSet<(Arc<str>, u32)>,
-    /// Replicas left on a draining node because no other node fits them (SPEC §10.1).
+    /// Replicas left on a draining node because no other node fits them (docs/behaviour.md#node-lifecycle).
     pub blocked: BTreeSet<(Arc<str>, u32)>,
     /// Agents with unplaced replicas: how many, and the first filter that left no node.
     pub waiting: BTreeMap<Arc<str>, (u32, &'static str)>,
     /// What each node has left after this placement, in the order of the bindings' node
-    /// table (empty before the first placement): the explanation's capacity filter (SPEC
-    /// §10.2) reads it instead of summing every binding.
+    /// table (empty before the first placement): the explanation's capacity filter (docs/behaviour.md#why-an-agent-is-where-it-is) reads it instead of summing every binding.
     pub free: Vec<Free>,
 }
 
@@ -127,7 +126,7 @@ impl AgentItems {
     }
 }
 
-/// The placement items of `GET /api/v1/placements` (SPEC §3.3), built on demand from the
+/// The placement items of `GET /api/v1/placements` (docs/reference.md#http-api), built on demand from the
 /// agent list and the outcome a pass placed them by: one item per (agent, node) with a count,
 /// one `pending` item for the unplaced replicas, `pending / node_unavailable` for replicas
 /// stuck on an offline node, and one `stopped` item per stopped agent.

@@ -5,8 +5,10 @@
 
 use super::db::{CredRow, DbError, PassWrite};
 use super::events::{Event, Kind};
-use super::kept::{Outcome, Placements, Sent, StatusBody};
-use super::{Cred, DesiredRec, Id, IdentityRec, RetiringCred, State, Store};
+use super::kept::{Outcome, Phase, Placements, Sent, StatusBody};
+use super::parts::Parts;
+use super::records::{Cred, DesiredRec, DrainProgress, IdentityRec, RetiringCred};
+use crate::model::Id;
 use std::sync::Arc;
 
 /// What a pass publishes once its rows are stored and its nodes woken: the placement
@@ -23,21 +25,21 @@ pub struct PassPublish {
     /// Each agent's status as computed, as its hash; `None`: it gets none.
     pub statuses: Vec<(Id, Option<Sent>)>,
     /// Every draining node's progress (when placement ran).
-    pub drains: Option<rustc_hash::FxHashMap<Id, super::DrainProgress>>,
+    pub drains: Option<rustc_hash::FxHashMap<Id, DrainProgress>>,
 }
 
-impl Store {
+impl Parts {
     /// The agent's IAM principal was created (not yet bound in the CP).
     pub async fn identity_created(&self, agent: &Id, principal: &str) -> Result<(), DbError> {
         self.db.put_identity(agent, principal, false).await?;
-        self.state.write().set_identity(agent, IdentityRec { principal_id: principal.into(), bound: false });
+        self.registry.write().set_identity(agent, IdentityRec { principal_id: principal.into(), bound: false });
         Ok(())
     }
 
     /// The CP accepted the agent's identity; any identity error is cleared.
     pub async fn identity_bound(&self, agent: &Id, principal: &str) -> Result<(), DbError> {
         self.db.put_identity(agent, principal, true).await?;
-        let mut st = self.state.write();
+        let mut st = self.registry.write();
         st.set_identity(agent, IdentityRec { principal_id: principal.into(), bound: true });
         st.set_identity_error(agent, None);
         Ok(())
@@ -46,7 +48,7 @@ impl Store {
     /// Records why the agent's identity or a PAT is not ready (memory only: a restart retries
     /// anyway). Returns whether the message changed.
     pub fn identity_failed(&self, agent: &Id, message: String) -> bool {
-        let changed = self.state.write().set_identity_error(agent, Some(message.clone()));
+        let changed = self.registry.write().set_identity_error(agent, Some(message.clone()));
         if changed {
             self.events.record(Event::new(Kind::IdentityFailed, message).agent(agent));
         }
@@ -55,7 +57,7 @@ impl Store {
 
     /// The agent's identity work succeeded: its error, if any, is cleared.
     pub fn identity_ok(&self, agent: &Id) {
-        self.state.write().set_identity_error(agent, None);
+        self.registry.write().set_identity_error(agent, None);
     }
 
     /// A new PAT was issued for `pair` (agent, node): it becomes the live one, the pair's
@@ -80,30 +82,15 @@ impl Store {
         };
         let old = retire.as_ref().map(|(id, at)| (&**id, *at));
         self.db.store_credential(&row, (cred.n + 1) as i64, old).await?;
-        let mut st = self.state.write();
-        if let Some((old, at)) = &retire {
-            st.schedule_revoke(pair, old, |_| *at);
-        }
-        st.pairs.entry(&pair.0, &pair.1).next_n = cred.n + 1;
-        let name = st.nodes.get(&pair.1).map(|n| n.name.clone()).unwrap_or_else(|| pair.1.clone());
-        let (kind, msg) = match &retire {
-            Some(_) => {
+        let (issued, agent) = (retire.is_none(), pair.0.clone());
+        let name = self.registry.write().credential_stored(pair, cred, retire.as_ref().map(|(id, at)| (id, *at)));
+        let (kind, msg) = match issued {
+            false => {
                 (Kind::PatRotated, format!("new PAT sealed to {name}; the previous one is revoked after its grace"))
             }
-            None => (Kind::PatIssued, format!("PAT issued and sealed to {name}")),
+            true => (Kind::PatIssued, format!("PAT issued and sealed to {name}")),
         };
-        let event = Event::new(kind, msg).agent(&pair.0).node(&pair.1, &name);
-        let issued_ms = cred.issued_ms;
-        if let Some(mut other) = st.set_active(pair, Arc::new(cred)) {
-            // Only one worker issues a pair's PATs, and it named the live one in `retire`: a PAT
-            // replaced here without one is a bug, kept for revocation rather than lost.
-            tracing::warn!(credential = %other.id(), "a live PAT was replaced without being retired; it is revoked");
-            let m = Arc::make_mut(&mut other);
-            m.revoke_ms = Some(m.revoke_ms.get().unwrap_or(issued_ms)).into();
-            st.retiring.insert(other.id().into(), RetiringCred { pair: pair.clone(), cred: other });
-        }
-        drop(st);
-        self.events.record(event);
+        self.events.record(Event::new(kind, msg).agent(&agent).node(&pair.1, &name));
         Ok(())
     }
 
@@ -111,11 +98,7 @@ impl Store {
     pub async fn credential_revoked(&self, r: &RetiringCred) -> Result<(), DbError> {
         let (id, (agent, node)) = (r.cred.id(), &r.pair);
         self.db.delete_credential(&id).await?;
-        let mut st = self.state.write();
-        st.retiring.remove(&*id);
-        st.take_active(&r.pair, &id);
-        let name = st.nodes.get(node).map(|n| n.name.clone()).unwrap_or_else(|| node.clone());
-        drop(st);
+        let name = self.registry.write().credential_revoked(r);
         let msg = format!("PAT of {name} revoked");
         self.events.record(Event::new(Kind::PatRevoked, msg).agent(agent).node(node, &name));
         Ok(())
@@ -131,16 +114,10 @@ impl Store {
         if let Err(e) = self.db.put_status(agent, &json).await {
             tracing::error!(agent = %agent, error = %e, "cannot store sent status");
         }
-        let mut st = self.state.write();
-        let sent = Sent::of(&body);
-        if st.statuses_want.get(agent).is_some_and(|w| *w == sent || *w == wanted) {
-            st.statuses_want.remove(agent);
-        }
         let phase = body.phase;
-        let before = st.statuses_sent.insert(agent.clone(), sent).map(|b| b.phase);
-        drop(st);
+        let before = self.registry.write().status_accepted(agent, Sent::of(&body), wanted).map(|b| b.phase);
         if before != Some(phase) {
-            let name = |p: super::kept::Phase| serde_json::to_value(p).ok().and_then(|v| v.as_str().map(String::from));
+            let name = |p: Phase| serde_json::to_value(p).ok().and_then(|v| v.as_str().map(String::from));
             let msg = match before {
                 Some(b) => format!("{} (was {})", name(phase).unwrap_or_default(), name(b).unwrap_or_default()),
                 None => name(phase).unwrap_or_default(),
@@ -159,55 +136,26 @@ impl Store {
         hashes: Vec<(Id, u64)>,
     ) -> Result<(), DbError> {
         self.db.apply_pass(rows).await?;
-        let mut st = self.state.write();
-        for (node, rec) in desired {
-            self.hub.publish(&node, rec.generation);
-            st.desired.insert(node, rec);
+        let mut desired = desired;
+        for (node, rec) in &desired {
+            self.hub.publish(node, rec.generation);
         }
-        st.desired_hashes.extend(hashes);
+        self.registry.write().put_desired(&mut desired, hashes);
         Ok(())
     }
 
     /// Publishes the rest of a committed pass. Returns the agents whose wanted status
     /// differs from what the CP has.
     pub fn publish_pass(&self, publish: PassPublish) -> Vec<Id> {
-        // The items replaced may hold the last handle to an agent list: dropped after the lock.
-        let mut _replaced = None;
-        let mut st = self.state.write();
-        for (pair, id, at) in &publish.retired {
-            st.schedule_revoke(pair, id, |_| *at);
-        }
-        if let Some(outcome) = publish.outcome {
-            st.outcome = outcome;
-        }
-        if let Some(p) = publish.placements {
-            _replaced = Some(std::mem::replace(&mut st.placements, p));
-        }
-        if let Some(d) = publish.drains {
-            st.drains = d.into_iter().collect();
-        }
-        st.want_statuses(publish.reset_statuses, publish.statuses)
-    }
-}
-
-impl State {
-    /// Records the statuses a pass computed; returns the agents to send one for.
-    fn want_statuses(&mut self, reset: bool, statuses: Vec<(Id, Option<Sent>)>) -> Vec<Id> {
-        if reset {
-            self.statuses_want.clear();
-        }
-        let mut to_send = Vec::new();
-        for (key, body) in statuses {
-            match body {
-                Some(want) if self.statuses_sent.get(&key) != Some(&want) => {
-                    to_send.push(key.clone());
-                    self.statuses_want.insert(key, want);
-                }
-                _ => {
-                    self.statuses_want.remove(&key);
-                }
+        let (replaced, to_send) = {
+            let mut st = self.registry.write();
+            for (pair, id, at) in &publish.retired {
+                st.schedule_revoke(pair, id, |_| *at);
             }
-        }
+            st.publish(publish.outcome, publish.placements, publish.drains, publish.reset_statuses, publish.statuses)
+        };
+        // The items replaced may hold the last handle to an agent list: dropped after the lock.
+        drop(replaced);
         to_send
     }
 }

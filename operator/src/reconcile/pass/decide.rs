@@ -22,7 +22,7 @@ use std::time::Duration;
 /// Identities to ensure: every agent of kind `agent` whose identity is not bound yet, among
 /// the agents this pass looks at.
 pub fn identity_work(ctx: &Ctx, memo: &Memo, snap: &Snapshot, plan: &mut Plan) {
-    let st = ctx.store.state.read();
+    let st = ctx.store.read();
     let needs_identity =
         |a: &Agent| a.identity.kind == IdentityKind::Agent && !st.identity(a.key.as_ref()).is_some_and(|i| i.bound);
     if snap.full {
@@ -43,7 +43,7 @@ pub fn identity_work(ctx: &Ctx, memo: &Memo, snap: &Snapshot, plan: &mut Plan) {
 pub fn pat_work(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan) {
     let ttl_ms = ctx.cfg.token_ttl_seconds as i64 * 1000;
     let now = snap.now;
-    let st = ctx.store.state.read();
+    let st = ctx.store.read();
     let wants_pat = |pair: &(Id, Id)| st.live_cred(pair).is_none_or(|c| now >= rotate_at_ms(c, ttl_ms));
     if !snap.full {
         for pair in placed.touched_pairs.keys().chain(snap.changes.creds.iter()) {
@@ -96,18 +96,18 @@ pub async fn desired_states(
     // the credentials, so the lock goes before any body is built.
     type Changed<'a> = (&'a Id, u64, Vec<Entry<'a>>, Option<DesiredRec>);
     let changed: Vec<Changed> = {
-        let st = ctx.store.state.read();
+        let st = ctx.store.read();
         dirty
             .iter()
             .filter_map(|node| {
                 let entries = entries_of(&memo.per_node, node, |k| memo.agent(k), |p| st.live_cred(p).cloned());
                 let h = input_hash(&entries, |key| memo.fingerprint(key));
-                (st.desired_hashes.get(node) != Some(&h)).then(|| (node, h, entries, st.desired.get(node).cloned()))
+                (st.desired_hash(node) != Some(h)).then(|| (node, h, entries, st.desired(node).cloned()))
             })
             .collect()
     };
     let wanted: Vec<String> = changed.iter().flat_map(|(_, _, entries, _)| stored_boxes(entries)).collect();
-    let boxes: Boxes = ctx.store.db.ciphertexts(&wanted).await?.into_iter().collect();
+    let boxes: Boxes = ctx.store.db().ciphertexts(&wanted).await?.into_iter().collect();
     for (node, h, entries, current) in changed {
         if let Some(id) = missing_box(&entries, &boxes) {
             // Only a deleted row does this, and a live PAT's row is deleted with its node;
@@ -145,9 +145,9 @@ fn boxes_to_let_go(memo: &Memo, node: &Id, entries: &[Entry]) -> Vec<(Id, Arc<Cr
 /// PATs no longer needed are retired: revoked once the node's stop has run its course, or at
 /// once when their node is offline (nothing there can use it for a draining run). A retired
 /// pair's agent has left that node's desired state, and the node stops such a container with
-/// a 30 s timeout whatever the agent's `drainSeconds` (SPEC §5.2, §6.4), so that is the wait.
+/// a 30 s timeout whatever the agent's `drainSeconds` (docs/behaviour.md#identity-and-pats, docs/behaviour.md#container-rules), so that is the wait.
 pub fn retire(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan) {
-    let st = ctx.store.state.read();
+    let st = ctx.store.read();
     // A full pass looks at every live credential (the pairs are built for it); an incremental
     // one only at the pairs it touched, by reference.
     let every: Vec<(Id, Id)>;
@@ -194,7 +194,7 @@ fn status_agents(memo: &Memo, snap: &Snapshot, placed: &Placed) -> Vec<Id> {
 
 pub fn statuses(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan) {
     let agents = status_agents(memo, snap, placed);
-    let st = ctx.store.state.read();
+    let st = ctx.store.read();
     let lookup = Lookup {
         node: &|id: &Id| memo.node(id).map(|f| (&*f.name, f.online)),
         has_cred: &|pair: &(Id, Id)| st.live_cred(pair).is_some(),

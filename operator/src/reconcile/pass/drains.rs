@@ -1,4 +1,4 @@
-//! Drain progress (SPEC §10.1): for each draining node, the replicas still bound to it and
+//! Drain progress (docs/behaviour.md#node-lifecycle): for each draining node, the replicas still bound to it and
 //! those blocked there, from the pass's per-node bindings; and the node events of the pass
 //! (liveness flips).
 

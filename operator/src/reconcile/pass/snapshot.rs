@@ -37,14 +37,14 @@ pub struct Snapshot {
 }
 
 pub fn take(ctx: &Ctx, memo: &mut Memo, now: i64) -> Snapshot {
-    let mut changes = ctx.store.state.write().take_changes();
+    let mut changes = ctx.store.take_changes();
     if changes.rebuild {
         // A node was deleted: start from scratch rather than patch every per-node part.
         *memo = Memo::default();
     }
     let full = !memo.primed;
     let (agents, index, previous, flips) = {
-        let st = ctx.store.state.read();
+        let st = ctx.store.read();
         if full {
             memo.load(&st);
         } else {
@@ -53,7 +53,7 @@ pub fn take(ctx: &Ctx, memo: &mut Memo, now: i64) -> Snapshot {
             memo.update(&st, &changes);
         }
         let flips = liveness::check(&st, memo, &changes, full, now, ctx.cfg.node_offline_after);
-        (st.agents.clone(), st.agent_index.clone(), st.outcome.clone(), flips)
+        (st.agents().clone(), st.agent_index().clone(), st.outcome().clone(), flips)
     };
     let next_offline = (memo.next_check != i64::MAX).then_some(memo.next_check);
     let mut snap = Snapshot {

@@ -1,4 +1,4 @@
-//! Every rule of SPEC §5.1 as a table row, and the invariants as properties.
+//! Every rule of docs/behaviour.md#placement as a table row, and the invariants as properties.
 
 use super::*;
 use fleet_api::images::AllowList;
@@ -93,7 +93,7 @@ fn offline_moves_or_stays_unavailable() {
     assert!(!out.waiting.contains_key("y"));
 }
 
-/// SPEC §10.1: a cordon keeps what is there and takes nothing new; a drain moves everything
+/// docs/behaviour.md#node-lifecycle: a cordon keeps what is there and takes nothing new; a drain moves everything
 /// that can go, leaves the rest blocked, and with `force` unbinds the rest instead.
 #[test]
 fn cordon_keeps_drain_moves_blocked_stay_and_force_unbinds() {

@@ -1,12 +1,12 @@
 // The store's SQL, written once and compiled once per backend (`backend/mod.rs` includes this
 // file into `sqlite` and `pg`, each with its own `DB`, `Conn`, `Pool` and `FOR_SHARE`). Raw
 // statements use `$N` placeholders, which both drivers take; multi-row statements are built
-// with `QueryBuilder<DB>`, which writes each driver's own. Fenced statements (SPEC §3.9) run
+// with `QueryBuilder<DB>`, which writes each driver's own. Fenced statements (docs/behaviour.md#high-availability) run
 // `fence` first, in their transaction.
 
-use crate::store::db::{AgentsWrite, CredRow, DbError, Fence, JoinOutcome, NodeRow, PassWrite, Snapshot};
-use crate::store::events::{Event, Filter};
-use crate::store::writer::Batch;
+use crate::store::db::error::DbError;
+use crate::store::db::rows::{AgentsWrite, Batch, CredRow, Fence, JoinOutcome, NodeRow, PassWrite, Snapshot};
+use crate::store::records::event::{Event, Filter};
 use fleet_api::EventView;
 use sqlx::query_builder::Separated;
 use sqlx::{QueryBuilder, Row};
@@ -31,7 +31,7 @@ pub async fn fence(c: &mut Conn, fence: Option<&Fence>) -> Result<(), DbError> {
          AND expires_at > now(){FOR_SHARE}"
     );
     let held = sqlx::query(&sql)
-        .bind(crate::store::lease::NAME)
+        .bind(crate::store::db::lease::NAME)
         .bind(&f.holder)
         .bind(f.epoch)
         .fetch_optional(&mut *c)
@@ -491,7 +491,7 @@ fn node_row(r: &<DB as sqlx::Database>::Row) -> NodeRow {
             joined_ms: r.get(4),
             last_seen_ms: r.get(5),
             info: r.get(6),
-        lifecycle: crate::store::Lifecycle::from_columns(r.get(7), r.get(8), r.get(9), r.get(10)),
+        lifecycle: crate::store::records::Lifecycle::from_columns(r.get(7), r.get(8), r.get(9), r.get(10)),
     }
 }
 

@@ -5,10 +5,10 @@
 //! Keyed by the pair, the table was one hash slot of 48 bytes a pair at 44–87 % load — 6.4 MB
 //! at 100,000 pairs, with the old table held beside the new one while it doubled; pairs are
 //! kept after a move (their PAT counter), so every recovery adds its moved replicas. Grouped
-//! by node it is 32 bytes a pair and one slot a node (docs/performance.md, session 16).
+//! by node it is 32 bytes a pair and one slot a node (docs/performance-history.md#the-allocators-purge-pat-bookkeeping-by-node-a-backlog-without-duplicates-2026-12-03-session-16-issue-22).
 
-use super::PairRec;
 use crate::model::Id;
+use crate::store::records::PairRec;
 use std::collections::HashMap;
 
 #[derive(Debug, Default)]

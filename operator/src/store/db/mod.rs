@@ -1,56 +1,22 @@
 //! The durable copy under the registry: SQLite (WAL) or PostgreSQL through sqlx, written
 //! through on every change and read once at start. Nothing here is on a read path. The SQL
-//! itself is in `backend/queries.rs`; this file picks the backend from the URL and fences the
-//! leader's writes (SPEC §3.9).
+//! itself is in `sql/queries.rs`. Layered one way: rows and errors, then the SQL per backend
+//! (`sql`, and the lease), then the group-commit writer, then [`Db`], which picks the backend
+//! from the URL and fences the leader's writes (docs/behaviour.md#high-availability).
 
-use super::backend::{pg, sqlite};
-use super::writer::{Op, Writer};
-use sqlx::postgres::PgPoolOptions;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use std::str::FromStr;
+pub mod error;
+pub mod lease;
+pub mod rows;
+pub mod sql;
+pub mod writer;
+
+pub use error::DbError;
+pub use rows::{AgentsWrite, CredRow, Fence, JoinOutcome, NodeRow, PassWrite, Snapshot};
+
+use rows::Op;
+use sql::{fence_of, on, open_pg, open_sqlite, pg, sqlite, Pool};
 use std::sync::Arc;
-use std::time::Duration;
-
-#[derive(Debug, thiserror::Error)]
-pub enum DbError {
-    #[error("database: {0}")]
-    Sql(#[from] sqlx::Error),
-    #[error("database migration: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    #[error("database: {0}")]
-    Other(String),
-    /// A leader write refused by the fencing check: the lease of `epoch` is no longer held.
-    #[error("refused by the lease: this replica no longer leads (its epoch {epoch} has ended)")]
-    Fenced { epoch: i64 },
-    /// A leader write on a replica that does not lead.
-    #[error("this replica is not the leader; only the leader writes placements, PATs and statuses")]
-    NotLeader,
-}
-
-/// The lease a leader holds (SPEC §3.9): its writes carry it, and are refused once it ends.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Fence {
-    pub holder: String,
-    pub epoch: i64,
-}
-
-/// The pool of the backend the URL named.
-#[derive(Clone)]
-pub enum Pool {
-    Sqlite(sqlx::SqlitePool),
-    Pg(sqlx::PgPool),
-}
-
-/// Runs the same query function of the backend module on whichever pool this is.
-macro_rules! on {
-    ($pool:expr, $f:ident ( $($arg:expr),* )) => {
-        match $pool {
-            Pool::Sqlite(p) => sqlite::$f(p, $($arg),*).await,
-            Pool::Pg(p) => pg::$f(p, $($arg),*).await,
-        }
-    };
-}
-pub(crate) use on;
+use writer::Writer;
 
 #[derive(Clone)]
 pub struct Db {
@@ -62,58 +28,6 @@ pub struct Db {
     writer: Writer,
     /// The writer task, until the supervisor takes it (`server.rs`).
     writer_task: std::sync::Arc<parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>>,
-}
-
-/// A node row as stored.
-#[derive(Debug, Clone)]
-pub struct NodeRow {
-    pub id: String,
-    pub name: String,
-    pub token_hash: Vec<u8>,
-    pub public_key: Vec<u8>,
-    pub joined_ms: i64,
-    pub last_seen_ms: i64,
-    pub info: String,
-    pub lifecycle: super::Lifecycle,
-}
-
-#[derive(Debug, Clone)]
-pub struct CredRow {
-    pub id: String,
-    pub agent_key: String,
-    pub node_id: String,
-    pub n: i64,
-    pub principal_id: String,
-    pub ciphertext: String,
-    pub expires_ms: i64,
-    pub issued_ms: i64,
-    pub revoke_ms: Option<i64>,
-}
-
-/// Everything read back at start.
-#[derive(Debug, Default)]
-pub struct Snapshot {
-    pub nodes: Vec<NodeRow>,
-    pub placements: Vec<(String, i64, String)>,
-    pub identities: Vec<(String, String, bool)>,
-    pub pairs: Vec<(String, String, i64, Option<i64>)>,
-    pub credentials: Vec<CredRow>,
-    pub desired: Vec<(String, i64, String)>,
-    pub statuses: Vec<(String, String)>,
-    /// The stored agent list, one agent's JSON a row (in no particular order).
-    pub agents: Vec<String>,
-    pub kv: Vec<(String, String)>,
-}
-
-pub enum JoinOutcome {
-    Joined,
-    /// The key's node joined again (same name and public key, key still within its TTL): it
-    /// keeps its id and has the new token (SPEC §10.1).
-    Rejoined {
-        id: String,
-    },
-    KeyInvalid,
-    NameTaken,
 }
 
 impl Db {
@@ -271,123 +185,13 @@ impl Db {
     }
 }
 
-/// The fence a leader write on `pool` carries (see [`Db::fence`]).
-pub(crate) fn fence_of(pool: &Pool, held: &parking_lot::RwLock<Option<Fence>>) -> Result<Option<Fence>, DbError> {
-    match pool {
-        Pool::Sqlite(_) => Ok(None),
-        Pool::Pg(_) => held.read().clone().map(Some).ok_or(DbError::NotLeader),
-    }
-}
-
-/// Each SQLite connection's page cache, in KiB (`PRAGMA cache_size` takes KiB as a negative
-/// number). SQLite's default is 2,000 KiB a connection, 9.2 MB of a 3,000-node controller's
-/// heap over its four connections, and every one of them full: the controller reads its tables
-/// once at start and then writes, and the pages it reads again come from the kernel's cache
-/// as fast. A transaction larger than the cache spills its pages to the WAL before it
-/// commits, which is what the WAL is for.
-pub(crate) const SQLITE_CACHE_KIB: u32 = 256;
-
-async fn open_sqlite(url: &str) -> Result<sqlx::SqlitePool, DbError> {
-    if let Some(path) = url.strip_prefix("sqlite://") {
-        let path = path.split('?').next().unwrap_or(path);
-        if let Some(dir) = std::path::Path::new(path).parent() {
-            if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| DbError::Other(format!("cannot create {}: {e}", dir.display())))?;
-            }
-        }
-    }
-    let opts = SqliteConnectOptions::from_str(url)?
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        // FULL: a commit is on disk before it is acknowledged, so a `201` for a join
-        // survives a power loss (SPEC §11). With WAL and the group commit it costs little
-        // (docs/performance.md, "Durability").
-        .synchronous(SqliteSynchronous::Full)
-        .busy_timeout(Duration::from_secs(10))
-        .foreign_keys(true)
-        .pragma("cache_size", format!("-{SQLITE_CACHE_KIB}"));
-    // Four connections measured better than one under the simulator's cold start (121 s
-    // against 147 s to converge): PAT writes and a pass's batch overlap their non-SQLite
-    // work, although SQLite still takes one writer at a time.
-    let pool = SqlitePoolOptions::new().max_connections(4).connect_with(opts).await?;
-    sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-    Ok(pool)
-}
-
-async fn open_pg(url: &str, replica: &str) -> Result<sqlx::PgPool, DbError> {
-    let replica = replica.to_string();
-    // A connection attempt gives up after 5 s, so a replica whose database is away says so
-    // (`/readyz` 503) instead of hanging its requests.
-    let pool = PgPoolOptions::new()
-        .max_connections(8)
-        .acquire_timeout(Duration::from_secs(5))
-        .after_connect(move |conn, _| {
-            let replica = replica.clone();
-            Box::pin(async move {
-                sqlx::query("SELECT set_config('fleet.replica', $1, false)").bind(replica).execute(conn).await?;
-                Ok(())
-            })
-        })
-        .connect(url)
-        .await?;
-    // Replicas starting together migrate one at a time: sqlx takes an advisory lock.
-    sqlx::migrate!("./migrations/postgres").run(&pool).await?;
-    Ok(pool)
-}
-
-/// One pass's writes.
-#[derive(Debug, Default)]
-pub struct PassWrite {
-    /// (agent, replica) and (agent, replica, node): the registry's own strings, shared (a
-    /// fleet coming up binds 100,000 replicas, and two new strings each were ~6 MB).
-    pub unbind: Vec<(crate::model::Id, u32)>,
-    pub bind: Vec<(crate::model::Id, u32, crate::model::Id)>,
-    /// (node, generation, agents JSON): a slice of the body the node is served, so a pass
-    /// holds each body it changed once ([`super::DesiredRec::agents_bytes`]).
-    pub desired: Vec<(String, u64, axum::body::Bytes)>,
-    pub retire: Vec<(String, i64)>,
-    pub kv: Vec<(String, String)>,
-}
-
-impl PassWrite {
-    pub fn is_empty(&self) -> bool {
-        self.unbind.is_empty()
-            && self.bind.is_empty()
-            && self.desired.is_empty()
-            && self.retire.is_empty()
-            && self.kv.is_empty()
-    }
-}
-
-/// A change of the stored agent list (one row an agent): the agents to write are read from
-/// the list and serialised a few hundred at a time as they are written, so a change of the
-/// whole list (the first read, or a resync) is never held as one JSON text.
-#[derive(Debug, Default)]
-pub struct AgentsWrite {
-    pub list: crate::model::AgentList,
-    /// Positions in `list` of the agents that are new or changed.
-    pub put: Vec<usize>,
-    /// Keys of stored agents the list no longer has.
-    pub delete: Vec<String>,
-    /// The stored rows are unknown (a write failed): every row is replaced by `put`.
-    pub replace_all: bool,
-    pub etag: String,
-}
-
-impl AgentsWrite {
-    /// The whole list, replacing whatever rows are stored.
-    pub fn all(list: crate::model::AgentList, etag: String) -> AgentsWrite {
-        AgentsWrite { put: (0..list.len()).collect(), list, delete: vec![], replace_all: true, etag }
-    }
-}
-
 /// Fresh databases for the store's tests, one of each backend: the store's test suite runs
-/// against both (SPEC §3.9). PostgreSQL comes from `fleet_devkit::postgres`, started by the
+/// against both (docs/behaviour.md#high-availability). PostgreSQL comes from `fleet_devkit::postgres`, started by the
 /// first test that needs it.
 #[cfg(test)]
 pub(crate) mod testing {
     use super::*;
+    use std::time::Duration;
 
     /// A backend's name and the URL of a fresh, empty database of it; the directory holds
     /// the SQLite file and lives as long as the value.
@@ -428,7 +232,7 @@ pub(crate) mod testing {
 
     pub async fn lead(db: &Db) {
         if let Some(pool) = db.pg() {
-            let fence = crate::store::lease::acquire(pool, "test", "", Duration::from_secs(3600)).await.unwrap();
+            let fence = lease::acquire(pool, "test", "", Duration::from_secs(3600)).await.unwrap();
             db.set_fence(Some(fence.expect("a fresh database's lease is free")));
         }
     }
@@ -436,10 +240,11 @@ pub(crate) mod testing {
 
 #[cfg(test)]
 mod tests {
+    use super::sql::SQLITE_CACHE_KIB;
     use super::testing::{each, open_leading};
     use super::*;
 
-    /// SPEC §11: every connection commits with `synchronous=FULL` (2), so an acknowledged join
+    /// docs/behaviour.md#hardening: every connection commits with `synchronous=FULL` (2), so an acknowledged join
     /// survives a power loss.
     #[tokio::test]
     async fn every_connection_is_fully_synchronous() {

@@ -9,10 +9,10 @@
 //! call, a node's desired state) follows stored state. A batch that fails is written again
 //! one item at a time, so one bad item fails only its own caller.
 
-use super::db::{fence_of, on, CredRow, DbError, Fence, Pool};
-use crate::store::backend::{pg, sqlite};
+use super::error::DbError;
+use super::rows::{Batch, Fence, Op};
+use super::sql::{fence_of, on, pg, sqlite, Pool};
 use parking_lot::RwLock;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
@@ -20,29 +20,6 @@ use tokio::sync::{mpsc, oneshot};
 const MAX_BATCH: usize = 1024;
 /// Writes waiting at most; callers wait for room beyond it.
 const QUEUE: usize = 4096;
-
-/// One write, as the worker asked for it.
-#[derive(Debug, Clone)]
-pub enum Op {
-    Identity {
-        agent: String,
-        principal: String,
-        bound: bool,
-    },
-    /// An issued credential; raises its pair's counter to `next_n` and retires the one it replaces.
-    Credential {
-        row: CredRow,
-        next_n: i64,
-        retire: Option<(String, i64)>,
-    },
-    DeleteCredential {
-        id: String,
-    },
-    Status {
-        agent: String,
-        body: String,
-    },
-}
 
 type Request = (Op, oneshot::Sender<Result<(), DbError>>);
 
@@ -118,52 +95,11 @@ pub async fn commit(t: &Target, ops: &[&Op]) -> Result<(), DbError> {
     on!(&t.pool, commit_batch(fence.as_ref(), &batch))
 }
 
-/// What a run of writes comes to. Each table's writes are final values keyed by row (the
-/// last write of a row wins, as if they had run one after another), and are applied in an
-/// order that gives the same result as running them in sequence: a credential is inserted
-/// before it can be retired, and deletions come last (an id is never re-inserted).
-#[derive(Default)]
-pub struct Batch<'a> {
-    pub identities: BTreeMap<&'a str, (&'a str, bool)>,
-    /// Each pair's PAT counter, raised with the credential it keyed.
-    pub pairs: BTreeMap<(&'a str, &'a str), i64>,
-    pub credentials: Vec<&'a CredRow>,
-    /// In order: applied one by one, the last retirement of an id wins.
-    pub retire: Vec<(&'a str, i64)>,
-    pub delete: Vec<&'a str>,
-    pub statuses: BTreeMap<&'a str, &'a str>,
-}
-
-impl<'a> Batch<'a> {
-    fn fold(ops: &[&'a Op]) -> Batch<'a> {
-        let mut b = Batch::default();
-        for op in ops {
-            match op {
-                Op::Identity { agent, principal, bound } => {
-                    b.identities.insert(agent, (principal, *bound));
-                }
-                Op::Credential { row, next_n, retire } => {
-                    b.credentials.push(row);
-                    b.pairs.insert((&row.agent_key, &row.node_id), *next_n);
-                    if let Some((id, at)) = retire {
-                        b.retire.push((id, *at));
-                    }
-                }
-                Op::DeleteCredential { id } => b.delete.push(id),
-                Op::Status { agent, body } => {
-                    b.statuses.insert(agent, body);
-                }
-            }
-        }
-        b
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::db::testing::{each, open_leading};
-    use crate::store::db::{Db, Snapshot};
+    use crate::store::db::{CredRow, Db, Snapshot};
 
     fn target(db: &Db) -> Target {
         Target { pool: db.pool().clone(), fence: Arc::new(RwLock::new(db.fence().unwrap())) }

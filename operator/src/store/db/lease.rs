@@ -1,11 +1,11 @@
-//! The leader lease in PostgreSQL (SPEC §3.9): one row with its holder, an `epoch` that
+//! The leader lease in PostgreSQL (docs/behaviour.md#high-availability): one row with its holder, an `epoch` that
 //! grows with every takeover, and an expiry in the database's clock (`now()`), so replicas'
 //! clocks never matter. Taking it is one statement that succeeds only when the row is free or
 //! expired; renewing is the fencing predicate (`holder = me AND epoch = mine`) with a new
 //! expiry. The writes that need the lease check the same predicate in their own transaction
 //! (`backend/queries.rs`, `fence`).
 
-use super::db::Fence;
+use super::rows::Fence;
 use sqlx::PgPool;
 use std::time::Duration;
 

@@ -1,0 +1,16 @@
+//! What the store is made of: the database, the registry over it, the long-poll hub and the
+//! events waiting to be written. The store's modules work on these parts; the façade
+//! (`store::Store`) owns them and is what the rest of the controller calls.
+
+use super::db::Db;
+use super::events::Pending;
+use super::hub::Hub;
+use super::registry::Registry;
+
+pub struct Parts {
+    pub db: Db,
+    pub registry: Registry,
+    pub hub: Hub,
+    /// Events recorded and not yet written (the report flusher writes them).
+    pub events: Pending,
+}

@@ -1,0 +1,17 @@
+//! The records the registry keeps, each in its own module with the size test that guards it:
+//! nodes and their lifecycle, identities and PATs, desired states, reported replicas, sealed
+//! boxes and events. Records are plain data with the rules that read them; how they change is
+//! the registry's business (`store::registry`).
+
+pub mod cred;
+pub mod desired;
+pub mod event;
+pub mod node;
+pub mod sealed;
+pub mod seen;
+
+pub use cred::{Cred, IdentityRec, MaybeMs, PairRec, RetiringCred};
+pub use desired::DesiredRec;
+pub use node::{Action, Deleted, DrainProgress, Lifecycle, NodeInfo, NodeRec};
+pub use sealed::Sealed;
+pub use seen::Seen;

@@ -1,0 +1,189 @@
+//! A node as the registry keeps it: what it announced and last reported ([`NodeInfo`], stored
+//! as JSON), its identity (id, name, token hash, public key) and its lifecycle (schedulable,
+//! cordoned, draining), with the small types an admin's lifecycle action and a drain's
+//! progress are told in.
+
+use super::seen::Seen;
+use crate::clock;
+use crate::model::Id;
+use fleet_api::images::AllowList;
+use fleet_api::{Capacity, Health, NodeStatus, NodeView};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// What a node announced and last reported; stored as JSON.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeInfo {
+    pub labels: Vec<String>,
+    pub executor_kinds: Vec<String>,
+    pub executor_images: BTreeMap<String, Vec<String>>,
+    pub capacity: Capacity,
+    pub secrets: Vec<String>,
+    pub version: String,
+    pub health: Option<Health>,
+    pub observe_seconds: Option<u32>,
+    pub replicas: Vec<Seen>,
+    pub applied_generation: u64,
+    pub boot_id: Option<String>,
+    pub seq: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeRec {
+    pub id: Id,
+    pub name: Id,
+    pub token_hash: [u8; 32],
+    pub public_key: [u8; 32],
+    pub joined_ms: i64,
+    pub last_seen_ms: i64,
+    pub info: NodeInfo,
+    pub allow: BTreeMap<String, AllowList>,
+    pub lifecycle: Lifecycle,
+}
+
+impl NodeRec {
+    /// Silence after which this node is offline: max(configured, 3 × its report period).
+    pub fn threshold(&self, offline_after: Duration) -> Duration {
+        offline_after.max(Duration::from_secs(3 * u64::from(self.info.observe_seconds.unwrap_or(0))))
+    }
+
+    pub fn online(&self, now_ms: i64, offline_after: Duration) -> bool {
+        now_ms - self.last_seen_ms <= self.threshold(offline_after).as_millis() as i64
+    }
+
+    pub fn view(&self, now_ms: i64, offline_after: Duration) -> NodeView {
+        NodeView {
+            id: self.id.to_string(),
+            name: self.name.to_string(),
+            labels: self.info.labels.clone(),
+            executor_kinds: self.info.executor_kinds.clone(),
+            executor_images: self.info.executor_images.clone(),
+            capacity: self.info.capacity.clone(),
+            secrets: self.info.secrets.clone(),
+            health: self.info.health.unwrap_or(Health::Ok),
+            status: if self.online(now_ms, offline_after) { NodeStatus::Online } else { NodeStatus::Offline },
+            last_seen_at: clock::rfc3339_ms(self.last_seen_ms),
+            version: self.info.version.clone(),
+            slots_used: 0,
+            schedulable: self.lifecycle.schedulable(),
+            drain: None,
+        }
+    }
+
+    /// Takes a new report or announcement, with the image allow-lists parsed once here.
+    pub fn set_info(&mut self, info: NodeInfo) {
+        self.allow = parse_allow(&info.executor_images);
+        self.info = info;
+    }
+}
+
+fn parse_allow(images: &BTreeMap<String, Vec<String>>) -> BTreeMap<String, AllowList> {
+    images.iter().map(|(k, v)| (k.clone(), AllowList::parse(v).unwrap_or_default())).collect()
+}
+
+/// Whether new replicas may be placed on a node, and whether its replicas are moving off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lifecycle {
+    #[default]
+    Schedulable,
+    /// No new replica is placed; those there stay.
+    Cordoned,
+    /// Cordoned, and every replica moves off; `done_ms` once none is left bound.
+    Draining { started_ms: i64, force: bool, done_ms: Option<i64> },
+}
+
+impl Lifecycle {
+    pub fn schedulable(self) -> bool {
+        self == Lifecycle::Schedulable
+    }
+
+    /// `Some(force)` while draining.
+    pub fn draining(self) -> Option<bool> {
+        match self {
+            Lifecycle::Draining { force, .. } => Some(force),
+            _ => None,
+        }
+    }
+
+    /// As stored: (cordoned, drain started, force, drain done).
+    pub fn columns(self) -> (bool, Option<i64>, bool, Option<i64>) {
+        match self {
+            Lifecycle::Schedulable => (false, None, false, None),
+            Lifecycle::Cordoned => (true, None, false, None),
+            Lifecycle::Draining { started_ms, force, done_ms } => (true, Some(started_ms), force, done_ms),
+        }
+    }
+
+    pub fn from_columns(cordoned: bool, started: Option<i64>, force: bool, done: Option<i64>) -> Lifecycle {
+        match (started, cordoned) {
+            (Some(started_ms), _) => Lifecycle::Draining { started_ms, force, done_ms: done },
+            (None, true) => Lifecycle::Cordoned,
+            (None, false) => Lifecycle::Schedulable,
+        }
+    }
+}
+
+/// What an admin asks of a node's lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Cordon,
+    Uncordon,
+    Drain { force: bool },
+}
+
+/// A drain's progress as the last pass saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DrainProgress {
+    /// Replicas still bound to the node.
+    pub remaining: u32,
+    /// Those with nowhere else to go.
+    pub blocked: Vec<(Id, u32)>,
+}
+
+/// A deleted node, and the credentials to revoke now.
+#[derive(Debug)]
+pub struct Deleted {
+    pub id: Id,
+    pub name: Id,
+    pub revoke: Vec<String>,
+}
+
+/// A list as the registry keeps it: sorted and each entry once, so order alone is never a
+/// change.
+pub fn sorted(v: &[String]) -> Vec<String> {
+    let mut v = v.to_vec();
+    v.sort();
+    v.dedup();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_record_stays_small() {
+        // 10,000 of them live in the registry, each boxed.
+        assert!(std::mem::size_of::<NodeRec>() <= 440, "NodeRec is {} bytes", std::mem::size_of::<NodeRec>());
+    }
+
+    #[test]
+    fn a_node_is_offline_after_three_report_periods_or_the_threshold() {
+        let mut n = NodeRec {
+            id: "n".into(),
+            name: "n".into(),
+            token_hash: [0; 32],
+            public_key: [0; 32],
+            joined_ms: 0,
+            last_seen_ms: 0,
+            info: NodeInfo::default(),
+            allow: BTreeMap::new(),
+            lifecycle: Lifecycle::default(),
+        };
+        assert!(n.online(10_000, Duration::from_secs(10)) && !n.online(10_001, Duration::from_secs(10)));
+        n.info.observe_seconds = Some(5);
+        assert!(n.online(15_000, Duration::from_secs(10)) && !n.online(15_001, Duration::from_secs(10)));
+    }
+}

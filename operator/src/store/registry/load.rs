@@ -1,0 +1,113 @@
+//! The registry as the database has it, read back at start and when a replica takes the
+//! lease over.
+
+use super::state::State;
+use crate::model::{Agent, Id};
+use crate::store::db::{CredRow, NodeRow, Snapshot};
+use crate::store::kept::{self, Outcome, StatusBody};
+use crate::store::records::{Cred, DesiredRec, IdentityRec, NodeInfo, NodeRec, RetiringCred, Sealed};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+impl State {
+    /// The registry as the database has it; every node's last-seen time becomes
+    /// max(stored, `now`), so an outage of the controller does not make the fleet look
+    /// offline (docs/behaviour.md#node-liveness).
+    pub(in crate::store) fn from_snapshot(snap: Snapshot, now: i64) -> State {
+        let mut st = State::default();
+        for rec in snap.nodes.into_iter().filter_map(|r| node_from_row(r, now)) {
+            st.insert_node(rec);
+        }
+        let bindings = snap.placements.into_iter().map(|(a, r, n)| (Id::from(a), r as u32, Id::from(n))).collect();
+        st.outcome = Arc::new(Outcome { bindings, ..Default::default() });
+        for (agent, principal_id, bound) in snap.identities {
+            st.identities.insert(agent.into(), IdentityRec { principal_id: principal_id.into(), bound });
+        }
+        for (agent, node, next_n, pending_n) in snap.pairs {
+            st.pairs.entry(&agent.into(), &node.into()).next_n = pending_n.unwrap_or(next_n) as u64;
+        }
+        for row in snap.credentials {
+            let (pair, mut c) = cred_from_row(row);
+            if let Some(i) = st.identities.get(&pair.0).filter(|i| i.principal_id == c.principal_id) {
+                c.principal_id = i.principal_id.clone();
+            }
+            match c.revoke_ms.get() {
+                None => st.pairs.entry(&pair.0, &pair.1).live = Some(Arc::new(c)),
+                Some(_) => drop(st.retiring.insert(c.id().into(), RetiringCred { pair, cred: Arc::new(c) })),
+            }
+        }
+        // Bodies are read back when a node asks for one it does not have (most have theirs).
+        for (node, generation, agents) in snap.desired {
+            st.desired.insert(node.into(), DesiredRec::stored(generation as u64, &agents));
+        }
+        for (agent, body) in snap.statuses {
+            if let Ok(b) = serde_json::from_str::<StatusBody>(&body) {
+                st.statuses_sent.insert(agent.into(), kept::Sent::of(&b));
+            }
+        }
+        st.set_agents(Arc::new(stored_agents(snap.agents)));
+        for (k, v) in snap.kv {
+            if k == "agents_etag" {
+                st.agents_etag = Some(v);
+            }
+        }
+        st
+    }
+}
+
+/// The stored agent list in key order; a row that no longer parses is skipped, with an error
+/// (the CP's list replaces it at the next read).
+fn stored_agents(rows: Vec<String>) -> Vec<Agent> {
+    let mut agents: Vec<Agent> = rows
+        .into_iter()
+        .filter_map(|row| match serde_json::from_str::<Agent>(&row) {
+            Ok(mut a) => {
+                a.shrink();
+                Some(a)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "a stored agent does not parse; skipped until the CP is read");
+                None
+            }
+        })
+        .collect();
+    agents.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+    agents
+}
+
+/// A stored node, seen no earlier than `now`; `None` (logged) for a malformed row.
+pub(super) fn node_from_row(r: NodeRow, now: i64) -> Option<NodeRec> {
+    let info: NodeInfo = serde_json::from_str(&r.info).unwrap_or_default();
+    let (Ok(token_hash), Ok(public_key)) = (r.token_hash.try_into(), r.public_key.try_into()) else {
+        tracing::error!(node = %r.id, "stored node has a malformed token hash or key; skipped");
+        return None;
+    };
+    let mut rec = NodeRec {
+        id: r.id.into(),
+        name: r.name.into(),
+        token_hash,
+        public_key,
+        joined_ms: r.joined_ms,
+        last_seen_ms: r.last_seen_ms.max(now),
+        info: NodeInfo::default(),
+        allow: BTreeMap::new(),
+        lifecycle: r.lifecycle,
+    };
+    rec.set_info(info);
+    Some(rec)
+}
+
+/// A stored credential and its (agent, node) pair. Its box stays in the database: a
+/// node that needs it again has it in its desired state, and a new desired state reads
+/// it back.
+fn cred_from_row(r: CredRow) -> ((Id, Id), Cred) {
+    let cred = Cred {
+        sealed: Sealed::stored(&r.id),
+        n: r.n as u64,
+        principal_id: r.principal_id.into(),
+        expires_ms: r.expires_ms,
+        issued_ms: r.issued_ms,
+        revoke_ms: r.revoke_ms.into(),
+    };
+    ((r.agent_key.into(), r.node_id.into()), cred)
+}

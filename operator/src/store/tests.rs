@@ -1,0 +1,133 @@
+//! The store's write-through, through its façade, on both backends.
+
+use super::*;
+use fleet_api::{Capacity, Health, ReplicaState};
+use std::collections::BTreeMap;
+
+fn report(labels: &[&str], secrets: &[&str], seq: u64) -> ObservedReport {
+    ObservedReport {
+        applied_generation: 1,
+        health: Health::Ok,
+        labels: labels.iter().map(|s| s.to_string()).collect(),
+        executor_kinds: vec!["k".into()],
+        executor_images: BTreeMap::new(),
+        capacity: Capacity { slots: 2, cpus: None, memory_mb: None },
+        secrets: secrets.iter().map(|s| s.to_string()).collect(),
+        replicas: vec![],
+        version: "t".into(),
+        boot_id: Some("b".into()),
+        seq: Some(seq),
+        observe_seconds: None,
+    }
+}
+
+#[tokio::test]
+async fn a_report_changes_something_only_after_normalising() {
+    for fresh in db::testing::each() {
+        eprintln!("on {}", fresh.backend);
+        a_report_on(&Store::open(&fresh.url).await.unwrap()).await;
+    }
+}
+
+#[tokio::test]
+async fn reports_are_flushed_in_chunks_until_none_is_dirty() {
+    let fresh = db::testing::each().into_iter().next().unwrap();
+    let store = Store::open(&fresh.url).await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(join_node(&store, &format!("n{i}"), &[]).await);
+    }
+    let now = clock::now_ms();
+    for id in &ids {
+        store.report(id, report(&["flushed"], &[], 1), now, Duration::from_secs(60));
+    }
+    assert_eq!(store.parts.flush_reports_by(2).await.unwrap(), 5, "three chunks of two, two, one");
+    assert_eq!(store.read().dirty_count(), 0);
+    let stored = store.db().nodes(None).await.unwrap();
+    assert_eq!(stored.iter().filter(|n| n.info.contains("flushed")).count(), 5);
+    assert_eq!(store.parts.flush_reports_by(2).await.unwrap(), 0, "nothing left to write");
+}
+
+/// A status sent settles the want it was derived for, or a want of the body itself; a
+/// want a later pass set meanwhile (another body) stays to be sent.
+#[tokio::test]
+async fn a_sent_status_settles_the_want_it_was_derived_for() {
+    let fresh = db::testing::each().into_iter().next().unwrap();
+    let store = Store::open(&fresh.url).await.unwrap();
+    let agent: Id = "a".into();
+    let body = |ready: u32| StatusBody {
+        phase: kept::Phase::Pending,
+        reason: None,
+        node: None,
+        observed_revision: None,
+        ready_replicas: ready,
+        desired_replicas: 2,
+        replicas: vec![],
+    };
+    let want = |st: &Store| st.read().status_wanted(&agent).copied();
+    let (old, later) = (kept::Sent::of(&body(0)), kept::Sent::of(&body(2)));
+
+    // Derived while the pass wanted `old`; the body sent is newer: the want is settled.
+    store.parts.registry.write().want_status(&agent, old);
+    store.status_sent(&agent, body(1), old).await;
+    assert_eq!(want(&store), None);
+    assert!(store.read().status_sent(&agent).is_some_and(|s| s.is(&body(1))));
+
+    // A later pass wanted another body while this one was on its way: it stays.
+    store.parts.registry.write().want_status(&agent, later);
+    store.status_sent(&agent, body(1), old).await;
+    assert_eq!(want(&store), Some(later));
+
+    // The body the later pass wanted is the one sent: settled.
+    store.status_sent(&agent, body(2), old).await;
+    assert_eq!(want(&store), None);
+}
+
+/// Joins a node named `name` with a fresh key and these labels; its id.
+async fn join_node(store: &Store, name: &str, labels: &[&str]) -> Id {
+    let (key, _) = store.issue_join_key(Duration::from_secs(60), "").await.unwrap();
+    let (_, pk) = fleet_api::seal::generate_keypair();
+    use base64::Engine;
+    let req = JoinRequest {
+        join_key: key,
+        name: name.into(),
+        public_key: base64::engine::general_purpose::STANDARD.encode(pk),
+        labels: labels.iter().map(|l| l.to_string()).collect(),
+        executor_kinds: vec!["k".into()],
+        executor_images: BTreeMap::new(),
+        capacity: Capacity { slots: 2, cpus: None, memory_mb: None },
+        secrets: vec![],
+        version: "t".into(),
+    };
+    store.join(&req).await.unwrap().node_id.into()
+}
+
+async fn a_report_on(store: &Store) {
+    let id = join_node(store, "n", &["b", "a"]).await;
+    let now = clock::now_ms();
+    let ttl = Duration::from_secs(60);
+    let got = store.report(&id, report(&["b", "a", "a"], &[], 1), now, ttl);
+    assert_eq!(got, ReportOutcome::Accepted { changed: false, was_online: true }, "order and duplicates are no change");
+    let got = store.report(&id, report(&["a"], &[], 2), now, ttl);
+    assert_eq!(got, ReportOutcome::Accepted { changed: true, was_online: true });
+    let mut r = report(&["a"], &[], 3);
+    let replica = |i: u32| fleet_api::ReplicaReport {
+        agent_key: "x".into(),
+        revision: 1,
+        replica: i,
+        state: ReplicaState::Running,
+        restarts: 0,
+        last_exit_code: None,
+        message: None,
+    };
+    // Ten replicas in room for sixteen, as parsing leaves them: kept at their length.
+    r.replicas = Vec::with_capacity(16);
+    r.replicas.extend((0..10).map(replica));
+    assert_eq!(store.report(&id, r, now, ttl), ReportOutcome::Accepted { changed: true, was_online: true });
+    let kept = store.read().node(&id).map(|n| n.info.replicas.capacity());
+    assert_eq!(kept, Some(10), "the report's replicas are kept at their length");
+    assert_eq!(store.report(&id, report(&["a"], &[], 3), now, ttl), ReportOutcome::Stale);
+    let later = now + 61_000;
+    let got = store.report(&id, report(&["a"], &[], 4), later, ttl);
+    assert_eq!(got, ReportOutcome::Accepted { changed: true, was_online: false });
+}
