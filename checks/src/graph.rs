@@ -146,6 +146,52 @@ fn circles(edges: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<Vec<String>> {
     walk.out
 }
 
+/// The graph as a Mermaid flowchart: the crate's top-level modules and their dependencies,
+/// and inside each module named in `expand`, its children and theirs. Deterministic, so a
+/// copy checked into the docs can be compared with the code.
+pub fn mermaid(f: &Findings, expand: &[&str]) -> String {
+    let id = |m: &Module| if m.is_empty() { "crate".to_string() } else { m.join("_") };
+    let mut out = String::from("flowchart LR\n");
+    let level = |parent: &Module| -> Vec<(&Module, &BTreeSet<Module>)> {
+        f.edges.iter().filter(|(m, _)| m.len() == parent.len() + 1 && m.starts_with(parent)).collect()
+    };
+    let mut nodes: BTreeSet<Module> = BTreeSet::new();
+    let mut lines = Vec::new();
+    for (from, tos) in level(&Vec::new()) {
+        nodes.insert(from.clone());
+        for to in tos {
+            nodes.insert(to.clone());
+            lines.push(format!("    {} --> {}", id(from), id(to)));
+        }
+    }
+    for top in expand {
+        let parent: Module = vec![top.to_string()];
+        out.push_str(&format!("    subgraph {}_inner [{top}]\n", id(&parent)));
+        let mut inner: BTreeSet<&Module> = BTreeSet::new();
+        for (from, tos) in level(&parent) {
+            inner.insert(from);
+            for to in tos {
+                inner.insert(to);
+                lines.push(format!("    {} --> {}", id(from), id(to)));
+            }
+        }
+        for m in inner {
+            out.push_str(&format!("        {}[{}]\n", id(m), m.last().map(String::as_str).unwrap_or("")));
+        }
+        out.push_str("    end\n");
+    }
+    for n in &nodes {
+        out.push_str(&format!("    {}[{}]\n", id(n), name(n)));
+    }
+    lines.sort();
+    lines.dedup();
+    for l in lines {
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -707,10 +707,7 @@ fn links_between_docs_resolve() {
 /// - `operator/migrations/`: sqlx checksums each migration file whole, comments included, and
 ///   refuses to start on a database that applied a file whose bytes changed since; their
 ///   comments stay as they were applied.
-/// - `api/src/seal.rs`: a test reads libsodium vectors from a directory beside the checkout
-///   when it is there (a code path, not a citation), else the vendored `api/testdata` copy.
-const OUTSIDE_ALLOWED: &[(&str, &str)] =
-    &[("operator/migrations/", ""), ("api/src/seal.rs", concat!("../..", "/shared/testdata/sealed-box.json"))];
+const OUTSIDE_ALLOWED: &[(&str, &str)] = &[("operator/migrations/", "")];
 
 /// No text file cites the working specification or the design notes that live outside the
 /// repository: no section sign followed by a digit (the old citations were the specification's

@@ -5,9 +5,9 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use fleet_api::Capacity;
 use fleet_controller::model::Agent;
-use fleet_controller::reconcile::derive::{demand, facts_of};
-use fleet_controller::reconcile::explain::explain;
-use fleet_controller::reconcile::placement::place;
+use fleet_controller::reconcile::rules::derive::{demand, facts_of};
+use fleet_controller::reconcile::rules::explain::explain;
+use fleet_controller::reconcile::rules::placement::place;
 use fleet_controller::store::{NodeInfo, NodeRec, State};
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use fleet_api::images::AllowList;
 use fleet_api::Capacity;
-use fleet_controller::reconcile::placement::{place, Bindings, Demand, NodeFacts};
+use fleet_controller::reconcile::rules::placement::{place, Bindings, Demand, NodeFacts};
 use std::collections::BTreeMap;
 use std::time::Duration;
 

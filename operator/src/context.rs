@@ -1,19 +1,18 @@
-//! What the reconciler and the workers need, shared behind one `Arc`.
+//! The services the reconciler and the workers share behind one `Arc`: configuration, the
+//! store, the CP and IAM clients, metrics, the pass trigger and clock. It knows nothing of
+//! the reconciler: the reconciler's own state (its work queue and rotation schedule) rides in
+//! `work`, typed by the reconciler (`reconcile::work::Ctx`).
 
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::platform::cp::CpClient;
 use crate::platform::iam::IamClient;
 use crate::platform::token::TokenSource;
-use crate::reconcile::queue::{Backoff, WorkQueue};
-use crate::reconcile::rotation::Rotations;
-use crate::reconcile::work::WorkKey;
 use crate::store::Store;
 use crate::trigger::{PassClock, Trigger};
 use std::sync::Arc;
-use std::time::Duration;
 
-pub struct Ctx {
+pub struct Context<W> {
     pub cfg: Config,
     pub store: Arc<Store>,
     pub cp: CpClient,
@@ -23,34 +22,24 @@ pub struct Ctx {
     pub trigger: Arc<Trigger>,
     /// When the last pass finished; shared with `/readyz`.
     pub pass_clock: Arc<PassClock>,
-    pub queue: WorkQueue<WorkKey>,
-    /// When each live PAT is rotated (its work is queued then).
-    pub rotations: Rotations,
+    /// The state of the one who runs on this context.
+    pub work: W,
 }
 
-impl Ctx {
+impl<W> Context<W> {
     pub fn new(
         cfg: Config,
         store: Arc<Store>,
         metrics: Arc<Metrics>,
         trigger: Arc<Trigger>,
         pass_clock: Arc<PassClock>,
-    ) -> Arc<Ctx> {
+        work: W,
+    ) -> Arc<Context<W>> {
         let http = crate::platform::http_client_trusting(&cfg.ca_certs);
         let tokens = Arc::new(TokenSource::new(http.clone(), &cfg.iam_url, cfg.credentials.clone()));
         let cp = CpClient::new(http.clone(), &cfg.control_plane_url, tokens.clone());
         let iam = IamClient::new(http, &cfg.iam_url, &cfg.iam_tenant, tokens);
-        Arc::new(Ctx {
-            cfg,
-            store,
-            cp,
-            iam,
-            metrics,
-            trigger,
-            pass_clock,
-            queue: WorkQueue::new(Backoff { base: Duration::from_secs(1), max: Duration::from_secs(300) }),
-            rotations: Rotations::default(),
-        })
+        Arc::new(Context { cfg, store, cp, iam, metrics, trigger, pass_clock, work })
     }
 
     pub fn kick(&self) {

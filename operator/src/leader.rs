@@ -14,10 +14,11 @@
 //! the process (`supervisor.rs`).
 
 use crate::config::Config;
-use crate::context::Ctx;
 use crate::metrics::Metrics;
 use crate::model::Id;
-use crate::reconcile::{agents, pass, work};
+use crate::reconcile::pass::{self, agents};
+use crate::reconcile::work;
+use crate::reconcile::work::{Ctx, Work};
 use crate::store::db::Fence;
 use crate::store::{lease, Store};
 use crate::supervisor::Supervisor;
@@ -71,12 +72,14 @@ pub struct Shared {
 /// Starts the leader's tasks into `tasks`, each a core task: the mirror, the workers, the
 /// pass, node GC and the CP watcher; returns their context.
 pub async fn start_term(s: &Shared, tasks: &mut Supervisor) -> anyhow::Result<Arc<Ctx>> {
-    let ctx = Ctx::new(s.cfg.clone(), s.store.clone(), s.metrics.clone(), s.trigger.clone(), s.pass_clock.clone());
+    let (cfg, store, metrics) = (s.cfg.clone(), s.store.clone(), s.metrics.clone());
+    let ctx = Ctx::new(cfg, store, metrics, s.trigger.clone(), s.pass_clock.clone(), Work::default());
     // Time-driven work survives a restart and a takeover: re-arm the pending revocations.
     let now = crate::clock::now_ms();
     for r in s.store.read().retiring_creds() {
         if let Some(at) = r.cred.revoke_ms.get() {
-            ctx.queue
+            ctx.work
+                .queue
                 .add_after(work::WorkKey::Revoke(r.cred.id().into()), Duration::from_millis((at - now).max(0) as u64));
         }
     }
@@ -90,11 +93,11 @@ pub async fn start_term(s: &Shared, tasks: &mut Supervisor) -> anyhow::Result<Ar
     let timer = ctx.clone();
     tasks.spawn("rotations", async move {
         let live_agents = |node: &Id| timer.store.read().live_agents_on(node);
-        timer.rotations.run(&timer.queue, pass::STATUS_DEBOUNCE, live_agents).await
+        timer.work.rotations.run(&timer.work.queue, pass::STATUS_DEBOUNCE, live_agents).await
     });
     tasks.spawn("pass", pass::run(ctx.clone()));
     if let Some(after) = s.cfg.node_gc_after {
-        tasks.spawn("node-gc", crate::reconcile::gc::run(ctx.clone(), after));
+        tasks.spawn("node-gc", crate::reconcile::work::gc::run(ctx.clone(), after));
     }
     tasks.spawn("cp-watcher", agents::watch_cp(ctx.clone()));
     ctx.kick();

@@ -3,10 +3,10 @@
 //! them a core task under the [`Supervisor`].
 
 use crate::config::Config;
-use crate::context::Ctx;
 use crate::http::{self, auth::Jwks, App, Reconciler};
 use crate::leader::{self, Role};
 use crate::metrics::Metrics;
+use crate::reconcile::work::Ctx;
 use crate::store::Store;
 use crate::supervisor::{Ended, Supervisor};
 use crate::trigger::{PassClock, Trigger};

@@ -143,7 +143,7 @@ async fn a_replaced_agent_list_is_let_go() {
         (admin.placements().await.iter().filter(|i| i["status"] == "placed").count() == 2).then_some(())
     })
     .await;
-    let old = std::sync::Arc::downgrade(&ctx.store.read().agents());
+    let old = std::sync::Arc::downgrade(ctx.store.read().agents());
     dk.edit_agent("a1", |a| a["revision"] = json!(2));
     eventually(15, "the edit placed at revision 2", || async {
         let p = admin.placements().await;
@@ -165,11 +165,11 @@ async fn a_new_etag_over_the_same_agents_keeps_the_list() {
     dk.touch();
     eventually(15, "the new ETag taken", || async { (state().agents_etag().map(String::from) != etag).then_some(()) })
         .await;
-    assert!(std::sync::Arc::ptr_eq(&list, &state().agents()), "the same list, not a copy of it");
+    assert!(std::sync::Arc::ptr_eq(&list, state().agents()), "the same list, not a copy of it");
     let reads = dk.calls("list_agents");
     dk.edit_agent("a1", |a| a["revision"] = json!(2));
     eventually(15, "an edit still replaces it", || async {
-        (!std::sync::Arc::ptr_eq(&list, &state().agents())).then_some(())
+        (!std::sync::Arc::ptr_eq(&list, state().agents())).then_some(())
     })
     .await;
     assert!(dk.calls("list_agents") > reads);

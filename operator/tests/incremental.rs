@@ -9,8 +9,8 @@
 
 mod support;
 
-use fleet_controller::context::Ctx;
-use fleet_controller::reconcile::audit::audit;
+use fleet_controller::reconcile::pass::audit::audit;
+use fleet_controller::reconcile::work::Ctx;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;

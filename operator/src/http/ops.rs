@@ -143,7 +143,7 @@ pub async fn explain(
         Some(_) => return Err(ApiError::invalid_request("nodes: must be true or false")),
     };
     let st = app.store.read();
-    crate::reconcile::explain::explain(&st, &key, clock::now_ms(), app.offline_after, with_nodes)
+    crate::reconcile::rules::explain::explain(&st, &key, clock::now_ms(), app.offline_after, with_nodes)
         .map(Json)
         .ok_or_else(|| ApiError::not_found(format!("no agent {:?} in the active list", super::error::cut(&key))))
 }

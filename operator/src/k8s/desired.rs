@@ -5,7 +5,7 @@
 
 use super::crd::{FleetNodeSpec, FleetNodeStatus, FleetPlacementSpec, FleetPlacementStatus, MirrorCapacity};
 use super::names;
-use crate::reconcile::views::Placements;
+use crate::reconcile::rules::views::Placements;
 use crate::store::State;
 use fleet_api::{NodeView, PlacementStatus, PlacementView};
 use rustc_hash::FxHashMap;

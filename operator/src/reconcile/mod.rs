@@ -1,22 +1,14 @@
-//! Deciding what should be: placement, PAT ceilings and agent status are pure functions;
-//! the pass drives them over the registry; work items carry out the side calls.
+//! Deciding what should be, by role:
+//!
+//! - `rules` — the pure rules: placement, PAT ceilings, agent status, desired states, the
+//!   explanation of a placement, and what the pass and the audit derive from the registry.
+//!   No I/O, no clock of their own: table-driven and property tests hold them to the docs.
+//! - `pass` — the reconcile pass that drives the rules over the registry (snapshot, place,
+//!   decide, publish), its memo between runs, liveness, gauges, the CP agent-list reader and
+//!   the audit against a from-scratch recompute.
+//! - `work` — the side calls as keyed work items (identity, PAT issue and revoke, CP status)
+//!   and their queue, the PAT rotation schedule, and node GC.
 
-pub mod agents;
-pub mod audit;
-pub mod backlog;
-pub mod ceiling;
-pub mod derive;
-pub mod desired;
-pub mod explain;
-pub mod gauges;
-pub mod gc;
-pub mod liveness;
-pub mod memo;
-pub mod node_agents;
 pub mod pass;
-pub mod placement;
-pub mod queue;
-pub mod rotation;
-pub mod status;
-pub mod views;
+pub mod rules;
 pub mod work;

@@ -331,6 +331,6 @@ mod replicas {
         })
         .await;
         follower.delete_node("n1", "test").await.unwrap();
-        until("the leader forgets the deleted node", || !leader.read().node(&id).is_some()).await;
+        until("the leader forgets the deleted node", || leader.read().node(&id).is_none()).await;
     }
 }

@@ -58,6 +58,26 @@ pub enum Phase {
     Running,
 }
 
+impl Phase {
+    /// The phase as the API, the CP and the docs spell it (`waiting_for_node`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Stopped => "stopped",
+            Phase::WaitingForNode => "waiting_for_node",
+            Phase::Pending => "pending",
+            Phase::CrashLooping => "crash_looping",
+            Phase::NodeUnavailable => "node_unavailable",
+            Phase::Running => "running",
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Reason {
     pub code: String,
@@ -244,6 +264,22 @@ pub fn keyed_hash<T: std::hash::Hash + ?Sized>(value: &T) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Logs, events and the API spell a phase alike: as serde writes it.
+    #[test]
+    fn a_phase_is_spelled_as_the_api_spells_it() {
+        for p in [
+            Phase::Stopped,
+            Phase::WaitingForNode,
+            Phase::Pending,
+            Phase::CrashLooping,
+            Phase::NodeUnavailable,
+            Phase::Running,
+        ] {
+            assert_eq!(serde_json::to_value(p).unwrap(), p.as_str(), "{p:?}");
+            assert_eq!(p.to_string(), p.as_str());
+        }
+    }
 
     fn body(ready: u32, message: Option<&str>) -> StatusBody {
         StatusBody {

@@ -5,7 +5,7 @@
 
 use super::db::{CredRow, DbError, PassWrite};
 use super::events::{Event, Kind};
-use super::kept::{Outcome, Phase, Placements, Sent, StatusBody};
+use super::kept::{Outcome, Placements, Sent, StatusBody};
 use super::parts::Parts;
 use super::records::{Cred, DesiredRec, DrainProgress, IdentityRec, RetiringCred};
 use crate::model::Id;
@@ -117,10 +117,9 @@ impl Parts {
         let phase = body.phase;
         let before = self.registry.write().status_accepted(agent, Sent::of(&body), wanted).map(|b| b.phase);
         if before != Some(phase) {
-            let name = |p: Phase| serde_json::to_value(p).ok().and_then(|v| v.as_str().map(String::from));
             let msg = match before {
-                Some(b) => format!("{} (was {})", name(phase).unwrap_or_default(), name(b).unwrap_or_default()),
-                None => name(phase).unwrap_or_default(),
+                Some(b) => format!("{phase} (was {b})"),
+                None => phase.to_string(),
             };
             self.events.record(Event::new(Kind::AgentPhase, msg).agent(agent));
         }

@@ -2,16 +2,16 @@
 //! part to the [`Plan`]: identity and PAT work, the desired states whose content changed,
 //! the credentials to retire, the statuses and the placement items. None of them writes.
 
-use super::super::derive::{agent_status, entries_of, is_placed, Lookup};
-use super::super::desired::{input_hash, missing_box, stored_boxes, write_agents, Boxes, Entry};
-use super::super::memo::Memo;
-use super::super::views::agent_views;
-use super::super::work::{rotate_at_ms, WorkKey};
+use super::memo::Memo;
 use super::place::Placed;
+use super::plan::{Plan, VANISHED_DRAIN};
 use super::snapshot::Snapshot;
-use super::{Plan, VANISHED_DRAIN};
-use crate::context::Ctx;
 use crate::model::{Agent, Id, IdentityKind};
+use crate::reconcile::rules::derive::{agent_status, entries_of, is_placed, Lookup};
+use crate::reconcile::rules::desired::{input_hash, missing_box, stored_boxes, write_agents, Boxes, Entry};
+use crate::reconcile::rules::views::agent_views;
+use crate::reconcile::work::Ctx;
+use crate::reconcile::work::{rotate_at_ms, WorkKey};
 use crate::store::db::DbError;
 use crate::store::kept::Sent;
 use crate::store::{Cred, DesiredRec};

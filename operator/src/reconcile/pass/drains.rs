@@ -2,9 +2,9 @@
 //! those blocked there, from the pass's per-node bindings; and the node events of the pass
 //! (liveness flips).
 
-use super::super::memo::Memo;
-use super::super::placement::Outcome;
+use super::memo::Memo;
 use crate::model::Id;
+use crate::reconcile::rules::placement::Outcome;
 use crate::store::events::{Batch, Event, Kind};
 use crate::store::DrainProgress;
 use rustc_hash::FxHashMap as HashMap;

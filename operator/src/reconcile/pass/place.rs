@@ -2,11 +2,11 @@
 //! stands: placement is a fixed point of its own output), log and record every binding that
 //! moved, and work out which agents, nodes and pairs the moves touched.
 
-use super::super::derive::{demand, is_placed, per_node_of};
-use super::super::memo::Memo;
-use super::super::placement::{self, Bindings, Outcome};
+use super::memo::Memo;
 use super::snapshot::Snapshot;
 use crate::model::Id;
+use crate::reconcile::rules::derive::{demand, is_placed, per_node_of};
+use crate::reconcile::rules::placement::{self, Bindings, Outcome};
 use crate::store::db::PassWrite;
 use crate::store::events::{Batch, Event, Kind};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -112,7 +112,8 @@ fn waiting_events(previous: &Outcome, next: &Outcome, events: &mut Batch) {
     for (key, w) in &next.waiting {
         if previous.waiting.get(key) != Some(w) {
             let (n, what) = (w.0, if w.0 == 1 { "replica" } else { "replicas" });
-            let msg = format!("{n} {what} waiting: {} ({})", w.1, super::super::status::waiting_message(w.1));
+            let msg =
+                format!("{n} {what} waiting: {} ({})", w.1, crate::reconcile::rules::status::waiting_message(w.1));
             events.push(Event::new(Kind::ReplicaWaiting, msg).agent(key));
         }
     }

@@ -2,13 +2,13 @@
 //! slice, changed facts and credentials), check liveness, and diff the agent list against the
 //! last one. Every lock taken here is released before the phase returns.
 
-use super::super::derive::demand;
-use super::super::desired::agent_fingerprint;
-use super::super::liveness;
-use super::super::memo::Memo;
-use super::super::placement::Outcome;
-use crate::context::Ctx;
+use super::liveness;
+use super::memo::Memo;
 use crate::model::{Agent, AgentList, Id};
+use crate::reconcile::rules::derive::demand;
+use crate::reconcile::rules::desired::agent_fingerprint;
+use crate::reconcile::rules::placement::Outcome;
+use crate::reconcile::work::Ctx;
 use crate::store::Changes;
 use rustc_hash::FxHashSet as HashSet;
 use std::sync::Arc;

@@ -7,8 +7,8 @@
 //! or joined are looked at.
 
 use super::memo::Memo;
-use super::placement::NodeFacts;
 use crate::model::Id;
+use crate::reconcile::rules::placement::NodeFacts;
 use crate::store::{Changes, State};
 use std::time::Duration;
 

@@ -15,23 +15,29 @@
 //! list is diffed against the last one and every node's liveness is checked. Placement runs
 //! only when something it reads changed; desired states, statuses, placement items and
 //! retirements are recomputed for the agents and nodes a change touched. The first pass
-//! computes everything. [`super::audit::audit`] recomputes from scratch and lists where the
+//! computes everything. [`audit::audit`] recomputes from scratch and lists where the
 //! published state differs; the tests hold the incremental pass to it.
 
+pub mod agents;
+pub mod audit;
 mod decide;
 mod drains;
+pub mod gauges;
+pub mod liveness;
+pub mod memo;
 mod place;
+mod plan;
 mod snapshot;
 
-pub use super::memo::{Memo, RESYNC};
+pub use memo::{Memo, RESYNC};
+pub use plan::{Plan, VANISHED_DRAIN};
 
-use super::work::WorkKey;
 use crate::clock;
-use crate::context::Ctx;
 use crate::model::Id;
-use crate::store::db::{DbError, PassWrite};
+use crate::reconcile::work::Ctx;
+use crate::reconcile::work::WorkKey;
+use crate::store::db::DbError;
 use crate::store::kept::Placements;
-use crate::store::{DesiredRec, PassPublish};
 use place::Placed;
 use snapshot::Snapshot;
 use std::sync::Arc;
@@ -46,24 +52,6 @@ const SETTLE: Duration = Duration::from_millis(5);
 /// then: an agent coming up changes its status every few milliseconds (each PAT, each
 /// replica reported), and the CP needs the result, not every step.
 pub const STATUS_DEBOUNCE: Duration = Duration::from_secs(1);
-
-/// Revoke delay for a PAT whose pair was retired on an online node: the stop timeout the
-/// node uses for an agent that left its desired state (`fleet-node`'s `VANISHED_STOP`).
-pub const VANISHED_DRAIN: Duration = Duration::from_secs(30);
-
-/// What one pass decided: the rows to store, what to publish, and the work to queue.
-#[derive(Default)]
-pub struct Plan {
-    rows: PassWrite,
-    /// New desired states, published (each waking its node) right after the rows are stored.
-    desired: Vec<(Id, DesiredRec)>,
-    desired_hashes: Vec<(Id, u64)>,
-    publish: PassPublish,
-    work: Vec<WorkKey>,
-    /// PAT rotations to schedule: (node, due in ms).
-    rotations: Vec<(Id, i64)>,
-    views_changed: bool,
-}
 
 /// The pass loop: runs on every trigger (coalesced) and every `FLEET_RECONCILE_SECONDS`.
 /// It runs for the life of the controller; its end is a fault the supervisor reports.
@@ -105,7 +93,7 @@ pub async fn run(ctx: Arc<Ctx>) {
             }
         }
         ctx.metrics.passes.inc();
-        ctx.metrics.queue_depth.set((ctx.queue.depth() + ctx.rotations.len()) as i64);
+        ctx.metrics.queue_depth.set((ctx.work.queue.depth() + ctx.work.rotations.len()) as i64);
         ctx.metrics.longpolls_held.set(ctx.store.hub().held_total() as i64);
         ctx.metrics.sample_memory();
     }
@@ -118,7 +106,7 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     let mut snap = snapshot::take(ctx, memo, clock::now_ms());
     // Credentials of deleted nodes: revoked now, with no drain window (docs/behaviour.md#node-lifecycle).
     for id in std::mem::take(&mut snap.changes.revoke_now) {
-        ctx.queue.add(WorkKey::Revoke(id.into()));
+        ctx.work.queue.add(WorkKey::Revoke(id.into()));
     }
     phases.mark("snapshot");
     let mut placed = place::place(memo, &mut snap, &mut plan.rows);
@@ -175,14 +163,14 @@ fn publish(ctx: &Ctx, memo: &Memo, snap: &Snapshot, mut placed: Placed, mut plan
     let to_send = ctx.store.publish_pass(plan.publish);
     // Revocations are queued once their credential says when (the worker reads it).
     for (_, id, at) in retired {
-        ctx.queue.add_after(WorkKey::Revoke(id), Duration::from_millis((at - snap.now).max(0) as u64));
+        ctx.work.queue.add_after(WorkKey::Revoke(id), Duration::from_millis((at - snap.now).max(0) as u64));
     }
     queue_work(ctx, plan.work);
     for (node, due_ms) in plan.rotations {
-        ctx.rotations.schedule(node, due_ms);
+        ctx.work.rotations.schedule(node, due_ms);
     }
     // Behind the PATs this pass and the ones before it asked for (`backlog`).
-    ctx.rotations.want_now(to_send.into_iter().map(WorkKey::Status));
+    ctx.work.rotations.want_now(to_send.into_iter().map(WorkKey::Status));
     drained
 }
 
@@ -199,11 +187,11 @@ fn queue_work(ctx: &Ctx, work: Vec<WorkKey>) {
     for key in work {
         match key {
             WorkKey::Pat(agent, node) => pats.push((node, agent)),
-            other => ctx.queue.add(other),
+            other => ctx.work.queue.add(other),
         }
     }
     pats.sort_unstable();
-    ctx.rotations.want_now(pats.into_iter().map(|(node, agent)| WorkKey::Pat(agent, node)));
+    ctx.work.rotations.want_now(pats.into_iter().map(|(node, agent)| WorkKey::Pat(agent, node)));
 }
 
 /// Moves the nodes this pass looked at to their current (status, health) in the nodes gauge.

@@ -17,7 +17,7 @@
 //! first wanted, where it was last wanted, or behind the agent's own last PAT — took cold
 //! convergence from 44–48 s to 55.6, 65.0 and 70.9 s (one full-scale run each).
 
-use super::work::WorkKey;
+use super::key::WorkKey;
 use crate::model::Id;
 use std::collections::{BTreeSet, VecDeque};
 

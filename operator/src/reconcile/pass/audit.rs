@@ -1,15 +1,15 @@
 //! The incremental pass checked against a recompute from scratch.
 
-use super::derive::{agent_status, demand, entries_of, facts_of, per_node_of, Lookup};
-use super::desired::{desired_json, Boxes, Entry};
 use super::gauges::Gauges;
-use super::placement::{self, NodeFacts};
-use super::rotation::due_second;
-use super::views::agent_views;
-use super::work::{first_rotation_ms, WorkKey};
 use crate::clock;
-use crate::context::Ctx;
 use crate::metrics::{NodeLabels, PlacementLabels};
+use crate::reconcile::rules::derive::{agent_status, demand, entries_of, facts_of, per_node_of, Lookup};
+use crate::reconcile::rules::desired::{desired_json, Boxes, Entry};
+use crate::reconcile::rules::placement::{self, NodeFacts};
+use crate::reconcile::rules::views::agent_views;
+use crate::reconcile::work::rotation::due_second;
+use crate::reconcile::work::Ctx;
+use crate::reconcile::work::{first_rotation_ms, WorkKey};
 use crate::store::db::DbError;
 use crate::store::{Cred, Id};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -37,7 +37,7 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
     if outcome != **st.outcome() {
         diffs.push("placement: a fresh placement differs from the published outcome".to_string());
     }
-    let per_node = per_node_of(&st.outcome());
+    let per_node = per_node_of(st.outcome());
     let pairs: HashSet<(Id, Id)> = st.outcome().bindings.iter().map(|(a, _, n)| (a.clone(), n.clone())).collect();
     let creds: HashMap<(Id, Id), &Arc<Cred>> = st.live_creds().map(|(a, n, c)| ((a.clone(), n.clone()), c)).collect();
     for pair in creds.keys() {
@@ -47,8 +47,8 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
     }
     // Every placed pair has its PAT work pending: issuing, retrying, or the next rotation (an
     // entry of its node at or before its PAT's rotation instant).
-    let wanted = ctx.rotations.wanted_pairs();
-    let rotations = ctx.rotations.earliest_by_node();
+    let wanted = ctx.work.rotations.wanted_pairs();
+    let rotations = ctx.work.rotations.earliest_by_node();
     let ttl_ms = ctx.cfg.token_ttl_seconds as i64 * 1000;
     let rotation_due = |pair: &(Id, Id)| {
         let (Some(c), Some(at)) = (creds.get(pair), rotations.get(&pair.1)) else { return false };
@@ -57,7 +57,7 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
     for pair in &pairs {
         if !wanted.contains(pair)
             && !rotation_due(pair)
-            && !ctx.queue.scheduled(&WorkKey::Pat(pair.0.clone(), pair.1.clone()))
+            && !ctx.work.queue.scheduled(&WorkKey::Pat(pair.0.clone(), pair.1.clone()))
         {
             diffs.push(format!("the PAT of {} on {} has nothing scheduled (issue or rotation)", pair.0, pair.1));
         }
@@ -75,7 +75,7 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
         has_cred: &|pair: &(Id, Id)| creds.contains_key(pair),
     };
     for a in st.agents().iter().filter(|a| a.gets_status()) {
-        let body = agent_status(a, &st.outcome(), &st, &lookup);
+        let body = agent_status(a, st.outcome(), &st, &lookup);
         let published = match st.status_wanted(a.key.as_ref()) {
             Some(want) => want.is(&body),
             None => st.status_sent(a.key.as_ref()).is_some_and(|s| s.is(&body)),
@@ -95,12 +95,12 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
             diffs.push(format!("nodes gauge {status}/{health}: {shown}, the registry says {count}"));
         }
     }
-    if !st.placements().of(&st.agents(), &st.outcome()) && st.placements().to_vec() != fresh_placements(&st) {
+    if !st.placements().of(st.agents(), st.outcome()) && st.placements().to_vec() != fresh_placements(&st) {
         diffs.push("placement items are not those of the agents and the outcome".to_string());
     }
     let mut gauge = Gauges::default();
     for a in st.agents().iter() {
-        gauge.count_views(&agent_views(a, &st.outcome()).items, 1);
+        gauge.count_views(&agent_views(a, st.outcome()).items, 1);
     }
     for (status, reason, replicas) in gauge.placement_replicas() {
         let shown = ctx.metrics.placements.get_or_create(&PlacementLabels { status, reason: reason.to_string() }).get();

@@ -19,8 +19,8 @@
 //! that was replaced meanwhile costs the same.
 
 use super::backlog::Backlog;
+use super::key::WorkKey;
 use super::queue::WorkQueue;
-use super::work::WorkKey;
 use crate::clock;
 use crate::model::Id;
 use parking_lot::Mutex;
@@ -191,7 +191,7 @@ impl Rotations {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::queue::Backoff;
+    use crate::reconcile::work::queue::Backoff;
     use std::sync::Arc;
 
     fn pair(a: &str, n: &str) -> (Id, Id) {
@@ -266,7 +266,7 @@ mod tests {
         for i in 0..total {
             let key = tokio::time::timeout(Duration::from_secs(5), q.next()).await.expect("fed as workers take keys");
             assert_eq!(key, WorkKey::Pat(format!("a{i:05}").into(), "n".into()));
-            q.done(&key, crate::reconcile::queue::Outcome::Done);
+            q.done(&key, crate::reconcile::work::queue::Outcome::Done);
             assert!(q.ready_len() <= FEED_AHEAD);
         }
         let key = tokio::time::timeout(Duration::from_secs(5), q.next()).await.expect("the status follows");

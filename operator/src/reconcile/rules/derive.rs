@@ -124,7 +124,7 @@ pub fn agent_status(a: &Agent, outcome: &Outcome, st: &State, lookup: &Lookup) -
 pub fn status_now(a: &Agent, st: &State, now: i64, offline_after: std::time::Duration) -> StatusBody {
     let node = |id: &Id| st.node(id).map(|n| (&*n.name, n.online(now, offline_after)));
     let has_cred = |pair: &(Id, Id)| st.live_cred(pair).is_some();
-    agent_status(a, &st.outcome(), st, &Lookup { node: &node, has_cred: &has_cred })
+    agent_status(a, st.outcome(), st, &Lookup { node: &node, has_cred: &has_cred })
 }
 
 /// Why the agent's identity is not ready yet, if it is not: a recorded error first, then a

@@ -2,70 +2,33 @@
 //! registry's current state, so a duplicate, a retry or a crash in the middle is harmless.
 //! A failing agent backs off on its own key and never stalls the pass or the others.
 
-use super::ceiling::ceiling;
-use super::derive::status_now;
+use super::key::{first_rotation_ms, rotate_at_ms, WorkKey};
 use super::queue::Outcome;
+use super::queues::Ctx;
 use crate::clock;
-use crate::context::Ctx;
 use crate::model::IdentityKind;
 use crate::platform::iam::PatRequest;
 use crate::platform::PlatformError;
+use crate::reconcile::rules::ceiling::ceiling;
+use crate::reconcile::rules::derive::status_now;
 use crate::store::{Cred, Id, Sealed};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum WorkKey {
-    /// Ensure the agent's IAM principal exists and the CP knows it.
-    Identity(Id),
-    /// Ensure the (agent, node) pair has a live PAT sealed to the node; rotate when due.
-    Pat(Id, Id),
-    /// Revoke one credential once its grace has passed.
-    Revoke(Id),
-    /// Send the agent's current status to the CP.
-    Status(Id),
-}
-
 /// Concurrent work items: enough to hide IAM latency and the group commit's (a PAT waits for
-/// one commit; two until session 5), few enough not to flood IAM. 32 converged a
+/// one commit), few enough not to flood IAM. 32 converged a
 /// 10,000-node fleet no sooner than 16 (82.6 s; 16 gave 71.3 and 86.0 s).
 pub const WORKERS: usize = 16;
-
-/// When a PAT is due for rotation: less than min(2 days, TTL/3) before expiry. TTL is the
-/// lifetime IAM actually granted when that is shorter than the one asked for (IAM may cap).
-pub fn rotate_at_ms(c: &Cred, ttl_ms: i64) -> i64 {
-    let granted = (c.expires_ms - c.issued_ms).max(0);
-    let margin = (2 * 86_400_000i64).min(ttl_ms.min(granted) / 3);
-    c.expires_ms - margin
-}
-
-/// When a freshly issued PAT's rotation is scheduled: at its rotation instant, but not within
-/// a second of its issue (a PAT IAM granted for less than that would be reissued in a loop).
-pub fn first_rotation_ms(c: &Cred, ttl_ms: i64) -> i64 {
-    rotate_at_ms(c, ttl_ms).max(c.issued_ms + 1000)
-}
-
-impl WorkKey {
-    /// The kind, as the work metrics and spans name it.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            WorkKey::Identity(_) => "identity",
-            WorkKey::Pat(..) => "pat",
-            WorkKey::Revoke(_) => "revoke",
-            WorkKey::Status(_) => "status",
-        }
-    }
-}
 
 /// One worker ([`WORKERS`] run): takes the next due key, handles it and tells the queue how
 /// it went. It runs for the life of the controller; its end is a fault the supervisor
 /// reports (`server.rs`).
 pub async fn worker(ctx: Arc<Ctx>) {
     loop {
-        let key = ctx.queue.next().await;
+        let key = ctx.work.queue.next().await;
         let outcome = handle(&ctx, &key).await;
-        if ctx.queue.done(&key, outcome).is_some() {
+        if ctx.work.queue.done(&key, outcome).is_some() {
             ctx.metrics.work_retries.inc();
         }
     }
@@ -176,7 +139,7 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
     }
     let Some(principal) = principal else {
         // The identity item runs first; come back when it has had its chance.
-        ctx.queue.add(WorkKey::Identity(agent.clone()));
+        ctx.work.queue.add(WorkKey::Identity(agent.clone()));
         return Outcome::Failed;
     };
     // The key's counter (docs/behaviour.md#iam-calls). `next_n` is stored and is raised only in the commit that
@@ -226,7 +189,7 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
     if let Some((old, _)) = retire {
         ctx.metrics.pat("rotated");
         tracing::info!(node_name = %node_name, credential = %id, old = %old, "PAT rotated; the old one is revoked after the grace");
-        ctx.queue.add_after(WorkKey::Revoke(old), grace);
+        ctx.work.queue.add_after(WorkKey::Revoke(old), grace);
     } else {
         tracing::info!(node_name = %node_name, credential = %id, "PAT issued and sealed to the node");
     }
@@ -238,7 +201,7 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
 
 /// The pair's next rotation waits in the rotation index (by node), not as a delayed queue key.
 fn rotate_at(ctx: &Ctx, node: &Id, due_ms: i64) -> Outcome {
-    ctx.rotations.schedule(node.clone(), due_ms);
+    ctx.work.rotations.schedule(node.clone(), due_ms);
     Outcome::Done
 }
 
@@ -301,7 +264,7 @@ async fn status(ctx: &Ctx, agent: &Id) -> Outcome {
     match ctx.cp.put_status(agent, &body).await {
         Ok(()) => {
             ctx.metrics.call("cp", "put_status", "ok");
-            tracing::info!(phase = ?body.phase, ready = body.ready_replicas, desired = body.desired_replicas, "status sent to the CP");
+            tracing::info!(phase = %body.phase, ready = body.ready_replicas, desired = body.desired_replicas, "status sent to the CP");
             ctx.store.status_sent(agent, body, wanted).await;
             Outcome::Done
         }

@@ -231,8 +231,8 @@ pub fn hint(code: &str) -> &'static str {
 mod tests {
     use super::*;
     use crate::model::Agent;
-    use crate::reconcile::derive::facts_of;
-    use crate::reconcile::placement::place;
+    use crate::reconcile::rules::derive::facts_of;
+    use crate::reconcile::rules::placement::place;
     use crate::store::{Lifecycle, NodeInfo, NodeRec};
     use fleet_api::Capacity;
     use serde_json::json;
@@ -270,7 +270,7 @@ mod tests {
     fn state(nodes: Vec<NodeRec>, a: Agent) -> State {
         let now = crate::clock::now_ms();
         let facts: Vec<_> = nodes.iter().map(|n| facts_of(n, n.online(now, OFFLINE))).collect();
-        let demands: Vec<_> = crate::reconcile::derive::demand(&a).into_iter().collect();
+        let demands: Vec<_> = crate::reconcile::rules::derive::demand(&a).into_iter().collect();
         let st = State::default().with_outcome(Arc::new(place(&demands, &facts, &Default::default())));
         nodes.into_iter().fold(st, State::with_node).with_agents(Arc::new(vec![a]))
     }
@@ -434,7 +434,7 @@ mod tests {
     /// Every hint is the text docs/troubleshooting.md gives for its reason.
     #[test]
     fn every_hint_is_in_the_troubleshooting_table() {
-        let doc = include_str!("../../../docs/troubleshooting.md");
+        let doc = include_str!("../../../../docs/troubleshooting.md");
         use codes::refusal;
         let others = [
             codes::NODE_UNAVAILABLE,
@@ -444,7 +444,7 @@ mod tests {
             refusal::EXECUTOR_KIND_MISSING,
             refusal::START_FAILED,
         ];
-        for code in super::super::placement::REASONS.iter().chain(&others) {
+        for code in crate::reconcile::rules::placement::REASONS.iter().chain(&others) {
             let h = hint(code);
             assert!(!h.is_empty(), "{code} has a hint");
             assert!(doc.contains(h), "docs/troubleshooting.md lacks the hint for {code}: {h}");

@@ -4,10 +4,10 @@
 //! first pass (and the one after a failed pass) starts from an empty memo and computes
 //! everything.
 
-use super::derive::{facts_of, PerNode};
 use super::gauges::Gauges;
-use super::placement::NodeFacts;
 use crate::model::{Agent, AgentList, Id};
+use crate::reconcile::rules::derive::{facts_of, PerNode};
+use crate::reconcile::rules::placement::NodeFacts;
 use crate::store::{AgentIndex, Changes, State};
 use rustc_hash::FxHashMap as HashMap;
 use std::time::Duration;
@@ -22,7 +22,7 @@ pub struct Memo {
     /// The agent list the last pass saw (in key order), and the registry's index of it.
     pub agents: AgentList,
     pub index: AgentIndex,
-    /// Each agent's [`agent_fingerprint`](super::desired::agent_fingerprint), at its position
+    /// Each agent's [`agent_fingerprint`](crate::reconcile::rules::desired::agent_fingerprint), at its position
     /// in `agents` (a map by key was ~0.8 MB at 20,000 agents).
     pub fingerprints: Vec<u64>,
     /// Every node's placement facts as of the last pass, online state included.

@@ -1,8 +1,8 @@
 //! The CP change trigger: the one reader of the CP's agent list (docs/behaviour.md#control-plane-calls-and-agent-descriptions, docs/behaviour.md#the-reconcile-pass).
 
-use crate::context::Ctx;
 use crate::model::Agent;
 use crate::platform::cp::AgentsFetch;
+use crate::reconcile::work::Ctx;
 use crate::store::db::AgentsWrite;
 use std::cmp::Ordering;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! report from every node (the store loads last-seen as max(stored, now)), so an outage of
 //! the controller never collects a fleet.
 
-use crate::context::Ctx;
+use super::queues::Ctx;
 use crate::model::Id;
 use std::sync::Arc;
 use std::time::Duration;
