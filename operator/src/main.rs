@@ -11,20 +11,21 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// jemalloc instead of glibc's malloc: at fleet scale (thousands of connections, ~100,000
-/// replicas) it measured 15–20 % less resident memory, CPU within the runs' spread
-/// (docs/performance.md), and its counters feed the `fleet_memory_*` gauges. The feature
-/// `system-allocator` keeps glibc's malloc, which heaptrack can follow (profiling only).
+/// replicas) it holds 15–20 % less resident memory at the same CPU
+/// (docs/performance.md#where-the-bytes-are), and its counters feed the `fleet_memory_*`
+/// gauges. The feature `system-allocator` keeps glibc's malloc, which heaptrack can follow
+/// (profiling only).
 #[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's defaults for this process, read by name before its first allocation (the
 /// `_RJEM_MALLOC_CONF` environment variable still overrides them). Two arenas for two cores'
-/// worth of tokio workers, and freed pages given back at once instead of kept dirty: at
-/// 10,000 nodes a two-second purge still held up to 64 MiB of freed pages above the heap in
-/// use while 1,000 nodes' replicas moved (desired bodies, a pass's rows and PAT calls freed
-/// faster than the purge gave them back), and that slack was the run's peak RSS. Purging at
-/// once took the peak from 219.5 to 191.6 MiB at the same CPU (docs/performance-history.md#the-allocators-purge-pat-bookkeeping-by-node-a-backlog-without-duplicates-2026-12-03-session-16-issue-22); earlier, with a larger heap churning more, a 250 ms purge had cost 7 CPU-seconds.
+/// worth of tokio workers, and freed pages given back at once instead of kept dirty: while
+/// many nodes' replicas move, desired bodies, a pass's rows and PAT calls are freed faster
+/// than a delayed purge gives them back, and at 10,000 nodes that slack (tens of MiB) would
+/// be the peak RSS; purging at once costs no measurable CPU
+/// (docs/performance.md#where-the-bytes-are).
 #[cfg(not(feature = "system-allocator"))]
 #[allow(unsafe_code)] // a symbol jemalloc looks up; no code runs
 #[export_name = "_rjem_malloc_conf"]
@@ -34,8 +35,8 @@ pub static JEMALLOC_CONF: &[u8; 67] = b"background_thread:true,narenas:2,dirty_d
 /// so each of those threads does not keep a heap of its own with its own fragmentation, and
 /// fixed thresholds for giving memory back. Left to itself glibc raises both after the first
 /// large block is freed (up to 32 MiB, and twice that before trimming), so the memory a big
-/// SQLite transaction took stayed with the process: at 10,000 nodes the anonymous memory
-/// outside jemalloc rose by 5–8 MiB while 1,000 nodes' replicas moved (docs/performance.md).
+/// SQLite transaction took would stay with the process: several MiB at 10,000 nodes
+/// (docs/performance.md#where-the-bytes-are).
 fn limit_glibc_arenas() {
     const GIVE_BACK: libc::c_int = 128 * 1024;
     // SAFETY: mallopt only changes malloc tunables; each takes any positive value.

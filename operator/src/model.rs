@@ -122,8 +122,8 @@ pub const MAX_DRAIN_SECONDS: u64 = 3600;
 
 impl Agent {
     /// Gives back the room parsing left in its lists: serde grows a list of unknown length by
-    /// doubling, so a one-element list held four (~70 bytes each; 4.6 MB of a 20,000-agent
-    /// list at 10,000 nodes was the audiences and scope ceilings alone, heaptrack).
+    /// doubling, so a one-element list holds four (~70 bytes each): in a 20,000-agent list the
+    /// audiences and scope ceilings alone would waste ~4.6 MB.
     pub fn shrink(&mut self) {
         if let Some(iam) = &mut self.identity.iam {
             iam.audiences.shrink_to_fit();
@@ -176,8 +176,8 @@ pub struct SkippedAgent {
 
 /// Parses the items of one page, keeping the good ones and naming each bad one.
 ///
-/// Items arrive as raw JSON text and are parsed straight into [`Agent`]: going through
-/// `serde_json::Value` first cost most of the time of reading a 20,000-agent list.
+/// Items arrive as raw JSON text and are parsed straight into [`Agent`]: a `serde_json::Value`
+/// in between would be most of the cost of reading a 20,000-agent list.
 pub fn parse_agents(items: &[Box<RawValue>]) -> (Vec<Agent>, Vec<SkippedAgent>) {
     /// Only for naming an item that is not a valid agent.
     #[derive(Deserialize)]
@@ -235,8 +235,8 @@ fn check(a: &Agent) -> Result<(), String> {
 }
 
 /// The active agent list as the controller last saw it, shared cheaply with the pass. In key
-/// order, each key once (the CP lists so; `reconcile::agents` sorts a list that is not, and
-/// the stored list is read back sorted).
+/// order, each key once (the CP lists so; `reconcile::pass::agents` sorts a list that is not,
+/// and the stored list is read back sorted).
 pub type AgentList = Arc<Vec<Agent>>;
 
 /// The agent of this key in a list in key order, by binary search: for a list without an

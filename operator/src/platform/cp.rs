@@ -71,8 +71,8 @@ impl CpClient {
     /// Pages are pipelined: as soon as a page's `nextCursor` is known the next request is on
     /// its way, and the page's items are parsed while the CP answers it.
     /// `expected`: how many agents the list is likely to hold (the last list's length): the
-    /// vector is sized for it once instead of doubling page by page (at 20,000 agents of 256
-    /// bytes it doubled to 32,768 places, 8.4 MB, beside the list it replaces).
+    /// vector is sized for it once instead of doubling page by page (20,000 agents of 256
+    /// bytes would double to 32,768 places, 8.4 MB, beside the list it replaces).
     pub async fn list_agents(&self, etag: Option<&str>, expected: usize) -> Result<AgentsFetch, PlatformError> {
         let token = self.bearer().await?;
         let mut agents = Vec::with_capacity(expected.min(MAX_EXPECTED));

@@ -2,9 +2,9 @@
 //!
 //! Held as one sorted vector of 24-byte entries that name their node by its position in a
 //! table of node ids: at 100,000 replicas 2.4 MB, where a B-tree of `(Arc<str>, u32) →
-//! Arc<str>` took ~4.4 MB, and a placement run writes the new entries straight into their
-//! vector instead of collecting them and building a tree beside it (issue #22: that run was
-//! the controller's peak).
+//! Arc<str>` would take ~4.4 MB. A placement run, the controller's peak, writes the new
+//! entries straight into their vector instead of collecting them and building a tree beside
+//! it.
 
 use crate::model::Id;
 

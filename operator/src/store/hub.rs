@@ -1,7 +1,7 @@
 //! Long-poll hub: one slot per node with its current generation and a `Notify`, so a
 //! generation bump wakes exactly the node that changed; plus a count of polls held per node to
-//! cap them (docs/reference.md#http-api). A slot is ~80 bytes (a `watch` channel, which this was, is ~500 with
-//! its eight notifiers), and every node of the fleet has one.
+//! cap them (docs/reference.md#http-api). A slot is ~80 bytes (a `watch` channel would be
+//! ~500 with its eight notifiers), and every node of the fleet has one.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;

@@ -1,7 +1,7 @@
 //! What the store keeps of the reconciler's results: the placement outcome, the status bodies
 //! sent to the CP and the placement items the API lists. They are defined here, where the
 //! store owns them, so the store depends on nothing in `reconcile`; the reconciler computes
-//! them (`reconcile::placement`, `status`, `views` re-export them under their old names).
+//! them (`reconcile::rules::{placement, status, views}` re-export them).
 
 use crate::model::{Agent, AgentList, AgentState, Id, IdentityKind, Placement};
 use fleet_api::{PlacementStatus, PlacementView, ReplicaState};
@@ -151,10 +151,9 @@ impl AgentItems {
 /// one `pending` item for the unplaced replicas, `pending / node_unavailable` for replicas
 /// stuck on an offline node, and one `stopped` item per stopped agent.
 ///
-/// Kept, the items of 100,000 replicas were ~5 MB and two trees (the pass's and the
-/// published one) of ~1.2 MB each, the largest part of the controller's memory nothing read
-/// between two lists (heaptrack, session 19). An agent's items are a binary search into the
-/// bindings away, so a list builds each as it reaches it.
+/// Kept, the items of 100,000 replicas would be ~5 MB, and two trees of them (the pass's and
+/// the published one) ~1.2 MB each, memory nothing reads between two lists. An agent's items
+/// are a binary search into the bindings away, so a list builds each as it reaches it.
 #[derive(Debug, Clone, Default)]
 pub struct Placements {
     /// In key order (the CP lists agents so, and the list is sorted when one does not).
@@ -236,7 +235,8 @@ pub fn agent_views(a: &Agent, outcome: &Outcome) -> AgentItems {
 
 /// What is kept of a status the CP accepted: its phase (for the phase-change event) and a
 /// keyed hash of the whole body, to tell whether a new body differs. The body itself is not
-/// kept (20,000 agents' bodies were ~14 MB); a restart reads the stored ones back as hashes.
+/// kept (20,000 agents' bodies would be ~14 MB); a restart reads the stored ones back as
+/// hashes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sent {
     pub phase: Phase,

@@ -30,9 +30,9 @@ impl Parts {
             r.executor_images.into_iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k, sorted(&v))).collect();
         images.retain(|k, _| r.executor_kinds.contains(k));
         // Kept until the next report, at its length, each agent's key the list's own. Collected
-        // into a vector of its own: collected in place, it kept the parsed list's buffer,
-        // grown by doubling for the wire's larger items (1.4 KB a node with ten replicas
-        // instead of 720 bytes; heaptrack, session 17).
+        // into a vector of its own: collected in place, it would keep the parsed list's
+        // buffer, grown by doubling for the wire's larger items (1.4 KB a node with ten
+        // replicas instead of 720 bytes).
         let index = st.agent_index().clone();
         let known = |key: &str| index.get_key_value(key).map(|(k, _)| k.clone());
         let mut replicas: Vec<Seen> = Vec::with_capacity(r.replicas.len());
@@ -56,7 +56,7 @@ impl Parts {
 
     /// Persists reported node state; called periodically and at shutdown. Returns how many
     /// nodes were written. A fleet that reports at once (10,000 nodes coming up, a burst) is
-    /// serialised and written [`FLUSH_CHUNK`] nodes at a time: all at once its rows were
+    /// serialised and written [`FLUSH_CHUNK`] nodes at a time: all at once its rows would be
     /// ~15 MB held together. Nodes whose rows could not be written stay dirty.
     pub async fn flush_reports(&self) -> Result<usize, DbError> {
         self.flush_reports_by(FLUSH_CHUNK).await

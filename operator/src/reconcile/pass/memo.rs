@@ -23,7 +23,7 @@ pub struct Memo {
     pub agents: AgentList,
     pub index: AgentIndex,
     /// Each agent's [`agent_fingerprint`](crate::reconcile::rules::desired::agent_fingerprint), at its position
-    /// in `agents` (a map by key was ~0.8 MB at 20,000 agents).
+    /// in `agents` (a map by key would be ~0.8 MB at 20,000 agents).
     pub fingerprints: Vec<u64>,
     /// Every node's placement facts as of the last pass, online state included.
     pub facts: Vec<NodeFacts>,
@@ -78,8 +78,8 @@ impl Memo {
 
     /// Brings the facts the recorded changes name up to date.
     pub fn update(&mut self, st: &State, changes: &Changes) {
-        // Room for the registry's nodes and no more: grown by doubling, the table of 10,000
-        // nodes' facts held room for 16,384 (1.3 MB; heaptrack, session 19).
+        // Room for the registry's nodes and no more: grown by doubling, a table of 10,000
+        // nodes' facts would hold room for 16,384 (~1.3 MB).
         if st.node_count() > self.facts.capacity() {
             self.facts.reserve_exact(st.node_count() - self.facts.len());
         }

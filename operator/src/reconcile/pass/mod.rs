@@ -177,11 +177,11 @@ fn publish(ctx: &Ctx, memo: &Memo, snap: &Snapshot, mut placed: Placed, mut plan
 /// Queues identity and PAT work. A node's PATs are issued together (the queue is first in,
 /// first out), so its desired state changes once or twice while a fleet comes up instead of
 /// once per replica: each change is a new body built, stored, sent and applied by the node.
-/// (Ordered by agent, a 10,000-node fleet saw ~10 desired states per node, and converged no
+/// (Ordered by agent, each node would get ~10 desired states, and no agent would be ready
 /// sooner: an agent is ready only when its last replica's node has its PAT.)
 ///
 /// PAT work goes to the rotation feeder's backlog, which queues it as the workers take it
-/// (`rotation::FEED_AHEAD`): 100,000 keys in the queue at once were ~17 MB.
+/// (`rotation::FEED_AHEAD`): 100,000 keys in the queue at once would take ~17 MB.
 fn queue_work(ctx: &Ctx, work: Vec<WorkKey>) {
     let mut pats = Vec::new();
     for key in work {

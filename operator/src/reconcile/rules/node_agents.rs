@@ -1,8 +1,8 @@
 //! One node's agents and their replica indexes there, as the pass keeps them for every node.
 //! A node holds a handful of agents, so they are a vector sorted by key: 40 bytes an agent,
-//! with no allocation of its own for up to two replicas of it. The B-tree it replaces took a
+//! with no allocation of its own for up to two replicas of it. A B-tree would take a
 //! ~450-byte leaf per node plus a vector per agent (~1.3 KB a node at rest, 13 MB at 10,000
-//! nodes; docs/performance.md).
+//! nodes).
 
 use crate::model::Id;
 use smallvec::SmallVec;
@@ -39,9 +39,9 @@ impl NodeAgents {
         let i = match self.find(agent) {
             Ok(i) => i,
             Err(i) => {
-                // One more, not double: when 1,000 nodes went offline, the 9,000 that received
-                // a replica each doubled a full vector (10 agents, 400 bytes) to 800 bytes,
-                // 3 MB of the run's peak (heaptrack, session 19).
+                // One more, not double: when 1,000 nodes go offline, the 9,000 that receive a
+                // replica each would double a full vector (10 agents, 400 bytes) to 800 bytes,
+                // ~3 MB at the controller's peak.
                 self.0.reserve_exact(1);
                 self.0.insert(i, (agent.clone(), Reps::new()));
                 i

@@ -34,9 +34,9 @@ pub struct NodeFacts {
 }
 
 /// One placed agent's demand. Its requirements borrow the agent's, and [`place`] takes the
-/// demands one by one, keeping of each only its key, replica count and signature: a pass
-/// that built one for every agent and kept them for the run held ~3 MB of them at 20,000
-/// agents (152 bytes each), at the controller's peak (issue #22).
+/// demands one by one, keeping of each only its key, replica count and signature: one for
+/// every agent, kept for the run, would be ~3 MB at 20,000 agents (152 bytes each), at the
+/// controller's peak.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Demand<'a> {
     pub key: Arc<str>,

@@ -17,8 +17,8 @@ use std::time::Duration;
 use tracing::Instrument;
 
 /// Concurrent work items: enough to hide IAM latency and the group commit's (a PAT waits for
-/// one commit), few enough not to flood IAM. 32 converged a
-/// 10,000-node fleet no sooner than 16 (82.6 s; 16 gave 71.3 and 86.0 s).
+/// one commit), few enough not to flood IAM. More (32) bring a 10,000-node fleet up no
+/// sooner.
 pub const WORKERS: usize = 16;
 
 /// One worker ([`WORKERS`] run): takes the next due key, handles it and tells the queue how
@@ -146,9 +146,9 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
     // stores the PAT it keyed, so until that commit every attempt — a retry, or the first one
     // after a crash — uses the same n and IAM replays instead of minting a second PAT; once it
     // is stored, the next PAT gets n + 1 and never replays an old one. A pair without a row
-    // has never had a PAT stored: its n is 0. (Earlier versions raised the counter in a commit
-    // of its own before the call and kept the n in flight as `pending_n`; a row they left is
-    // honoured. That commit bought nothing and cost a second commit per PAT.)
+    // has never had a PAT stored: its n is 0. Raising the counter in a commit of its own
+    // before the call would buy nothing and cost a second commit per PAT. A row that still
+    // carries a `pending_n` (written by an older version) is honoured.
     let n = pair.next_n;
     let ceil = ceiling(&a, &ctx.cfg.token_audiences, &ctx.cfg.token_scopes);
     let req = PatRequest {

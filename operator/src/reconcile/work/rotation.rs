@@ -5,16 +5,16 @@
 //! PATs at once, and the queue holds each key twice (its order and its set, ~180 bytes a key
 //! at that size) where the backlog holds one key of 40 bytes. A status waits behind the PATs
 //! wanted before it: sent while they are still being issued it is superseded within seconds,
-//! and sending each step cost the CP and the controller a fifth more CPU-seconds to bring a
-//! fleet up.
+//! and sending each step costs the CP and the controller a fifth more CPU-seconds to bring
+//! a fleet up.
 //!
 //! Rotations are not a delayed work-queue key per PAT either (the queue's two entries per
-//! key were ~250 bytes each), nor an entry per PAT here (~60 bytes each in a B-tree of (due
+//! key are ~250 bytes each), nor an entry per PAT here (~60 bytes each in a B-tree of (due
 //! ms, agent, node): 6 MB at 100,000 PATs): an entry is a node and the second, rounded up, at
 //! which one of its PATs is due. A node's PATs are issued together, so they share a second
 //! or a few. When an entry falls due, every pair of that node with a live PAT gets its PAT
 //! work queued ([`Rotations::run`]'s `live_agents`). The PAT work item itself decides whether
-//! a rotation is due (`work::pat`): a pair not due yet costs one look and schedules its own
+//! a rotation is due (`items::pat`): a pair not due yet costs one look and schedules its own
 //! second again, which lands on an entry already there; an entry left behind by a credential
 //! that was replaced meanwhile costs the same.
 

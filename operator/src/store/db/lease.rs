@@ -3,13 +3,13 @@
 //! clocks never matter. Taking it is one statement that succeeds only when the row is free or
 //! expired; renewing is the fencing predicate (`holder = me AND epoch = mine`) with a new
 //! expiry. The writes that need the lease check the same predicate in their own transaction
-//! (`backend/queries.rs`, `fence`).
+//! (`sql/queries.rs`, `fence`).
 
 use super::rows::Fence;
 use sqlx::PgPool;
 use std::time::Duration;
 
-/// The lease row; the fence (`backend/queries.rs`) checks the same one.
+/// The lease row; the fence (`sql/queries.rs`) checks the same one.
 pub const NAME: &str = "controller";
 
 /// Takes the lease for `ttl` when it is free, expired or released; returns the new epoch.

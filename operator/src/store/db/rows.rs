@@ -68,7 +68,7 @@ pub enum JoinOutcome {
 #[derive(Debug, Default)]
 pub struct PassWrite {
     /// (agent, replica) and (agent, replica, node): the registry's own strings, shared (a
-    /// fleet coming up binds 100,000 replicas, and two new strings each were ~6 MB).
+    /// fleet coming up binds 100,000 replicas, and two new strings each would be ~6 MB).
     pub unbind: Vec<(Id, u32)>,
     pub bind: Vec<(Id, u32, Id)>,
     /// (node, generation, agents JSON): a slice of the body the node is served, so a pass

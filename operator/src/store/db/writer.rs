@@ -1,9 +1,9 @@
 //! Group commit for the workers' small writes (credentials with their PAT counters,
 //! identities, statuses, deletions).
 //!
-//! Every write used to be its own transaction, and with sqlx every statement is a hop to
-//! SQLite's worker thread and back: a PAT cost six hops (counter; begin, credential, counter,
-//! commit) and cold convergence issues 100,000 of them. The writer task takes whatever writes
+//! With sqlx every statement is a hop to SQLite's worker thread and back: as a transaction
+//! of its own a PAT would cost four (begin, credential, counter, commit), and cold
+//! convergence issues 100,000 of them. The writer task takes whatever writes
 //! are waiting, folds them into one [`Batch`] and commits it as a handful of multi-row
 //! statements. A caller is answered only after the commit, so whatever it does next (a CP
 //! call, a node's desired state) follows stored state. A batch that fails is written again

@@ -1,6 +1,6 @@
 //! A PAT as the registry keeps it: its id and its sealed box in one allocation. At 100,000
-//! PATs each allocation is ~1 MB: the id and the box were two (64 and 96 bytes in jemalloc's
-//! classes), now one of 112 for ids of the usual form.
+//! PATs each allocation is ~1 MB: the id and the box apart would be two (64 and 96 bytes in
+//! jemalloc's classes), together they are one of 112 for ids of the usual form.
 //!
 //! The box is kept as bytes and encoded to base64 (as stored and served) only when a desired
 //! body or a row is written; a stored text that is not canonical base64 is kept as it is, so

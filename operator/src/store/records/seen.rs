@@ -7,8 +7,8 @@ use crate::model::Id;
 use fleet_api::{ReplicaReport, ReplicaState};
 use serde::{Deserialize, Serialize};
 
-/// 64 bytes: the exit code is kept beside a flag that fills padding, where `Option<i64>` took
-/// 16 bytes and the record 72 — a node's ten replicas are 640 bytes instead of 768 in
+/// 64 bytes: the exit code is kept beside a flag that fills padding, where `Option<i64>` would
+/// take 16 bytes and the record 72 — a node's ten replicas are 640 bytes instead of 768 in
 /// jemalloc's classes (1.3 MB at 10,000 nodes).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(from = "Wire")]

@@ -2,10 +2,10 @@
 //! by agent key, exactly as long as it is. A node has about as many pairs as it has slots,
 //! so a lookup is a hash of the node id and a binary search over a dozen keys.
 //!
-//! Keyed by the pair, the table was one hash slot of 48 bytes a pair at 44–87 % load — 6.4 MB
-//! at 100,000 pairs, with the old table held beside the new one while it doubled; pairs are
-//! kept after a move (their PAT counter), so every recovery adds its moved replicas. Grouped
-//! by node it is 32 bytes a pair and one slot a node (docs/performance-history.md#the-allocators-purge-pat-bookkeeping-by-node-a-backlog-without-duplicates-2026-12-03-session-16-issue-22).
+//! Keyed by the pair, the table would be one hash slot of 48 bytes a pair at 44–87 % load —
+//! 6.4 MB at 100,000 pairs, with the old table held beside the new one while it doubles; and
+//! pairs are kept after a move (their PAT counter), so every recovery adds its moved
+//! replicas. Grouped by node it is 32 bytes a pair and one slot a node.
 
 use crate::model::Id;
 use crate::store::records::PairRec;

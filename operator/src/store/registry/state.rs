@@ -24,14 +24,14 @@ pub type AgentIndex = Arc<HashMap<Id, usize>>;
 #[derive(Default)]
 pub struct State {
     /// Boxed: a record is ~430 bytes, and inline the table's empty slots would take as much
-    /// each (docs/performance.md has the measurement).
+    /// each.
     pub(super) nodes: HashMap<Id, Box<NodeRec>>,
     pub(super) by_token: HashMap<[u8; 32], Id>,
     pub(super) by_name: HashMap<Id, Id>,
     pub(super) agents: AgentList,
     /// Each agent's position in `agents`, shared with the pass's memo: a binary search
-    /// instead, under the registry's write lock for every reported replica, was 18 % of the
-    /// controller's CPU at 10,000 nodes (two cache misses a comparison).
+    /// instead, under the registry's write lock for every reported replica, would be nearly a
+    /// fifth of the controller's CPU at 10,000 nodes (two cache misses a comparison).
     pub(super) agent_index: AgentIndex,
     pub(super) agents_etag: Option<String>,
     pub(super) outcome: Arc<Outcome>,
@@ -49,7 +49,7 @@ pub struct State {
     pub(super) statuses_sent: HashMap<Id, Sent>,
     /// The bodies computed by the last pass that differ from what the CP accepted, as hashes:
     /// a status work item derives the body again when it sends it (20,000 agents' bodies
-    /// waiting to be sent were ~10 MB while a fleet came up; heaptrack, session 16).
+    /// waiting to be sent would be ~10 MB while a fleet comes up).
     pub(super) statuses_want: HashMap<Id, Sent>,
     /// Nodes whose report is newer than the database copy.
     pub(super) dirty_nodes: HashSet<Id>,

@@ -39,11 +39,11 @@ pub fn fence_of(pool: &Pool, held: &parking_lot::RwLock<Option<Fence>>) -> Resul
 }
 
 /// Each SQLite connection's page cache, in KiB (`PRAGMA cache_size` takes KiB as a negative
-/// number). SQLite's default is 2,000 KiB a connection, 9.2 MB of a 3,000-node controller's
-/// heap over its four connections, and every one of them full: the controller reads its tables
-/// once at start and then writes, and the pages it reads again come from the kernel's cache
-/// as fast. A transaction larger than the cache spills its pages to the WAL before it
-/// commits, which is what the WAL is for.
+/// number). SQLite's default is 2,000 KiB a connection, and all four connections fill theirs
+/// (~9 MB of heap at 3,000 nodes): the controller reads its tables once at start and then
+/// writes, and the pages it reads again come from the kernel's cache as fast. A transaction
+/// larger than the cache spills its pages to the WAL before it commits, which is what the WAL
+/// is for.
 pub const SQLITE_CACHE_KIB: u32 = 256;
 
 pub async fn open_sqlite(url: &str) -> Result<sqlx::SqlitePool, DbError> {
@@ -61,14 +61,14 @@ pub async fn open_sqlite(url: &str) -> Result<sqlx::SqlitePool, DbError> {
         .journal_mode(SqliteJournalMode::Wal)
         // FULL: a commit is on disk before it is acknowledged, so a `201` for a join
         // survives a power loss (docs/behaviour.md#hardening). With WAL and the group commit it costs little
-        // (docs/performance.md, "Durability").
+        // (docs/performance.md#durability).
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(Duration::from_secs(10))
         .foreign_keys(true)
         .pragma("cache_size", format!("-{SQLITE_CACHE_KIB}"));
-    // Four connections measured better than one under the simulator's cold start (121 s
-    // against 147 s to converge): PAT writes and a pass's batch overlap their non-SQLite
-    // work, although SQLite still takes one writer at a time.
+    // Four connections, not one: PAT writes and a pass's batch overlap their non-SQLite
+    // work, although SQLite still takes one writer at a time (a cold start converges about a
+    // fifth sooner).
     let pool = SqlitePoolOptions::new().max_connections(4).connect_with(opts).await?;
     sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
     Ok(pool)

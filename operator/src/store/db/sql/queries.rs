@@ -1,4 +1,4 @@
-// The store's SQL, written once and compiled once per backend (`backend/mod.rs` includes this
+// The store's SQL, written once and compiled once per backend (`sql/mod.rs` includes this
 // file into `sqlite` and `pg`, each with its own `DB`, `Conn`, `Pool` and `FOR_SHARE`). Raw
 // statements use `$N` placeholders, which both drivers take; multi-row statements are built
 // with `QueryBuilder<DB>`, which writes each driver's own. Fenced statements (docs/behaviour.md#high-availability) run
@@ -14,7 +14,8 @@ use sqlx::{QueryBuilder, Row};
 /// Bound parameters per statement (SQLite takes 32,766, PostgreSQL 65,535). SQLite copies
 /// every bound value and parses the whole statement before it runs, so a statement's memory
 /// is its rows': at 30,000 parameters the first pass of a 10,000-node fleet (10,000 desired
-/// bodies of a few KiB, 100,000 bindings) took tens of MiB at once, the controller's peak.
+/// bodies of a few KiB, 100,000 bindings) would take tens of MiB at once, the controller's
+/// peak.
 /// At 3,000 a statement is a few MiB; the rows of one pass still commit together.
 const MAX_VARS: usize = 3_000;
 /// Agents serialised and written per statement (a few hundred KiB of JSON).
@@ -354,7 +355,7 @@ async fn retire_credentials(c: &mut Conn, retire: &[(&str, i64)]) -> Result<(), 
 /// Runs `head VALUES (...), (...) tail` over `items`, as many rows per statement as the
 /// backend takes parameters for. Nothing is run for no items. Not kept prepared: each row
 /// count is another statement, and SQLite's plan of one with thousands of parameters is
-/// megabytes — cached per connection they were a third of the controller's heap.
+/// megabytes — cached per connection they would be a third of the controller's heap.
 async fn rows<'q, T>(
     c: &mut Conn,
     head: &str,
@@ -484,13 +485,13 @@ pub async fn node_by_token_hash(p: &Pool, hash: &[u8]) -> Result<Option<NodeRow>
 
 fn node_row(r: &<DB as sqlx::Database>::Row) -> NodeRow {
     NodeRow {
-            id: r.get(0),
-            name: r.get(1),
-            token_hash: r.get(2),
-            public_key: r.get(3),
-            joined_ms: r.get(4),
-            last_seen_ms: r.get(5),
-            info: r.get(6),
+        id: r.get(0),
+        name: r.get(1),
+        token_hash: r.get(2),
+        public_key: r.get(3),
+        joined_ms: r.get(4),
+        last_seen_ms: r.get(5),
+        info: r.get(6),
         lifecycle: crate::store::records::Lifecycle::from_columns(r.get(7), r.get(8), r.get(9), r.get(10)),
     }
 }
@@ -522,7 +523,8 @@ pub async fn desired(p: &Pool, ids: Option<&[String]>) -> Result<Vec<(String, i6
 pub async fn write_events(p: &Pool, events: &[Event], keep_per_subject: i64, keep_total: i64) -> Result<(), DbError> {
     let mut tx = p.begin().await?;
     for chunk in events.chunks(EVENT_ROWS) {
-        let mut q = QueryBuilder::<DB>::new("INSERT INTO events (at_ms, kind, agent_key, node_id, node, replica, message) ");
+        let mut q =
+            QueryBuilder::<DB>::new("INSERT INTO events (at_ms, kind, agent_key, node_id, node, replica, message) ");
         q.push_values(chunk, |mut b, e| {
             b.push_bind(e.at_ms)
                 .push_bind(e.kind.as_str())
@@ -553,8 +555,9 @@ pub async fn write_events(p: &Pool, events: &[Event], keep_per_subject: i64, kee
 }
 
 pub async fn read_events(p: &Pool, f: &Filter, limit: i64) -> Result<Vec<EventView>, DbError> {
-    let mut q =
-        QueryBuilder::<DB>::new("SELECT seq, at_ms, kind, agent_key, node_id, node, replica, message FROM events WHERE seq > ");
+    let mut q = QueryBuilder::<DB>::new(
+        "SELECT seq, at_ms, kind, agent_key, node_id, node, replica, message FROM events WHERE seq > ",
+    );
     q.push_bind(f.since);
     if let Some(a) = &f.agent {
         q.push(" AND agent_key = ").push_bind(a);
