@@ -1,5 +1,5 @@
-//! The node's side of the node protocol (SPEC §4): join, desired-state long-poll, observed
-//! report. Errors are classified the way the loops act on them (SPEC §6.3).
+//! The node's side of the node protocol (docs/behaviour.md#node-protocol): join, desired-state long-poll, observed
+//! report. Errors are classified the way the loops act on them (docs/behaviour.md#the-nodes-loops).
 
 use fleet_api::{protocol, ErrorBody, JoinRequest, JoinResponse, ObservedReport};
 use reqwest::StatusCode;
@@ -30,7 +30,7 @@ pub enum ClientError {
 pub struct Client {
     http: reqwest::Client,
     base: String,
-    /// Whether the controller offers the exchange (SPEC §4.2), as its last answer said.
+    /// Whether the controller offers the exchange (docs/behaviour.md#desired-state-and-observed-report), as its last answer said.
     offer: Arc<watch::Sender<Offer>>,
 }
 
@@ -132,7 +132,7 @@ impl Client {
         self.offer.send_replace(Offer::Declined);
     }
 
-    /// Reports and long-polls in one request (SPEC §4.2): the desired state when its
+    /// Reports and long-polls in one request (docs/behaviour.md#desired-state-and-observed-report): the desired state when its
     /// generation differs from `since` (raw JSON), `None` on `304`.
     pub async fn exchange(
         &self,

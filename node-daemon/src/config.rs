@@ -1,4 +1,4 @@
-//! node.yaml (SPEC §6.1): strict YAML (an unknown field is an error), `${NAME}` taken from the
+//! node.yaml (docs/reference.md#node-configuration-nodeyaml): strict YAML (an unknown field is an error), `${NAME}` taken from the
 //! environment on every line but comments, and validation that lists every problem at once.
 
 use fleet_api::{images::AllowList, names, validate, Capacity};
@@ -16,7 +16,7 @@ pub struct Executor {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub data_path: Option<String>,
-    /// [ext] Capabilities granted back after dropping all (SPEC §11), e.g. `[NET_BIND_SERVICE]`.
+    /// [ext] Capabilities granted back after dropping all (docs/behaviour.md#hardening), e.g. `[NET_BIND_SERVICE]`.
     #[serde(default)]
     pub cap_add: Vec<String>,
     /// [ext] Most processes in one agent container (default 1024).
@@ -169,7 +169,7 @@ fn env_problems(field: &str, env: &BTreeMap<String, String>, p: &mut Vec<String>
 pub const FLEET_ENV: [&str; 4] =
     ["CONTROL_PLANE_AGENT_KEY", "IAM_PRINCIPAL", "CONTROL_PLANE_IAM_TENANT", "FLEET_REPLICA"];
 
-/// Problems of a kind's container limits (SPEC §11), each naming its field.
+/// Problems of a kind's container limits (docs/behaviour.md#hardening), each naming its field.
 fn hardening_problems(f: &str, e: &Executor, p: &mut Vec<String>) {
     for (i, cap) in e.cap_add.iter().enumerate() {
         let ok = !cap.is_empty()

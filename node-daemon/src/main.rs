@@ -14,10 +14,10 @@ use std::process::ExitCode;
     about = "Runs a machine's share of the fleet: joins with a one-time key, pulls its desired state and runs the agents' containers through Docker."
 )]
 struct Cli {
-    /// node.yaml (SPEC §6.1).
+    /// node.yaml (docs/reference.md#node-configuration-nodeyaml).
     #[arg(long, global = true, env = "FLEET_NODE_CONFIG", default_value = "/etc/fleet-node/node.yaml")]
     config: PathBuf,
-    /// The node protocol (SPEC §4.2): `auto` speaks the exchange (one connection) when the
+    /// The node protocol (docs/behaviour.md#desired-state-and-observed-report): `auto` speaks the exchange (one connection) when the
     /// controller offers it, else the two routes; `two-routes` keeps to `GET desired` and `PUT
     /// observed`, as nodes before the exchange did (for a proxy that cannot hold a POST).
     #[arg(long, global = true, env = "FLEET_NODE_PROTOCOL", value_enum, default_value_t = Protocol::Auto)]

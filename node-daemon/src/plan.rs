@@ -1,4 +1,4 @@
-//! From the desired state to what each replica should be (SPEC §6.4–§6.7): a container spec
+//! From the desired state to what each replica should be (docs/behaviour.md#container-rules, docs/behaviour.md#the-agent-container, docs/behaviour.md#images-an-agent-may-name and docs/behaviour.md#secrets): a container spec
 //! with its `fleet.spec` hash, or a refusal that costs nothing (no container, no restarts).
 
 use crate::config::NodeConfig;
@@ -56,7 +56,7 @@ pub fn read_secrets(dir: &Path) -> BTreeSet<String> {
     entries
         .flatten()
         // Regular files only (`file_type` does not follow links): a symlink could point an
-        // agent's mount anywhere on the host (SPEC §11).
+        // agent's mount anywhere on the host (docs/behaviour.md#hardening).
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
         .map(|e| e.file_name().to_string_lossy().to_string())
         .filter(|n| names::is_secret_name(n))
@@ -129,7 +129,7 @@ fn own_user() -> Option<String> {
     OWN.get_or_init(|| std::fs::metadata("/proc/self").ok().map(|m| format!("{}:{}", m.uid(), m.gid()))).clone()
 }
 
-/// The resources a replica runs with (SPEC §11): the agent's, else the kind's
+/// The resources a replica runs with (docs/behaviour.md#hardening): the agent's, else the kind's
 /// `defaultResources`, each clamped to `maxResources`; and, when one was clamped, the note its
 /// report carries.
 fn resources(a: &DesiredAgent, exec: &crate::config::Executor) -> (Option<f64>, Option<u64>, Option<String>) {

@@ -1,4 +1,4 @@
-//! `stateDir` (SPEC §6.2): the node's token, id, X25519 keys, last desired state and opened
+//! `stateDir` (docs/behaviour.md#joining-and-the-state-directory): the node's token, id, X25519 keys, last desired state and opened
 //! PATs. The directory is 0700 and every file 0600; every write is atomic (temp file, fsync,
 //! rename, fsync of the directory), so a crash leaves the old file or the new, never half.
 

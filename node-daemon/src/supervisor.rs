@@ -1,4 +1,4 @@
-//! The per-replica state machine of SPEC §6.4, driven by ticks: each tick lists this node's
+//! The per-replica state machine of docs/behaviour.md#container-rules, driven by ticks: each tick lists this node's
 //! containers once and moves every wanted replica a step — create, adopt, restart after an
 //! exit (at once for 0/75, at most once per 10 s; else after 5, 10, 20 … 300 s, `crashloop`
 //! after three failures in a row), drain and recreate on a changed spec, refuse at no cost.
@@ -80,7 +80,7 @@ impl Record {
     }
 }
 
-/// Longest replica message a report carries (SPEC §11): Docker's messages are passed on
+/// Longest replica message a report carries (docs/behaviour.md#hardening): Docker's messages are passed on
 /// whole, but a peer's text is bounded.
 pub const MAX_MESSAGE: usize = 4096;
 

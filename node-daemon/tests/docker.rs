@@ -1,7 +1,7 @@
 //! The supervisor and the bollard runtime against the real Docker engine, with locally built
 //! FROM-scratch test images. Every scenario runs three times: on the engine's socket, through
-//! a restricting proxy owned by the test that admits only the endpoints of SPEC §6.5 and
-//! records anything else, and through `fleet-node docker-guard` (SPEC §8), which must let the
+//! a restricting proxy owned by the test that admits only the endpoints of docs/behaviour.md#the-agent-container and
+//! records anything else, and through `fleet-node docker-guard` (docs/behaviour.md#packaging-and-the-docker-guard), which must let the
 //! node's whole container lifecycle through while refusing what a compromised node might try.
 
 use fleet_api::{
@@ -148,7 +148,7 @@ fn state(d: Vec<DesiredAgent>) -> DesiredState {
 }
 
 async fn scenarios(via: Via, tag: &str) {
-    // §6.5 exactly, as `docker inspect` shows it.
+    // docs/behaviour.md#the-agent-container exactly, as `docker inspect` shows it.
     let mut h = Harness::new(&via, &format!("fte{tag}a")).await;
     std::fs::write(h.cfg.secrets_dir.join("github-token"), "gh-secret").unwrap();
     let d = state(vec![h.agent("coder", None, &["github-token"], "cred-1")]);
@@ -178,7 +178,7 @@ async fn scenarios(via: Via, tag: &str) {
     assert_eq!(c["HostConfig"]["RestartPolicy"]["Name"], "no");
     assert_eq!(c["HostConfig"]["NanoCpus"], 500_000_000);
     assert_eq!(c["HostConfig"]["Memory"], 64 * 1024 * 1024);
-    // SPEC §11, as the engine shows it: every capability dropped, no new privileges, a pids
+    // docs/behaviour.md#hardening, as the engine shows it: every capability dropped, no new privileges, a pids
     // limit, no swap beyond the memory limit, rotated logs.
     let hc = &c["HostConfig"];
     assert_eq!(hc["CapDrop"], serde_json::json!(["ALL"]));
@@ -334,7 +334,7 @@ async fn container_rules_on_the_engine() {
     scenarios(Via::Url("unix:///var/run/docker.sock".into()), "u").await;
 }
 
-/// Is this request one the node may make (SPEC §6.5)?
+/// Is this request one the node may make (docs/behaviour.md#the-agent-container)?
 fn allowed(path: &str) -> bool {
     let p = path.split('?').next().unwrap_or(path);
     // Strip a version segment such as `/v1.41`.
@@ -396,7 +396,7 @@ async fn container_rules_through_a_restricting_proxy() {
     let port = restricting_proxy(violations.clone()).await;
     scenarios(Via::Url(format!("tcp://127.0.0.1:{port}")), "p").await;
     let v = violations.lock().unwrap().clone();
-    assert!(v.is_empty(), "the node used endpoints outside §6.5: {v:?}");
+    assert!(v.is_empty(), "the node used endpoints outside docs/behaviour.md#the-agent-container: {v:?}");
 }
 
 #[test]

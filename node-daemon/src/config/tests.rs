@@ -153,7 +153,7 @@ fn observe_seconds_edges() {
     assert!(parse(&format!("{MINIMAL}observeSeconds: 301\n")).is_err());
 }
 
-/// SPEC §11: a plain http:// controllerUrl only to this machine, unless `insecure: true`.
+/// docs/behaviour.md#hardening: a plain http:// controllerUrl only to this machine, unless `insecure: true`.
 #[test]
 fn plain_http_to_another_host_needs_insecure() {
     let remote = MINIMAL.replace("http://127.0.0.1:8040", "http://controller.example.com/fleet");
@@ -169,7 +169,7 @@ fn plain_http_to_another_host_needs_insecure() {
     parse(&MINIMAL.replace("http://127.0.0.1:8040", "https://controller.example.com/fleet")).unwrap();
 }
 
-/// SPEC §11: the kind's container limits are validated like the rest of node.yaml.
+/// docs/behaviour.md#hardening: the kind's container limits are validated like the rest of node.yaml.
 #[test]
 fn container_limits_are_validated_naming_the_field() {
     let with = |extra: &str| MINIMAL.replace("{k: {image: img:1}}", &format!("{{k: {{image: img:1, {extra}}}}}"));

@@ -1,4 +1,4 @@
-//! What the Docker API guard admits (SPEC §8 [ext]), as pure functions of one request: the
+//! What the Docker API guard admits (docs/behaviour.md#packaging-and-the-docker-guard [ext]), as pure functions of one request: the
 //! routes fleet-node uses and nothing else, and every container- and volume-create body held
 //! to this node's node.yaml. A path-only proxy would still let a compromised node create a
 //! privileged container with `/` bound; here the body is the policy. Each refusal names the

@@ -117,7 +117,7 @@ fn spec_hash_covers_exactly_what_forces_a_recreate() {
     assert_ne!(h(&base, &c5), h0, "the kind's capabilities");
 }
 
-/// SPEC §11: an agent without resources gets the kind's defaults; one above the maximum is
+/// docs/behaviour.md#hardening: an agent without resources gets the kind's defaults; one above the maximum is
 /// clamped and its report says so; the kind's hardening reaches the spec.
 #[test]
 fn default_and_maximum_resources_and_hardening_per_kind() {
@@ -194,7 +194,7 @@ fn secrets_announced_by_the_name_rule() {
     }
     std::fs::create_dir(t.path().join("subdir")).unwrap();
     assert_eq!(read_secrets(t.path()).into_iter().collect::<Vec<_>>(), vec!["github-token", "ok-2"]);
-    // SPEC §11: a symlink is neither announced nor mounted, whatever it points at (a node
+    // docs/behaviour.md#hardening: a symlink is neither announced nor mounted, whatever it points at (a node
     // whose secretsDir is writable by others must not bind /etc/shadow into an agent).
     std::os::unix::fs::symlink("/etc/hostname", t.path().join("linked")).unwrap();
     std::os::unix::fs::symlink(t.path().join("github-token"), t.path().join("alias")).unwrap();

@@ -1,7 +1,7 @@
 //! The bollard implementation. The API version is negotiated with the engine (through
 //! `/version`) on first contact, so an older engine works.
 
-use super::{Bind, ContainerSpec, RtError, RunInfo, Runtime, Seen, LABEL_MANAGED, LABEL_NODE};
+use super::contract::{Bind, ContainerSpec, RtError, RunInfo, Runtime, Seen, LABEL_MANAGED, LABEL_NODE};
 use bollard::models::{
     ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType, RestartPolicy, RestartPolicyNameEnum,
     VolumeCreateRequest,
@@ -42,7 +42,7 @@ fn map(e: bollard::errors::Error) -> RtError {
 
 /// Creating and starting a container: a 404 is a missing image or network, not a missing
 /// container, and Docker's own message says which (`No such image: agent-runner:1.4.0`,
-/// `network fleet-agents not found`), so it is passed on whole (SPEC §6.4).
+/// `network fleet-agents not found`), so it is passed on whole (docs/behaviour.md#container-rules).
 fn map_start(e: bollard::errors::Error) -> RtError {
     match e {
         bollard::errors::Error::DockerResponseServerError { message, .. } => RtError::Failed(message),
@@ -180,7 +180,7 @@ impl Runtime for DockerRuntime {
             // No swap beyond the memory limit: the limit means what it says.
             memory_swap: spec.memory_bytes,
             network_mode: spec.network.clone(),
-            // SPEC §11: nothing but what the kind grants back, no privilege gained by exec.
+            // docs/behaviour.md#hardening: nothing but what the kind grants back, no privilege gained by exec.
             cap_drop: Some(vec!["ALL".into()]),
             cap_add: (!h.cap_add.is_empty()).then(|| h.cap_add.clone()),
             security_opt: Some(vec!["no-new-privileges".into()]),

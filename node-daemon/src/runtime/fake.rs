@@ -2,7 +2,7 @@
 //! fail on demand, an engine that can be "down", and a log of calls. Stops honour SIGTERM at
 //! once unless the container is set to ignore it, then take the whole timeout (paused clock).
 
-use super::{ContainerSpec, RtError, RunInfo, Runtime, Seen};
+use super::contract::{ContainerSpec, RtError, RunInfo, Runtime, Seen};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;

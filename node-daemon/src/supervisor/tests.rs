@@ -1,4 +1,4 @@
-//! One test per row of SPEC §6.4, on the fake runtime and tokio's paused clock.
+//! One test per row of docs/behaviour.md#container-rules, on the fake runtime and tokio's paused clock.
 
 use super::*;
 use crate::runtime::fake::FakeRuntime;
@@ -332,7 +332,7 @@ async fn containers_outside_the_prefix_are_never_touched() {
     assert!(rt.by_name("otherfleet-a-0").unwrap().running);
 }
 
-/// SPEC §11: a replica message is cut to 4,096 bytes, never inside a character.
+/// docs/behaviour.md#hardening: a replica message is cut to 4,096 bytes, never inside a character.
 #[test]
 fn messages_are_cut_to_4096_bytes_on_a_character_boundary() {
     assert_eq!(cut_message("short".into()), "short");

@@ -1,8 +1,8 @@
 //! Control Plane client: the active agent list (paginated, `ETag`/`304`), identity binding
 //! and status writes.
 
+use super::error::{short_body, short_text, PlatformError};
 use super::token::TokenSource;
-use super::{short_body, short_text, PlatformError};
 use crate::model::{parse_agents, Agent, SkippedAgent};
 use crate::store::kept::StatusBody;
 use reqwest::StatusCode;

@@ -1,8 +1,8 @@
 //! IAM client: agent principals and their platform access tokens (docs/behaviour.md#iam-calls). Every create
 //! carries an `Idempotency-Key`, so a retry after a crash replays instead of duplicating.
 
+use super::error::{short_body, PlatformError};
 use super::token::TokenSource;
-use super::{short_body, PlatformError};
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;

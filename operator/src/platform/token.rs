@@ -1,7 +1,7 @@
 //! The controller's own OAuth2 client-credentials tokens, one per audience, cached until
 //! 30 s before expiry (docs/behaviour.md#iam-calls).
 
-use super::{short_body, PlatformError};
+use super::error::{short_body, PlatformError};
 use crate::config::ClientCredentials;
 use parking_lot::Mutex;
 use serde::Deserialize;

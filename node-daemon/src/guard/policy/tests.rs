@@ -9,7 +9,7 @@ fn policy() -> Policy {
     Policy::from_config(&NodeConfig::parse(yaml, "node.yaml", &|_| None).unwrap())
 }
 
-/// The body fleet-node sends for a replica (SPEC §6.5), as bollard serialises it.
+/// The body fleet-node sends for a replica (docs/behaviour.md#the-agent-container), as bollard serialises it.
 fn create() -> Value {
     json!({
         "Image": "agent:1",
