@@ -1,10 +1,11 @@
 #![forbid(unsafe_code)]
-//! devkit: the platform's Control Plane and IAM (SPEC §2), in memory, for development,
+//! devkit: the platform's Control Plane and IAM (docs/behaviour.md#the-platform-control-plane-and-iam), in memory, for development,
 //! tests and the simulator. It is a faithful double: pagination and ETags, idempotency keys
 //! replayed with the token, the IAM TTL cap and scope admissibility, the controller's own
 //! grants, a JWKS with a generated Ed25519 key to mint admin tokens, and switchable faults.
 //! Test-only endpoints live under `/devkit/`.
 
+mod controller_env;
 mod cp;
 mod iam;
 pub mod keys;
@@ -83,7 +84,6 @@ impl Devkit {
         format!("{}/.well-known/jwks.json", self.url)
     }
 
-    /// Mints an admin token for `audience` with `scopes`, valid `ttl_seconds` (negative: expired).
     /// The current signing key.
     pub fn signer(&self) -> Arc<keys::Signer> {
         self.signer.read().clone()
@@ -96,6 +96,7 @@ impl Devkit {
         *self.signer.write() = fresh;
     }
 
+    /// Mints an admin token for `audience` with `scopes`, valid `ttl_seconds` (negative: expired).
     pub fn mint(&self, audience: &str, scopes: &[&str], ttl_seconds: i64) -> String {
         self.signer().mint(audience, &scopes.join(" "), ttl_seconds)
     }
@@ -124,7 +125,7 @@ impl Devkit {
     }
 
     /// Gives the list a new ETag with the same agents, as a CP may for reasons of its own
-    /// (the ETag is opaque, SPEC §2.2).
+    /// (the ETag is opaque, docs/behaviour.md#control-plane-calls-and-agent-descriptions).
     pub fn touch(&self) {
         self.state.lock().version += 1;
     }

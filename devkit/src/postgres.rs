@@ -2,7 +2,7 @@
 //! into a temporary directory, `postgres` on a free port of 127.0.0.1, stopped when the value
 //! is dropped — and, should the process that started it die first (a test aborted, a
 //! `SIGKILL`), by a watchdog that outlives it by at most a second. No test needs a server
-//! already running (SPEC §3.9, DESIGN.md "High availability").
+//! already running (docs/behaviour.md#high-availability, CONTRIBUTING.md#high-availability-on-postgresql).
 //!
 //! As root (CI containers), the server runs as the `postgres` user the package creates,
 //! because `initdb` refuses to run as root. Durability is off (`fsync=off`): a test server

@@ -43,7 +43,7 @@ fn example_node_yaml_validates_and_names_unset_variables() {
     );
 }
 
-/// `--version` on every subcommand (SPEC §3.2), before any configuration is read.
+/// `--version` on every subcommand (docs/reference.md#fleet-controller-commands), before any configuration is read.
 #[test]
 fn fleet_node_answers_version_on_every_subcommand() {
     for args in [&["--version"][..], &["run", "--version"], &["check", "--version"], &["docker-guard", "--version"]] {
@@ -94,18 +94,12 @@ async fn controller_image_runs_as_10001_read_only_and_reports_healthy() {
     let port = free_port();
     let name = "e2e-controller-image";
     let _ = Command::new("docker").args(["rm", "-f", name]).output();
-    let c = &devkit.config;
-    let env = [
-        format!("FLEET_LISTEN=127.0.0.1:{port}"),
-        format!("FLEET_METRICS_LISTEN=127.0.0.1:{}", free_port()),
-        format!("FLEET_CONTROL_PLANE_URL={}", devkit.url),
-        format!("FLEET_IAM_URL={}", devkit.url),
-        format!("FLEET_IAM_ISSUER={}", devkit.issuer()),
-        format!("FLEET_IAM_TENANT={}", c.tenant),
-        format!("FLEET_JWKS_URL={}", devkit.jwks_url()),
-        format!("FLEET_CLIENT_ID={}", c.client_id),
-        format!("FLEET_CLIENT_SECRET={}", c.client_secret),
-    ];
+    let env: Vec<String> =
+        [("FLEET_LISTEN", format!("127.0.0.1:{port}")), ("FLEET_METRICS_LISTEN", format!("127.0.0.1:{}", free_port()))]
+            .into_iter()
+            .chain(devkit.controller_env())
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
     let mut cmd = Command::new("docker");
     // As the Helm chart runs it: read-only root filesystem, the store on its own volume.
     cmd.args(["run", "-d", "--read-only", "--name", name, "--network", "host", "--tmpfs", "/data:uid=10001"]);

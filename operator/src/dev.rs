@@ -1,6 +1,7 @@
-//! `fleet-controller dev` (SPEC §9): the controller on SQLite in a local directory with an
-//! embedded devkit seeded with example agents; prints an admin token, a fresh join key and
-//! the line that starts a node — the whole fleet on one machine in one command.
+//! `fleet-controller dev` (docs/behaviour.md#development-kit): the controller on SQLite in a local directory with an
+//! embedded devkit seeded with example agents; prints the controller's, its web view's and
+//! the devkit's addresses, an admin token, a fresh join key and the line that starts a node —
+//! the whole fleet on one machine in one command.
 
 use crate::config::{ClientCredentials, Config, LogFormat, StoreConfig};
 use crate::server;
@@ -218,6 +219,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let api = format!("http://{}", fleet.controller.addr);
     println!();
     println!("Fleet dev controller  {api}   (metrics http://{}/metrics)", fleet.controller.metrics_addr);
+    println!("web view              {api}/ui");
     println!("devkit CP + IAM       {}   (agents: GET {}/devkit/agents)", fleet.devkit.url, fleet.devkit.url);
     println!("store                 {}", abs(&args.dir).join("fleet.sqlite").display());
     println!();

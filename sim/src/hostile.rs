@@ -1,5 +1,5 @@
 //! `fleet-sim --hostile`: clients that try to hold the controller's connections and buffers
-//! without credentials (SPEC §11), run while the simulated nodes keep working. Three kinds:
+//! without credentials (docs/behaviour.md#hardening), run while the simulated nodes keep working. Three kinds:
 //! idle connections that send nothing, connections that trickle a request head that never
 //! ends, and connections that send a join's head and then trickle its body. Each reconnects as
 //! soon as the controller closes it, so the pressure lasts the whole window; what closed each
@@ -74,7 +74,7 @@ pub struct Counts {
     /// Answered `408 request_timeout` (trickled bodies at the body deadline).
     pub answered_408: AtomicU64,
     /// Answered with another status, by status (`429` once failed joins — the `408`s among
-    /// them — pass SPEC §3.3's limit of 20 a second).
+    /// them — pass the limit of 20 a second of docs/reference.md#http-api).
     pub answered_other: Mutex<BTreeMap<u16, u64>>,
     pub reset: AtomicU64,
 }

@@ -215,7 +215,7 @@ fn take_desired(node: &SimNode, sh: &Shared, v: &Value) {
     node.changed.notify_one();
 }
 
-/// The exchange (SPEC §4.2): the node's one connection carries its join, then one request
+/// The exchange (docs/behaviour.md#desired-state-and-observed-report): the node's one connection carries its join, then one request
 /// after another that reports and is held until the desired state changes or the report
 /// period (±10 % jitter) runs out. A new desired state is reported on within half a second,
 /// as a node that just started its containers would.

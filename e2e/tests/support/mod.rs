@@ -191,18 +191,10 @@ impl Fleet {
         let devkit = Devkit::start(DevkitConfig::default(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
-        let c = &devkit.config;
         let env: HashMap<String, String> = [
             ("FLEET_LISTEN", format!("127.0.0.1:{port}")),
             ("FLEET_METRICS_LISTEN", format!("127.0.0.1:{}", free_port())),
             ("FLEET_DATA_DIR", dir.path().join("controller").display().to_string()),
-            ("FLEET_CONTROL_PLANE_URL", devkit.url.clone()),
-            ("FLEET_IAM_URL", devkit.url.clone()),
-            ("FLEET_IAM_ISSUER", devkit.issuer()),
-            ("FLEET_IAM_TENANT", c.tenant.clone()),
-            ("FLEET_JWKS_URL", devkit.jwks_url()),
-            ("FLEET_CLIENT_ID", c.client_id.clone()),
-            ("FLEET_CLIENT_SECRET", c.client_secret.clone()),
             ("FLEET_TOKEN_SCOPES", "control-plane:read".into()),
             ("FLEET_RECONCILE_SECONDS", "2".into()),
             ("FLEET_NODE_OFFLINE_SECONDS", "3".into()),
@@ -210,6 +202,7 @@ impl Fleet {
             ("RUST_LOG", "info".into()),
         ]
         .into_iter()
+        .chain(devkit.controller_env())
         .map(|(k, v)| (k.to_string(), v))
         .collect();
         let admin_token = devkit.mint("fleet", &["fleet:admin"], 3600);
@@ -470,7 +463,7 @@ impl Drop for Spread {
 }
 
 /// An HTTP/1.1 proxy that forwards request by request and, for the first join it sees, lets
-/// the controller answer and then drops the answer: a `201` lost on the way back (SPEC §10.1).
+/// the controller answer and then drops the answer: a `201` lost on the way back (docs/behaviour.md#node-lifecycle).
 pub struct LosesFirstJoin {
     pub url: String,
     /// Joins that passed through, the lost one included.

@@ -21,18 +21,10 @@ pub async fn devkit() -> Devkit {
 
 /// The controller's environment for a devkit and a data directory.
 pub fn env_for(dk: &Devkit, data: &Path, port: u16, metrics_port: u16) -> HashMap<String, String> {
-    let c = &dk.config;
     [
         ("FLEET_LISTEN", format!("127.0.0.1:{port}")),
         ("FLEET_METRICS_LISTEN", format!("127.0.0.1:{metrics_port}")),
         ("FLEET_DATA_DIR", data.display().to_string()),
-        ("FLEET_CONTROL_PLANE_URL", dk.url.clone()),
-        ("FLEET_IAM_URL", dk.url.clone()),
-        ("FLEET_IAM_ISSUER", dk.issuer()),
-        ("FLEET_IAM_TENANT", c.tenant.clone()),
-        ("FLEET_JWKS_URL", dk.jwks_url()),
-        ("FLEET_CLIENT_ID", c.client_id.clone()),
-        ("FLEET_CLIENT_SECRET", c.client_secret.clone()),
         ("FLEET_TOKEN_AUDIENCES", "notification-service".into()),
         ("FLEET_TOKEN_SCOPES", "control-plane:read notification-service=notifications:send".into()),
         ("FLEET_RECONCILE_SECONDS", "3600".into()),
@@ -40,6 +32,7 @@ pub fn env_for(dk: &Devkit, data: &Path, port: u16, metrics_port: u16) -> HashMa
         ("RUST_LOG", "info".into()),
     ]
     .into_iter()
+    .chain(dk.controller_env())
     .map(|(k, v)| (k.to_string(), v))
     .collect()
 }
@@ -277,7 +270,7 @@ impl TestNode {
         b
     }
 
-    /// `POST exchange` (SPEC §4.2): (status, body or null, whether the exchange was offered).
+    /// `POST exchange` (docs/behaviour.md#desired-state-and-observed-report): (status, body or null, whether the exchange was offered).
     pub async fn exchange(&self, since: Option<u64>, wait: u64, report: &Value) -> (StatusCode, Value, bool) {
         let q = poll_query(since, wait);
         let r = self
