@@ -242,7 +242,7 @@ async fn fleet_places_wakes_moves_reports_and_survives_sigkill() {
     assert_eq!(c.generation().await, gc);
     let after_placements = summary(&admin.placements().await, &names);
     for r in before_placements.iter().filter(|r| r.0 == "alpha" || r.0 == "gamma") {
-        assert!(after_placements.contains(r), "placement {r:?} is back after restart");
+        assert!(after_placements.contains(r), "placement {r:?} is back after restart: {after_placements:?}");
     }
     rb.paused.store(false, Ordering::SeqCst);
     rc.paused.store(false, Ordering::SeqCst);

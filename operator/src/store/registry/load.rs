@@ -4,7 +4,7 @@
 use super::state::State;
 use crate::model::{Agent, Id};
 use crate::store::db::{CredRow, NodeRow, Snapshot};
-use crate::store::kept::{self, Outcome, StatusBody};
+use crate::store::kept::{self, Outcome, Placements, StatusBody};
 use crate::store::records::{Cred, DesiredRec, IdentityRec, NodeInfo, NodeRec, RetiringCred, Sealed};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -46,6 +46,9 @@ impl State {
             }
         }
         st.set_agents(Arc::new(stored_agents(snap.agents)));
+        // The stored placements are listed from the start, not only once the first pass
+        // has published them: an admin asking right after a restart sees what is stored.
+        st.placements = Placements::new(st.agents.clone(), st.outcome.clone());
         for (k, v) in snap.kv {
             if k == "agents_etag" {
                 st.agents_etag = Some(v);
