@@ -1,11 +1,11 @@
 //! Admin routes: join keys, nodes, one node, placements (paged on request). Every route
 //! checks its scope.
 
+use super::app::App;
 use super::auth::{SCOPE_ADMIN, SCOPE_READ};
 use super::body::read_json;
 use super::error::ApiError;
 use super::page::{self, Page};
-use super::App;
 use crate::clock;
 use crate::store::kept::Placements;
 use crate::store::{Id, NodeRec};

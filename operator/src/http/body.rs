@@ -2,15 +2,10 @@
 //! (`401`/`403` before `413`/`400`), with the 1 MiB limit and errors naming the field.
 
 use super::error::ApiError;
+use super::limits::{BODY_DEADLINE, BODY_LIMIT};
 use axum::body::Body;
 use axum::http::HeaderMap;
 use serde::de::DeserializeOwned;
-
-pub const LIMIT: usize = 1024 * 1024;
-/// A join body is at most this (SPEC §11): a join announces a node, nothing large.
-pub const JOIN_LIMIT: usize = 64 * 1024;
-/// A body must arrive within this of its head (SPEC §11); a trickled body is answered `408`.
-pub const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Whether a body-read error is the length limit (http-body-util's `LengthLimitError`,
 /// wrapped by axum; matched by its text since the type is not re-exported).
@@ -26,7 +21,7 @@ fn is_limit(e: &axum::Error) -> bool {
 }
 
 pub async fn read_json<T: DeserializeOwned>(headers: &HeaderMap, body: Body, empty_ok: bool) -> Result<T, ApiError> {
-    read_json_within(headers, body, empty_ok, LIMIT).await
+    read_json_within(headers, body, empty_ok, BODY_LIMIT).await
 }
 
 /// [`read_json`] with a body limit of `limit` bytes.

@@ -1,10 +1,11 @@
 //! The node protocol (SPEC §4): join with a one-time key, the desired-state long-poll and
 //! the observed report.
 
+use super::app::App;
 use super::auth;
-use super::body::{parse_json, read_bytes, JOIN_LIMIT, LIMIT};
+use super::body::{parse_json, read_bytes};
 use super::error::ApiError;
-use super::App;
+use super::limits::{BODY_LIMIT as LIMIT, JOIN_LIMIT, MAX_WAIT_SECONDS};
 use crate::clock;
 use crate::store::{Id, JoinError, ReportOutcome};
 use axum::body::{Body, Bytes};
@@ -14,9 +15,6 @@ use axum::response::{IntoResponse, Response};
 use fleet_api::{codes, protocol, validate, DesiredState, ErrorBody, JoinRequest, JoinResponse, ObservedReport};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Longest a desired-state poll may be held.
-pub const MAX_WAIT_SECONDS: u64 = 60;
 
 /// Join with a one-time key (§4.1). The node token is shown once.
 #[utoipa::path(post, path = "/api/v1/nodes:join", tag = "node", request_body = JoinRequest,

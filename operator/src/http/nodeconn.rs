@@ -13,12 +13,11 @@
 //! both paths: the head within the header-read timeout and 64 KiB (`431`), a body within
 //! 10 s of its head (`408`) and 1 MiB (`413`), nothing written or read for the idle timeout.
 
+use super::app::App;
 use super::auth;
-use super::body::{BODY_DEADLINE, JOIN_LIMIT, LIMIT};
 use super::error::ApiError;
+use super::limits::{Timeouts, BODY_DEADLINE, BODY_LIMIT as LIMIT, JOIN_LIMIT, MAX_HEAD};
 use super::node::{self, Reply, Wait};
-use super::serve::{Timeouts, MAX_HEAD};
-use super::App;
 use crate::store::Id;
 use axum::body::Bytes;
 use axum::http::StatusCode;
@@ -454,13 +453,9 @@ mod tests {
 
 /// What a node connection keeps while it waits, measured: 10,000 nodes each keep one.
 #[cfg(test)]
-pub(super) mod sizes {
+mod sizes {
     use super::*;
-
-    /// The size of the future `f` returns, without making one.
-    pub fn output_size<A, F>(_: impl FnOnce(A) -> F) -> usize {
-        std::mem::size_of::<F>()
-    }
+    use crate::http::sizes::output_size;
 
     /// A held exchange keeps its task (the node path's loop inline), the request's state
     /// and the hold's, each boxed apart; anything large inlined into one of them again (a

@@ -1,10 +1,10 @@
 //! Day-two admin routes (SPEC §10): cordon, uncordon, drain and delete a node, the placement
 //! explanation, and the event history. Reads need `fleet:read`, the rest `fleet:admin`.
 
+use super::app::App;
 use super::auth::{SCOPE_ADMIN, SCOPE_READ};
 use super::body::read_json;
 use super::error::ApiError;
-use super::App;
 use crate::clock;
 use crate::store::events::{Filter, PAGE};
 use crate::store::Action;

@@ -21,7 +21,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, Sleep};
 
-pub use crate::config::HttpTimeouts as Timeouts;
+use super::app::App;
+use super::limits::{Timeouts, MAX_HEAD};
 
 /// A TCP stream that fails with `TimedOut` once it has been idle for `idle`, and first
 /// yields `read`: bytes the node path already read from it before handing it to hyper.
@@ -121,10 +122,6 @@ impl AsyncWrite for IdleStream {
     }
 }
 
-/// A request head must fit this (SPEC §11); hyper answers `431` past it. It also bounds how far
-/// one connection's read buffer grows (hyper's default lets a trickled head reach ~400 KiB).
-pub const MAX_HEAD: usize = 64 * 1024;
-
 /// At most `max` connections at once; past it new ones are closed at accept and counted.
 #[derive(Clone)]
 pub struct ConnLimit {
@@ -164,7 +161,7 @@ impl Drop for ConnSlot {
 pub async fn serve(
     listener: TcpListener,
     router: Router,
-    nodes: Option<Arc<super::App>>,
+    nodes: Option<Arc<App>>,
     timeouts: Timeouts,
     limit: ConnLimit,
     stop: impl Future<Output = ()>,
@@ -218,7 +215,7 @@ pub async fn serve(
 /// the node path does not serve comes. Every node keeps one of these open, so its size is
 /// measured (`tests::a_connection_task_is_small`): the peer's address and the timeouts are
 /// read where they are needed, not kept in it.
-async fn connection(mut stream: TcpStream, slot: ConnSlot, nodes: Option<Arc<super::App>>, for_hyper: Arc<ForHyper>) {
+async fn connection(mut stream: TcpStream, slot: ConnSlot, nodes: Option<Arc<App>>, for_hyper: Arc<ForHyper>) {
     let read = match &nodes {
         Some(app) => match super::nodeconn::serve(&mut stream, app, &for_hyper.timeouts).await {
             Some(read) => read,
@@ -254,16 +251,15 @@ struct ForHyper {
 
 #[cfg(test)]
 mod tests {
-    use super::super::nodeconn::sizes::output_size;
     use super::*;
+    use crate::http::sizes::output_size;
 
     /// A connection's task is what every node keeps for as long as it is connected.
     #[test]
     fn a_connection_task_is_small() {
-        let task =
-            output_size(|(s, slot, n, h): (TcpStream, ConnSlot, Option<Arc<super::super::App>>, Arc<ForHyper>)| {
-                connection(s, slot, n, h)
-            });
+        let task = output_size(|(s, slot, n, h): (TcpStream, ConnSlot, Option<Arc<App>>, Arc<ForHyper>)| {
+            connection(s, slot, n, h)
+        });
         eprintln!("a connection's task future: {task} bytes");
         // Debug build; the node path's loop alone was 952 bytes before its steps were boxed,
         // and the task 704 while it kept the peer's address and the timeouts (session 17).
