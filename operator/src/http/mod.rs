@@ -4,6 +4,7 @@
 //! from them; what the parts share lives in them (`app`, `limits`, `error`), not here.
 
 pub mod admin;
+pub mod answer;
 pub mod app;
 pub mod auth;
 pub mod body;
@@ -13,7 +14,6 @@ pub mod gate;
 pub mod health;
 pub mod limits;
 pub mod node;
-pub mod nodeconn;
 pub mod openapi;
 pub mod ops;
 pub mod page;
@@ -55,10 +55,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/ui/", get(ui::slash))
         .route("/ui/app.js", get(ui::script))
         .route("/ui/app.css", get(ui::style))
-        .route("/api/v1/nodes:join", post(node::join))
-        .route("/api/v1/nodes/me/desired", get(node::desired))
-        .route("/api/v1/nodes/me/observed", put(node::observed))
-        .route("/api/v1/nodes/me/exchange", post(node::exchange))
+        .route("/api/v1/nodes:join", post(node::routes::join))
+        .route("/api/v1/nodes/me/desired", get(node::routes::desired))
+        .route("/api/v1/nodes/me/observed", put(node::routes::observed))
+        .route("/api/v1/nodes/me/exchange", post(node::routes::exchange))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(app.clone(), gate::follower))

@@ -27,10 +27,10 @@ use utoipa::{Modify, OpenApi};
         super::ops::explain,
         super::ops::events,
         super::ops::summary,
-        super::node::join,
-        super::node::desired,
-        super::node::observed,
-        super::node::exchange,
+        super::node::routes::join,
+        super::node::routes::desired,
+        super::node::routes::observed,
+        super::node::routes::exchange,
     ),
     modifiers(&Security)
 )]

@@ -156,7 +156,7 @@ impl Drop for ConnSlot {
 }
 
 /// Serves `router` on `listener` until `stop` resolves, then lets open requests finish. With
-/// `nodes`, node-route requests are served by the buffer-free path of [`super::nodeconn`]
+/// `nodes`, node-route requests are served by the buffer-free path of [`super::node::raw`]
 /// and everything else by hyper.
 pub async fn serve(
     listener: TcpListener,
@@ -217,7 +217,7 @@ pub async fn serve(
 /// read where they are needed, not kept in it.
 async fn connection(mut stream: TcpStream, slot: ConnSlot, nodes: Option<Arc<App>>, for_hyper: Arc<ForHyper>) {
     let read = match &nodes {
-        Some(app) => match super::nodeconn::serve(&mut stream, app, &for_hyper.timeouts).await {
+        Some(app) => match super::node::raw::serve(&mut stream, app, &for_hyper.timeouts).await {
             Some(read) => read,
             None => return drop(slot),
         },
