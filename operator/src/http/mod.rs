@@ -8,6 +8,7 @@ pub mod answer;
 pub mod app;
 pub mod auth;
 pub mod body;
+pub mod caller;
 pub mod error;
 pub mod forward;
 pub mod gate;
