@@ -100,7 +100,10 @@ fn parse_head(buf: &[u8]) -> Parsed {
             return Parsed::Other;
         } else if name.eq_ignore_ascii_case("content-length") {
             lengths += 1;
-            match value.and_then(|v| v.trim().parse::<u64>().ok()) {
+            // Digits only, as hyper reads it (SPEC §13.2): `+5` is parsed by `u64` but refused
+            // by hyper, which answers it.
+            let digits = value.map(str::trim).filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
+            match digits.and_then(|v| v.parse::<u64>().ok()) {
                 Some(n) => head.content_length = n,
                 None => return Parsed::Other,
             }
@@ -383,6 +386,7 @@ mod tests {
             "PUT /api/v1/nodes/me/observed HTTP/1.1\r\nExpect: 100-continue\r\ncontent-length: 3\r\n\r\n",
             "PUT /api/v1/nodes/me/observed HTTP/1.1\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\n",
             "PUT /api/v1/nodes/me/observed HTTP/1.1\r\ncontent-length: -3\r\n\r\n",
+            "PUT /api/v1/nodes/me/observed HTTP/1.1\r\ncontent-length: +3\r\n\r\n",
             "GET /api/v1/nodes/me/desired HTTP/1.1\r\ncontent-length: 3\r\n\r\n",
             "G\0T / HTTP/1.1\r\n\r\n",
         ] {
