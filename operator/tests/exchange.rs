@@ -1,6 +1,6 @@
 //! The exchange (docs/behaviour.md#desired-state-and-observed-report): one request that carries the observed report and is held like
 //! the long-poll, so a node keeps one connection; and the node routes' own HTTP/1.1 path
-//! (`http::nodeconn`) on raw sockets: keep-alive, HTTP/1.0, pipelining, the limits of docs/behaviour.md#hardening,
+//! (`http::node::raw`) on raw sockets: keep-alive, HTTP/1.0, pipelining, the limits of docs/behaviour.md#hardening,
 //! a closed connection giving its hold back, and the hand-over of other requests to hyper.
 
 mod support;

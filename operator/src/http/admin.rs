@@ -1,16 +1,16 @@
 //! Admin routes: join keys, nodes, one node, placements (paged on request). Every route
-//! checks its scope.
+//! takes its caller, checked for its scope ([`CanRead`], [`CanAdmin`]), before its own work.
 
-use super::auth::{SCOPE_ADMIN, SCOPE_READ};
+use super::app::App;
 use super::body::read_json;
+use super::caller::{CanAdmin, CanRead};
 use super::error::ApiError;
 use super::page::{self, Page};
-use super::App;
 use crate::clock;
 use crate::store::kept::Placements;
 use crate::store::{Id, NodeRec};
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -18,7 +18,6 @@ use fleet_api::{
     ErrorBody, JoinKeyRequest, JoinKeyResponse, List, NodeDetail, NodeView, PlacementView, JOIN_KEY_TTL_DEFAULT,
     JOIN_KEY_TTL_MAX, JOIN_KEY_TTL_MIN,
 };
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,10 +29,10 @@ use std::time::Duration;
               (status = 413, description = "payload_too_large", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn create_join_key(
     State(app): State<Arc<App>>,
+    admin: CanAdmin,
     headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<JoinKeyResponse>), ApiError> {
-    let admin = app.jwks.admin(&headers, SCOPE_ADMIN).await?;
     let req: JoinKeyRequest = read_json(&headers, body, true).await?;
     let ttl = req.ttl_seconds.unwrap_or(JOIN_KEY_TTL_DEFAULT);
     if !(JOIN_KEY_TTL_MIN..=JOIN_KEY_TTL_MAX).contains(&ttl) {
@@ -46,7 +45,7 @@ pub async fn create_join_key(
         return Err(ApiError::invalid_request("note: at most 200 characters"));
     }
     let (key, expires) = app.store.issue_join_key(Duration::from_secs(ttl), &note).await?;
-    tracing::info!(by = %admin.sub, note = %super::error::cut(&note), ttl_seconds = ttl, "join key issued");
+    tracing::info!(by = %admin.sub(), note = %super::error::cut(&note), ttl_seconds = ttl, "join key issued");
     Ok((StatusCode::CREATED, Json(JoinKeyResponse { join_key: key, expires_at: clock::rfc3339_ms(expires) })))
 }
 
@@ -55,13 +54,7 @@ pub async fn create_join_key(
     params(("limit" = Option<u32>, Query, description = "at most this many (1…5000); without it, every node"),
            ("cursor" = Option<String>, Query, description = "the nextCursor of the last page")),
     responses((status = 200, body = List<NodeView>), (status = 400, description = "invalid_request", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
-pub async fn list_nodes(
-    State(app): State<Arc<App>>,
-    headers: HeaderMap,
-    Query(q): Query<HashMap<String, String>>,
-) -> Result<Response, ApiError> {
-    app.jwks.admin(&headers, SCOPE_READ).await?;
-    let page = Page::parse(&q)?;
+pub async fn list_nodes(State(app): State<Arc<App>>, _: CanRead, page: Page) -> Result<Response, ApiError> {
     let now = clock::now_ms();
     let st = app.store.read();
     let mut nodes: Vec<&NodeRec> = st.nodes().filter(|n| page.after.as_deref().is_none_or(|a| &*n.name > a)).collect();
@@ -113,10 +106,9 @@ fn node_chunk(
     responses((status = 200, body = NodeDetail), (status = 404, description = "not_found", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn get_node(
     State(app): State<Arc<App>>,
-    headers: HeaderMap,
     Path(id): Path<String>,
+    _: CanRead,
 ) -> Result<Json<NodeDetail>, ApiError> {
-    app.jwks.admin(&headers, SCOPE_READ).await?;
     let st = app.store.read();
     let n = st.resolve(&id).and_then(|id| st.node(&id)).ok_or_else(|| super::ops::unknown_node(&id))?;
     Ok(Json(NodeDetail {
@@ -132,13 +124,7 @@ pub async fn get_node(
     params(("limit" = Option<u32>, Query, description = "at most this many items (1…5000); without it, every item"),
            ("cursor" = Option<String>, Query, description = "the nextCursor of the last page")),
     responses((status = 200, body = List<PlacementView>), (status = 400, description = "invalid_request", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
-pub async fn list_placements(
-    State(app): State<Arc<App>>,
-    headers: HeaderMap,
-    Query(q): Query<HashMap<String, String>>,
-) -> Result<Response, ApiError> {
-    app.jwks.admin(&headers, SCOPE_READ).await?;
-    let page = Page::parse(&q)?;
+pub async fn list_placements(State(app): State<Arc<App>>, _: CanRead, page: Page) -> Result<Response, ApiError> {
     let placements = app.store.read().placements().clone();
     let Some(limit) = page.limit else {
         return Ok(([(header::CONTENT_TYPE, "application/json")], whole_list(placements)).into_response());

@@ -1,16 +1,13 @@
-//! Reading JSON bodies after authentication, so the precedence of docs/reference.md#http-api holds
-//! (`401`/`403` before `413`/`400`), with the 1 MiB limit and errors naming the field.
+//! Reading bodies over axum after authentication, so the precedence of docs/reference.md#http-api holds
+//! (`401`/`403` before `413`/`400`): at most a limit (`413`, by the declared length before a
+//! byte is read, else while reading), within the body deadline (`408`), and JSON objects
+//! strictly, errors naming the field.
 
 use super::error::ApiError;
-use axum::body::Body;
+use super::limits::{BODY_DEADLINE, BODY_LIMIT};
+use axum::body::{Body, Bytes};
 use axum::http::HeaderMap;
 use serde::de::DeserializeOwned;
-
-pub const LIMIT: usize = 1024 * 1024;
-/// A join body is at most this (docs/behaviour.md#hardening): a join announces a node, nothing large.
-pub const JOIN_LIMIT: usize = 64 * 1024;
-/// A body must arrive within this of its head (docs/behaviour.md#hardening); a trickled body is answered `408`.
-pub const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Whether a body-read error is the length limit (http-body-util's `LengthLimitError`,
 /// wrapped by axum; matched by its text since the type is not re-exported).
@@ -26,26 +23,32 @@ fn is_limit(e: &axum::Error) -> bool {
 }
 
 pub async fn read_json<T: DeserializeOwned>(headers: &HeaderMap, body: Body, empty_ok: bool) -> Result<T, ApiError> {
-    read_json_within(headers, body, empty_ok, LIMIT).await
-}
-
-/// [`read_json`] with a body limit of `limit` bytes.
-pub async fn read_json_within<T: DeserializeOwned>(
-    headers: &HeaderMap,
-    body: Body,
-    empty_ok: bool,
-    limit: usize,
-) -> Result<T, ApiError> {
-    let bytes = read_bytes(headers, body, limit).await?;
+    let bytes = read_bytes(headers, body, BODY_LIMIT).await?;
     parse_json(&bytes, empty_ok)
 }
 
 /// The body as bytes: at most `limit` (`413`), all of it within [`BODY_DEADLINE`] (`408`).
-pub async fn read_bytes(headers: &HeaderMap, body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
-    let declared = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit as u64) {
-        return Err(ApiError::too_large(limit));
+pub async fn read_bytes(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    fits(declared(headers), limit)?;
+    read_all(body, limit).await
+}
+
+/// The length `content-length` declares, if it does (a chunked body does not).
+pub fn declared(headers: &HeaderMap) -> Option<u64> {
+    headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+}
+
+/// `413` for a declared length over `limit`, before any of the body is read.
+pub fn fits(declared: Option<u64>, limit: usize) -> Result<(), ApiError> {
+    match declared {
+        Some(len) if len > limit as u64 => Err(ApiError::too_large(limit)),
+        _ => Ok(()),
     }
+}
+
+/// Reads `body` whole: past `limit` is `413` (a body without a declared length), past
+/// [`BODY_DEADLINE`] `408`.
+pub async fn read_all(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     let read = tokio::time::timeout(BODY_DEADLINE, axum::body::to_bytes(body, limit));
     read.await.map_err(|_| ApiError::request_timeout())?.map_err(|e| {
         if is_limit(&e) {

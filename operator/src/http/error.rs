@@ -1,8 +1,12 @@
-//! The one place errors become HTTP answers: `{"error": "<code>", "message": "<text>"}`.
+//! The one place errors become HTTP answers: a status, `{"error": "<code>", "message":
+//! "<text>"}` as JSON, and its content type, built once ([`ApiError::answer`]) for both
+//! transports — axum's responses and the node routes' raw HTTP/1.1 path.
 
+use super::answer::Answer;
+use super::limits::{BODY_DEADLINE, MAX_HEAD};
+use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use fleet_api::{codes, ErrorBody};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,14 +42,24 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, codes::INVALID_REQUEST, bounded(&message.into()))
     }
     pub fn too_large(limit: usize) -> Self {
-        let size = if limit >= 1 << 20 { format!("{} MiB", limit >> 20) } else { format!("{} KiB", limit >> 10) };
+        let size = size(limit);
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, codes::PAYLOAD_TOO_LARGE, format!("the body is larger than {size}"))
+    }
+    /// A request head past [`MAX_HEAD`]. hyper answers such a head itself, without a body,
+    /// on the connections it serves.
+    pub fn head_too_large() -> Self {
+        let size = size(MAX_HEAD);
+        Self::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            codes::INVALID_REQUEST,
+            format!("the request head is larger than {size}"),
+        )
     }
     pub fn request_timeout() -> Self {
         Self::new(
             StatusCode::REQUEST_TIMEOUT,
             codes::REQUEST_TIMEOUT,
-            "the body did not arrive within 10 s of the request head",
+            format!("the body did not arrive within {} s of the request head", BODY_DEADLINE.as_secs()),
         )
     }
     pub fn too_many(message: impl Into<String>) -> Self {
@@ -71,6 +85,15 @@ impl ApiError {
     }
 }
 
+/// A limit in bytes as messages give it: `1 MiB`, `64 KiB`.
+fn size(limit: usize) -> String {
+    if limit >= 1 << 20 {
+        format!("{} MiB", limit >> 20)
+    } else {
+        format!("{} KiB", limit >> 10)
+    }
+}
+
 /// A message that may quote what a client sent: at most 300 characters (then `…`), control
 /// characters replaced.
 fn bounded(message: &str) -> String {
@@ -87,9 +110,19 @@ pub fn cut(s: &str) -> String {
     s.chars().take(200).collect::<String>().escape_debug().to_string()
 }
 
+impl ApiError {
+    /// The answer this error is on either transport.
+    pub fn answer(self) -> Answer {
+        let body = ErrorBody { error: self.code.to_string(), message: self.message };
+        // Two strings always serialise.
+        let json = serde_json::to_vec(&body).unwrap_or_default();
+        Answer { status: self.status, json: Some(Bytes::from(json)), headers: &[] }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(ErrorBody { error: self.code.to_string(), message: self.message })).into_response()
+        self.answer().into_response()
     }
 }
 

@@ -7,16 +7,15 @@
 //! joins never leave the replica they reached.
 //!
 //! A forwarded request carries `x-fleet-forwarded`; a replica that receives one and does not
-//! lead either (the lease is changing hands) answers 503 instead of forwarding again.
+//! lead either (the lease is changing hands) answers 503 instead of forwarding again. Which
+//! requests are sent on is decided in front of the routes (`gate`).
 
 use super::error::ApiError;
-use super::App;
+use crate::leader::Role;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, HeaderValue, Method};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use std::sync::Arc;
 use std::time::Duration;
 
 pub const FORWARDED: &str = "x-fleet-forwarded";
@@ -72,35 +71,34 @@ impl Forwarder {
 
 /// Whether the leader answers this request: an admin read (`GET /api/v1/…`) other than the
 /// node protocol's.
-fn leader_answers(method: &Method, path: &str) -> bool {
+pub fn leader_answers(method: &Method, path: &str) -> bool {
     method == Method::GET && path.starts_with("/api/v1/") && !path.starts_with("/api/v1/nodes/me/")
 }
 
-/// The middleware: on a follower, sends admin reads to the leader.
-pub async fn follower_gate(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
-    let Some(r) = &app.reconciler else { return next.run(req).await };
-    if r.role.leading() || !leader_answers(req.method(), req.uri().path()) {
-        return next.run(req).await;
-    }
-    if req.headers().contains_key(FORWARDED) {
-        return ApiError::not_ready("this replica does not lead either: the lease is changing hands; retry")
+impl Forwarder {
+    /// Answers `req` on a follower with the answer of the leader `role` names; `503` when
+    /// no replica leads or the request was forwarded already. `me`: this replica's name.
+    pub async fn answer(&self, role: &Role, me: &str, req: Request) -> Response {
+        if req.headers().contains_key(FORWARDED) {
+            return ApiError::not_ready("this replica does not lead either: the lease is changing hands; retry")
+                .into_response();
+        }
+        let Some(leader) = role.leader_url() else {
+            return ApiError::not_ready(
+                "no replica leads right now (a takeover takes up to FLEET_LEADER_LEASE_SECONDS); retry",
+            )
             .into_response();
-    }
-    let Some(leader) = r.role.leader_url() else {
-        return ApiError::not_ready(
-            "no replica leads right now (a takeover takes up to FLEET_LEADER_LEASE_SECONDS); retry",
-        )
-        .into_response();
-    };
-    let path = req.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
-    let headers: Vec<_> = [header::AUTHORIZATION, header::ACCEPT, header::IF_NONE_MATCH]
-        .into_iter()
-        .filter_map(|name| req.headers().get(&name).cloned().map(|v| (name, v)))
-        .collect();
-    drop(req);
-    match r.forward.send(&leader, &path, headers, &r.replica).await {
-        Ok(resp) => resp,
-        Err(e) => e.into_response(),
+        };
+        let path = req.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
+        let headers: Vec<_> = [header::AUTHORIZATION, header::ACCEPT, header::IF_NONE_MATCH]
+            .into_iter()
+            .filter_map(|name| req.headers().get(&name).cloned().map(|v| (name, v)))
+            .collect();
+        drop(req);
+        match self.send(&leader, &path, headers, me).await {
+            Ok(resp) => resp,
+            Err(e) => e.into_response(),
+        }
     }
 }
 

@@ -14,8 +14,8 @@ use utoipa::{Modify, OpenApi};
         description = "Admin API (bearer JWT from IAM, scopes fleet:read / fleet:admin) and node protocol (bearer node token). Errors are {\"error\": code, \"message\": text}. Mounted publicly under /fleet by a prefix-stripping proxy."
     ),
     paths(
-        super::healthz,
-        super::readyz,
+        super::health::healthz,
+        super::health::readyz,
         super::admin::create_join_key,
         super::admin::list_nodes,
         super::admin::get_node,
@@ -27,10 +27,10 @@ use utoipa::{Modify, OpenApi};
         super::ops::explain,
         super::ops::events,
         super::ops::summary,
-        super::node::join,
-        super::node::desired,
-        super::node::observed,
-        super::node::exchange,
+        super::node::routes::join,
+        super::node::routes::desired,
+        super::node::routes::observed,
+        super::node::routes::exchange,
     ),
     modifiers(&Security)
 )]

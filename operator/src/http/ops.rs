@@ -1,15 +1,18 @@
 //! Day-two admin routes (docs/behaviour.md#day-two-operations): cordon, uncordon, drain and delete a node, the placement
-//! explanation, and the event history. Reads need `fleet:read`, the rest `fleet:admin`.
+//! explanation, and the event history. Reads need `fleet:read`, the rest `fleet:admin`; each
+//! route takes its caller so checked ([`CanRead`], [`CanAdmin`]) before its own work.
 
-use super::auth::{SCOPE_ADMIN, SCOPE_READ};
+use super::app::App;
 use super::body::read_json;
+use super::caller::{CanAdmin, CanRead};
 use super::error::ApiError;
-use super::App;
+use super::page::EventRange;
 use crate::clock;
-use crate::store::events::{Filter, PAGE};
+use crate::store::events::Filter;
 use crate::store::Action;
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -20,29 +23,66 @@ use fleet_api::{
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// `POST /api/v1/nodes/{id}:{action}`: the router has one route for the node path; the action
-/// is the suffix after the last `:` (node names never hold one).
+/// The target of `POST /api/v1/nodes/{id}:{action}`: the router has one route for the node
+/// path; the action is the suffix after the last `:` (node names never hold one). A missing
+/// or unknown action is `404`, as a route that does not exist, before the caller is checked.
+pub struct NodeAction {
+    node: String,
+    action: ActionName,
+}
+
+enum ActionName {
+    Cordon,
+    Uncordon,
+    Drain,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for NodeAction {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<NodeAction, Response> {
+        let Path(target) =
+            Path::<String>::from_request_parts(parts, state).await.map_err(IntoResponse::into_response)?;
+        NodeAction::parse(&target).map_err(IntoResponse::into_response)
+    }
+}
+
+impl NodeAction {
+    fn parse(target: &str) -> Result<NodeAction, ApiError> {
+        let Some((node, action)) = target.rsplit_once(':') else {
+            return Err(ApiError::not_found(format!(
+                "POST /api/v1/nodes/{} needs an action: :cordon, :uncordon or :drain",
+                super::error::cut(target)
+            )));
+        };
+        let action = match action {
+            "cordon" => ActionName::Cordon,
+            "uncordon" => ActionName::Uncordon,
+            "drain" => ActionName::Drain,
+            other => {
+                return Err(ApiError::not_found(format!(
+                    "unknown node action {:?}: use :cordon, :uncordon or :drain",
+                    super::error::cut(other)
+                )))
+            }
+        };
+        Ok(NodeAction { node: node.to_string(), action })
+    }
+}
+
+/// `POST /api/v1/nodes/{id}:{action}`, to the action's route.
 pub async fn node_action(
     State(app): State<Arc<App>>,
+    target: NodeAction,
+    admin: CanAdmin,
     headers: HeaderMap,
-    Path(target): Path<String>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let Some((node, action)) = target.rsplit_once(':') else {
-        return Err(ApiError::not_found(format!(
-            "POST /api/v1/nodes/{} needs an action: :cordon, :uncordon or :drain",
-            super::error::cut(&target)
-        )));
-    };
-    let node = node.to_string();
+    let NodeAction { node, action } = target;
     match action {
-        "cordon" => cordon(State(app), headers, Path(node)).await.map(IntoResponse::into_response),
-        "uncordon" => uncordon(State(app), headers, Path(node)).await.map(IntoResponse::into_response),
-        "drain" => drain(State(app), headers, Path(node), body).await.map(IntoResponse::into_response),
-        other => Err(ApiError::not_found(format!(
-            "unknown node action {:?}: use :cordon, :uncordon or :drain",
-            super::error::cut(other)
-        ))),
+        ActionName::Cordon => cordon(State(app), Path(node), admin).await.map(IntoResponse::into_response),
+        ActionName::Uncordon => uncordon(State(app), Path(node), admin).await.map(IntoResponse::into_response),
+        ActionName::Drain => drain(State(app), Path(node), admin, headers, body).await.map(IntoResponse::into_response),
     }
 }
 
@@ -66,11 +106,10 @@ pub fn unknown_node(node: &str) -> ApiError {
     responses((status = 200, body = NodeView), (status = 404, description = "not_found", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn cordon(
     State(app): State<Arc<App>>,
-    headers: HeaderMap,
     Path(id): Path<String>,
+    admin: CanAdmin,
 ) -> Result<Json<NodeView>, ApiError> {
-    let admin = app.jwks.admin(&headers, SCOPE_ADMIN).await?;
-    apply(&app, &admin.sub, &id, Action::Cordon).await.map(Json)
+    apply(&app, admin.sub(), &id, Action::Cordon).await.map(Json)
 }
 
 /// Undoes a cordon, and ends a drain.
@@ -79,11 +118,10 @@ pub async fn cordon(
     responses((status = 200, body = NodeView), (status = 404, description = "not_found", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn uncordon(
     State(app): State<Arc<App>>,
-    headers: HeaderMap,
     Path(id): Path<String>,
+    admin: CanAdmin,
 ) -> Result<Json<NodeView>, ApiError> {
-    let admin = app.jwks.admin(&headers, SCOPE_ADMIN).await?;
-    apply(&app, &admin.sub, &id, Action::Uncordon).await.map(Json)
+    apply(&app, admin.sub(), &id, Action::Uncordon).await.map(Json)
 }
 
 /// Cordons the node and moves every replica off; `force` unbinds those with nowhere to go.
@@ -94,13 +132,13 @@ pub async fn uncordon(
               (status = 400, description = "invalid_request", body = ErrorBody), (status = 404, description = "not_found", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn drain(
     State(app): State<Arc<App>>,
-    headers: HeaderMap,
     Path(id): Path<String>,
+    admin: CanAdmin,
+    headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<NodeView>), ApiError> {
-    let admin = app.jwks.admin(&headers, SCOPE_ADMIN).await?;
     let req: DrainRequest = read_json(&headers, body, true).await?;
-    let view = apply(&app, &admin.sub, &id, Action::Drain { force: req.force.unwrap_or(false) }).await?;
+    let view = apply(&app, admin.sub(), &id, Action::Drain { force: req.force.unwrap_or(false) }).await?;
     Ok((StatusCode::ACCEPTED, Json(view)))
 }
 
@@ -111,11 +149,10 @@ pub async fn drain(
     responses((status = 204, description = "deleted"), (status = 404, description = "not_found", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn delete_node(
     State(app): State<Arc<App>>,
-    headers: HeaderMap,
     Path(id): Path<String>,
+    admin: CanAdmin,
 ) -> Result<StatusCode, ApiError> {
-    let admin = app.jwks.admin(&headers, SCOPE_ADMIN).await?;
-    let why = format!("by {}", admin.sub);
+    let why = format!("by {}", admin.sub());
     match app.store.delete_node(&id, &why).await? {
         Some(_) => {
             app.kick();
@@ -132,11 +169,10 @@ pub async fn delete_node(
     responses((status = 200, body = PlacementExplanation), (status = 404, description = "not_found: not in the active list", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn explain(
     State(app): State<Arc<App>>,
-    headers: HeaderMap,
     Path(key): Path<String>,
     Query(q): Query<HashMap<String, String>>,
+    _: CanRead,
 ) -> Result<Json<PlacementExplanation>, ApiError> {
-    app.jwks.admin(&headers, SCOPE_READ).await?;
     let with_nodes = match q.get("nodes").map(String::as_str) {
         None | Some("false") => false,
         Some("true") | Some("") => true,
@@ -158,27 +194,10 @@ pub async fn explain(
     responses((status = 200, body = List<EventView>), (status = 400, description = "invalid_request", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn events(
     State(app): State<Arc<App>>,
-    headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
+    _: CanRead,
+    EventRange { since, limit }: EventRange,
 ) -> Result<Json<List<EventView>>, ApiError> {
-    app.jwks.admin(&headers, SCOPE_READ).await?;
-    let number = |name: &str| -> Result<Option<i64>, ApiError> {
-        match q.get(name).filter(|s| !s.is_empty()) {
-            None => Ok(None),
-            Some(s) => s
-                .parse::<i64>()
-                .ok()
-                .filter(|n| *n >= 0)
-                .map(Some)
-                .ok_or_else(|| ApiError::invalid_request(format!("{name}: must be a number ≥ 0"))),
-        }
-    };
-    let since = number("cursor")?.or(number("since")?).unwrap_or(0);
-    let limit = match number("limit")? {
-        None => PAGE,
-        Some(n) if (1..=i64::from(PAGE)).contains(&n) => n as u32,
-        Some(_) => return Err(ApiError::invalid_request(format!("limit: must be 1–{PAGE}"))),
-    };
     let filter = Filter { agent: q.get("agent").cloned(), node: q.get("node").cloned(), since, limit };
     let items = app.store.read_events(&filter).await?;
     let next_cursor = (items.len() == limit as usize).then(|| items.last().map(|e| e.seq.to_string())).flatten();
@@ -190,8 +209,7 @@ pub async fn events(
 /// placement item (milliseconds at 10,000 nodes and 100,000 replicas).
 #[utoipa::path(get, path = "/api/v1/summary", tag = "admin", security(("admin" = ["fleet:read"])),
     responses((status = 200, body = FleetSummary), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
-pub async fn summary(State(app): State<Arc<App>>, headers: HeaderMap) -> Result<Json<FleetSummary>, ApiError> {
-    app.jwks.admin(&headers, SCOPE_READ).await?;
+pub async fn summary(State(app): State<Arc<App>>, _: CanRead) -> Result<Json<FleetSummary>, ApiError> {
     let now = clock::now_ms();
     let st = app.store.read();
     let mut s = FleetSummary::default();

@@ -1,8 +1,13 @@
-//! Paging of the list routes: `?limit=N&cursor=C`, `nextCursor` in the answer while more
-//! follow. The cursor is opaque to clients (base64url of where the page ended); without
-//! `limit` a route answers its whole list, as before paging existed.
+//! Paging of the list routes, as axum extractors: `?limit=N&cursor=C`, `nextCursor` in the
+//! answer while more follow. The cursor is opaque to clients (base64url of where the page
+//! ended); without `limit` a route answers its whole list, as before paging existed. The
+//! events route pages by `seq` instead ([`EventRange`]). A handler takes its page after its
+//! caller, so a bad page is `400` only for a caller who may read the list.
 
 use super::error::ApiError;
+use crate::store::events::PAGE;
+use axum::extract::{FromRequestParts, Query};
+use axum::http::request::Parts;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use std::collections::HashMap;
@@ -38,6 +43,62 @@ impl Page {
     }
 }
 
+impl<S: Send + Sync> FromRequestParts<S> for Page {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Page, ApiError> {
+        Page::parse(&query(parts)?)
+    }
+}
+
+/// The events route's page (docs/behaviour.md#events): the events after the `seq` in `cursor` (or
+/// `since`), at most `limit` (1…500, default 500).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventRange {
+    pub since: i64,
+    pub limit: u32,
+}
+
+impl EventRange {
+    pub fn parse(q: &HashMap<String, String>) -> Result<EventRange, ApiError> {
+        let number = |name: &str| -> Result<Option<i64>, ApiError> {
+            match q.get(name).filter(|s| !s.is_empty()) {
+                None => Ok(None),
+                Some(s) => s
+                    .parse::<i64>()
+                    .ok()
+                    .filter(|n| *n >= 0)
+                    .map(Some)
+                    .ok_or_else(|| ApiError::invalid_request(format!("{name}: must be a number ≥ 0"))),
+            }
+        };
+        let since = number("cursor")?.or(number("since")?).unwrap_or(0);
+        let limit = match number("limit")? {
+            None => PAGE,
+            Some(n) if (1..=i64::from(PAGE)).contains(&n) => n as u32,
+            Some(_) => return Err(ApiError::invalid_request(format!("limit: must be 1–{PAGE}"))),
+        };
+        Ok(EventRange { since, limit })
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for EventRange {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<EventRange, ApiError> {
+        EventRange::parse(&query(parts)?)
+    }
+}
+
+/// The query as a map, as axum's `Query` reads it (the last of a repeated name counts). A
+/// map of strings takes any query, so the error is there for the type's sake.
+fn query(parts: &Parts) -> Result<HashMap<String, String>, ApiError> {
+    match Query::try_from_uri(&parts.uri) {
+        Ok(Query(q)) => Ok(q),
+        Err(e) => Err(ApiError::invalid_request(format!("query: {e}"))),
+    }
+}
+
 pub fn encode(position: &str) -> String {
     URL_SAFE_NO_PAD.encode(position.as_bytes())
 }
@@ -65,5 +126,21 @@ mod tests {
         }
         let e = Page::parse(&q(&[("cursor", "%%%")])).unwrap_err();
         assert!(e.message.starts_with("cursor: "), "{}", e.message);
+    }
+
+    #[test]
+    fn event_ranges_take_the_cursor_before_since_and_check_every_number() {
+        assert_eq!(EventRange::parse(&q(&[])).unwrap(), EventRange { since: 0, limit: PAGE });
+        let r = EventRange::parse(&q(&[("cursor", "7"), ("since", "3"), ("limit", "10")])).unwrap();
+        assert_eq!(r, EventRange { since: 7, limit: 10 });
+        assert_eq!(EventRange::parse(&q(&[("since", "3")])).unwrap().since, 3);
+        for (name, bad) in [("cursor", "-1"), ("since", "x"), ("limit", "y")] {
+            let e = EventRange::parse(&q(&[(name, bad)])).unwrap_err();
+            assert_eq!(e.message, format!("{name}: must be a number ≥ 0"));
+        }
+        let e = EventRange::parse(&q(&[("cursor", "7"), ("since", "x")])).unwrap_err();
+        assert_eq!(e.message, "since: must be a number ≥ 0", "a bad since counts even beside a cursor");
+        let e = EventRange::parse(&q(&[("limit", "501")])).unwrap_err();
+        assert_eq!(e.message, "limit: must be 1–500");
     }
 }

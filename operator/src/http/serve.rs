@@ -21,7 +21,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, Sleep};
 
-pub use crate::config::HttpTimeouts as Timeouts;
+use super::app::App;
+use super::limits::{Timeouts, MAX_HEAD};
 
 /// A TCP stream that fails with `TimedOut` once it has been idle for `idle`, and first
 /// yields `read`: bytes the node path already read from it before handing it to hyper.
@@ -98,7 +99,7 @@ impl AsyncWrite for IdleStream {
 
     /// Forwarded so hyper sees a vectored writer: it then queues a response body behind the
     /// head instead of copying it into a per-connection buffer that keeps the size of the
-    /// largest response ever sent (at 10,000 connections that buffer was most of the memory).
+    /// largest response ever sent (at 10,000 connections that buffer would be most of the memory).
     fn poll_write_vectored(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -120,10 +121,6 @@ impl AsyncWrite for IdleStream {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
-
-/// A request head must fit this (docs/behaviour.md#hardening); hyper answers `431` past it. It also bounds how far
-/// one connection's read buffer grows (hyper's default lets a trickled head reach ~400 KiB).
-pub const MAX_HEAD: usize = 64 * 1024;
 
 /// At most `max` connections at once; past it new ones are closed at accept and counted.
 #[derive(Clone)]
@@ -159,12 +156,12 @@ impl Drop for ConnSlot {
 }
 
 /// Serves `router` on `listener` until `stop` resolves, then lets open requests finish. With
-/// `nodes`, node-route requests are served by the buffer-free path of [`super::nodeconn`]
+/// `nodes`, node-route requests are served by the buffer-free path of [`super::node::raw`]
 /// and everything else by hyper.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
-    nodes: Option<Arc<super::App>>,
+    nodes: Option<Arc<App>>,
     timeouts: Timeouts,
     limit: ConnLimit,
     stop: impl Future<Output = ()>,
@@ -218,9 +215,9 @@ pub async fn serve(
 /// the node path does not serve comes. Every node keeps one of these open, so its size is
 /// measured (`tests::a_connection_task_is_small`): the peer's address and the timeouts are
 /// read where they are needed, not kept in it.
-async fn connection(mut stream: TcpStream, slot: ConnSlot, nodes: Option<Arc<super::App>>, for_hyper: Arc<ForHyper>) {
+async fn connection(mut stream: TcpStream, slot: ConnSlot, nodes: Option<Arc<App>>, for_hyper: Arc<ForHyper>) {
     let read = match &nodes {
-        Some(app) => match super::nodeconn::serve(&mut stream, app, &for_hyper.timeouts).await {
+        Some(app) => match super::node::raw::serve(&mut stream, app, &for_hyper.timeouts).await {
             Some(read) => read,
             None => return drop(slot),
         },
@@ -254,19 +251,18 @@ struct ForHyper {
 
 #[cfg(test)]
 mod tests {
-    use super::super::nodeconn::sizes::output_size;
     use super::*;
+    use crate::http::sizes::output_size;
 
     /// A connection's task is what every node keeps for as long as it is connected.
     #[test]
     fn a_connection_task_is_small() {
-        let task =
-            output_size(|(s, slot, n, h): (TcpStream, ConnSlot, Option<Arc<super::super::App>>, Arc<ForHyper>)| {
-                connection(s, slot, n, h)
-            });
+        let task = output_size(|(s, slot, n, h): (TcpStream, ConnSlot, Option<Arc<App>>, Arc<ForHyper>)| {
+            connection(s, slot, n, h)
+        });
         eprintln!("a connection's task future: {task} bytes");
-        // Debug build; the node path's loop alone was 952 bytes before its steps were boxed,
-        // and the task 704 while it kept the peer's address and the timeouts (session 17).
+        // Debug build. With its steps inlined the node path's loop alone is about 950 bytes,
+        // and the peer's address and the timeouts kept in the task add about 200.
         assert!(task <= 512, "a connection's task future is {task} bytes");
     }
 }

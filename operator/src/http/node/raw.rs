@@ -4,8 +4,9 @@
 //! that waits keeps no buffer: between requests it waits for readability with nothing
 //! allocated, a request head is read into a buffer sized to what arrived, the body into one
 //! sized to `content-length`, and both are freed before the request is held. The answer is
-//! written from the shared desired-state body. The routes' logic is the same functions the
-//! axum routes call ([`super::node`]), so both paths answer alike.
+//! written from the shared desired-state body. What is answered is decided by the node
+//! sequence ([`super::sequence`]) and written from the same [`Answer`] as axum's response,
+//! so both paths answer alike; this module only reads and writes.
 //!
 //! Every connection starts here. A request this path does not serve — any other route, a
 //! chunked or `Expect` body, an upgrade, a head it cannot parse — hands the connection to
@@ -13,20 +14,19 @@
 //! both paths: the head within the header-read timeout and 64 KiB (`431`), a body within
 //! 10 s of its head (`408`) and 1 MiB (`413`), nothing written or read for the idle timeout.
 
-use super::auth;
-use super::body::{BODY_DEADLINE, JOIN_LIMIT, LIMIT};
-use super::error::ApiError;
-use super::node::{self, Reply, Wait};
-use super::serve::{Timeouts, MAX_HEAD};
-use super::App;
-use crate::store::Id;
-use axum::body::Bytes;
+use super::reply::{self, Outcome};
+use super::sequence::{self, Next, NodeRequest, ReadBody, Route, Unread};
+use crate::http::answer::{Answer, JSON};
+use crate::http::app::App;
+use crate::http::auth;
+use crate::http::error::ApiError;
+use crate::http::limits::{Timeouts, BODY_DEADLINE, MAX_HEAD};
 use axum::http::StatusCode;
-use fleet_api::{protocol, ErrorBody};
 use std::future::Future;
 use std::io;
-use std::sync::Arc;
+use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::io::ReadBuf;
 use tokio::net::TcpStream;
@@ -39,40 +39,6 @@ const FIRST_READ: usize = 1024;
 /// A body up to this is written in one piece with its head.
 const COALESCE: usize = 16 * 1024;
 
-/// A node route this path serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Route {
-    Join,
-    Desired,
-    Observed,
-    Exchange,
-}
-
-impl Route {
-    fn of(method: &str, path: &str) -> Option<Route> {
-        match (method, path) {
-            ("POST", protocol::JOIN_PATH) => Some(Route::Join),
-            ("GET", protocol::DESIRED_PATH) => Some(Route::Desired),
-            ("PUT", protocol::OBSERVED_PATH) => Some(Route::Observed),
-            ("POST", protocol::EXCHANGE_PATH) => Some(Route::Exchange),
-            _ => None,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Route::Join => "join",
-            Route::Desired => "desired",
-            Route::Observed => "observed",
-            Route::Exchange => "exchange",
-        }
-    }
-
-    fn has_body(self) -> bool {
-        self != Route::Desired
-    }
-}
-
 /// What a node request's head says, owned so the read buffer can go.
 #[derive(Debug)]
 struct Head {
@@ -84,6 +50,18 @@ struct Head {
     close: bool,
     /// Bytes of the head in the buffer.
     len: usize,
+}
+
+impl Head {
+    /// What the sequence reads of the head.
+    fn request(&self) -> NodeRequest<'_> {
+        NodeRequest {
+            route: self.route,
+            query: self.query.as_deref(),
+            token: self.token.as_deref(),
+            content_length: Some(self.content_length),
+        }
+    }
 }
 
 enum Parsed {
@@ -122,7 +100,10 @@ fn parse_head(buf: &[u8]) -> Parsed {
             return Parsed::Other;
         } else if name.eq_ignore_ascii_case("content-length") {
             lengths += 1;
-            match value.and_then(|v| v.trim().parse::<u64>().ok()) {
+            // Digits only, as hyper reads it (docs/behaviour.md#hardening): `+5` is parsed by `u64` but refused
+            // by hyper, which answers it.
+            let digits = value.map(str::trim).filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
+            match digits.and_then(|v| v.parse::<u64>().ok()) {
                 Some(n) => head.content_length = n,
                 None => return Parsed::Other,
             }
@@ -146,7 +127,7 @@ fn parse_head(buf: &[u8]) -> Parsed {
 
 /// Serves node requests on `stream` until it closes (`None`) or a request comes that hyper
 /// must serve: `Some` with the bytes already read from it.
-pub async fn serve(stream: &mut TcpStream, app: &Arc<App>, timeouts: &Timeouts) -> Option<Vec<u8>> {
+pub async fn serve(stream: &mut TcpStream, app: &App, timeouts: &Timeouts) -> Option<Vec<u8>> {
     let mut buf = Vec::new();
     loop {
         // hyper's semantics: the header-read timeout runs from the end of the last answer,
@@ -160,12 +141,8 @@ pub async fn serve(stream: &mut TcpStream, app: &Arc<App>, timeouts: &Timeouts) 
                     Parsed::Other => return Some(buf),
                 }
                 if buf.len() >= MAX_HEAD {
-                    let e = ApiError::new(
-                        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                        fleet_api::codes::INVALID_REQUEST,
-                        "the request head is larger than 64 KiB",
-                    );
-                    let _ = Box::pin(write_answer(stream, Err(e), true, *timeouts)).await;
+                    let e = ApiError::head_too_large().answer();
+                    let _ = Box::pin(write_answer(stream, e, true, *timeouts)).await;
                     return None;
                 }
             }
@@ -173,10 +150,11 @@ pub async fn serve(stream: &mut TcpStream, app: &Arc<App>, timeouts: &Timeouts) 
         };
         let rest = buf.split_off(head.len);
         drop(std::mem::take(&mut buf));
+        let body = RawBody { stream, buf: rest, len: head.content_length, idle: timeouts.idle, read: false };
         // Boxed, as every step that is not the wait itself: what a connection keeps in its
         // task while it waits for a request, or holds one, is then only the state of that
         // wait (a few hundred bytes, at 10,000 connections).
-        let (answer, keep, leftover) = Box::pin(answer(stream, app, &head, rest, timeouts.idle)).await?;
+        let (answer, keep, leftover) = Box::pin(answer(app, &head, body)).await?;
         Box::pin(write_answer(stream, answer, head.close || !keep, *timeouts)).await.ok()?;
         if head.close || !keep {
             return None;
@@ -223,7 +201,7 @@ async fn read_body(
     stream: &TcpStream,
     body: &mut Vec<u8>,
     len: usize,
-    idle: std::time::Duration,
+    idle: Duration,
 ) -> Result<Vec<u8>, Option<ApiError>> {
     let deadline = Instant::now() + BODY_DEADLINE;
     if body.len() < len {
@@ -247,90 +225,68 @@ async fn read_body(
     Ok(body.split_off(len))
 }
 
+/// The body of a request on this path: its start came with the head (`buf`), the rest is
+/// read off the stream to the declared length. What follows it, the start of the next
+/// request, is left in `buf`.
+struct RawBody<'a> {
+    stream: &'a TcpStream,
+    buf: Vec<u8>,
+    len: u64,
+    idle: Duration,
+    /// The body was read whole: the connection can carry another request.
+    read: bool,
+}
+
+/// The peer went away, or sent nothing for the idle timeout, while its body was due: the
+/// connection closes without an answer, as hyper's do.
+struct PeerGone;
+
+impl ReadBody for RawBody<'_> {
+    type Body = Vec<u8>;
+    type Gone = PeerGone;
+
+    fn read(&mut self, limit: usize) -> impl Future<Output = Result<Vec<u8>, Unread<PeerGone>>> + Send {
+        // Every body here declares its length, which the sequence checked against `limit`.
+        debug_assert!(self.len <= limit as u64);
+        async move {
+            let mut body = std::mem::take(&mut self.buf);
+            match read_body(self.stream, &mut body, self.len as usize, self.idle).await {
+                Ok(next) => {
+                    (self.buf, self.read) = (next, true);
+                    Ok(body)
+                }
+                Err(Some(e)) => Err(Unread::Refused(e)),
+                Err(None) => Err(Unread::Gone(PeerGone)),
+            }
+        }
+    }
+}
+
 /// The answer to one request, whether the connection can carry another, and the bytes of the
 /// next request already read. `None`: the peer went away.
-async fn answer(
-    stream: &TcpStream,
-    app: &Arc<App>,
-    head: &Head,
-    mut body: Vec<u8>,
-    idle: std::time::Duration,
-) -> Option<(Result<Reply, ApiError>, bool, Vec<u8>)> {
-    // A route without a body: what follows its head is the next request.
-    let mut leftover = if head.route.has_body() { Vec::new() } else { std::mem::take(&mut body) };
-    // After an error before the body was read, only a route without one can go on.
-    let keep = !head.route.has_body();
-    // The precedence of docs/reference.md#http-api: 503, then 401, then 400 and 413.
-    if app.reconciler.is_none() {
-        return Some((Err(ApiError::not_configured()), keep, leftover));
-    }
-    if head.route == Route::Join {
-        return Box::pin(join(stream, app, head, body, idle)).await;
-    }
-    app.metrics.node_request(head.route.name());
-    let node = match Box::pin(auth::node_by_token(&app.store, head.token.as_deref(), app.offline_after)).await {
-        Ok(n) => n,
-        Err(e) => return Some((Err(e), keep, leftover)),
+async fn answer(app: &App, head: &Head, mut body: RawBody<'_>) -> Option<(Answer, bool, Vec<u8>)> {
+    // Boxed: the steps before the hold are gone when it starts.
+    let next = Box::pin(sequence::prepare(app, &head.request(), &mut body)).await.ok()?;
+    let outcome = match next {
+        Next::Answer(outcome) => outcome,
+        // Boxed: the hold's state exists only while a request is held, not in every
+        // connection's task.
+        Next::Hold(held) => watched(body.stream, Box::pin(held.answer(app))).await?,
     };
-    let wait = match head.route {
-        Route::Observed => Wait { since: None, seconds: 0 },
-        _ => match node::parse_wait(head.query.as_deref()) {
-            Ok(w) => w,
-            Err(e) => return Some((Err(e), keep, leftover)),
-        },
-    };
-    if head.route.has_body() {
-        if head.content_length > LIMIT as u64 {
-            let e = node::report_rejected(app, &node, ApiError::too_large(LIMIT));
-            return Some((Err(e), false, Vec::new()));
-        }
-        leftover = match Box::pin(read_body(stream, &mut body, head.content_length as usize, idle)).await {
-            Ok(rest) => rest,
-            Err(Some(e)) => return Some((Err(node::report_rejected(app, &node, e)), false, Vec::new())),
-            Err(None) => return None,
-        };
-        if let Err(e) = node::accept_report(app, &node, &body) {
-            return Some((Err(e), true, leftover));
-        }
-    }
-    drop(body);
-    if head.route == Route::Observed {
-        return Some((Ok(Reply::Accepted), true, leftover));
-    }
-    let reply = held(stream, app, &node, wait).await?;
-    Some((reply, true, leftover))
+    // Answered before its body was read, a route with one cannot go on: the body's bytes
+    // would be taken for the next request.
+    let keep = body.read || !head.route.has_body();
+    Some((reply::answer(outcome), keep, body.buf))
 }
 
-/// A join (docs/behaviour.md#joining): no token; the body at most 64 KiB.
-async fn join(
-    stream: &TcpStream,
-    app: &Arc<App>,
-    head: &Head,
-    mut body: Vec<u8>,
-    idle: std::time::Duration,
-) -> Option<(Result<Reply, ApiError>, bool, Vec<u8>)> {
-    if let Err(e) = node::join_admitted(app) {
-        return Some((Err(e), false, Vec::new()));
-    }
-    if head.content_length > JOIN_LIMIT as u64 {
-        let e = ApiError::too_large(JOIN_LIMIT);
-        return Some((Box::pin(node::join_with(app, Err(&e))).await, false, Vec::new()));
-    }
-    match read_body(stream, &mut body, head.content_length as usize, idle).await {
-        Ok(leftover) => Some((Box::pin(node::join_with(app, Ok(&body))).await, true, leftover)),
-        Err(Some(e)) => Some((Box::pin(node::join_with(app, Err(&e))).await, false, Vec::new())),
-        Err(None) => None,
-    }
-}
-
-/// The long-poll, given up when the peer closes the connection meanwhile.
-async fn held(stream: &TcpStream, app: &Arc<App>, node: &Id, wait: Wait) -> Option<Result<Reply, ApiError>> {
-    // Boxed: the hold's state exists only while a request is held, not in every
-    // connection's task.
-    let mut hold = Box::pin(node::hold(app, node, wait));
-    // The peer's end is watched through the stream's own readiness, with no future (and
-    // no waiter of its own) beside the hold.
-    std::future::poll_fn(|cx| {
+/// The long-poll `hold`, given up (`None`) when the peer closes the connection meanwhile.
+/// The peer's end is watched through the stream's own readiness, with no future (and no
+/// waiter of its own) beside the hold.
+fn watched<'a>(
+    stream: &'a TcpStream,
+    mut hold: Pin<Box<impl Future<Output = Outcome> + 'a>>,
+) -> impl Future<Output = Option<Outcome>> + 'a {
+    std::future::poll_fn(move |cx| {
         if let Poll::Ready(r) = hold.as_mut().poll(cx) {
             return Poll::Ready(Some(r));
         }
@@ -339,7 +295,6 @@ async fn held(stream: &TcpStream, app: &Arc<App>, node: &Id, wait: Wait) -> Opti
             false => Poll::Pending,
         }
     })
-    .await
 }
 
 /// Whether the peer has closed (or reset) the connection; bytes of a next request sent early
@@ -361,26 +316,14 @@ fn reason(status: StatusCode) -> &'static str {
 }
 
 /// Writes one answer within the idle timeout.
-async fn write_answer(
-    stream: &mut TcpStream,
-    answer: Result<Reply, ApiError>,
-    close: bool,
-    timeouts: Timeouts,
-) -> io::Result<()> {
-    let (status, body, offer) = match answer {
-        Ok(r) => (r.status(), r.into_body(), true),
-        Err(e) => {
-            let b = serde_json::to_vec(&ErrorBody { error: e.code.to_string(), message: e.message })
-                .map_err(io::Error::other)?;
-            (e.status, Some(Bytes::from(b)), false)
-        }
-    };
+async fn write_answer(stream: &mut TcpStream, answer: Answer, close: bool, timeouts: Timeouts) -> io::Result<()> {
+    let Answer { status, json: body, headers } = answer;
     let mut head = format!("HTTP/1.1 {} {}\r\n", status.as_u16(), reason(status));
     if let Some(b) = &body {
-        head.push_str(&format!("content-type: application/json\r\ncontent-length: {}\r\n", b.len()));
+        head.push_str(&format!("content-type: {JSON}\r\ncontent-length: {}\r\n", b.len()));
     }
-    if offer {
-        head.push_str(&format!("{}: {}\r\n", protocol::EXCHANGE_HEADER, protocol::EXCHANGE_PATH));
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
     }
     if close {
         head.push_str("connection: close\r\n");
@@ -443,6 +386,7 @@ mod tests {
             "PUT /api/v1/nodes/me/observed HTTP/1.1\r\nExpect: 100-continue\r\ncontent-length: 3\r\n\r\n",
             "PUT /api/v1/nodes/me/observed HTTP/1.1\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\n",
             "PUT /api/v1/nodes/me/observed HTTP/1.1\r\ncontent-length: -3\r\n\r\n",
+            "PUT /api/v1/nodes/me/observed HTTP/1.1\r\ncontent-length: +3\r\n\r\n",
             "GET /api/v1/nodes/me/desired HTTP/1.1\r\ncontent-length: 3\r\n\r\n",
             "G\0T / HTTP/1.1\r\n\r\n",
         ] {
@@ -454,28 +398,23 @@ mod tests {
 
 /// What a node connection keeps while it waits, measured: 10,000 nodes each keep one.
 #[cfg(test)]
-pub(super) mod sizes {
+mod sizes {
     use super::*;
-
-    /// The size of the future `f` returns, without making one.
-    pub fn output_size<A, F>(_: impl FnOnce(A) -> F) -> usize {
-        std::mem::size_of::<F>()
-    }
+    use crate::http::sizes::output_size;
 
     /// A held exchange keeps its task (the node path's loop inline), the request's state
     /// and the hold's, each boxed apart; anything large inlined into one of them again (a
     /// database read, a write, a body read) would be kept by every held connection.
     #[test]
     fn a_held_request_keeps_a_few_hundred_bytes() {
-        let serve =
-            output_size(|(s, a, t): (&'static mut TcpStream, &'static Arc<App>, &'static Timeouts)| serve(s, a, t));
-        let answer = output_size(|(s, a, h, b): (&'static TcpStream, &'static Arc<App>, &'static Head, Vec<u8>)| {
-            answer(s, a, h, b, std::time::Duration::ZERO)
+        let serve = output_size(|(s, a, t): (&'static mut TcpStream, &'static App, &'static Timeouts)| serve(s, a, t));
+        let answer = output_size(|(s, a, h): (&'static TcpStream, &'static App, &'static Head)| {
+            answer(a, h, RawBody { stream: s, buf: Vec::new(), len: 0, idle: Duration::ZERO, read: false })
         });
-        let hold =
-            output_size(|(a, n): (&'static App, &'static Id)| node::hold(a, n, Wait { since: None, seconds: 0 }));
+        let hold = output_size(|(h, a): (&'static sequence::Held, &'static App)| h.answer(a));
         eprintln!("bytes: serve {serve}, answer {answer}, hold {hold}");
-        // Debug-build sizes (release ones are no larger); before the boxing: 952, 736, 728.
+        // Debug-build bounds (release sizes are no larger). With their steps inlined instead
+        // of boxed, the three are about 950, 740 and 730 bytes.
         assert!(serve <= 384, "the node path's loop is {serve} bytes");
         assert!(answer <= 320, "a request's state is {answer} bytes");
         assert!(hold <= 448, "a hold's state is {hold} bytes");
