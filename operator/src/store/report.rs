@@ -33,7 +33,7 @@ impl Parts {
         // into a vector of its own: collected in place, it would keep the parsed list's
         // buffer, grown by doubling for the wire's larger items (1.4 KB a node with ten
         // replicas instead of 720 bytes).
-        let index = st.agent_index().clone();
+        let index = st.agent_index();
         let known = |key: &str| index.get_key_value(key).map(|(k, _)| k.clone());
         let mut replicas: Vec<Seen> = Vec::with_capacity(r.replicas.len());
         replicas.extend(r.replicas.into_iter().map(|p| Seen::of(p, known)));
