@@ -5,14 +5,20 @@
 # token (from a real join) for the node operations. Fails on any server error or any response
 # that does not conform to the contract.
 #   scripts/schemathesis.sh [max-examples-per-operation]   (default 40)
+#   FLEET_CONTROLLER_BIN=target/debug/fleet-controller   a controller already built (with the
+#   default `dev` feature) instead of `cargo build -p fleet-controller` (CI: the test build's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-40}"
 command -v st >/dev/null || python3 -m pip install -q --disable-pip-version-check "schemathesis==4.32.5"
-cargo build -q -p fleet-controller
+bin="${FLEET_CONTROLLER_BIN:-}"
+if [ -z "$bin" ]; then
+  cargo build -q -p fleet-controller
+  bin=./target/debug/fleet-controller
+fi
 tmp=$(mktemp -d)
 api=127.0.0.1:18040
-./target/debug/fleet-controller dev --dir "$tmp" --listen $api --metrics-listen 127.0.0.1:18042 \
+"$bin" dev --dir "$tmp" --listen $api --metrics-listen 127.0.0.1:18042 \
   --devkit-listen 127.0.0.1:18041 >"$tmp/out" 2>"$tmp/log" &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; rm -rf "$tmp"' EXIT

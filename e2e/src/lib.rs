@@ -101,7 +101,9 @@ pub fn cleanup(prefix: &str) {
 
 /// Builds `fleet-controller:e2e` and `fleet-node:e2e` (static binaries, FROM scratch) with
 /// `scripts/build-images.sh`, once per process, unless both exist already (CI builds them
-/// before the tests).
+/// before the tests, dynamically linked from the test build's dependencies). Here always the
+/// static build, in its own target dir: the dynamic one replaces target/debug/fleet-controller
+/// and fleet-node, which the tests running beside this one use.
 pub fn ensure_fleet_images() {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
@@ -115,6 +117,7 @@ pub fn ensure_fleet_images() {
             .arg(root.join("scripts/build-images.sh"))
             .arg("e2e")
             .env("FLEET_IMAGE_PROFILE", std::env::var("FLEET_IMAGE_PROFILE").unwrap_or_else(|_| "dev".into()))
+            .env("FLEET_IMAGE_LINK", "static")
             .current_dir(root)
             .status()
             .expect("scripts/build-images.sh runs");

@@ -150,6 +150,24 @@ pub struct Deleted {
     pub revoke: Vec<String>,
 }
 
+impl NodeRec {
+    /// A node with this id and name and nothing else: seen at 0, no token, no report (tests).
+    #[cfg(test)]
+    pub fn bare(id: &str, name: &str) -> NodeRec {
+        NodeRec {
+            id: id.into(),
+            name: name.into(),
+            token_hash: [0; 32],
+            public_key: [0; 32],
+            joined_ms: 0,
+            last_seen_ms: 0,
+            info: NodeInfo::default(),
+            allow: BTreeMap::new(),
+            lifecycle: Lifecycle::default(),
+        }
+    }
+}
+
 /// A list as the registry keeps it: sorted and each entry once, so order alone is never a
 /// change.
 pub fn sorted(v: &[String]) -> Vec<String> {
@@ -171,17 +189,7 @@ mod tests {
 
     #[test]
     fn a_node_is_offline_after_three_report_periods_or_the_threshold() {
-        let mut n = NodeRec {
-            id: "n".into(),
-            name: "n".into(),
-            token_hash: [0; 32],
-            public_key: [0; 32],
-            joined_ms: 0,
-            last_seen_ms: 0,
-            info: NodeInfo::default(),
-            allow: BTreeMap::new(),
-            lifecycle: Lifecycle::default(),
-        };
+        let mut n = NodeRec::bare("n", "n");
         assert!(n.online(10_000, Duration::from_secs(10)) && !n.online(10_001, Duration::from_secs(10)));
         n.info.observe_seconds = Some(5);
         assert!(n.online(15_000, Duration::from_secs(10)) && !n.online(15_001, Duration::from_secs(10)));

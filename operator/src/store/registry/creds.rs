@@ -105,8 +105,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::records::{MaybeMs, NodeInfo, NodeRec, Sealed};
-    use std::collections::BTreeMap;
+    use crate::store::records::{MaybeMs, NodeRec, Sealed};
 
     fn pat(id: &str) -> Arc<Cred> {
         Arc::new(Cred {
@@ -142,17 +141,7 @@ mod tests {
         assert_eq!(st.live_cred(&pair).map(|c| c.id().into_owned()).as_deref(), Some("p1"));
 
         // The node is deleted: both are due now, the earlier instant kept.
-        let rec = NodeRec {
-            id: "n1".into(),
-            name: "one".into(),
-            token_hash: [0; 32],
-            public_key: [0; 32],
-            joined_ms: 0,
-            last_seen_ms: 0,
-            info: NodeInfo::default(),
-            allow: BTreeMap::new(),
-            lifecycle: Default::default(),
-        };
+        let rec = NodeRec::bare("n1", "one");
         let deleted = st.forget_node(&rec, 3_000);
         let mut revoked = deleted.revoke.clone();
         revoked.sort();
