@@ -620,7 +620,7 @@ fn quoted_headings(text: &str) -> Vec<(String, String)> {
         }
         let after = &text[i + 3..];
         let Some(q) = after.strip_prefix(", \"").or_else(|| after.strip_prefix(" \"")) else { continue };
-        if let Some(end) = q.find(|c| c == '"' || c == '\n') {
+        if let Some(end) = q.find(['"', '\n']) {
             if q[end..].starts_with('"') {
                 out.push((path.to_string(), q[..end].to_string()));
             }
