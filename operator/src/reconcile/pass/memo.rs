@@ -131,21 +131,12 @@ impl Memo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{NodeInfo, NodeRec};
-    use std::collections::BTreeMap;
+    use crate::store::NodeRec;
 
     fn node(id: &str, labels: &[&str]) -> NodeRec {
-        NodeRec {
-            id: id.into(),
-            name: id.into(),
-            token_hash: [0; 32],
-            public_key: [0; 32],
-            joined_ms: 0,
-            last_seen_ms: 0,
-            info: NodeInfo { labels: labels.iter().map(|l| l.to_string()).collect(), ..Default::default() },
-            allow: BTreeMap::new(),
-            lifecycle: Default::default(),
-        }
+        let mut n = NodeRec::bare(id, id);
+        n.info.labels = labels.iter().map(|l| l.to_string()).collect();
+        n
     }
 
     /// What the registry says but the memo missed (no change was recorded) is found by the
