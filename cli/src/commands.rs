@@ -235,7 +235,20 @@ pub struct EventsQuery<'a> {
     pub agent: Option<&'a str>,
     pub node: Option<&'a str>,
     pub follow: bool,
+    pub from: EventsFrom,
 }
+
+/// Where `fleetctl events` starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventsFrom {
+    /// The last this many (what an admin asking "what just happened" wants).
+    Last(u32),
+    /// Every event after this seq (0: all that are kept).
+    Seq(u64),
+}
+
+/// How many events `fleetctl events` shows without `--all` or `--since`.
+pub const LAST_EVENTS: u32 = 50;
 
 pub async fn events(c: &Client, out: Output, q: EventsQuery<'_>) -> Result<()> {
     let mut filter = String::new();
@@ -245,8 +258,23 @@ pub async fn events(c: &Client, out: Output, q: EventsQuery<'_>) -> Result<()> {
     if let Some(n) = q.node {
         filter.push_str(&format!("&node={}", enc(n)));
     }
-    let mut since = 0i64;
     let mut header_done = false;
+    let mut since = match q.from {
+        EventsFrom::Seq(s) => i64::try_from(s).unwrap_or(i64::MAX),
+        EventsFrom::Last(n) => {
+            // The newest n, printed oldest first; following goes on after the newest.
+            let mut page: List<EventView> = c.get(&format!("/api/v1/events?order=desc&limit={n}{filter}")).await?;
+            page.items.reverse();
+            print_events(&page.items, out, &mut header_done);
+            if page.next_cursor.is_some() && out != Output::Json {
+                eprintln!("(the last {n} events; --all shows every one kept, --since SEQ those after SEQ)");
+            }
+            page.items.last().map_or(0, |e| e.seq)
+        }
+    };
+    if matches!(q.from, EventsFrom::Last(_)) && !q.follow {
+        return Ok(());
+    }
     loop {
         let page: List<EventView> = c.get(&format!("/api/v1/events?since={since}{filter}")).await?;
         let full = page.next_cursor.is_some();

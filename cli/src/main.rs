@@ -7,7 +7,7 @@ mod commands;
 mod table;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use commands::{DrainOptions, EventsQuery};
+use commands::{DrainOptions, EventsFrom, EventsQuery};
 use std::time::Duration;
 
 #[derive(Parser, Debug)]
@@ -53,15 +53,23 @@ enum Command {
         #[arg(long)]
         nodes: bool,
     },
-    /// The event history, oldest first.
+    /// The last 50 events, oldest of them first (the newest at the bottom, as `tail` shows a log).
     Events {
+        /// Only this agent's events.
         #[arg(long)]
         agent: Option<String>,
+        /// Only this node's events (id or name).
         #[arg(long)]
         node: Option<String>,
         /// Keep printing new events as they happen.
         #[arg(short, long)]
         follow: bool,
+        /// Every event kept (up to 10,000), oldest first, instead of the last 50.
+        #[arg(long, conflicts_with = "since")]
+        all: bool,
+        /// Every event after this seq, oldest first, instead of the last 50.
+        #[arg(long, value_name = "SEQ")]
+        since: Option<u64>,
     },
     /// Place no new replica on the node; those there stay.
     Cordon { node: String },
@@ -108,8 +116,13 @@ async fn main() {
         Command::Node { node } => commands::node(&c, out, node).await,
         Command::Placements => commands::placements(&c, out).await,
         Command::Why { agent, nodes } => commands::why(&c, out, agent, *nodes).await,
-        Command::Events { agent, node, follow } => {
-            let q = EventsQuery { agent: agent.as_deref(), node: node.as_deref(), follow: *follow };
+        Command::Events { agent, node, follow, all, since } => {
+            let from = match (all, since) {
+                (true, _) => EventsFrom::Seq(0),
+                (false, Some(s)) => EventsFrom::Seq(*s),
+                (false, None) => EventsFrom::Last(commands::LAST_EVENTS),
+            };
+            let q = EventsQuery { agent: agent.as_deref(), node: node.as_deref(), follow: *follow, from };
             commands::events(&c, out, q).await
         }
         Command::Cordon { node } => commands::lifecycle_action(&c, out, node, "cordon").await,

@@ -80,6 +80,30 @@ async fn every_command_against_a_dev_controller() {
     let first: Value = serde_json::from_str(ctl.ok(&["events", "-o", "json"]).lines().next().unwrap()).unwrap();
     assert!(first["seq"].as_i64().unwrap() >= 1);
 
+    // Past 50 events, `fleetctl events` opens at the newest: the last 50, the newest at the
+    // bottom, and says how to see more; `--all` and `--since` read on from older ones.
+    for _ in 0..30 {
+        ctl.ok(&["cordon", "node-b"]);
+        ctl.ok(&["uncordon", "node-b"]);
+    }
+    let seqs = |out: &str| -> Vec<i64> {
+        out.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["seq"].as_i64().unwrap()).collect()
+    };
+    let written = || seqs(&c.ok(&["events", "--all", "-o", "json"])).len() >= 60 + kinds.len();
+    eventually("the 60 lifecycle events written", written).await;
+    let all = seqs(&ctl.ok(&["events", "--all", "-o", "json"]));
+    assert!(all.windows(2).all(|w| w[0] < w[1]), "--all: oldest first");
+    let last = ctl.run(&["events"]);
+    let (stdout, stderr) = (text(&last.stdout), text(&last.stderr));
+    let rows: Vec<&str> = stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 50, "{stdout}");
+    assert!(rows[49].starts_with(&format!("{} ", all[all.len() - 1])), "the newest at the bottom: {stdout}");
+    assert!(stderr.contains("(the last 50 events; --all shows every one kept"), "{stderr}");
+    let tail = seqs(&ctl.ok(&["events", "-o", "json"]));
+    assert_eq!(tail, all[all.len() - 50..], "the newest 50, oldest of them first");
+    let after = seqs(&ctl.ok(&["events", "--since", &all[all.len() - 3].to_string(), "-o", "json"]));
+    assert_eq!(after, all[all.len() - 2..]);
+
     // What goes wrong, and what to do about it.
     let e = ctl.fails(Some(&ctl.token), &["node", "nope"]);
     assert_eq!(e, "error: no node with id or name \"nope\" (not_found)\n");

@@ -71,6 +71,20 @@ async fn an_admin_reads_the_fleet_and_watches_a_drain() {
     b.wait_text("main", &["drained"], 20).await;
     b.screenshot(&shots().join("nodes-drained.png")).await;
 
+    // Events open at the newest: the drain just asked for is on the first page, first rows.
+    let newest = |c: &Ctl| -> i64 {
+        let last = c.ok(&["events", "-o", "json"]).lines().last().map(str::to_string).unwrap_or_default();
+        serde_json::from_str::<serde_json::Value>(&last).unwrap()["seq"].as_i64().unwrap()
+    };
+    let before = newest(&ctl);
+    b.goto(&format!("{}/ui#/events", ctl.url)).await;
+    b.wait_text("main", &["Events, newest first", "node_draining"], 20).await;
+    let rows = "return [...document.querySelectorAll('main table tbody tr')].map((r) => Number(r.cells[0].textContent))";
+    let seqs: Vec<i64> = serde_json::from_value(b.js(rows).await).unwrap();
+    assert!(seqs.len() >= 2 && seqs.windows(2).all(|w| w[0] > w[1]), "newest first: {seqs:?}");
+    assert!(seqs[0] >= before, "the page opens at the newest ({before} before it opened): {seqs:?}");
+    b.screenshot(&shots().join("events.png")).await;
+
     // Keyboard and semantics: every control is a link or a button, tables have headers.
     let report = b
         .js("return {clickable: [...document.querySelectorAll('[onclick]')].length,

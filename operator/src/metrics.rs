@@ -78,6 +78,7 @@ pub struct Metrics {
     pub work_seconds: Family<WorkLabels, Histogram>,
     pub work_failures: Family<WorkLabels, Counter>,
     pub agents_skipped: Counter,
+    pub agent_fields_replaced: Counter,
     pub joins: Family<OutcomeLabels, Counter>,
     pub mirror_writes: Family<MirrorLabels, Counter>,
     pub connections_refused: Counter,
@@ -112,6 +113,7 @@ impl Default for Metrics {
             work_seconds: Family::new_with_constructor(work_histogram),
             work_failures: Family::default(),
             agents_skipped: Counter::default(),
+            agent_fields_replaced: Counter::default(),
             joins: Family::default(),
             mirror_writes: Family::default(),
             connections_refused: Counter::default(),
@@ -142,6 +144,11 @@ impl Default for Metrics {
         registry.register("work_duration_seconds", "Duration of a work item by kind", m.work_seconds.clone());
         registry.register("work_failures", "Work items that failed by kind", m.work_failures.clone());
         registry.register("agents_skipped", "CP agent items skipped as invalid", m.agents_skipped.clone());
+        registry.register(
+            "agent_fields_replaced",
+            "Wrong fields of CP agent items replaced by a clamped, last good or default value",
+            m.agent_fields_replaced.clone(),
+        );
         registry.register("joins", "Join attempts by outcome", m.joins.clone());
         registry.register(
             "mirror_writes",

@@ -103,20 +103,21 @@ async fn a_list_is_read_into_a_vector_of_the_expected_length() {
     let http = reqwest::Client::new();
     let tokens = Arc::new(TokenSource::new(http.clone(), &dk.url, Some(creds)));
     let cp = CpClient::new(http, &dk.url, tokens);
-    let read = |expected| {
+    // The expected length is the length of the list in force.
+    let read = |previous: Vec<fleet_controller::model::Agent>| {
         let cp = &cp;
         async move {
-            match cp.list_agents(None, expected).await.unwrap() {
+            match cp.list_agents(None, &Arc::new(previous)).await.unwrap() {
                 AgentsFetch::List { agents, .. } => agents,
                 AgentsFetch::NotModified => panic!("304 without an ETag"),
             }
         }
     };
-    let agents = read(50).await;
-    assert_eq!((agents.len(), agents.capacity()), (50, 50), "sized once, for the expected length");
-    assert_eq!(read(10).await.len(), 50, "a longer list than expected is read whole");
-    let grown = read(0).await;
+    let grown = read(vec![]).await;
     assert!(grown.len() == 50 && grown.capacity() > 50, "without an expectation it grows as read");
+    let agents = read(grown.clone()).await;
+    assert_eq!((agents.len(), agents.capacity()), (50, 50), "sized once, for the expected length");
+    assert_eq!(read(grown[..10].to_vec()).await.len(), 50, "a longer list than expected is read whole");
 }
 
 /// devkit listing agents a1 and a2 (kind `k`), and a controller in this process reading it.
@@ -173,4 +174,73 @@ async fn a_new_etag_over_the_same_agents_keeps_the_list() {
     })
     .await;
     assert!(dk.calls("list_agents") > reads);
+}
+
+/// docs/behaviour.md#wrong-input-never-stops-an-agent: `drainSeconds: -1` on a running agent
+/// keeps it placed, clamped to 0 in the desired state, its PAT live, and the field counted;
+/// an item that becomes unparseable keeps its last good version in force until a good one
+/// comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_input_never_stops_a_running_agent() {
+    let (dk, _dir, running) = with_two_agents().await;
+    let url = format!("http://{}", running.addr);
+    let admin = Admin::new(&url, dk.mint("fleet", &["fleet:read", "fleet:admin"], 3600));
+    let mut node = TestNode::new(&url, "n1", json!({"executorKinds": ["k"], "capacity": {"slots": 4}}));
+    node.join(&admin.join_key().await).await;
+    // Online throughout (the test controller's offline threshold is 3 s).
+    let alive = keep_reporting(vec![node.clone()]);
+    let a1_in_desired = |revision: u64| {
+        let node = &node;
+        async move {
+            node.report(&[]).await;
+            let (_, d) = node.desired(None, 0).await;
+            let a1 = d["agents"].as_array()?.iter().find(|a| a["agentKey"] == "a1")?.clone();
+            (a1["revision"] == revision && node.open_pat(&d, "a1").is_some()).then_some(a1)
+        }
+    };
+    eventually(15, "a1 placed with its PAT", || a1_in_desired(1)).await;
+    let live_pats = || dk.pats().iter().filter(|p| p.agent_key.as_deref() == Some("a1") && !p.revoked).count();
+    assert_eq!(live_pats(), 1);
+    let metric = |name: &str| {
+        let url = format!("http://{}/metrics", running.metrics_addr);
+        let name = format!("{name} ");
+        async move {
+            let text = reqwest::get(url).await.unwrap().text().await.unwrap();
+            text.lines().find_map(|l| l.strip_prefix(&name)).and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0)
+        }
+    };
+
+    dk.edit_agent("a1", |a| {
+        a["drainSeconds"] = json!(-1);
+        a["revision"] = json!(2);
+    });
+    let a1 = eventually(15, "a1 at revision 2 in the desired state", || a1_in_desired(2)).await;
+    assert_eq!(a1["drainSeconds"], 0, "clamped to 0: {a1}");
+    assert_eq!(metric("fleet_agent_fields_replaced_total").await, 1, "the field is counted once");
+    assert_eq!(metric("fleet_agents_skipped_total").await, 0, "the item is not skipped");
+
+    // An item that does not even say its state: the last good version (revision 2) stays.
+    dk.edit_agent("a1", |a| {
+        a["state"] = json!(7);
+        a["revision"] = json!(3);
+    });
+    eventually(15, "the broken item read", || async {
+        (metric("fleet_agents_skipped_total").await == 1).then_some(())
+    })
+    .await;
+    // Two passes later nothing has moved.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    eventually(5, "a1 still at revision 2", || a1_in_desired(2)).await;
+    let p = admin.placements().await;
+    assert!(p.iter().any(|i| i["agentKey"] == "a1" && i["status"] == "placed" && i["revision"] == 2), "{p:?}");
+
+    dk.edit_agent("a1", |a| {
+        a["state"] = json!("running");
+        a["drainSeconds"] = json!(30);
+        a["revision"] = json!(4);
+    });
+    let a1 = eventually(15, "a good item taken again", || a1_in_desired(4)).await;
+    assert_eq!(a1["drainSeconds"], 30);
+    assert_eq!(live_pats(), 1, "no PAT was revoked or issued again: {:?}", dk.pats());
+    alive.abort();
 }

@@ -36,11 +36,13 @@ impl Call {
 }
 
 /// How the fake API server answers: by default like a real one; `fail_with` makes every
-/// request fail with that code.
+/// request fail with that code, `refuse` every request for the object of that name with 422
+/// (the answer to an object the API server finds invalid).
 #[derive(Default)]
 struct Server {
     calls: Vec<Call>,
     fail_with: Option<u16>,
+    refuse: Option<String>,
 }
 
 fn mirror() -> (Mirror, Arc<Mutex<Server>>) {
@@ -66,7 +68,12 @@ fn mirror() -> (Mirror, Arc<Mutex<Server>>) {
             let fail = {
                 let mut s = s.lock();
                 s.calls.push(call.clone());
-                s.fail_with
+                let refused = s.refuse.as_ref().is_some_and(|n| call.path.split('/').nth(7) == Some(n.as_str()));
+                if refused {
+                    Some(422)
+                } else {
+                    s.fail_with
+                }
             };
             let (code, answer) = support::kube_answer(&call.method, &call.path, body, fail);
             send.send_response(
@@ -317,6 +324,41 @@ async fn an_api_error_backs_off_and_the_write_is_retried_after() {
     server.lock().fail_with = None;
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     assert_eq!(m.sync(&w).await, 4, "after the backoff everything is written");
+}
+
+/// One object the API server refuses is retried on its own backoff: every other object is
+/// still written, in the same round and in the rounds after, and the refused one is not asked
+/// again before its backoff ends.
+#[tokio::test]
+async fn an_object_the_api_server_refuses_holds_back_no_other() {
+    let (mut m, server) = mirror();
+    server.lock().refuse = Some("gpu-1".into());
+    let nodes = |slots| vec![node("n-1", "gpu-1", 4, T0), node("n-2", "gpu-2", slots, T0), node("n-3", "gpu-3", 4, T0)];
+    assert_eq!(m.sync(&wanted(nodes(4), vec![])).await, 5, "gpu-1's apply refused, the others written");
+    assert_eq!(
+        shorts(&take(&server)),
+        [
+            "PATCH fleetnodes/gpu-1",
+            "PATCH fleetnodes/gpu-2",
+            "PATCH fleetnodes/gpu-2/status",
+            "PATCH fleetnodes/gpu-3",
+            "PATCH fleetnodes/gpu-3/status"
+        ]
+    );
+    // While gpu-1 waits, a change of gpu-2 is written and gpu-1 is not asked again.
+    m.sync(&wanted(nodes(8), vec![])).await;
+    let calls = shorts(&take(&server));
+    assert!(!calls.is_empty() && calls.iter().all(|c| c.contains("gpu-2")), "{calls:?}");
+    // Refused again after its first backoff (1 s): it waits twice as long.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    m.sync(&wanted(nodes(8), vec![])).await;
+    assert_eq!(shorts(&take(&server)), ["PATCH fleetnodes/gpu-1"]);
+    server.lock().refuse = None;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert_eq!(m.sync(&wanted(nodes(8), vec![])).await, 0, "still within its doubled backoff");
+    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    m.sync(&wanted(nodes(8), vec![])).await;
+    assert_eq!(shorts(&take(&server)), ["PATCH fleetnodes/gpu-1", "PATCH fleetnodes/gpu-1/status"]);
 }
 
 #[tokio::test]

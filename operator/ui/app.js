@@ -108,7 +108,7 @@
 
   async function node(name) {
     const [d, ev] = await Promise.all([get('/api/v1/nodes/' + enc(name)),
-      get('/api/v1/events?limit=500&node=' + enc(name))]);
+      get('/api/v1/events?order=desc&limit=200&node=' + enc(name))]);
     const n = d;
     const facts = [['Status', badge(n.status, tone(n.status))], ['Health', badge(n.health, tone(n.health))],
       ['Scheduling', badge(scheduling(n), tone(scheduling(n)))], ['Slots', `${n.slotsUsed}/${n.capacity.slots} used`],
@@ -136,8 +136,9 @@
       pager('placements', page.nextCursor, refresh)];
   }
 
+  // Items as the API gives them with order=desc: newest first.
   function eventsTable(caption, items) {
-    const rows = items.slice().reverse().slice(0, 200).map((e) => [String(e.seq), e.at, e.kind,
+    const rows = items.map((e) => [String(e.seq), e.at, e.kind,
       e.agentKey ? link('#/agents/' + enc(e.agentKey), e.agentKey) : '–',
       e.node ? link('#/nodes/' + enc(e.node), e.node) : '–', dash(e.replica), e.message]);
     return table(caption, ['Seq', 'At', 'Kind', 'Agent', 'Node', 'Replica', 'Message'], rows, [0]);
@@ -145,7 +146,7 @@
 
   async function agent(key) {
     const [e, ev] = await Promise.all([get(`/api/v1/agents/${enc(key)}/placement?nodes=true`),
-      get('/api/v1/events?limit=500&agent=' + enc(key))]);
+      get('/api/v1/events?order=desc&limit=200&agent=' + enc(key))]);
     const verdicts = (e.nodes || []).slice().sort((a, b) => Number(a.fits) - Number(b.fits));
     const shown = verdicts.slice(0, 200);
     return [h('h1', {}, 'Agent ' + e.agentKey),
@@ -173,8 +174,9 @@
   }
 
   async function events() {
-    const page = await get(`/api/v1/events?limit=200${current('events')}`);
-    return [h('h1', {}, 'Events'), eventsTable('Events of this page, newest first', page.items),
+    // Opens at the newest; the pager goes back in time (the cursor of a newest-first page).
+    const page = await get(`/api/v1/events?order=desc&limit=200${current('events')}`);
+    return [h('h1', {}, 'Events'), eventsTable('Events, newest first', page.items),
       pager('events', page.nextCursor, refresh)];
   }
 

@@ -184,21 +184,25 @@ pub async fn explain(
         .ok_or_else(|| ApiError::not_found(format!("no agent {:?} in the active list", super::error::cut(&key))))
 }
 
-/// Events, oldest first, at most 500 a call; `since` is the last `seq` seen.
+/// Events, oldest first (`since` is the last `seq` seen) or with `order=desc` newest first
+/// (`before` pages back), at most 500 a call.
 #[utoipa::path(get, path = "/api/v1/events", tag = "admin", security(("admin" = ["fleet:read"])),
     params(("agent" = Option<String>, Query, description = "only this agent's events"),
            ("node" = Option<String>, Query, description = "only this node's events (id or name)"),
+           ("order" = Option<String>, Query, description = "asc (default: oldest first) or desc (newest first)"),
            ("since" = Option<i64>, Query, description = "events after this seq"),
+           ("before" = Option<i64>, Query, description = "events before this seq (to page back newest first)"),
            ("limit" = Option<u32>, Query, description = "at most this many (1…500, default 500)"),
-           ("cursor" = Option<String>, Query, description = "a nextCursor from the last page (same as since)")),
+           ("cursor" = Option<String>, Query, description = "a nextCursor from the last page (as since; with order=desc as before)")),
     responses((status = 200, body = List<EventView>), (status = 400, description = "invalid_request", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn events(
     State(app): State<Arc<App>>,
     Query(q): Query<HashMap<String, String>>,
     _: CanRead,
-    EventRange { since, limit }: EventRange,
+    EventRange { since, before, limit, newest_first }: EventRange,
 ) -> Result<Json<List<EventView>>, ApiError> {
-    let filter = Filter { agent: q.get("agent").cloned(), node: q.get("node").cloned(), since, limit };
+    let (agent, node) = (q.get("agent").cloned(), q.get("node").cloned());
+    let filter = Filter { agent, node, since, before, limit, newest_first };
     let items = app.store.read_events(&filter).await?;
     let next_cursor = (items.len() == limit as usize).then(|| items.last().map(|e| e.seq.to_string())).flatten();
     Ok(Json(List::page(items, next_cursor)))

@@ -51,12 +51,16 @@ impl<S: Send + Sync> FromRequestParts<S> for Page {
     }
 }
 
-/// The events route's page (docs/behaviour.md#events): the events after the `seq` in `cursor` (or
-/// `since`), at most `limit` (1…500, default 500).
+/// The events route's page (docs/behaviour.md#events): oldest first, the events after the `seq`
+/// in `since` (or `cursor`); with `order=desc` newest first, the events before the `seq` in
+/// `before` (or `cursor`) and after `since`; at most `limit` (1…500, default 500).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EventRange {
     pub since: i64,
+    /// Only events whose `seq` is below this one (paging back, newest first).
+    pub before: Option<i64>,
     pub limit: u32,
+    pub newest_first: bool,
 }
 
 impl EventRange {
@@ -72,13 +76,23 @@ impl EventRange {
                     .ok_or_else(|| ApiError::invalid_request(format!("{name}: must be a number ≥ 0"))),
             }
         };
-        let since = number("cursor")?.or(number("since")?).unwrap_or(0);
+        let newest_first = match q.get("order").map(String::as_str) {
+            None | Some("") | Some("asc") => false,
+            Some("desc") => true,
+            Some(_) => return Err(ApiError::invalid_request("order: must be asc or desc")),
+        };
+        // A cursor continues in the order asked for: after it oldest first, before it newest first.
+        let (cursor, since, before) = (number("cursor")?, number("since")?, number("before")?);
+        let (since, before) = match newest_first {
+            false => (cursor.or(since).unwrap_or(0), before),
+            true => (since.unwrap_or(0), cursor.or(before)),
+        };
         let limit = match number("limit")? {
             None => PAGE,
             Some(n) if (1..=i64::from(PAGE)).contains(&n) => n as u32,
             Some(_) => return Err(ApiError::invalid_request(format!("limit: must be 1–{PAGE}"))),
         };
-        Ok(EventRange { since, limit })
+        Ok(EventRange { since, before, limit, newest_first })
     }
 }
 
@@ -130,11 +144,12 @@ mod tests {
 
     #[test]
     fn event_ranges_take_the_cursor_before_since_and_check_every_number() {
-        assert_eq!(EventRange::parse(&q(&[])).unwrap(), EventRange { since: 0, limit: PAGE });
+        let oldest = EventRange { since: 0, before: None, limit: PAGE, newest_first: false };
+        assert_eq!(EventRange::parse(&q(&[])).unwrap(), oldest);
         let r = EventRange::parse(&q(&[("cursor", "7"), ("since", "3"), ("limit", "10")])).unwrap();
-        assert_eq!(r, EventRange { since: 7, limit: 10 });
+        assert_eq!(r, EventRange { since: 7, limit: 10, ..oldest });
         assert_eq!(EventRange::parse(&q(&[("since", "3")])).unwrap().since, 3);
-        for (name, bad) in [("cursor", "-1"), ("since", "x"), ("limit", "y")] {
+        for (name, bad) in [("cursor", "-1"), ("since", "x"), ("limit", "y"), ("before", "z")] {
             let e = EventRange::parse(&q(&[(name, bad)])).unwrap_err();
             assert_eq!(e.message, format!("{name}: must be a number ≥ 0"));
         }
@@ -142,5 +157,19 @@ mod tests {
         assert_eq!(e.message, "since: must be a number ≥ 0", "a bad since counts even beside a cursor");
         let e = EventRange::parse(&q(&[("limit", "501")])).unwrap_err();
         assert_eq!(e.message, "limit: must be 1–500");
+    }
+
+    /// Newest first: a cursor pages back (it is a `before`), `since` still bounds from below.
+    #[test]
+    fn newest_first_ranges_page_back_with_the_cursor() {
+        let newest = EventRange { since: 0, before: None, limit: PAGE, newest_first: true };
+        assert_eq!(EventRange::parse(&q(&[("order", "desc")])).unwrap(), newest);
+        let r = EventRange::parse(&q(&[("order", "desc"), ("cursor", "40"), ("since", "3")])).unwrap();
+        assert_eq!(r, EventRange { since: 3, before: Some(40), ..newest });
+        let r = EventRange::parse(&q(&[("order", "desc"), ("before", "9")])).unwrap();
+        assert_eq!(r.before, Some(9));
+        assert!(!EventRange::parse(&q(&[("order", "asc")])).unwrap().newest_first);
+        let e = EventRange::parse(&q(&[("order", "newest")])).unwrap_err();
+        assert_eq!(e.message, "order: must be asc or desc");
     }
 }

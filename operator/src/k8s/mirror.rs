@@ -10,8 +10,10 @@
 //! - only `lastSeenAt` differs → refresh at most once a minute;
 //! - believed but no longer wanted → delete (vanished node or placement).
 //!
-//! Writes are paced by a token bucket and stop for an exponential backoff after an API error,
-//! so a 10,000-node fleet never floods the API server. The mirror runs in its own task and
+//! Writes are paced by a token bucket, so a 10,000-node fleet never floods the API server. An
+//! object the API server refuses (a 4xx about that object: invalid, conflict) is retried on its
+//! own exponential backoff while every other object is still written; an error of the server
+//! as a whole (unreachable, 5xx, throttled, forbidden) stops every write for a backoff. The mirror runs in its own task and
 //! only takes the registry's read lock to compute what it wants, never across an `.await`.
 
 use super::crd::{FleetNode, FleetNodeSpec, FleetNodeStatus, FleetPlacement, FleetPlacementSpec, FleetPlacementStatus};
@@ -36,6 +38,18 @@ pub const WRITES_PER_SECOND: f64 = 50.0;
 pub const WRITE_BURST: f64 = 100.0;
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// The next backoff after `last` (none: the first).
+fn doubled(last: Option<Duration>) -> Duration {
+    last.map_or(BACKOFF_MIN, |d| (d * 2).min(BACKOFF_MAX))
+}
+
+/// An answer about this object (invalid, conflict, gone), not about the server as a whole:
+/// unreachable, 5xx, throttled (429) and unauthorised or forbidden (401, 403: every object
+/// would get the same) stop every write instead.
+fn refuses_the_object(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if (400..500).contains(&s.code) && ![401, 403, 429].contains(&s.code))
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
@@ -101,6 +115,9 @@ pub enum Seen {
 struct Belief {
     shown: FxHashMap<String, Shown>,
     relisted: Option<std::collections::HashSet<String>>,
+    /// Objects the API server refused: not asked again before the instant, then with the
+    /// delay doubled. Only wanted or believed objects keep an entry.
+    refused: FxHashMap<String, (Instant, Duration)>,
 }
 
 enum Op {
@@ -238,6 +255,8 @@ impl Mirror {
 
     /// One round: writes what differs, as far as the rate allows; the rest waits for the
     /// next round. Returns the number of write requests made.
+    /// The bucket is refilled once, at the round's start, so one round writes at most
+    /// [`WRITE_BURST`] however long its requests take.
     pub async fn sync(&mut self, wanted: &Wanted) -> usize {
         let now = Instant::now();
         if let Some((until, _)) = self.backoff {
@@ -253,31 +272,50 @@ impl Mirror {
                     Op::Apply { spec, status, .. } => usize::from(spec) + usize::from(status),
                     Op::Delete => 1,
                 };
-                if !self.bucket.take(Instant::now(), cost as f64) {
+                if !self.bucket.take(now, cost as f64) {
                     return self.requests - before;
                 }
                 let result = match &op {
                     Op::Delete => self.delete(kind, &name).await,
                     Op::Apply { idx, spec, status } => self.apply(kind, &items[*idx], *spec, *status).await,
                 };
-                if let Err(e) = result {
-                    let delay = self.backoff.map(|(_, d)| (d * 2).min(BACKOFF_MAX)).unwrap_or(BACKOFF_MIN);
-                    tracing::warn!(kind = kind.name(), object = %name, error = %e, retry_in_s = delay.as_secs(), "mirror write failed; backing off");
-                    self.backoff = Some((Instant::now() + delay, delay));
-                    return self.requests - before;
+                match result {
+                    Ok(()) => {
+                        self.backoff = None;
+                        self.belief(kind).refused.remove(&name);
+                    }
+                    Err(e) if refuses_the_object(&e) => self.refused(kind, name, &e),
+                    Err(e) => {
+                        let delay = doubled(self.backoff.map(|(_, d)| d));
+                        tracing::warn!(kind = kind.name(), object = %name, error = %e, retry_in_s = delay.as_secs(), "mirror write failed; backing off");
+                        self.backoff = Some((Instant::now() + delay, delay));
+                        return self.requests - before;
+                    }
                 }
-                self.backoff = None;
             }
         }
         self.requests - before
+    }
+
+    /// The API server refused this object: it waits for its own backoff, the others go on.
+    fn refused(&mut self, kind: Kind, name: String, e: &kube::Error) {
+        let b = self.belief(kind);
+        let delay = doubled(b.refused.get(&name).map(|(_, d)| *d));
+        tracing::warn!(kind = kind.name(), object = %name, error = %e, retry_in_s = delay.as_secs(),
+            "the API server refused this mirror; retrying it alone later, the others go on");
+        b.refused.insert(name, (Instant::now() + delay, delay));
     }
 
     fn plan(&mut self, kind: Kind, items: &[Want], now: Instant) -> Vec<(String, Op)> {
         let b = self.belief(kind);
         let mut ops = Vec::new();
         let mut wanted_names = std::collections::HashSet::with_capacity(items.len());
+        let waits = |b: &Belief, name: &str| b.refused.get(name).is_some_and(|(until, _)| now < *until);
         for (idx, w) in items.iter().enumerate() {
             wanted_names.insert(w.name.as_str());
+            if waits(b, &w.name) {
+                continue;
+            }
             let op = match b.shown.get(&w.name) {
                 None => Some(Op::Apply { idx, spec: true, status: true }),
                 Some(s) if s.spec != w.spec_hash => {
@@ -293,9 +331,12 @@ impl Mirror {
                 ops.push((w.name.clone(), op));
             }
         }
-        let mut gone: Vec<String> = b.shown.keys().filter(|k| !wanted_names.contains(k.as_str())).cloned().collect();
+        let mut gone: Vec<String> =
+            b.shown.keys().filter(|k| !wanted_names.contains(k.as_str()) && !waits(b, k)).cloned().collect();
         gone.sort();
         ops.extend(gone.into_iter().map(|n| (n, Op::Delete)));
+        let shown = &b.shown;
+        b.refused.retain(|k, _| wanted_names.contains(k.as_str()) || shown.contains_key(k));
         ops
     }
 

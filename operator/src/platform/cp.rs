@@ -3,7 +3,7 @@
 
 use super::error::{short_body, short_text, PlatformError};
 use super::token::TokenSource;
-use crate::model::{parse_agents, Agent, SkippedAgent};
+use crate::model::{parse_agents, Agent, AgentList, FieldWarning, SkippedAgent};
 use crate::store::kept::StatusBody;
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -25,7 +25,7 @@ pub struct CpClient {
 
 pub enum AgentsFetch {
     NotModified,
-    List { agents: Vec<Agent>, skipped: Vec<SkippedAgent>, etag: Option<String> },
+    List { agents: Vec<Agent>, skipped: Vec<SkippedAgent>, warnings: Vec<FieldWarning>, etag: Option<String> },
 }
 
 /// One page as read off the wire: the items stay raw JSON until they are parsed into agents,
@@ -70,13 +70,15 @@ impl CpClient {
     ///
     /// Pages are pipelined: as soon as a page's `nextCursor` is known the next request is on
     /// its way, and the page's items are parsed while the CP answers it.
-    /// `expected`: how many agents the list is likely to hold (the last list's length): the
-    /// vector is sized for it once instead of doubling page by page (20,000 agents of 256
-    /// bytes would double to 32,768 places, 8.4 MB, beside the list it replaces).
-    pub async fn list_agents(&self, etag: Option<&str>, expected: usize) -> Result<AgentsFetch, PlatformError> {
+    /// `previous`: the list in force, whose agents' last good versions stand in for what is
+    /// wrong in their items now (`model::parse_agents`); its length is how many agents the
+    /// new list is likely to hold, so the vector is sized for it once instead of doubling
+    /// page by page (20,000 agents of 256 bytes would double to 32,768 places, 8.4 MB, beside
+    /// the list it replaces).
+    pub async fn list_agents(&self, etag: Option<&str>, previous: &AgentList) -> Result<AgentsFetch, PlatformError> {
         let token = self.bearer().await?;
-        let mut agents = Vec::with_capacity(expected.min(MAX_EXPECTED));
-        let mut skipped = Vec::new();
+        let mut agents = Vec::with_capacity(previous.len().min(MAX_EXPECTED));
+        let (mut skipped, mut warnings) = (Vec::new(), Vec::new());
         let mut first_etag = None;
         let started = std::time::Instant::now();
         let mut next = tokio::spawn(self.fetch_page(&token, None, etag));
@@ -107,9 +109,10 @@ impl CpClient {
                 }
                 _ => true,
             };
-            let (good, bad) = parse_agents(&page.items);
-            agents.extend(good);
-            skipped.extend(bad);
+            let read = parse_agents(&page.items, previous);
+            agents.extend(read.agents);
+            skipped.extend(read.skipped);
+            warnings.extend(read.warnings);
             if last {
                 // Duplicate keys across pages would make two agents of one name: keep the first.
                 let mut seen = std::collections::HashSet::with_capacity(agents.len());
@@ -120,7 +123,7 @@ impl CpClient {
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "agent list read"
                 );
-                return Ok(AgentsFetch::List { agents, skipped, etag: first_etag });
+                return Ok(AgentsFetch::List { agents, skipped, warnings, etag: first_etag });
             }
         }
         next.abort();

@@ -115,6 +115,13 @@ mod tests {
         let page = read(pool, &Filter { since: of_a[9].seq, limit: 3, ..Default::default() }).await.unwrap();
         assert_eq!(page.len(), 3);
         assert!(page.iter().all(|e| e.seq > of_a[9].seq) && page.windows(2).all(|w| w[0].seq < w[1].seq));
+        // Newest first: the last ten of the agent's, then the ten before them.
+        let newest = Filter { agent: Some("a".into()), limit: 10, newest_first: true, ..Default::default() };
+        let first = read(pool, &newest).await.unwrap();
+        let messages: Vec<_> = first.iter().map(|e| e.message.as_str()).collect();
+        assert_eq!(messages[..3], ["a 149", "a 148", "a 147"]);
+        let back = read(pool, &Filter { before: Some(first[9].seq), ..newest.clone() }).await.unwrap();
+        assert_eq!((back[0].message.as_str(), back[9].message.as_str()), ("a 139", "a 130"));
 
         // In all: many subjects, each under its own bound.
         for i in 0..(KEEP_TOTAL + 500) {

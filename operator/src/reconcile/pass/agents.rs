@@ -73,20 +73,27 @@ fn keep_keys(old: &[Agent], new: &mut [Agent]) {
 /// Reads the agent list; when it changed, puts it in the registry and returns what changed
 /// for the caller to store.
 async fn refresh_agents(ctx: &Ctx) -> Option<AgentsWrite> {
-    let (etag, expected) = {
+    let (etag, previous) = {
         let st = ctx.store.read();
-        (st.agents_etag().map(String::from), st.agents().len())
+        (st.agents_etag().map(String::from), st.agents().clone())
     };
-    match ctx.cp.list_agents(etag.as_deref(), expected).await {
+    let fetched = ctx.cp.list_agents(etag.as_deref(), &previous).await;
+    drop(previous);
+    match fetched {
         Ok(AgentsFetch::NotModified) => {
             ctx.metrics.call("cp", "list_agents", "not_modified");
             None
         }
-        Ok(AgentsFetch::List { mut agents, skipped, etag }) => {
+        Ok(AgentsFetch::List { mut agents, skipped, warnings, etag }) => {
             ctx.metrics.call("cp", "list_agents", "ok");
             for s in &skipped {
                 ctx.metrics.agents_skipped.inc();
                 tracing::error!(agent = s.key.as_deref().unwrap_or("?"), reason = %s.reason, "CP agent item skipped");
+            }
+            for w in &warnings {
+                ctx.metrics.agent_fields_replaced.inc();
+                tracing::warn!(agent = %w.agent, field = w.field, problem = %w.problem, used = %w.used,
+                    "CP agent item has a wrong field; the agent keeps running with the value used");
             }
             // CPs list in key order (devkit does); sorting is only needed when one does not.
             if !agents.is_sorted_by(|a, b| a.key <= b.key) {
@@ -174,7 +181,7 @@ mod tests {
                 })
                 .collect(),
         );
-        crate::model::parse_agents(&raw).0
+        crate::model::parse_agents(&raw, &[]).agents
     }
 
     #[test]

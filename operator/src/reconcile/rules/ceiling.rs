@@ -78,11 +78,14 @@ mod tests {
     use serde_json::json;
 
     fn agent(iam: serde_json::Value, skills: &[&str]) -> Agent {
-        let (mut a, bad) = parse_agents(&raw_items(vec![json!({"key": "a", "revision": 1, "state": "running",
+        let mut read = parse_agents(
+            &raw_items(vec![json!({"key": "a", "revision": 1, "state": "running",
             "identity": {"kind": "agent", "iam": iam}, "executor": {"kind": "k"},
-            "skills": {"audiences": skills}})]));
-        assert!(bad.is_empty());
-        a.remove(0)
+            "skills": {"audiences": skills}})]),
+            &[],
+        );
+        assert!(read.skipped.is_empty() && read.warnings.is_empty());
+        read.agents.remove(0)
     }
 
     fn s(v: &[&str]) -> Vec<String> {

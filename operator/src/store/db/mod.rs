@@ -333,9 +333,9 @@ mod tests {
 
     fn agent_list(n: usize, revision: u64) -> crate::model::AgentList {
         let items = (0..n).map(|i| fleet_devkit::state::synthetic_agent(i, 1 + revision as u32)).collect();
-        let (agents, bad) = crate::model::parse_agents(&crate::model::raw_items(items));
-        assert!(bad.is_empty(), "{bad:?}");
-        std::sync::Arc::new(agents)
+        let read = crate::model::parse_agents(&crate::model::raw_items(items), &[]);
+        assert!(read.skipped.is_empty() && read.warnings.is_empty(), "{read:?}");
+        std::sync::Arc::new(read.agents)
     }
 
     fn stored_keys(s: &Snapshot) -> Vec<String> {

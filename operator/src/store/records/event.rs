@@ -132,6 +132,11 @@ pub struct Filter {
     pub agent: Option<String>,
     /// A node id or name.
     pub node: Option<String>,
+    /// Only events after this `seq`.
     pub since: i64,
+    /// Only events before this `seq`.
+    pub before: Option<i64>,
     pub limit: u32,
+    /// Newest first (the `limit` newest of the range) instead of oldest first.
+    pub newest_first: bool,
 }

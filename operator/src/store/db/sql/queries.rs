@@ -559,13 +559,16 @@ pub async fn read_events(p: &Pool, f: &Filter, limit: i64) -> Result<Vec<EventVi
         "SELECT seq, at_ms, kind, agent_key, node_id, node, replica, message FROM events WHERE seq > ",
     );
     q.push_bind(f.since);
+    if let Some(b) = f.before {
+        q.push(" AND seq < ").push_bind(b);
+    }
     if let Some(a) = &f.agent {
         q.push(" AND agent_key = ").push_bind(a);
     }
     if let Some(n) = &f.node {
         q.push(" AND (node_id = ").push_bind(n).push(" OR node = ").push_bind(n).push(")");
     }
-    q.push(" ORDER BY seq LIMIT ").push_bind(limit);
+    q.push(if f.newest_first { " ORDER BY seq DESC LIMIT " } else { " ORDER BY seq LIMIT " }).push_bind(limit);
     let rows = q.build().persistent(false).fetch_all(p).await?;
     Ok(rows
         .into_iter()

@@ -1,0 +1,180 @@
+//! An agent as the Control Plane describes it (docs/behaviour.md#control-plane-calls-and-agent-descriptions),
+//! once read: every field valid (the reading is `super::read`).
+
+use fleet_api::{Executor, Resources};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::sync::Arc;
+
+/// A node id, node name or agent key, shared rather than copied.
+pub type Id = Arc<str>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentState {
+    Running,
+    Stopped,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdentityKind {
+    Agent,
+    Service,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Iam {
+    #[serde(default)]
+    pub audiences: Vec<String>,
+    /// Absent means no restriction; `[]` means no scopes.
+    #[serde(default)]
+    pub scope_ceiling: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Identity {
+    pub kind: IdentityKind,
+    #[serde(default)]
+    pub iam: Option<Iam>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementSpec {
+    #[serde(default = "one")]
+    pub replicas: u32,
+    #[serde(default)]
+    pub requires: Vec<String>,
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    #[serde(default)]
+    pub resources: Option<Resources>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// `placement` is either the string `"none"` (identity only) or a spec.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Placement {
+    None(&'static str),
+    Spec(PlacementSpec),
+}
+
+impl Default for Placement {
+    fn default() -> Self {
+        Placement::Spec(PlacementSpec { replicas: 1, requires: vec![], secrets: vec![], resources: None })
+    }
+}
+
+impl<'de> Deserialize<'de> for Placement {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = serde_json::Value::deserialize(d)?;
+        match v {
+            serde_json::Value::String(s) if s == "none" => Ok(Placement::None("none")),
+            serde_json::Value::String(s) => {
+                Err(serde::de::Error::custom(format!("placement {s:?} is neither \"none\" nor an object")))
+            }
+            other => PlacementSpec::deserialize(other).map(Placement::Spec).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Skills {
+    #[serde(default)]
+    pub audiences: Vec<String>,
+}
+
+/// `drainSeconds` when the item has none.
+pub const DEFAULT_DRAIN_SECONDS: u64 = 60;
+
+fn sixty() -> u64 {
+    DEFAULT_DRAIN_SECONDS
+}
+
+/// One agent item of `GET /api/v1/agents`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Agent {
+    pub key: Id,
+    pub revision: u64,
+    pub state: AgentState,
+    pub identity: Identity,
+    pub executor: Executor,
+    #[serde(default)]
+    pub placement: Placement,
+    #[serde(default)]
+    pub skills: Skills,
+    #[serde(default = "sixty")]
+    pub drain_seconds: u64,
+}
+
+/// Most replicas one agent may ask for: a typo of `1000000` must not allocate a million slots.
+pub const MAX_REPLICAS: u32 = 1000;
+
+/// Longest drain an agent may ask for (docs/behaviour.md#hardening): longer values are clamped, with a warning.
+pub const MAX_DRAIN_SECONDS: u64 = 3600;
+
+impl Agent {
+    /// Gives back the room parsing left in its lists: serde grows a list of unknown length by
+    /// doubling, so a one-element list holds four (~70 bytes each): in a 20,000-agent list the
+    /// audiences and scope ceilings alone would waste ~4.6 MB.
+    pub fn shrink(&mut self) {
+        if let Some(iam) = &mut self.identity.iam {
+            iam.audiences.shrink_to_fit();
+            if let Some(s) = &mut iam.scope_ceiling {
+                s.shrink_to_fit();
+            }
+        }
+        if let Placement::Spec(p) = &mut self.placement {
+            p.requires.shrink_to_fit();
+            p.secrets.shrink_to_fit();
+        }
+        self.skills.audiences.shrink_to_fit();
+    }
+
+    /// The placement spec when this agent is placed at all (docs/behaviour.md#placement): running, of kind agent,
+    /// with a placement other than `none`.
+    pub fn placed_spec(&self) -> Option<&PlacementSpec> {
+        match (&self.placement, self.state, self.identity.kind) {
+            (Placement::Spec(s), AgentState::Running, IdentityKind::Agent) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Agents the controller reports a status for: kind agent with a real placement spec.
+    pub fn gets_status(&self) -> bool {
+        self.identity.kind == IdentityKind::Agent && matches!(self.placement, Placement::Spec(_))
+    }
+
+    pub fn desired_replicas(&self) -> u32 {
+        match (&self.placement, self.state) {
+            (Placement::Spec(s), AgentState::Running) => s.replicas,
+            _ => 0,
+        }
+    }
+
+    pub fn resources(&self) -> Resources {
+        match &self.placement {
+            Placement::Spec(s) => s.resources.clone().unwrap_or_default(),
+            Placement::None(_) => Resources::default(),
+        }
+    }
+}
+
+/// The active agent list as the controller last saw it, shared cheaply with the pass. In key
+/// order, each key once (the CP lists so; `reconcile::pass::agents` sorts a list that is not,
+/// and the stored list is read back sorted).
+pub type AgentList = Arc<Vec<Agent>>;
+
+/// The agent of this key in a list in key order, by binary search: for a list without an
+/// index of its own (the one a pass replaced). Lists in use have one (`store::AgentIndex`).
+pub fn find_agent<'a>(agents: &'a [Agent], key: &str) -> Option<&'a Agent> {
+    agents.binary_search_by(|a| (*a.key).cmp(key)).ok().map(|i| &agents[i])
+}
