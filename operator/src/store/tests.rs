@@ -83,6 +83,33 @@ async fn a_sent_status_settles_the_want_it_was_derived_for() {
     assert_eq!(want(&store), None);
 }
 
+/// A pass's new desired state is in the registry before the hub announces it: a poll that
+/// sees the announcement and then reads the registry finds the new generation (else it waits
+/// for a wake that already went, a node's whole report period). The registry is held by a
+/// reader while the pass commits, so an announcement made before the registry changes is seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generation_is_served_before_it_is_announced() {
+    let fresh = db::testing::each().into_iter().next().unwrap();
+    let store = std::sync::Arc::new(Store::open(&fresh.url).await.unwrap());
+    let node = join_node(&store, "n", &[]).await;
+    let served = |st: &registry::Reader<'_>| st.desired(&node).map(|d| d.generation);
+    let before = served(&store.read()).expect("a joined node has a desired state");
+    let rx = store.hub().subscribe(&node);
+    let reader = store.read();
+    let desired = vec![(node.clone(), records::DesiredRec::new(before + 1, "[]"))];
+    let commit = {
+        let store = store.clone();
+        tokio::spawn(async move { store.commit_pass(&db::PassWrite::default(), desired, vec![]).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let announced = rx.has_changed().unwrap();
+    assert!(!announced || served(&reader) == Some(before + 1), "announced while the registry serves {before}");
+    drop(reader);
+    commit.await.unwrap().unwrap();
+    assert_eq!(served(&store.read()), Some(before + 1));
+    assert!(rx.has_changed().unwrap(), "announced once served");
+}
+
 /// Joins a node named `name` with a fresh key and these labels; its id.
 async fn join_node(store: &Store, name: &str, labels: &[&str]) -> Id {
     let (key, _) = store.issue_join_key(Duration::from_secs(60), "").await.unwrap();

@@ -128,6 +128,10 @@ impl Parts {
     /// Stores a pass's rows, then publishes its new desired states: each wakes its node's
     /// long-polls. The rest of what the pass decided follows with [`Store::publish_pass`],
     /// after the nodes are woken.
+    ///
+    /// The registry serves a generation before the hub announces it: a poll that finds a
+    /// generation announced and reads the registry must find it there, or it waits for a wake
+    /// that already happened (as long as its `wait`, a node's whole report period).
     pub async fn commit_pass(
         &self,
         rows: &PassWrite,
@@ -136,10 +140,11 @@ impl Parts {
     ) -> Result<(), DbError> {
         self.db.apply_pass(rows).await?;
         let mut desired = desired;
-        for (node, rec) in &desired {
-            self.hub.publish(node, rec.generation);
-        }
+        let announced: Vec<(Id, u64)> = desired.iter().map(|(node, rec)| (node.clone(), rec.generation)).collect();
         self.registry.write().put_desired(&mut desired, hashes);
+        for (node, generation) in &announced {
+            self.hub.publish(node, *generation);
+        }
         Ok(())
     }
 
