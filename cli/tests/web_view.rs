@@ -79,7 +79,8 @@ async fn an_admin_reads_the_fleet_and_watches_a_drain() {
     let before = newest(&ctl);
     b.goto(&format!("{}/ui#/events", ctl.url)).await;
     b.wait_text("main", &["Events, newest first", "node_draining"], 20).await;
-    let rows = "return [...document.querySelectorAll('main table tbody tr')].map((r) => Number(r.cells[0].textContent))";
+    let rows =
+        "return [...document.querySelectorAll('main table tbody tr')].map((r) => Number(r.cells[0].textContent))";
     let seqs: Vec<i64> = serde_json::from_value(b.js(rows).await).unwrap();
     assert!(seqs.len() >= 2 && seqs.windows(2).all(|w| w[0] > w[1]), "newest first: {seqs:?}");
     assert!(seqs[0] >= before, "the page opens at the newest ({before} before it opened): {seqs:?}");

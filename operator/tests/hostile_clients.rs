@@ -93,3 +93,54 @@ async fn heads_over_64_kib_trickled_bodies_and_large_joins_are_refused() {
     trickle.abort();
     running.shutdown().await;
 }
+
+/// With several replicas (PostgreSQL) an unknown node token is looked up in the database; a
+/// token refused there is answered for 10 s without asking again (docs/behaviour.md#hardening).
+/// Counted by PostgreSQL itself: the scans of the nodes table (nothing else reads it while no
+/// node is joined and no admin asks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_node_token_costs_one_database_query() {
+    let Some(pg) = fleet_devkit::postgres::shared_or_skip("the refused-token test") else { return };
+    let url = pg.database().unwrap();
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = in_process_config(&dk, dir.path());
+    cfg.store.database_url = url.clone();
+    let running = fleet_controller::server::start(cfg).await.unwrap();
+    let base = format!("http://{}", running.addr);
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    // A backend publishes its counters at most once a second, and an idle one after 10 s.
+    let scans = || async {
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT (COALESCE(seq_scan, 0) + COALESCE(idx_scan, 0))::BIGINT FROM pg_stat_user_tables WHERE relname = 'nodes'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        n
+    };
+    let http = reqwest::Client::new();
+    let ask = |token: String| {
+        let (http, base) = (http.clone(), base.clone());
+        async move {
+            let r = http.get(format!("{base}/api/v1/nodes/me/desired?wait=0")).bearer_auth(token).send().await.unwrap();
+            r.status().as_u16()
+        }
+    };
+    let before = scans().await;
+    for _ in 0..50 {
+        assert_eq!(ask("not-a-node-token".into()).await, 401);
+    }
+    let after = scans().await;
+    assert_eq!(after - before, 1, "fifty refusals of one token, one query");
+    let before = after;
+    let distinct: Vec<String> = (0..8).map(|i| format!("stranger-{i}")).collect();
+    for _ in 0..3 {
+        for t in &distinct {
+            assert_eq!(ask(t.clone()).await, 401);
+        }
+    }
+    assert_eq!(scans().await - before, 8, "each distinct token asked once");
+    running.shutdown().await;
+}

@@ -15,7 +15,7 @@ use crate::model::Id;
 use sqlx::postgres::PgListener;
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Ids read per query, and notifications taken per round.
 const BATCH: usize = 1000;
@@ -169,8 +169,25 @@ impl Parts {
 
     /// A node token this replica does not know, looked up in the database: a node joined on
     /// another replica moments ago is learned now (its row and its desired state).
+    /// A token the database refused within the last ten seconds is not asked again
+    /// (`store::refused`), and look-ups take turns.
     pub async fn learn_node_by_token(&self, token: &str, offline_after: Duration) -> Result<Option<Id>, DbError> {
-        let Some(row) = self.db.node_by_token_hash(&hash(token)).await? else { return Ok(None) };
+        let token_hash = hash(token);
+        if self.refused.refused_recently(&token_hash, Instant::now()) {
+            return Ok(None);
+        }
+        let _turn = self.refused.turn().await;
+        // While this one waited, another look-up may have learnt or refused the same token.
+        if let Some(id) = self.registry.read().node_id_by_token(token) {
+            return Ok(Some(id));
+        }
+        if self.refused.refused_recently(&token_hash, Instant::now()) {
+            return Ok(None);
+        }
+        let Some(row) = self.db.node_by_token_hash(&token_hash).await? else {
+            self.refused.remember(token_hash, Instant::now());
+            return Ok(None);
+        };
         let id = row.id.clone();
         self.apply_nodes(std::slice::from_ref(&id), vec![row], offline_after);
         self.refresh_desired(&id.as_str().into()).await?;

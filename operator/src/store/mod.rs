@@ -21,6 +21,7 @@ pub mod kept;
 mod lifecycle;
 mod parts;
 pub mod records;
+mod refused;
 pub mod registry;
 mod report;
 pub mod secret;
@@ -70,7 +71,13 @@ impl Store {
         for (id, generation) in st.generations() {
             hub.publish(id, generation);
         }
-        let parts = Parts { db, registry: Registry::new(st), hub, events: events::Pending::default() };
+        let parts = Parts {
+            db,
+            registry: Registry::new(st),
+            hub,
+            events: events::Pending::default(),
+            refused: refused::RefusedTokens::default(),
+        };
         Ok(Store { parts: Arc::new(parts) })
     }
 

@@ -1,10 +1,11 @@
-//! What the store is made of: the database, the registry over it, the long-poll hub and the
-//! events waiting to be written. The store's modules work on these parts; the façade
+//! What the store is made of: the database, the registry over it, the long-poll hub, the
+//! events waiting to be written and the node tokens recently refused. The store's modules work on these parts; the façade
 //! (`store::Store`) owns them and is what the rest of the controller calls.
 
 use super::db::Db;
 use super::events::Pending;
 use super::hub::Hub;
+use super::refused::RefusedTokens;
 use super::registry::Registry;
 
 pub struct Parts {
@@ -13,4 +14,6 @@ pub struct Parts {
     pub hub: Hub,
     /// Events recorded and not yet written (the report flusher writes them).
     pub events: Pending,
+    /// Node tokens the database recently said no to.
+    pub refused: RefusedTokens,
 }
