@@ -88,6 +88,7 @@ async fn a_sent_status_settles_the_want_it_was_derived_for() {
 /// for a wake that already went, a node's whole report period). The registry is held by a
 /// reader while the pass commits, so an announcement made before the registry changes is seen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::await_holding_lock)] // the reader is held on purpose while the pass commits
 async fn a_generation_is_served_before_it_is_announced() {
     let fresh = db::testing::each().into_iter().next().unwrap();
     let store = std::sync::Arc::new(Store::open(&fresh.url).await.unwrap());
