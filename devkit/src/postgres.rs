@@ -84,9 +84,13 @@ impl Postgres {
     }
 
     /// Stops the server (a fast shutdown: clients are disconnected) and waits for it.
+    ///
+    /// TERM, not INT, to the shell whose trap stops the server: a shell started from a
+    /// background job inherits SIGINT ignored and cannot trap it, so an INT would be lost and
+    /// this wait would never end.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.server.take() {
-            let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
             let _ = child.wait();
         }
     }
