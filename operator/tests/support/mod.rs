@@ -123,8 +123,15 @@ impl Admin {
         Admin { http: reqwest::Client::new(), url: url.to_string(), token }
     }
 
+    /// A GET is asked again once when a pooled connection was closed under it (the server
+    /// closes idle keep-alives; a client retries an idempotent request, as HTTP/1.1 allows).
     pub async fn get(&self, path: &str) -> (StatusCode, Value) {
-        let r = self.http.get(format!("{}{path}", self.url)).bearer_auth(&self.token).send().await.unwrap();
+        let send = || self.http.get(format!("{}{path}", self.url)).bearer_auth(&self.token).send();
+        let r = match send().await {
+            Ok(r) => r,
+            Err(e) if e.is_request() => send().await.unwrap(),
+            Err(e) => panic!("GET {path}: {e}"),
+        };
         let s = r.status();
         (s, r.json().await.unwrap_or(Value::Null))
     }
