@@ -149,7 +149,15 @@ fn instead<T>(last: Option<T>, default: impl FnOnce() -> T) -> (T, &'static str)
     }
 }
 
-impl Warner<'_> {
+impl<'a> Warner<'a> {
+    /// The last good placement spec, when the agent had one (not `"none"`).
+    fn last_spec(&self) -> Option<&'a PlacementSpec> {
+        match self.last.map(|l| &l.placement) {
+            Some(Placement::Spec(s)) => Some(s),
+            _ => None,
+        }
+    }
+
     fn warn(&mut self, field: &'static str, problem: String, used: &str) {
         self.warnings.push(FieldWarning { agent: self.agent.to_string(), field, problem, used: used.to_string() });
     }
@@ -268,10 +276,7 @@ impl Warner<'_> {
             }
         }
         let obj = v.and_then(Value::as_object).expect("matched an object above");
-        let last = match last {
-            Some(Placement::Spec(s)) => Some(s),
-            _ => None,
-        };
+        let last = self.last_spec();
         Placement::Spec(PlacementSpec {
             replicas: self.replicas(obj.get("replicas"), last.map(|s| s.replicas)),
             requires: self.field(obj.get("requires"), "placement.requires", last.map(|s| s.requires.clone()), Vec::new),
@@ -337,10 +342,7 @@ impl Warner<'_> {
             self.warn("drainSeconds", format!("{}: above {MAX_DRAIN_SECONDS}", a.drain_seconds), "3600");
             a.drain_seconds = MAX_DRAIN_SECONDS;
         }
-        let last_spec = match self.last.map(|l| &l.placement) {
-            Some(Placement::Spec(s)) => Some(s),
-            _ => None,
-        };
+        let last_spec = self.last_spec();
         if let Placement::Spec(s) = &mut a.placement {
             if s.replicas > MAX_REPLICAS {
                 let (n, used) = instead(last_spec.map(|l| l.replicas), || 1);
