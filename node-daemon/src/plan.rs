@@ -3,7 +3,7 @@
 
 use crate::config::NodeConfig;
 use crate::runtime::{
-    Bind, ContainerSpec, Hardening, DEFAULT_PIDS_LIMIT, LABEL_AGENT, LABEL_MANAGED, LABEL_NODE, LABEL_REPLICA,
+    Bind, ContainerSpec, Hardening, DEFAULT_PIDS_LIMIT, LABEL_AGENT, LABEL_KIND, LABEL_MANAGED, LABEL_NODE, LABEL_REPLICA,
     LABEL_SPEC,
 };
 use crate::state::StateDir;
@@ -130,8 +130,9 @@ fn own_user() -> Option<String> {
 }
 
 /// The resources a replica runs with (docs/behaviour.md#hardening): the agent's, else the kind's
-/// `defaultResources`, each clamped to `maxResources`; and, when one was clamped, the note its
-/// report carries.
+/// `defaultResources`, each clamped to `maxResources` (and the maximum itself when neither
+/// sets one: a kind's maximum is a limit every container has); and, when one was clamped, the
+/// note its report carries.
 fn resources(a: &DesiredAgent, exec: &crate::config::Executor) -> (Option<f64>, Option<u64>, Option<String>) {
     let default = exec.default_resources.as_ref();
     let cpus = a.resources.cpus.or(default.and_then(|d| d.cpus));
@@ -143,6 +144,7 @@ fn resources(a: &DesiredAgent, exec: &crate::config::Executor) -> (Option<f64>, 
             clamped.push(format!("cpus {c} → {m}"));
             Some(m)
         }
+        (None, m) => m,
         (c, _) => c,
     };
     let memory_mb = match (memory_mb, max.and_then(|m| m.memory_mb)) {
@@ -150,6 +152,7 @@ fn resources(a: &DesiredAgent, exec: &crate::config::Executor) -> (Option<f64>, 
             clamped.push(format!("memoryMb {c} → {m}"));
             Some(m)
         }
+        (None, m) => m,
         (c, _) => c,
     };
     let note = (!clamped.is_empty())
@@ -217,6 +220,7 @@ pub fn spec(a: &DesiredAgent, replica: u32, image: &str, cfg: &NodeConfig) -> Co
         (LABEL_MANAGED, "1".to_string()),
         (LABEL_NODE, cfg.name.clone()),
         (LABEL_AGENT, a.agent_key.clone()),
+        (LABEL_KIND, a.executor.kind.clone()),
         (LABEL_REPLICA, replica.to_string()),
         (LABEL_SPEC, hash),
     ]

@@ -64,7 +64,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
     Ok(())
 }
 
+/// Creates `path` (0700) as a real directory: a symbolic link found in its place is removed
+/// first, since the Docker guard refuses a bind source with a link in it
+/// (docs/behaviour.md#what-the-guard-checks-and-why).
 fn ensure_dir(path: &Path) -> Result<(), StateError> {
+    if fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        tracing::warn!(path = %path.display(), "a symbolic link stood where a state directory belongs; removed");
+        fs::remove_file(path).map_err(|e| err(path, e))?;
+    }
     fs::create_dir_all(path).map_err(|e| err(path, e))?;
     fs::set_permissions(path, fs::Permissions::from_mode(0o700)).map_err(|e| err(path, e))
 }
@@ -159,10 +166,10 @@ impl StateDir {
     /// Writes an opened PAT (0600) unless it is already there unchanged.
     pub fn write_pat(&self, agent: &str, pat: &[u8]) -> Result<(), StateError> {
         let p = self.pat_path(agent);
-        if fs::read(&p).is_ok_and(|old| old == pat) {
+        ensure_dir(p.parent().expect("pat path has a parent"))?;
+        if fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_file()) && fs::read(&p).is_ok_and(|old| old == pat) {
             return Ok(());
         }
-        ensure_dir(p.parent().expect("pat path has a parent"))?;
         write_atomic(&p, pat)
     }
 
@@ -189,6 +196,23 @@ fn crypto_public(secret: &[u8; 32]) -> [u8; 32] {
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
+
+    /// A link planted where an agent's PAT directory belongs is not written through: the
+    /// directory is made real, so the PAT bind passes the Docker guard's link check.
+    #[test]
+    fn a_link_in_place_of_a_pat_directory_is_replaced() {
+        let t = tempfile::tempdir().unwrap();
+        let s = StateDir::open(&t.path().join("state")).unwrap();
+        let elsewhere = t.path().join("elsewhere");
+        fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, t.path().join("state/agents/coder")).unwrap();
+        s.write_pat("coder", b"pat_1").unwrap();
+        let dir = fs::symlink_metadata(t.path().join("state/agents/coder")).unwrap();
+        assert!(dir.file_type().is_dir(), "a real directory now");
+        assert_eq!(dir.mode() & 0o777, 0o700);
+        assert_eq!(fs::read(s.pat_path("coder")).unwrap(), b"pat_1");
+        assert!(fs::read_dir(&elsewhere).unwrap().next().is_none(), "nothing written through the link");
+    }
 
     #[test]
     fn modes_atomicity_and_round_trips() {

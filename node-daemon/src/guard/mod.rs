@@ -3,8 +3,18 @@
 //! create body held to this node's node.yaml ([`policy`]). It runs outside the node's process
 //! (in the compose file, as its own container with the Docker socket), so a compromised node
 //! cannot escape through Docker: no privileged container, no host bind, no exec.
+//!
+//! The engine decodes bodies with Go's `encoding/json`, which reads keys without case and
+//! merges repeated ones; so the guard reads strictly ([`json`], [`shape`]) into its own typed
+//! body ([`body`]) and forwards that, never the bytes it received.
 
+mod body;
+mod json;
+mod listing;
+mod paths;
 pub mod policy;
 mod proxy;
+pub mod route;
+mod shape;
 
 pub use proxy::{serve, Listener, Upstream};

@@ -1,261 +1,235 @@
-//! What the Docker API guard admits (docs/behaviour.md#packaging-and-the-docker-guard [ext]), as pure functions of one request: the
-//! routes fleet-node uses and nothing else, and every container- and volume-create body held
-//! to this node's node.yaml. A path-only proxy would still let a compromised node create a
-//! privileged container with `/` bound; here the body is the policy. Each refusal names the
-//! rule it broke.
+//! What the guard admits in a create body (docs/behaviour.md#what-the-guard-checks-and-why),
+//! as pure functions of the body: read with no repeated key ([`super::json`]), held to the
+//! allow-lists ([`super::shape`]), read into the guard's typed body ([`super::body`]), judged
+//! against this node's node.yaml — per kind, named by the container's `fleet.kind` label —
+//! and forwarded as that typed body. Each refusal names the rule it broke.
 
+use super::body::{self, ContainerBody, HostConfig, Mount, VolumeBody};
+use super::json::parse_unique;
+use super::paths::{check_bind, BindRoot};
+use super::route::{refuse, Refusal};
+use super::shape::{self, Shape};
 use crate::config::NodeConfig;
-use crate::runtime::{LABEL_MANAGED, LABEL_NODE};
+use crate::runtime::{DEFAULT_PIDS_LIMIT, LABEL_KIND, LABEL_MANAGED, LABEL_NODE};
 use fleet_api::images::AllowList;
-use serde_json::{Map, Value};
-use std::path::{Component, Path, PathBuf};
-
-/// A refused request: the rule, as the 403 body's `message` says it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal(pub String);
-
-fn refuse<T>(rule: impl Into<String>) -> Result<T, Refusal> {
-    Err(Refusal(rule.into()))
-}
-
-/// What an admitted request is, for the proxy to act on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Route {
-    /// `/_ping`, `/version`, listing containers or volumes: forwarded as is.
-    Plain,
-    /// `POST /containers/create`: the body is checked first.
-    CreateContainer,
-    /// `POST /volumes/create`: the body is checked first.
-    CreateVolume,
-    /// Start, stop, inspect or remove one container: only one of this node's.
-    Container(String),
-}
-
-/// The routes fleet-node uses, with or without a `/v1.NN` version prefix.
-pub fn route(method: &str, path: &str) -> Result<Route, Refusal> {
-    let path = strip_version(path);
-    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let route = match (method, parts.as_slice()) {
-        ("GET" | "HEAD", ["_ping"]) | ("GET", ["version"]) => Route::Plain,
-        ("GET", ["containers", "json"]) | ("GET", ["volumes"]) => Route::Plain,
-        ("POST", ["containers", "create"]) => Route::CreateContainer,
-        ("POST", ["volumes", "create"]) => Route::CreateVolume,
-        ("GET", ["containers", id, "json"])
-        | ("POST", ["containers", id, "start" | "stop"])
-        | ("DELETE", ["containers", id])
-            if is_container_ref(id) =>
-        {
-            Route::Container(id.to_string())
-        }
-        _ => return refuse(format!("{method} {path} is not an endpoint fleet-node uses")),
-    };
-    Ok(route)
-}
-
-/// A container id or name as the node uses them: no encoded separators reach the engine.
-fn is_container_ref(id: &str) -> bool {
-    !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
-}
-
-fn strip_version(path: &str) -> &str {
-    let Some(rest) = path.strip_prefix("/v") else { return path };
-    match rest.find('/') {
-        Some(i) if rest[..i].chars().all(|c| c.is_ascii_digit() || c == '.') => &rest[i..],
-        _ => path,
-    }
-}
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The node's side of the policy, from its node.yaml.
 #[derive(Debug, Clone)]
 pub struct Policy {
     pub node: String,
     pub prefix: String,
-    /// Agent PAT directories live under here (`hostStateDir/agents`).
-    pub pat_root: PathBuf,
-    pub secrets_dir: PathBuf,
-    pub network: Option<String>,
-    /// Capabilities some kind grants (`executors.<kind>.capAdd`).
-    caps: std::collections::BTreeSet<String>,
-    /// Default images of the kinds, and their allow-lists.
-    images: Vec<String>,
-    allow: Vec<AllowList>,
+    binds: Vec<BindRoot>,
+    network: Option<String>,
+    kinds: BTreeMap<String, KindRules>,
 }
+
+/// What one executor kind's containers may be (node.yaml `executors.<kind>`).
+#[derive(Debug, Clone)]
+struct KindRules {
+    image: String,
+    allow: Option<AllowList>,
+    caps: BTreeSet<String>,
+    pids_limit: i64,
+    user: Option<String>,
+    max_nano_cpus: Option<i64>,
+    max_memory: Option<i64>,
+}
+
+/// The `SecurityOpt` entries fleet-node sets; any other weakens the container.
+const NO_NEW_PRIVILEGES: [&str; 3] = ["no-new-privileges", "no-new-privileges:true", "no-new-privileges=true"];
 
 impl Policy {
     pub fn from_config(cfg: &NodeConfig) -> Policy {
+        let kinds = cfg
+            .executors
+            .iter()
+            .map(|(name, e)| {
+                let max = e.max_resources.as_ref();
+                let rules = KindRules {
+                    image: e.image.clone(),
+                    allow: AllowList::parse(&e.images).ok(),
+                    caps: e.cap_add.iter().cloned().collect(),
+                    pids_limit: e.pids_limit.unwrap_or(DEFAULT_PIDS_LIMIT),
+                    user: e.user.clone(),
+                    max_nano_cpus: max.and_then(|m| m.cpus).map(|c| (c * 1e9) as i64),
+                    max_memory: max.and_then(|m| m.memory_mb).map(|m| (m as i64).saturating_mul(1024 * 1024)),
+                };
+                (name.clone(), rules)
+            })
+            .collect();
         Policy {
             node: cfg.name.clone(),
             prefix: cfg.container_prefix.clone(),
-            pat_root: cfg.host_state_dir().join("agents"),
-            secrets_dir: cfg.host_secrets_dir().to_path_buf(),
-            network: cfg.network.clone(),
-            caps: cfg.executors.values().flat_map(|e| e.cap_add.iter().cloned()).collect(),
-            images: cfg.executors.values().map(|e| e.image.clone()).collect(),
-            allow: cfg.executors.values().filter_map(|e| AllowList::parse(&e.images).ok()).collect(),
-        }
-    }
-
-    /// Whether a container's labels say it is one of this node's.
-    pub fn owns(&self, labels: &Map<String, Value>) -> bool {
-        labels.get(LABEL_MANAGED).and_then(Value::as_str) == Some("1")
-            && labels.get(LABEL_NODE).and_then(Value::as_str) == Some(self.node.as_str())
-    }
-
-    /// A container-create body (`ContainerCreateBody` as JSON).
-    pub fn check_container(&self, body: &Value) -> Result<(), Refusal> {
-        let Some(body) = body.as_object() else { return refuse("the create body is not a JSON object") };
-        only_keys(body, "", &["Image", "Env", "Labels", "HostConfig", "User", "Cmd", "WorkingDir", "StopTimeout"])?;
-        let labels = body.get("Labels").and_then(Value::as_object).cloned().unwrap_or_default();
-        if !self.owns(&labels) {
-            return refuse(format!("Labels must carry {LABEL_MANAGED}=1 and {LABEL_NODE}={}", self.node));
-        }
-        let image = body.get("Image").and_then(Value::as_str).unwrap_or("");
-        if !self.images.iter().any(|i| i == image) && !self.allow.iter().any(|l| l.admits(image)) {
-            return refuse(format!("Image {image:?} is neither a kind's image nor admitted by an images list"));
-        }
-        match body.get("HostConfig") {
-            None | Some(Value::Null) => Ok(()),
-            Some(Value::Object(host)) => self.check_host(host),
-            Some(_) => refuse("HostConfig is not an object"),
-        }
-    }
-
-    fn check_host(&self, host: &Map<String, Value>) -> Result<(), Refusal> {
-        only_keys(
-            host,
-            "HostConfig.",
-            &[
-                "Init",
-                "RestartPolicy",
-                "Mounts",
-                "Binds",
-                "NanoCpus",
-                "Memory",
-                "MemorySwap",
-                "NetworkMode",
-                "CapDrop",
-                "CapAdd",
-                "SecurityOpt",
-                "PidsLimit",
-                "LogConfig",
-                "Privileged",
-                "PidMode",
-                "IpcMode",
-                "UTSMode",
-                "UsernsMode",
+            binds: vec![
+                BindRoot { dir: cfg.host_state_dir().join("agents"), direct_children_only: false },
+                BindRoot { dir: cfg.host_secrets_dir().to_path_buf(), direct_children_only: true },
             ],
-        )?;
-        if host.get("Privileged").and_then(Value::as_bool) == Some(true) {
-            return refuse("HostConfig.Privileged is not allowed");
+            network: cfg.network.clone(),
+            kinds,
         }
-        for key in ["PidMode", "IpcMode", "UTSMode", "UsernsMode"] {
-            if let Some(mode) = host.get(key).and_then(Value::as_str).filter(|m| !m.is_empty() && *m != "private") {
-                return refuse(format!("HostConfig.{key} {mode:?} is not allowed: no host or shared namespaces"));
+    }
+
+    /// Whether labels say a container or volume is one of this node's.
+    pub fn owns<'a>(&self, mut label: impl FnMut(&str) -> Option<&'a str>) -> bool {
+        label(LABEL_MANAGED) == Some("1") && label(LABEL_NODE) == Some(self.node.as_str())
+    }
+
+    /// A container-create request: the query (`name=`) and the body; `Ok` is the body to forward.
+    pub fn container_request(&self, query: Option<&str>, bytes: &[u8]) -> Result<Vec<u8>, Refusal> {
+        self.check_name_query(query)?;
+        let b: ContainerBody = read(bytes, &shape::CONTAINER)?;
+        self.check_container(&b)?;
+        Ok(body::to_bytes(&b))
+    }
+
+    /// A volume-create body; `Ok` is the body to forward.
+    pub fn volume_request(&self, bytes: &[u8]) -> Result<Vec<u8>, Refusal> {
+        let b: VolumeBody = read(bytes, &shape::VOLUME)?;
+        self.check_volume(&b)?;
+        Ok(body::to_bytes(&b))
+    }
+
+    /// The create query holds only the container's name, which has this node's prefix.
+    fn check_name_query(&self, query: Option<&str>) -> Result<(), Refusal> {
+        let mut name = None;
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("name", v)) => name = Some(v),
+                Some(("platform", "")) => {}
+                _ => return refuse(format!("the create query {pair:?} is not allowed: only name=")),
             }
         }
-        if let Some(mode) = host.get("NetworkMode").and_then(Value::as_str) {
+        let own = format!("{}-", self.prefix);
+        match name {
+            Some(n) if n.starts_with(&own) && super::route::is_container_ref(n) => Ok(()),
+            _ => refuse(format!("the container name must start with {own} (the query's name=)")),
+        }
+    }
+
+    fn check_container(&self, b: &ContainerBody) -> Result<(), Refusal> {
+        let labels = b.labels.clone().unwrap_or_default();
+        if !self.owns(|k| labels.get(k).map(String::as_str)) {
+            return refuse(format!("Labels must carry {LABEL_MANAGED}=1 and {LABEL_NODE}={}", self.node));
+        }
+        let kind_name = labels.get(LABEL_KIND).map(String::as_str).unwrap_or("");
+        let Some(kind) = self.kinds.get(kind_name) else {
+            return refuse(format!("Labels must name one of node.yaml's executors in {LABEL_KIND} (not {kind_name:?})"));
+        };
+        let image = b.image.as_deref().unwrap_or("");
+        if kind.image != image && !kind.allow.as_ref().is_some_and(|l| l.admits(image)) {
+            return refuse(format!("Image {image:?} is neither kind {kind_name}'s image nor admitted by its images list"));
+        }
+        if let Some(want) = &kind.user {
+            if b.user.as_deref() != Some(want.as_str()) {
+                return refuse(format!("User must be {want:?}, executors.{kind_name}.user"));
+            }
+        }
+        let Some(host) = &b.host_config else {
+            return refuse("HostConfig must be set (capabilities dropped, limits, no new privileges)");
+        };
+        self.check_host(host, kind, kind_name)
+    }
+
+    fn check_host(&self, h: &HostConfig, kind: &KindRules, kind_name: &str) -> Result<(), Refusal> {
+        if h.cap_drop.as_deref() != Some(&["ALL".to_string()][..]) {
+            return refuse("HostConfig.CapDrop must be [\"ALL\"]: a container gets only the capabilities its kind grants");
+        }
+        for cap in h.cap_add.iter().flatten() {
+            if !kind.caps.contains(cap) {
+                return refuse(format!(
+                    "HostConfig.CapAdd {cap:?} is not allowed: executors.{kind_name}.capAdd does not grant it"
+                ));
+            }
+        }
+        let opts = h.security_opt.as_deref().unwrap_or_default();
+        if let Some(opt) = opts.iter().find(|o| !NO_NEW_PRIVILEGES.contains(&o.as_str())) {
+            return refuse(format!("HostConfig.SecurityOpt {opt:?} is not allowed: only no-new-privileges"));
+        }
+        if opts.is_empty() {
+            return refuse("HostConfig.SecurityOpt must hold no-new-privileges");
+        }
+        check_limits(h, kind, kind_name)?;
+        if let Some(mode) = h.network_mode.as_deref() {
             let own = self.network.as_deref() == Some(mode);
             if !own && !matches!(mode, "" | "default" | "bridge" | "none") {
                 return refuse(format!("HostConfig.NetworkMode {mode:?} is not allowed: only node.yaml's network"));
             }
         }
-        for cap in strings(host.get("CapAdd")) {
-            if !self.caps.contains(cap) {
-                return refuse(format!(
-                    "HostConfig.CapAdd {cap:?} is not allowed: node.yaml's capAdd does not grant it"
-                ));
-            }
-        }
-        if let Some(t) = host.get("LogConfig").and_then(|l| l.get("Type")).and_then(Value::as_str) {
+        if let Some(t) = h.log_config.as_ref().and_then(|l| l.r#type.as_deref()) {
             if !matches!(t, "" | "json-file" | "local") {
                 return refuse(format!("HostConfig.LogConfig.Type {t:?} is not allowed: only json-file or local"));
             }
         }
-        for opt in strings(host.get("SecurityOpt")) {
-            if !opt.starts_with("no-new-privileges") {
-                return refuse(format!("HostConfig.SecurityOpt {opt:?} is not allowed"));
-            }
-        }
-        for bind in strings(host.get("Binds")) {
-            self.check_bind_source(bind.split(':').next().unwrap_or(""))?;
-        }
-        for mount in host.get("Mounts").and_then(Value::as_array).into_iter().flatten() {
-            self.check_mount(mount)?;
-        }
-        Ok(())
+        h.mounts.iter().flatten().try_for_each(|m| self.check_mount(m))
     }
 
-    fn check_mount(&self, m: &Value) -> Result<(), Refusal> {
-        let source = m.get("Source").and_then(Value::as_str).unwrap_or("");
-        match m.get("Type").and_then(Value::as_str).unwrap_or("volume") {
-            "bind" => self.check_bind_source(source),
+    fn check_mount(&self, m: &Mount) -> Result<(), Refusal> {
+        let source = m.source.as_deref().unwrap_or("");
+        match m.r#type.as_deref().unwrap_or("") {
+            "bind" if m.read_only == Some(true) => check_bind(source, &self.binds).map_err(Refusal),
+            "bind" => refuse(format!("bind mount of {source:?} must be ReadOnly")),
             "volume" => self.check_volume_name(source),
-            "tmpfs" => Ok(()),
-            other => refuse(format!("mount type {other:?} is not allowed")),
+            other => refuse(format!("mount type {other:?} is not allowed: only bind and volume")),
         }
-    }
-
-    /// Binds come only from agent PAT directories and from files directly in `secretsDir`.
-    fn check_bind_source(&self, source: &str) -> Result<(), Refusal> {
-        let path = Path::new(source);
-        let clean =
-            path.is_absolute() && path.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
-        let under_pats = path.starts_with(&self.pat_root) && path != self.pat_root;
-        let a_secret = path.parent() == Some(self.secrets_dir.as_path());
-        if clean && (under_pats || a_secret) {
-            return Ok(());
-        }
-        refuse(format!(
-            "bind source {source:?} is not allowed: only {}/… and files in {}",
-            self.pat_root.display(),
-            self.secrets_dir.display()
-        ))
     }
 
     fn check_volume_name(&self, name: &str) -> Result<(), Refusal> {
-        if name.starts_with(&format!("{}-", self.prefix)) {
+        if name.starts_with(&format!("{}-", self.prefix)) && super::route::is_container_ref(name) {
             return Ok(());
         }
         refuse(format!("volume {name:?} is not allowed: only volumes named {}-…", self.prefix))
     }
 
-    /// A volume-create body (`VolumeCreateRequest` as JSON).
-    pub fn check_volume(&self, body: &Value) -> Result<(), Refusal> {
-        let Some(body) = body.as_object() else { return refuse("the volume body is not a JSON object") };
-        only_keys(body, "", &["Name", "Labels"])?;
-        self.check_volume_name(body.get("Name").and_then(Value::as_str).unwrap_or(""))?;
-        let labels = body.get("Labels").and_then(Value::as_object).cloned().unwrap_or_default();
-        if !self.owns(&labels) {
+    fn check_volume(&self, b: &VolumeBody) -> Result<(), Refusal> {
+        self.check_volume_name(b.name.as_deref().unwrap_or(""))?;
+        let labels = b.labels.clone().unwrap_or_default();
+        if !self.owns(|k| labels.get(k).map(String::as_str)) {
             return refuse(format!("volume Labels must carry {LABEL_MANAGED}=1 and {LABEL_NODE}={}", self.node));
+        }
+        if let Some(d) = b.driver.as_deref().filter(|d| !d.is_empty() && *d != "local") {
+            return refuse(format!("volume Driver {d:?} is not allowed: only local"));
+        }
+        if b.driver_opts.as_ref().is_some_and(|o| !o.is_empty()) {
+            return refuse("volume DriverOpts are not allowed: with them a local volume can bind any host path");
         }
         Ok(())
     }
 }
 
-/// Refuses any key outside `allowed` whose value is not empty (null, false, 0, "", [], {}):
-/// an allow-list, so an option Docker adds later is refused until it is looked at.
-fn only_keys(obj: &Map<String, Value>, at: &str, allowed: &[&str]) -> Result<(), Refusal> {
-    for (k, v) in obj {
-        if !allowed.contains(&k.as_str()) && !is_empty(v) {
-            return refuse(format!("{at}{k} is not allowed"));
+/// PIDs, memory and CPU within the kind's limits; swap no larger than memory.
+fn check_limits(h: &HostConfig, kind: &KindRules, kind_name: &str) -> Result<(), Refusal> {
+    match h.pids_limit {
+        Some(n) if n > 0 && n <= kind.pids_limit => {}
+        _ => {
+            return refuse(format!(
+                "HostConfig.PidsLimit must be set, between 1 and {} (executors.{kind_name}.pidsLimit)",
+                kind.pids_limit
+            ))
         }
+    }
+    let within = |v: Option<i64>, max: Option<i64>| match max {
+        None => v.is_none_or(|v| v >= 0),
+        Some(m) => v.is_some_and(|v| v > 0 && v <= m),
+    };
+    if !within(h.memory, kind.max_memory) {
+        return refuse(format!("HostConfig.Memory must be set within executors.{kind_name}.maxResources.memoryMb"));
+    }
+    if !within(h.nano_cpus, kind.max_nano_cpus) {
+        return refuse(format!("HostConfig.NanoCpus must be set within executors.{kind_name}.maxResources.cpus"));
+    }
+    // Absent, Docker gives a container as much swap again as its memory.
+    if h.memory_swap != h.memory {
+        return refuse("HostConfig.MemorySwap must be set and equal HostConfig.Memory: no swap beyond the limit");
     }
     Ok(())
 }
 
-fn is_empty(v: &Value) -> bool {
-    match v {
-        Value::Null => true,
-        Value::Bool(b) => !b,
-        Value::Number(n) => n.as_f64() == Some(0.0),
-        Value::String(s) => s.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.is_empty(),
-    }
-}
-
-fn strings(v: Option<&Value>) -> impl Iterator<Item = &str> {
-    v.and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str)
+/// `bytes` read strictly: no repeated key, every key on the allow-list, into the typed body.
+fn read<T: serde::de::DeserializeOwned>(bytes: &[u8], shape: &Shape) -> Result<T, Refusal> {
+    let v = parse_unique(bytes).map_err(Refusal)?;
+    shape::check(&v, shape, "").map_err(Refusal)?;
+    body::typed(v).map_err(Refusal)
 }
 
 #[cfg(test)]

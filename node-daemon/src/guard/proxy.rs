@@ -4,7 +4,9 @@
 //! rule. Admitted requests and their answers are passed through, streamed (a stop may take as
 //! long as an agent's drain).
 
-use super::policy::{route, Policy, Refusal, Route};
+use super::listing;
+use super::policy::Policy;
+use super::route::{route, Refusal, Route};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
@@ -19,6 +21,9 @@ use tokio::net::{TcpListener, TcpStream, UnixStream};
 
 /// Create bodies are small; anything larger is refused unread.
 const MAX_BODY: usize = 1 << 20;
+/// The most of a list answer the guard reads to cut it (a host with thousands of containers
+/// lists a few MiB).
+const MAX_LIST: usize = 64 << 20;
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
@@ -143,37 +148,70 @@ async fn handle(policy: &Policy, upstream: &Upstream, req: Request<Incoming>) ->
         Ok(b) => b.to_bytes(),
         Err(_) => return answer(StatusCode::PAYLOAD_TOO_LARGE, "docker-guard: the body is larger than 1 MiB"),
     };
-    let check = match &route {
-        Route::Plain => Ok(()),
-        Route::CreateContainer => json_check(&bytes, |v| policy.check_container(v)),
-        Route::CreateVolume => json_check(&bytes, |v| policy.check_volume(v)),
-        Route::Container(id) => match owned(policy, upstream, id).await {
-            Ok(r) => r,
-            Err(e) => return answer(StatusCode::BAD_GATEWAY, &e),
-        },
-    };
-    if let Err(r) = check {
+    if !route.takes_body() && !bytes.is_empty() {
+        let r = Refusal(format!("a body on {method} is refused: only the create calls carry one"));
         return refused(&method, &path, r);
     }
-    let mut out = Request::builder().method(parts.method).uri(parts.uri.path_and_query().map_or("/", |p| p.as_str()));
-    for (name, value) in &parts.headers {
-        if !matches!(name.as_str(), "host" | "connection" | "keep-alive" | "transfer-encoding" | "content-length") {
-            out = out.header(name, value);
-        }
-    }
-    let Ok(out) = out.header("host", "docker").body(Full::new(bytes)) else {
+    let query = parts.uri.query();
+    let checked = match &route {
+        Route::CreateContainer => policy.container_request(query, &bytes).map(Bytes::from),
+        Route::CreateVolume => policy.volume_request(&bytes).map(Bytes::from),
+        Route::Container(id) => match owned(policy, upstream, id).await {
+            Ok(r) => r.map(|()| bytes),
+            Err(e) => return answer(StatusCode::BAD_GATEWAY, &e),
+        },
+        Route::Plain | Route::ListContainers | Route::ListVolumes => Ok(bytes),
+    };
+    let forwarded = match checked {
+        Ok(b) => b,
+        Err(r) => return refused(&method, &path, r),
+    };
+    let Some(out) = forward_request(&parts, &route, forwarded) else {
         return answer(StatusCode::BAD_REQUEST, "docker-guard: the request cannot be forwarded");
     };
-    match upstream.send(out).await {
-        Ok(resp) => resp.map(|b| b.boxed()),
-        Err(e) => answer(StatusCode::BAD_GATEWAY, &e),
+    let resp = match upstream.send(out).await {
+        Ok(resp) => resp,
+        Err(e) => return answer(StatusCode::BAD_GATEWAY, &e),
+    };
+    match route {
+        Route::ListContainers => cut_list(resp, |b| listing::containers(policy, b)).await,
+        Route::ListVolumes => cut_list(resp, |b| listing::volumes(policy, b)).await,
+        _ => resp.map(|b| b.boxed()),
     }
 }
 
-fn json_check(bytes: &Bytes, check: impl Fn(&serde_json::Value) -> Result<(), Refusal>) -> Result<(), Refusal> {
-    let v: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| Refusal(format!("the body is not JSON: {e}")))?;
-    check(&v)
+/// The request as the engine gets it: the checked body (a create's is the guard's own
+/// serialisation), the client's headers but those about the connection and the body's framing.
+fn forward_request(parts: &hyper::http::request::Parts, route: &Route, body: Bytes) -> Option<Request<Full<Bytes>>> {
+    let mut out = Request::builder().method(parts.method.clone()).uri(parts.uri.path_and_query().map_or("/", |p| p.as_str()));
+    for (name, value) in &parts.headers {
+        let framing = matches!(
+            name.as_str(),
+            "host" | "connection" | "keep-alive" | "transfer-encoding" | "content-length" | "content-type" | "expect" | "upgrade"
+        );
+        if !framing {
+            out = out.header(name, value);
+        }
+    }
+    if route.takes_body() {
+        out = out.header("content-type", "application/json");
+    }
+    out.header("host", "docker").body(Full::new(body)).ok()
+}
+
+/// A list answer cut to this node's objects; an answer that is not a success passes as is.
+async fn cut_list(resp: Response<Incoming>, cut: impl Fn(&[u8]) -> Result<Vec<u8>, String>) -> Response<Body> {
+    if !resp.status().is_success() {
+        return resp.map(|b| b.boxed());
+    }
+    let bytes = match Limited::new(resp.into_body(), MAX_LIST).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return answer(StatusCode::BAD_GATEWAY, &format!("docker-guard: the engine's list: {e}")),
+    };
+    match cut(&bytes) {
+        Ok(body) => json_response(StatusCode::OK, body),
+        Err(e) => answer(StatusCode::BAD_GATEWAY, &format!("docker-guard: the engine's {e}")),
+    }
 }
 
 /// Whether container `id` is one of this node's, asked of the engine; one the engine does
@@ -193,8 +231,8 @@ async fn owned(policy: &Policy, upstream: &Upstream, id: &str) -> Result<Result<
         return Err(format!("Docker engine answered {status} to the ownership check of {id}"));
     }
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-    let labels = v["Config"]["Labels"].as_object().cloned().unwrap_or_default();
-    if policy.owns(&labels) {
+    let labels = &v["Config"]["Labels"];
+    if policy.owns(|k| labels.get(k).and_then(serde_json::Value::as_str)) {
         Ok(Ok(()))
     } else {
         Ok(Err(Refusal(format!("container {id} is not one of node {}'s (fleet.node label)", policy.node))))
@@ -207,7 +245,10 @@ fn refused(method: &str, path: &str, r: Refusal) -> Response<Body> {
 }
 
 fn answer(status: StatusCode, message: &str) -> Response<Body> {
-    let body = serde_json::json!({ "message": message }).to_string();
+    json_response(status, serde_json::json!({ "message": message }).to_string().into_bytes())
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Body> {
     let mut resp = Response::new(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed());
     *resp.status_mut() = status;
     resp.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("application/json"));

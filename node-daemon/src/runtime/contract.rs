@@ -11,6 +11,8 @@ pub const LABEL_NODE: &str = "fleet.node";
 pub const LABEL_AGENT: &str = "fleet.agent";
 pub const LABEL_REPLICA: &str = "fleet.replica";
 pub const LABEL_SPEC: &str = "fleet.spec";
+/// The executor kind: the Docker guard holds the container to that kind's limits.
+pub const LABEL_KIND: &str = "fleet.kind";
 
 /// A read-only bind mount from the host.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -140,67 +140,11 @@ impl Runtime for DockerRuntime {
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String, RtError> {
         self.negotiate().await?;
-        let mut mounts: Vec<Mount> = spec
-            .binds
-            .iter()
-            .map(|Bind { source, target }| Mount {
-                target: Some(target.clone()),
-                source: Some(source.clone()),
-                typ: Some(MountType::BIND),
-                read_only: Some(true),
-                ..Default::default()
-            })
-            .collect();
-        if let Some((vol, target)) = &spec.volume {
-            let labels = [(LABEL_MANAGED.to_string(), "1".to_string()), (LABEL_NODE.to_string(), self.node.clone())];
-            timed_as(
-                self.client().create_volume(VolumeCreateRequest {
-                    name: Some(vol.clone()),
-                    labels: Some(labels.into_iter().collect()),
-                    ..Default::default()
-                }),
-                map_start,
-            )
-            .await?;
-            mounts.push(Mount {
-                target: Some(target.clone()),
-                source: Some(vol.clone()),
-                typ: Some(MountType::VOLUME),
-                read_only: Some(false),
-                ..Default::default()
-            });
+        if let Some((vol, _)) = &spec.volume {
+            timed_as(self.client().create_volume(volume_body(vol, &self.node)), map_start).await?;
         }
-        let h = &spec.hardening;
-        let host = HostConfig {
-            init: Some(true),
-            restart_policy: Some(RestartPolicy { name: Some(RestartPolicyNameEnum::NO), maximum_retry_count: None }),
-            mounts: Some(mounts),
-            nano_cpus: spec.nano_cpus,
-            memory: spec.memory_bytes,
-            // No swap beyond the memory limit: the limit means what it says.
-            memory_swap: spec.memory_bytes,
-            network_mode: spec.network.clone(),
-            // docs/behaviour.md#hardening: nothing but what the kind grants back, no privilege gained by exec.
-            cap_drop: Some(vec!["ALL".into()]),
-            cap_add: (!h.cap_add.is_empty()).then(|| h.cap_add.clone()),
-            security_opt: Some(vec!["no-new-privileges".into()]),
-            pids_limit: Some(h.pids_limit),
-            log_config: Some(HostConfigLogConfig {
-                typ: Some("json-file".into()),
-                config: Some([("max-size", "10m"), ("max-file", "3")].map(|(k, v)| (k.into(), v.into())).into()),
-            }),
-            ..Default::default()
-        };
-        let body = ContainerCreateBody {
-            user: h.user.clone(),
-            image: Some(spec.image.clone()),
-            env: Some(spec.env.clone()),
-            labels: Some(spec.labels.clone().into_iter().collect()),
-            host_config: Some(host),
-            ..Default::default()
-        };
         let opts = CreateContainerOptionsBuilder::new().name(&spec.name).build();
-        Ok(timed_as(self.client().create_container(Some(opts), body), map_start).await?.id)
+        Ok(timed_as(self.client().create_container(Some(opts), container_body(spec)), map_start).await?.id)
     }
 
     async fn start(&self, id: &str) -> Result<(), RtError> {
@@ -224,5 +168,65 @@ impl Runtime for DockerRuntime {
             Ok(()) | Err(RtError::NotFound) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// The volume-create body of a replica's data volume, with this node's labels.
+pub fn volume_body(name: &str, node: &str) -> VolumeCreateRequest {
+    let labels = [(LABEL_MANAGED.to_string(), "1".to_string()), (LABEL_NODE.to_string(), node.to_string())];
+    VolumeCreateRequest { name: Some(name.to_string()), labels: Some(labels.into_iter().collect()), ..Default::default() }
+}
+
+/// The container-create body of a replica (docs/behaviour.md#the-agent-container): what the
+/// Docker guard's allow-lists are made of.
+pub fn container_body(spec: &ContainerSpec) -> ContainerCreateBody {
+    let mut mounts: Vec<Mount> = spec
+        .binds
+        .iter()
+        .map(|Bind { source, target }| Mount {
+            target: Some(target.clone()),
+            source: Some(source.clone()),
+            typ: Some(MountType::BIND),
+            read_only: Some(true),
+            ..Default::default()
+        })
+        .collect();
+    if let Some((vol, target)) = &spec.volume {
+        mounts.push(Mount {
+            target: Some(target.clone()),
+            source: Some(vol.clone()),
+            typ: Some(MountType::VOLUME),
+            read_only: Some(false),
+            ..Default::default()
+        });
+    }
+    let h = &spec.hardening;
+    let host = HostConfig {
+        init: Some(true),
+        restart_policy: Some(RestartPolicy { name: Some(RestartPolicyNameEnum::NO), maximum_retry_count: None }),
+        mounts: Some(mounts),
+        nano_cpus: spec.nano_cpus,
+        memory: spec.memory_bytes,
+        // No swap beyond the memory limit: the limit means what it says.
+        memory_swap: spec.memory_bytes,
+        network_mode: spec.network.clone(),
+        // docs/behaviour.md#hardening: nothing but what the kind grants back, no privilege gained by exec.
+        cap_drop: Some(vec!["ALL".into()]),
+        cap_add: (!h.cap_add.is_empty()).then(|| h.cap_add.clone()),
+        security_opt: Some(vec!["no-new-privileges".into()]),
+        pids_limit: Some(h.pids_limit),
+        log_config: Some(HostConfigLogConfig {
+            typ: Some("json-file".into()),
+            config: Some([("max-size", "10m"), ("max-file", "3")].map(|(k, v)| (k.into(), v.into())).into()),
+        }),
+        ..Default::default()
+    };
+    ContainerCreateBody {
+        user: h.user.clone(),
+        image: Some(spec.image.clone()),
+        env: Some(spec.env.clone()),
+        labels: Some(spec.labels.clone().into_iter().collect()),
+        host_config: Some(host),
+        ..Default::default()
     }
 }

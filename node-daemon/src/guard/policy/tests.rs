@@ -1,196 +1,256 @@
 use super::*;
-use serde_json::json;
+use crate::runtime::docker::{container_body, volume_body};
+use crate::runtime::{Bind, ContainerSpec, Hardening};
+use serde_json::{json, Value};
+use std::path::Path;
 
-fn policy() -> Policy {
-    let yaml = "controllerUrl: https://c.example\nname: n1\ncapacity: {slots: 2}\n\
-                executors:\n  k: {image: \"agent:1\", images: [\"reg/obs:1.*\"], capAdd: [NET_BIND_SERVICE]}\n\
-                stateDir: /var/lib/fleet-node\nhostStateDir: /srv/state\nsecretsDir: /etc/fleet-node/secrets\n\
-                hostSecretsDir: /srv/secrets\nnetwork: fleet-agents\ncontainerPrefix: fl\n";
-    Policy::from_config(&NodeConfig::parse(yaml, "node.yaml", &|_| None).unwrap())
+/// A node.yaml with two kinds, and its host directories (a PAT and a secret in them).
+struct Node {
+    dir: tempfile::TempDir,
+    policy: Policy,
 }
 
-/// The body fleet-node sends for a replica (docs/behaviour.md#the-agent-container), as bollard serialises it.
-fn create() -> Value {
-    json!({
-        "Image": "agent:1",
-        "Env": ["CONTROL_PLANE_AGENT_KEY=coder"],
-        "Labels": {"fleet.managed": "1", "fleet.node": "n1", "fleet.agent": "coder"},
-        "HostConfig": {
-            "Init": true,
-            "RestartPolicy": {"Name": "no"},
-            "NetworkMode": "fleet-agents",
-            "Memory": 1073741824,
-            "MemorySwap": 1073741824,
-            "CapDrop": ["ALL"],
-            "SecurityOpt": ["no-new-privileges"],
-            "PidsLimit": 1024,
-            "LogConfig": {"Type": "json-file", "Config": {"max-size": "10m", "max-file": "3"}},
-            "Mounts": [
-                {"Target": "/run/secrets/agent-pat", "Source": "/srv/state/agents/coder/agent-pat", "Type": "bind", "ReadOnly": true},
-                {"Target": "/run/secrets/gh", "Source": "/srv/secrets/gh", "Type": "bind", "ReadOnly": true},
-                {"Target": "/data", "Source": "fl-coder-0-data", "Type": "volume", "ReadOnly": false}
-            ]
-        }
-    })
+fn node() -> Node {
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().display().to_string();
+    std::fs::create_dir_all(dir.path().join("state/agents/coder")).unwrap();
+    std::fs::write(dir.path().join("state/agents/coder/agent-pat"), "pat").unwrap();
+    std::fs::create_dir_all(dir.path().join("secrets")).unwrap();
+    std::fs::write(dir.path().join("secrets/gh"), "s").unwrap();
+    let yaml = format!(
+        "controllerUrl: https://c.example\nname: n1\ncapacity: {{slots: 2}}\n\
+         executors:\n  k: {{image: \"agent:1\", images: [\"reg/obs:1.*\"], capAdd: [NET_BIND_SERVICE], pidsLimit: 256,\n\
+         \x20    user: \"1000:1000\", maxResources: {{cpus: 2, memoryMb: 1024}}}}\n  plain: {{image: \"plain:1\"}}\n\
+         stateDir: /var/lib/fleet-node\nhostStateDir: {host}/state\nsecretsDir: /etc/fleet-node/secrets\n\
+         hostSecretsDir: {host}/secrets\nnetwork: fleet-agents\ncontainerPrefix: fl\n"
+    );
+    let cfg = crate::config::NodeConfig::parse(&yaml, "node.yaml", &|_| None).unwrap();
+    Node { policy: Policy::from_config(&cfg), dir }
 }
 
-fn refused(body: Value) -> String {
-    policy().check_container(&body).expect_err("refused").0
-}
-
-#[test]
-fn only_the_endpoints_fleet_node_uses_are_routed() {
-    assert_eq!(route("GET", "/_ping"), Ok(Route::Plain));
-    assert_eq!(route("HEAD", "/v1.41/_ping"), Ok(Route::Plain));
-    assert_eq!(route("GET", "/v1.47/version"), Ok(Route::Plain));
-    assert_eq!(route("GET", "/v1.41/containers/json"), Ok(Route::Plain));
-    assert_eq!(route("GET", "/v1.41/volumes"), Ok(Route::Plain));
-    assert_eq!(route("POST", "/v1.41/containers/create"), Ok(Route::CreateContainer));
-    assert_eq!(route("POST", "/v1.41/volumes/create"), Ok(Route::CreateVolume));
-    let own = [
-        ("GET", "/containers/abc/json"),
-        ("POST", "/containers/abc/start"),
-        ("POST", "/containers/abc/stop"),
-        ("DELETE", "/containers/abc"),
-    ];
-    for (m, p) in own {
-        assert_eq!(route(m, &format!("/v1.41{p}")), Ok(Route::Container("abc".into())), "{m} {p}");
-    }
-    for (m, p) in [
-        ("POST", "/v1.41/containers/abc/exec"),
-        ("POST", "/exec/abc/start"),
-        ("PUT", "/v1.41/containers/abc/archive"),
-        ("GET", "/v1.41/containers/abc/archive"),
-        ("GET", "/v1.41/containers/abc/export"),
-        ("POST", "/v1.41/containers/abc/kill"),
-        ("POST", "/v1.41/images/create"),
-        ("POST", "/v1.41/networks/create"),
-        ("POST", "/v1.41/build"),
-        ("DELETE", "/v1.41/volumes/fl-x"),
-        ("GET", "/v1.41/info"),
-        ("POST", "/v1.41/containers/..%2Fimages%2Fcreate/start"),
-    ] {
-        let e = route(m, p).expect_err(p).0;
-        assert!(e.ends_with("is not an endpoint fleet-node uses"), "{e}");
+/// The spec of a replica of kind `k` as plan.rs makes it.
+fn spec(host: &Path) -> ContainerSpec {
+    let labels = [("fleet.managed", "1"), ("fleet.node", "n1"), ("fleet.agent", "coder"), ("fleet.kind", "k")];
+    ContainerSpec {
+        name: "fl-coder-0".into(),
+        image: "agent:1".into(),
+        env: vec!["CONTROL_PLANE_AGENT_KEY=coder".into()],
+        labels: labels.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        binds: vec![
+            Bind { source: format!("{}/state/agents/coder/agent-pat", host.display()), target: "/run/secrets/agent-pat".into() },
+            Bind { source: format!("{}/secrets/gh", host.display()), target: "/run/secrets/gh".into() },
+        ],
+        volume: Some(("fl-coder-0-data".into(), "/data".into())),
+        nano_cpus: Some(1_000_000_000),
+        memory_bytes: Some(512 << 20),
+        network: Some("fleet-agents".into()),
+        hardening: Hardening { cap_add: vec!["NET_BIND_SERVICE".into()], pids_limit: 256, user: Some("1000:1000".into()) },
+        note: None,
     }
 }
 
+impl Node {
+    /// fleet-node's own create body for the replica, as bollard serialises it.
+    fn own_body(&self) -> Value {
+        serde_json::to_value(container_body(&spec(self.dir.path()))).unwrap()
+    }
+
+    fn create(&self, body: &Value) -> Result<Value, String> {
+        self.create_raw(body.to_string().as_bytes())
+    }
+
+    fn create_raw(&self, bytes: &[u8]) -> Result<Value, String> {
+        self.policy
+            .container_request(Some("name=fl-coder-0"), bytes)
+            .map(|out| serde_json::from_slice(&out).unwrap())
+            .map_err(|r| r.0)
+    }
+
+    /// The refusal of the node's own body changed by `change`.
+    fn refusal(&self, change: impl FnOnce(&mut Value)) -> String {
+        let mut b = self.own_body();
+        change(&mut b);
+        self.create(&b).expect_err("refused")
+    }
+}
+
 #[test]
-fn the_node_s_own_create_body_passes() {
-    assert_eq!(policy().check_container(&create()), Ok(()));
-    let mut b = create();
+fn the_node_s_own_bodies_pass_and_are_forwarded_as_they_were() {
+    let n = node();
+    let own = n.own_body();
+    assert_eq!(n.create(&own).unwrap(), own, "every key fleet-node sends is on the allow-lists");
+    let mut b = own.clone();
     b["Image"] = json!("reg/obs:1.4");
-    assert_eq!(policy().check_container(&b), Ok(()), "an image the allow-list admits");
+    assert!(n.create(&b).is_ok(), "an image the kind's list admits");
+    let vol = serde_json::to_vec(&volume_body("fl-coder-0-data", "n1")).unwrap();
+    let out: Value = serde_json::from_slice(&n.policy.volume_request(&vol).unwrap()).unwrap();
+    assert_eq!(out, serde_json::from_slice::<Value>(&vol).unwrap());
+}
+
+/// The bypasses that were admitted and created by the real engine before the guard read
+/// bodies the way Docker does, each refused with the rule named.
+#[test]
+fn the_bypasses_docker_s_decoder_allowed_are_refused() {
+    let n = node();
+    let own = n.own_body();
+    let host = own["HostConfig"].to_string();
+    let rest = format!(r#""Image":"agent:1","Labels":{},"User":"1000:1000""#, own["Labels"]);
+    let twice = format!(r#"{{{rest},"HostConfig":{{"Privileged":true,"Binds":["/:/h"]}},"HostConfig":{host}}}"#);
+    assert!(n.create_raw(twice.as_bytes()).unwrap_err().contains("\"HostConfig\" appears twice"));
+    let mount = r#"{"Type":"tmpfs","Source":"/","Target":"/h","type":"bind"}"#;
+    let e = n.refusal(|b| b["HostConfig"]["Mounts"] = serde_json::from_str(&format!("[{mount}]")).unwrap());
+    assert!(e.starts_with("HostConfig.Mounts[0].type is refused: Docker would read it as HostConfig.Mounts[0].Type"), "{e}");
+    let e = n.refusal(|b| b["HostConfig"]["MaskedPaths"] = json!([]));
+    assert_eq!(e, "HostConfig.MaskedPaths is not allowed (not a key fleet-node sends)");
+    let e = n.refusal(|b| b["HostConfig"]["ReadonlyPaths"] = json!([]));
+    assert!(e.starts_with("HostConfig.ReadonlyPaths is not allowed"));
+    let e = n.refusal(|b| b["hostconfig"] = json!({"privileged": true}));
+    assert!(e.starts_with("hostconfig is refused: Docker would read it as HostConfig"), "{e}");
+    let e = n.refusal(|b| b["HostConfig"]["privileged"] = json!(true));
+    assert!(e.starts_with("HostConfig.privileged is not allowed"), "{e}");
+    let e = n.refusal(|b| b["HostConfig"]["Mounts"][2]["VolumeOptions"] = json!({"DriverConfig": {"Name": "local", "Options": {"type": "none", "o": "bind", "device": "/"}}}));
+    assert!(e.starts_with("HostConfig.Mounts[2].VolumeOptions is not allowed"), "{e}");
+    let bad_volume = json!({"Name": "fl-x", "Labels": {"fleet.managed": "1", "fleet.node": "n1"}, "DriverOpts": {"type": "none", "o": "bind", "device": "/"}});
+    let e = n.policy.volume_request(bad_volume.to_string().as_bytes()).unwrap_err().0;
+    assert!(e.starts_with("volume DriverOpts are not allowed"), "{e}");
 }
 
 #[test]
-fn privileged_host_namespaces_devices_and_capabilities_are_refused() {
-    let mut b = create();
-    b["HostConfig"]["Privileged"] = json!(true);
-    assert_eq!(refused(b), "HostConfig.Privileged is not allowed");
-    for key in ["PidMode", "IpcMode", "UTSMode", "UsernsMode"] {
-        let mut b = create();
-        b["HostConfig"][key] = json!("host");
-        assert!(refused(b).starts_with(&format!("HostConfig.{key} \"host\" is not allowed")), "{key}");
+fn privilege_namespaces_and_devices_are_not_on_the_lists() {
+    let n = node();
+    for (key, value) in [
+        ("Privileged", json!(true)),
+        ("PidMode", json!("host")),
+        ("IpcMode", json!("host")),
+        ("UTSMode", json!("host")),
+        ("UsernsMode", json!("host")),
+        ("CgroupnsMode", json!("host")),
+        ("Devices", json!([{"PathOnHost": "/dev/sda"}])),
+        ("Binds", json!(["/:/host"])),
+        ("Tmpfs", json!({"/x": ""})),
+        ("CgroupParent", json!("/")),
+        ("Sysctls", json!({"kernel.x": "1"})),
+    ] {
+        let e = n.refusal(|b| b["HostConfig"][key] = value);
+        assert_eq!(e, format!("HostConfig.{key} is not allowed (not a key fleet-node sends)"));
     }
-    let mut b = create();
-    b["HostConfig"]["NetworkMode"] = json!("host");
-    assert!(refused(b).starts_with("HostConfig.NetworkMode \"host\" is not allowed"));
-    let mut b = create();
-    b["HostConfig"]["NetworkMode"] = json!("container:db");
-    assert!(refused(b).starts_with("HostConfig.NetworkMode \"container:db\""));
-    let mut b = create();
-    b["HostConfig"]["Devices"] = json!([{"PathOnHost": "/dev/sda"}]);
-    assert_eq!(refused(b), "HostConfig.Devices is not allowed");
-    let mut b = create();
-    b["HostConfig"]["CapAdd"] = json!(["SYS_ADMIN"]);
-    assert_eq!(refused(b), "HostConfig.CapAdd \"SYS_ADMIN\" is not allowed: node.yaml's capAdd does not grant it");
-    let mut b = create();
-    b["HostConfig"]["CapAdd"] = json!(["NET_BIND_SERVICE"]);
-    assert_eq!(policy().check_container(&b), Ok(()), "what node.yaml grants");
-    let mut b = create();
-    b["HostConfig"]["LogConfig"] = json!({"Type": "syslog", "Config": {"syslog-address": "udp://x:514"}});
-    assert!(refused(b).starts_with("HostConfig.LogConfig.Type \"syslog\" is not allowed"));
-    let mut b = create();
-    b["HostConfig"]["SecurityOpt"] = json!(["seccomp=unconfined"]);
-    assert_eq!(refused(b), "HostConfig.SecurityOpt \"seccomp=unconfined\" is not allowed");
-    let mut b = create();
-    b["HostConfig"]["CgroupParent"] = json!("/");
-    assert_eq!(refused(b), "HostConfig.CgroupParent is not allowed", "anything not looked at is refused");
-    let mut b = create();
-    b["HostConfig"]["Privileged"] = json!(false);
-    b["HostConfig"]["CgroupParent"] = json!("");
-    assert_eq!(policy().check_container(&b), Ok(()), "empty values of other keys are fine");
-}
-
-#[test]
-fn binds_come_only_from_pat_directories_and_secret_files() {
-    let sources = [
-        "/",
-        "/srv/state",
-        "/srv/state/agents",
-        "/srv/state/agents/../node.key",
-        "/srv/secrets/a/b",
-        "/etc",
-        "relative/x",
-    ];
-    for source in sources {
-        let mut b = create();
-        b["HostConfig"]["Mounts"][0]["Source"] = json!(source);
-        assert!(refused(b).starts_with(&format!("bind source {source:?} is not allowed")), "{source}");
-        let mut b = create();
-        b["HostConfig"]["Binds"] = json!([format!("{source}:/host")]);
-        assert!(refused(b).starts_with(&format!("bind source {source:?}")), "Binds {source}");
+    for key in ["Volumes", "Entrypoint", "Cmd", "Healthcheck", "hostname"] {
+        let e = n.refusal(|b| b[key] = json!({}));
+        assert!(e.starts_with(key), "{key}: {e}");
     }
-    let mut b = create();
-    b["HostConfig"]["Binds"] = json!(["/srv/secrets/gh:/run/secrets/gh:ro"]);
-    assert_eq!(policy().check_container(&b), Ok(()));
-    let mut b = create();
-    b["HostConfig"]["Mounts"][2]["Source"] = json!("postgres-data");
-    assert_eq!(refused(b), "volume \"postgres-data\" is not allowed: only volumes named fl-…");
-    let mut b = create();
-    b["HostConfig"]["Mounts"][2]["Type"] = json!("npipe");
-    assert_eq!(refused(b), "mount type \"npipe\" is not allowed");
 }
 
 #[test]
-fn labels_image_and_top_level_keys_are_held_to_the_node() {
-    let mut b = create();
-    b["Labels"]["fleet.node"] = json!("other-node");
-    assert_eq!(refused(b), "Labels must carry fleet.managed=1 and fleet.node=n1");
-    let mut b = create();
-    b["Labels"] = json!({});
-    assert!(refused(b).starts_with("Labels must carry"));
-    let mut b = create();
-    b["Image"] = json!("alpine:3.20");
-    assert!(refused(b).starts_with("Image \"alpine:3.20\" is neither"));
-    let mut b = create();
-    b["Volumes"] = json!({"/x": {}});
-    assert_eq!(refused(b), "Volumes is not allowed");
-    assert_eq!(policy().check_container(&json!([])), Err(Refusal("the create body is not a JSON object".into())));
+fn capabilities_and_security_options_are_the_kind_s() {
+    let n = node();
+    let e = n.refusal(|b| b["HostConfig"]["CapAdd"] = json!(["SYS_ADMIN"]));
+    assert_eq!(e, "HostConfig.CapAdd \"SYS_ADMIN\" is not allowed: executors.k.capAdd does not grant it");
+    for drop in [json!(null), json!([]), json!(["NET_RAW"])] {
+        let e = n.refusal(|b| b["HostConfig"]["CapDrop"] = drop);
+        assert!(e.starts_with("HostConfig.CapDrop must be [\"ALL\"]"), "{e}");
+    }
+    let e = n.refusal(|b| b["HostConfig"]["SecurityOpt"] = json!(["no-new-privileges", "seccomp=unconfined"]));
+    assert_eq!(e, "HostConfig.SecurityOpt \"seccomp=unconfined\" is not allowed: only no-new-privileges");
+    let e = n.refusal(|b| b["HostConfig"]["SecurityOpt"] = json!([]));
+    assert_eq!(e, "HostConfig.SecurityOpt must hold no-new-privileges");
+    let e = n.refusal(|b| b["HostConfig"]["NetworkMode"] = json!("host"));
+    assert!(e.starts_with("HostConfig.NetworkMode \"host\" is not allowed"));
+    let e = n.refusal(|b| b["HostConfig"]["LogConfig"]["Type"] = json!("syslog"));
+    assert!(e.starts_with("HostConfig.LogConfig.Type \"syslog\" is not allowed"));
+    let e = n.refusal(|b| b["User"] = json!("0"));
+    assert_eq!(e, "User must be \"1000:1000\", executors.k.user");
+    let e = n.refusal(|b| {
+        b.as_object_mut().unwrap().remove("HostConfig");
+    });
+    assert!(e.starts_with("HostConfig must be set"));
 }
 
 #[test]
-fn volumes_are_created_only_with_the_prefix_and_the_node_s_labels() {
+fn limits_are_set_and_within_the_kind_s() {
+    let n = node();
+    for pids in [json!(null), json!(0), json!(-1), json!(257)] {
+        let e = n.refusal(|b| b["HostConfig"]["PidsLimit"] = pids.clone());
+        assert_eq!(e, "HostConfig.PidsLimit must be set, between 1 and 256 (executors.k.pidsLimit)", "{pids}");
+    }
+    for memory in [json!(null), json!(0), json!(1025i64 << 20)] {
+        let e = n.refusal(|b| {
+            b["HostConfig"]["Memory"] = memory.clone();
+            b["HostConfig"]["MemorySwap"] = memory.clone();
+        });
+        assert!(e.starts_with("HostConfig.Memory must be set within executors.k.maxResources.memoryMb"), "{memory}: {e}");
+    }
+    let e = n.refusal(|b| b["HostConfig"]["NanoCpus"] = json!(2_000_000_001i64));
+    assert!(e.starts_with("HostConfig.NanoCpus must be set within"), "{e}");
+    for swap in [json!(-1), json!(null)] {
+        let e = n.refusal(|b| b["HostConfig"]["MemorySwap"] = swap.clone());
+        assert!(e.starts_with("HostConfig.MemorySwap must be set and equal HostConfig.Memory"), "{swap}: {e}");
+    }
+}
+
+#[test]
+fn labels_kind_image_and_name_are_held_to_the_node() {
+    let n = node();
+    let e = n.refusal(|b| b["Labels"]["fleet.node"] = json!("other-node"));
+    assert_eq!(e, "Labels must carry fleet.managed=1 and fleet.node=n1");
+    let e = n.refusal(|b| b["Labels"]["fleet.kind"] = json!("nope"));
+    assert!(e.starts_with("Labels must name one of node.yaml's executors in fleet.kind"), "{e}");
+    let e = n.refusal(|b| b["Image"] = json!("plain:1"));
+    assert!(e.starts_with("Image \"plain:1\" is neither kind k's image"), "another kind's image: {e}");
+    let body = n.own_body().to_string();
+    for query in [None, Some("name=other-0"), Some("name=fl-a&x=1"), Some("name=fl-%2e%2e")] {
+        assert!(n.policy.container_request(query, body.as_bytes()).is_err(), "{query:?}");
+    }
+}
+
+#[test]
+fn mounts_come_only_from_the_node_s_directories_and_volumes() {
+    let n = node();
+    let host = n.dir.path().display().to_string();
+    for source in ["/", "/etc", &format!("{host}/state"), &format!("{host}/state/agents"), &format!("{host}/secrets/a/b")] {
+        let e = n.refusal(|b| b["HostConfig"]["Mounts"][0]["Source"] = json!(source));
+        assert!(e.starts_with(&format!("bind source {source:?} is not allowed")), "{source}: {e}");
+    }
+    std::os::unix::fs::symlink("/", n.dir.path().join("state/agents/evil")).unwrap();
+    let e = n.refusal(|b| b["HostConfig"]["Mounts"][0]["Source"] = json!(format!("{host}/state/agents/evil/etc")));
+    assert!(e.ends_with("state/agents/evil is a symbolic link"), "{e}");
+    let e = n.refusal(|b| b["HostConfig"]["Mounts"][0]["ReadOnly"] = json!(false));
+    assert!(e.ends_with("must be ReadOnly"), "{e}");
+    let e = n.refusal(|b| b["HostConfig"]["Mounts"][2]["Source"] = json!("postgres-data"));
+    assert_eq!(e, "volume \"postgres-data\" is not allowed: only volumes named fl-…");
+    let e = n.refusal(|b| b["HostConfig"]["Mounts"][2]["Type"] = json!("tmpfs"));
+    assert_eq!(e, "mount type \"tmpfs\" is not allowed: only bind and volume");
+}
+
+#[test]
+fn volumes_are_created_only_with_the_prefix_labels_and_the_local_driver() {
+    let n = node();
     let ok = json!({"Name": "fl-coder-0-data", "Labels": {"fleet.managed": "1", "fleet.node": "n1"}});
-    assert_eq!(policy().check_volume(&ok), Ok(()));
-    let mut b = ok.clone();
-    b["Name"] = json!("data");
-    assert!(policy().check_volume(&b).unwrap_err().0.starts_with("volume \"data\" is not allowed"));
-    let mut b = ok.clone();
-    b["Labels"] = json!({});
-    assert!(policy().check_volume(&b).unwrap_err().0.starts_with("volume Labels must carry"));
-    let mut b = ok;
-    b["Driver"] = json!("local-persist");
-    assert_eq!(policy().check_volume(&b).unwrap_err().0, "Driver is not allowed");
+    let check = |b: &Value| n.policy.volume_request(b.to_string().as_bytes()).map_err(|r| r.0);
+    assert!(check(&ok).is_ok());
+    for (change, rule) in [
+        (json!({"Name": "data"}), "volume \"data\" is not allowed"),
+        (json!({"Labels": {}}), "volume Labels must carry"),
+        (json!({"Driver": "local-persist"}), "volume Driver \"local-persist\" is not allowed"),
+        (json!({"DriverOpts": {"device": "/"}}), "volume DriverOpts are not allowed"),
+        (json!({"DriverConfig": {}}), "DriverConfig is not allowed"),
+        (json!({"name": "fl-x"}), "name is refused: Docker would read it as Name"),
+    ] {
+        let mut b = ok.clone();
+        for (k, v) in change.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        let e = check(&b).unwrap_err();
+        assert!(e.starts_with(rule), "{change}: {e}");
+    }
+    assert!(check(&json!({"Name": "fl-x", "Labels": {"fleet.managed": "1", "fleet.node": "n1"}, "Driver": "local"})).is_ok());
 }
 
 #[test]
 fn ownership_reads_the_labels() {
-    let p = policy();
+    let n = node();
     let mine = json!({"fleet.managed": "1", "fleet.node": "n1"});
     let theirs = json!({"fleet.managed": "1", "fleet.node": "n2"});
-    assert!(p.owns(mine.as_object().unwrap()));
-    assert!(!p.owns(theirs.as_object().unwrap()));
-    assert!(!p.owns(&Map::new()));
+    assert!(n.policy.owns(|k| mine.get(k).and_then(Value::as_str)));
+    assert!(!n.policy.owns(|k| theirs.get(k).and_then(Value::as_str)));
+    assert!(!n.policy.owns(|_| None));
 }
