@@ -3,8 +3,8 @@
 
 use crate::config::NodeConfig;
 use crate::runtime::{
-    Bind, ContainerSpec, Hardening, DEFAULT_PIDS_LIMIT, LABEL_AGENT, LABEL_KIND, LABEL_MANAGED, LABEL_NODE, LABEL_REPLICA,
-    LABEL_SPEC,
+    Bind, ContainerSpec, Hardening, DEFAULT_PIDS_LIMIT, LABEL_AGENT, LABEL_KIND, LABEL_MANAGED, LABEL_NODE,
+    LABEL_REPLICA, LABEL_SPEC,
 };
 use crate::state::StateDir;
 use fleet_api::images::AllowList;

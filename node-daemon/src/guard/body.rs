@@ -80,7 +80,9 @@ pub fn to_bytes<T: Serialize>(body: &T) -> Vec<u8> {
 
 fn without_nulls(v: Value) -> Value {
     match v {
-        Value::Object(o) => Value::Object(o.into_iter().filter(|(_, x)| !x.is_null()).map(|(k, x)| (k, without_nulls(x))).collect()),
+        Value::Object(o) => {
+            Value::Object(o.into_iter().filter(|(_, x)| !x.is_null()).map(|(k, x)| (k, without_nulls(x))).collect())
+        }
         Value::Array(a) => Value::Array(a.into_iter().map(without_nulls).collect()),
         other => other,
     }

@@ -100,7 +100,14 @@ mod tests {
         // Not there: nothing to check it against, refused.
         assert!(check_bind(&at("state/agents/ghost/agent-pat"), &r).unwrap_err().contains("cannot be checked"));
         // By name.
-        for bad in ["/", "/etc/passwd", "relative/x", &at("state/agents/../../secrets/gh"), &at("secrets/a/b"), &at("state/agents")] {
+        for bad in [
+            "/",
+            "/etc/passwd",
+            "relative/x",
+            &at("state/agents/../../secrets/gh"),
+            &at("secrets/a/b"),
+            &at("state/agents"),
+        ] {
             assert!(check_bind(bad, &r).unwrap_err().contains("only "), "{bad}");
         }
     }

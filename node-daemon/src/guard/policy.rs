@@ -114,11 +114,15 @@ impl Policy {
         }
         let kind_name = labels.get(LABEL_KIND).map(String::as_str).unwrap_or("");
         let Some(kind) = self.kinds.get(kind_name) else {
-            return refuse(format!("Labels must name one of node.yaml's executors in {LABEL_KIND} (not {kind_name:?})"));
+            return refuse(format!(
+                "Labels must name one of node.yaml's executors in {LABEL_KIND} (not {kind_name:?})"
+            ));
         };
         let image = b.image.as_deref().unwrap_or("");
         if kind.image != image && !kind.allow.as_ref().is_some_and(|l| l.admits(image)) {
-            return refuse(format!("Image {image:?} is neither kind {kind_name}'s image nor admitted by its images list"));
+            return refuse(format!(
+                "Image {image:?} is neither kind {kind_name}'s image nor admitted by its images list"
+            ));
         }
         if let Some(want) = &kind.user {
             if b.user.as_deref() != Some(want.as_str()) {
@@ -133,7 +137,9 @@ impl Policy {
 
     fn check_host(&self, h: &HostConfig, kind: &KindRules, kind_name: &str) -> Result<(), Refusal> {
         if h.cap_drop.as_deref() != Some(&["ALL".to_string()][..]) {
-            return refuse("HostConfig.CapDrop must be [\"ALL\"]: a container gets only the capabilities its kind grants");
+            return refuse(
+                "HostConfig.CapDrop must be [\"ALL\"]: a container gets only the capabilities its kind grants",
+            );
         }
         for cap in h.cap_add.iter().flatten() {
             if !kind.caps.contains(cap) {

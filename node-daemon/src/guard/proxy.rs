@@ -183,11 +183,19 @@ async fn handle(policy: &Policy, upstream: &Upstream, req: Request<Incoming>) ->
 /// The request as the engine gets it: the checked body (a create's is the guard's own
 /// serialisation), the client's headers but those about the connection and the body's framing.
 fn forward_request(parts: &hyper::http::request::Parts, route: &Route, body: Bytes) -> Option<Request<Full<Bytes>>> {
-    let mut out = Request::builder().method(parts.method.clone()).uri(parts.uri.path_and_query().map_or("/", |p| p.as_str()));
+    let mut out =
+        Request::builder().method(parts.method.clone()).uri(parts.uri.path_and_query().map_or("/", |p| p.as_str()));
     for (name, value) in &parts.headers {
         let framing = matches!(
             name.as_str(),
-            "host" | "connection" | "keep-alive" | "transfer-encoding" | "content-length" | "content-type" | "expect" | "upgrade"
+            "host"
+                | "connection"
+                | "keep-alive"
+                | "transfer-encoding"
+                | "content-length"
+                | "content-type"
+                | "expect"
+                | "upgrade"
         );
         if !framing {
             out = out.header(name, value);

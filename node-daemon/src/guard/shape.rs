@@ -153,7 +153,9 @@ mod tests {
             refusal(json!({"HostConfig": {"Mounts": [{"Type": "volume", "VolumeOptions": {}}]}})),
             "HostConfig.Mounts[0].VolumeOptions is not allowed (not a key fleet-node sends)"
         );
-        assert!(refusal(json!({"HostConfig": {"Privileged": false}})).starts_with("HostConfig.Privileged is not allowed"));
+        assert!(
+            refusal(json!({"HostConfig": {"Privileged": false}})).starts_with("HostConfig.Privileged is not allowed")
+        );
     }
 
     #[test]
@@ -161,7 +163,10 @@ mod tests {
         let e = refusal(json!({"hostconfig": {}}));
         assert!(e.starts_with("hostconfig is refused: Docker would read it as HostConfig"), "{e}");
         let e = refusal(json!({"HostConfig": {"Mounts": [{"type": "bind"}]}}));
-        assert!(e.starts_with("HostConfig.Mounts[0].type is refused: Docker would read it as HostConfig.Mounts[0].Type"), "{e}");
+        assert!(
+            e.starts_with("HostConfig.Mounts[0].type is refused: Docker would read it as HostConfig.Mounts[0].Type"),
+            "{e}"
+        );
         let e = refusal(json!({"HostConfig": {"\u{17f}ecurityOpt": []}}));
         assert!(e.contains("Docker would read it as HostConfig.SecurityOpt"), "{e}");
     }

@@ -174,7 +174,11 @@ impl Runtime for DockerRuntime {
 /// The volume-create body of a replica's data volume, with this node's labels.
 pub fn volume_body(name: &str, node: &str) -> VolumeCreateRequest {
     let labels = [(LABEL_MANAGED.to_string(), "1".to_string()), (LABEL_NODE.to_string(), node.to_string())];
-    VolumeCreateRequest { name: Some(name.to_string()), labels: Some(labels.into_iter().collect()), ..Default::default() }
+    VolumeCreateRequest {
+        name: Some(name.to_string()),
+        labels: Some(labels.into_iter().collect()),
+        ..Default::default()
+    }
 }
 
 /// The container-create body of a replica (docs/behaviour.md#the-agent-container): what the

@@ -7,6 +7,6 @@ pub mod docker;
 pub mod fake;
 
 pub use contract::{
-    Bind, ContainerSpec, Hardening, RtError, RunInfo, Runtime, Seen, DEFAULT_PIDS_LIMIT, LABEL_AGENT, LABEL_KIND, LABEL_MANAGED,
-    LABEL_NODE, LABEL_REPLICA, LABEL_SPEC,
+    Bind, ContainerSpec, Hardening, RtError, RunInfo, Runtime, Seen, DEFAULT_PIDS_LIMIT, LABEL_AGENT, LABEL_KIND,
+    LABEL_MANAGED, LABEL_NODE, LABEL_REPLICA, LABEL_SPEC,
 };

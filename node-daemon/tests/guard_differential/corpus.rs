@@ -71,7 +71,11 @@ pub fn cases(own: &Value, host: &Path) -> Vec<Case> {
             body: host_with(own, "ReadonlyPaths", "[]"),
             rule: "HostConfig.ReadonlyPaths is not allowed",
         },
-        Case { what: "hostconfig in lower case", body: top_with(own, "hostconfig", evil_host), rule: "hostconfig is refused" },
+        Case {
+            what: "hostconfig in lower case",
+            body: top_with(own, "hostconfig", evil_host),
+            rule: "hostconfig is refused",
+        },
         Case {
             what: "privileged in lower case",
             body: host_plus(own, r#""privileged":true"#),
@@ -110,17 +114,41 @@ pub fn cases(own: &Value, host: &Path) -> Vec<Case> {
             ),
             rule: "is a symbolic link",
         },
-        Case { what: "Binds of /", body: host_with(own, "Binds", r#"["/:/h"]"#), rule: "HostConfig.Binds is not allowed" },
+        Case {
+            what: "Binds of /",
+            body: host_with(own, "Binds", r#"["/:/h"]"#),
+            rule: "HostConfig.Binds is not allowed",
+        },
         Case {
             what: "a device",
-            body: host_with(own, "Devices", r#"[{"PathOnHost":"/dev/mem","PathInContainer":"/dev/mem","CgroupPermissions":"rwm"}]"#),
+            body: host_with(
+                own,
+                "Devices",
+                r#"[{"PathOnHost":"/dev/mem","PathInContainer":"/dev/mem","CgroupPermissions":"rwm"}]"#,
+            ),
             rule: "HostConfig.Devices is not allowed",
         },
-        Case { what: "the host's PID namespace", body: host_with(own, "PidMode", "\"host\""), rule: "HostConfig.PidMode" },
-        Case { what: "the host's network", body: host_with(own, "NetworkMode", "\"host\""), rule: "HostConfig.NetworkMode \"host\"" },
-        Case { what: "no PIDs limit", body: host_with(own, "PidsLimit", "-1"), rule: "HostConfig.PidsLimit must be set" },
+        Case {
+            what: "the host's PID namespace",
+            body: host_with(own, "PidMode", "\"host\""),
+            rule: "HostConfig.PidMode",
+        },
+        Case {
+            what: "the host's network",
+            body: host_with(own, "NetworkMode", "\"host\""),
+            rule: "HostConfig.NetworkMode \"host\"",
+        },
+        Case {
+            what: "no PIDs limit",
+            body: host_with(own, "PidsLimit", "-1"),
+            rule: "HostConfig.PidsLimit must be set",
+        },
         Case { what: "capabilities kept", body: host_with(own, "CapDrop", "[]"), rule: "HostConfig.CapDrop must be" },
-        Case { what: "seccomp off", body: host_with(own, "SecurityOpt", r#"["seccomp=unconfined"]"#), rule: "HostConfig.SecurityOpt" },
+        Case {
+            what: "seccomp off",
+            body: host_with(own, "SecurityOpt", r#"["seccomp=unconfined"]"#),
+            rule: "HostConfig.SecurityOpt",
+        },
         Case { what: "root", body: top_with(own, "User", "\"0\""), rule: "User must be" },
         Case { what: "memory unlimited", body: host_with(own, "Memory", "0"), rule: "HostConfig.Memory must be set" },
         Case { what: "an image of no kind", body: top_with(own, "Image", "\"fleet-test-agent:exit0\""), rule: "Image" },
@@ -129,12 +157,32 @@ pub fn cases(own: &Value, host: &Path) -> Vec<Case> {
             body: top_with(own, "Labels", r#"{"fleet.managed":"1","fleet.node":"someone-else","fleet.kind":"k"}"#),
             rule: "Labels must carry",
         },
-        Case { what: "an Entrypoint", body: top_with(own, "Entrypoint", r#"["/bin/busybox","sh"]"#), rule: "Entrypoint is not allowed" },
-        Case { what: "a repeated label", body: own.to_string().replacen("\"fleet.managed\":\"1\"", "\"fleet.managed\":\"1\",\"fleet.managed\":\"0\"", 1), rule: "\"fleet.managed\" appears twice" },
-        Case { what: "two documents", body: format!("{own} {{\"HostConfig\":{evil_host}}}"), rule: "not JSON the guard accepts" },
+        Case {
+            what: "an Entrypoint",
+            body: top_with(own, "Entrypoint", r#"["/bin/busybox","sh"]"#),
+            rule: "Entrypoint is not allowed",
+        },
+        Case {
+            what: "a repeated label",
+            body: own.to_string().replacen(
+                "\"fleet.managed\":\"1\"",
+                "\"fleet.managed\":\"1\",\"fleet.managed\":\"0\"",
+                1,
+            ),
+            rule: "\"fleet.managed\" appears twice",
+        },
+        Case {
+            what: "two documents",
+            body: format!("{own} {{\"HostConfig\":{evil_host}}}"),
+            rule: "not JSON the guard accepts",
+        },
     ];
     for key in ["HOSTCONFIG", "hostConfig", "Hostconfig"] {
-        cases.push(Case { what: "HostConfig in another case", body: top_with(own, key, evil_host), rule: "Docker would read it as HostConfig" });
+        cases.push(Case {
+            what: "HostConfig in another case",
+            body: top_with(own, key, evil_host),
+            rule: "Docker would read it as HostConfig",
+        });
     }
     cases
 }
@@ -144,7 +192,10 @@ pub fn volume_cases(prefix: &str, node: &str) -> Vec<(Value, &'static str)> {
     let labels = json!({"fleet.managed": "1", "fleet.node": node});
     let name = format!("{prefix}-v");
     vec![
-        (json!({"Name": name, "Labels": labels, "DriverOpts": {"type": "none", "o": "bind", "device": "/"}}), "DriverOpts are not allowed"),
+        (
+            json!({"Name": name, "Labels": labels, "DriverOpts": {"type": "none", "o": "bind", "device": "/"}}),
+            "DriverOpts are not allowed",
+        ),
         (json!({"Name": name, "Labels": labels, "driveropts": {"device": "/"}}), "driveropts is refused"),
         (json!({"Name": name, "Labels": labels, "Driver": "vieux/sshfs"}), "Driver \\\"vieux/sshfs\\\" is not allowed"),
         (json!({"Name": "elsewhere", "Labels": labels}), "is not allowed: only volumes named"),

@@ -84,7 +84,8 @@ impl Lab {
         let r = r.expect("the guard answers");
         let status = r.status().as_u16();
         let text = r.text().await.unwrap_or_default();
-        let message = || serde_json::from_str::<Value>(&text).ok().and_then(|v| v["message"].as_str().map(String::from));
+        let message =
+            || serde_json::from_str::<Value>(&text).ok().and_then(|v| v["message"].as_str().map(String::from));
         match status {
             201 => {
                 let inspected = fleet_e2e::inspect(name).expect("the created container can be inspected");
@@ -153,7 +154,8 @@ async fn mutated_bodies_the_guard_admits_create_only_clean_containers() {
     let lab = Lab::new("fgdf").await;
     let own = mutate::Json::from(&lab.own_body());
     let bodies: usize = std::env::var("FLEET_GUARD_FUZZ_BODIES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
-    let seed: u64 = std::env::var("FLEET_GUARD_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
+    let seed: u64 =
+        std::env::var("FLEET_GUARD_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
     eprintln!("guard fuzz: {bodies} bodies, FLEET_GUARD_FUZZ_SEED={seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let (mut admitted, mut engine_refused, mut refused) = (0, 0, 0);

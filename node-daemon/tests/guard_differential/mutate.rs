@@ -26,9 +26,9 @@ impl From<&Value> for Json {
     fn from(v: &Value) -> Json {
         match v {
             Value::Array(a) => Json::Arr(a.iter().map(Json::from).collect()),
-            Value::Object(o) => {
-                Json::Obj(o.iter().map(|(k, v)| Member { key: k.clone(), escaped: false, value: Json::from(v) }).collect())
-            }
+            Value::Object(o) => Json::Obj(
+                o.iter().map(|(k, v)| Member { key: k.clone(), escaped: false, value: Json::from(v) }).collect(),
+            ),
             leaf => Json::Leaf(leaf.clone()),
         }
     }
@@ -106,7 +106,10 @@ fn weakening(rng: &mut impl Rng, host: &Path) -> (String, Value) {
         ("MaskedPaths", serde_json::json!([])),
         ("ReadonlyPaths", serde_json::json!([])),
         ("Binds", serde_json::json!(["/:/h"])),
-        ("Devices", serde_json::json!([{"PathOnHost": "/dev/mem", "PathInContainer": "/dev/mem", "CgroupPermissions": "rwm"}])),
+        (
+            "Devices",
+            serde_json::json!([{"PathOnHost": "/dev/mem", "PathInContainer": "/dev/mem", "CgroupPermissions": "rwm"}]),
+        ),
         ("PidsLimit", serde_json::json!(-1)),
         ("Memory", serde_json::json!(0)),
         ("MemorySwap", serde_json::json!(-1)),
@@ -118,7 +121,10 @@ fn weakening(rng: &mut impl Rng, host: &Path) -> (String, Value) {
         ("Source", format!("{h}/state/agents/evil/etc").into()),
         ("Source", format!("{h}/state").into()),
         ("Mounts", serde_json::json!([{"Type": "bind", "Source": "/", "Target": "/h"}])),
-        ("VolumeOptions", serde_json::json!({"DriverConfig": {"Name": "local", "Options": {"type": "none", "o": "bind", "device": "/"}}})),
+        (
+            "VolumeOptions",
+            serde_json::json!({"DriverConfig": {"Name": "local", "Options": {"type": "none", "o": "bind", "device": "/"}}}),
+        ),
         ("Sysctls", serde_json::json!({"kernel.core_pattern": "|/h"})),
         ("Tmpfs", serde_json::json!({"/x": "exec"})),
         ("CgroupParent", "/".into()),

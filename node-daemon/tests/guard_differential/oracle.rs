@@ -4,8 +4,11 @@
 use super::Lab;
 use serde_json::Value;
 
+/// Whether an inspected field is as it may be.
+type Allowed = fn(&Value) -> bool;
+
 /// Options no create body may change: each must be the engine's default.
-const DEFAULTS: &[(&str, fn(&Value) -> bool)] = &[
+const DEFAULTS: &[(&str, Allowed)] = &[
     ("Privileged", |v| v == false),
     ("PidMode", |v| v.as_str().unwrap_or("").is_empty()),
     ("UTSMode", |v| v.as_str().unwrap_or("").is_empty()),

@@ -37,14 +37,21 @@ fn spec(host: &Path) -> ContainerSpec {
         env: vec!["CONTROL_PLANE_AGENT_KEY=coder".into()],
         labels: labels.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         binds: vec![
-            Bind { source: format!("{}/state/agents/coder/agent-pat", host.display()), target: "/run/secrets/agent-pat".into() },
+            Bind {
+                source: format!("{}/state/agents/coder/agent-pat", host.display()),
+                target: "/run/secrets/agent-pat".into(),
+            },
             Bind { source: format!("{}/secrets/gh", host.display()), target: "/run/secrets/gh".into() },
         ],
         volume: Some(("fl-coder-0-data".into(), "/data".into())),
         nano_cpus: Some(1_000_000_000),
         memory_bytes: Some(512 << 20),
         network: Some("fleet-agents".into()),
-        hardening: Hardening { cap_add: vec!["NET_BIND_SERVICE".into()], pids_limit: 256, user: Some("1000:1000".into()) },
+        hardening: Hardening {
+            cap_add: vec!["NET_BIND_SERVICE".into()],
+            pids_limit: 256,
+            user: Some("1000:1000".into()),
+        },
         note: None,
     }
 }
@@ -99,7 +106,10 @@ fn the_bypasses_docker_s_decoder_allowed_are_refused() {
     assert!(n.create_raw(twice.as_bytes()).unwrap_err().contains("\"HostConfig\" appears twice"));
     let mount = r#"{"Type":"tmpfs","Source":"/","Target":"/h","type":"bind"}"#;
     let e = n.refusal(|b| b["HostConfig"]["Mounts"] = serde_json::from_str(&format!("[{mount}]")).unwrap());
-    assert!(e.starts_with("HostConfig.Mounts[0].type is refused: Docker would read it as HostConfig.Mounts[0].Type"), "{e}");
+    assert!(
+        e.starts_with("HostConfig.Mounts[0].type is refused: Docker would read it as HostConfig.Mounts[0].Type"),
+        "{e}"
+    );
     let e = n.refusal(|b| b["HostConfig"]["MaskedPaths"] = json!([]));
     assert_eq!(e, "HostConfig.MaskedPaths is not allowed (not a key fleet-node sends)");
     let e = n.refusal(|b| b["HostConfig"]["ReadonlyPaths"] = json!([]));
@@ -108,7 +118,10 @@ fn the_bypasses_docker_s_decoder_allowed_are_refused() {
     assert!(e.starts_with("hostconfig is refused: Docker would read it as HostConfig"), "{e}");
     let e = n.refusal(|b| b["HostConfig"]["privileged"] = json!(true));
     assert!(e.starts_with("HostConfig.privileged is not allowed"), "{e}");
-    let e = n.refusal(|b| b["HostConfig"]["Mounts"][2]["VolumeOptions"] = json!({"DriverConfig": {"Name": "local", "Options": {"type": "none", "o": "bind", "device": "/"}}}));
+    let e = n.refusal(|b| {
+        b["HostConfig"]["Mounts"][2]["VolumeOptions"] =
+            json!({"DriverConfig": {"Name": "local", "Options": {"type": "none", "o": "bind", "device": "/"}}})
+    });
     assert!(e.starts_with("HostConfig.Mounts[2].VolumeOptions is not allowed"), "{e}");
     let bad_volume = json!({"Name": "fl-x", "Labels": {"fleet.managed": "1", "fleet.node": "n1"}, "DriverOpts": {"type": "none", "o": "bind", "device": "/"}});
     let e = n.policy.volume_request(bad_volume.to_string().as_bytes()).unwrap_err().0;
@@ -177,7 +190,10 @@ fn limits_are_set_and_within_the_kind_s() {
             b["HostConfig"]["Memory"] = memory.clone();
             b["HostConfig"]["MemorySwap"] = memory.clone();
         });
-        assert!(e.starts_with("HostConfig.Memory must be set within executors.k.maxResources.memoryMb"), "{memory}: {e}");
+        assert!(
+            e.starts_with("HostConfig.Memory must be set within executors.k.maxResources.memoryMb"),
+            "{memory}: {e}"
+        );
     }
     let e = n.refusal(|b| b["HostConfig"]["NanoCpus"] = json!(2_000_000_001i64));
     assert!(e.starts_with("HostConfig.NanoCpus must be set within"), "{e}");
@@ -206,7 +222,9 @@ fn labels_kind_image_and_name_are_held_to_the_node() {
 fn mounts_come_only_from_the_node_s_directories_and_volumes() {
     let n = node();
     let host = n.dir.path().display().to_string();
-    for source in ["/", "/etc", &format!("{host}/state"), &format!("{host}/state/agents"), &format!("{host}/secrets/a/b")] {
+    for source in
+        ["/", "/etc", &format!("{host}/state"), &format!("{host}/state/agents"), &format!("{host}/secrets/a/b")]
+    {
         let e = n.refusal(|b| b["HostConfig"]["Mounts"][0]["Source"] = json!(source));
         assert!(e.starts_with(&format!("bind source {source:?} is not allowed")), "{source}: {e}");
     }
@@ -242,7 +260,8 @@ fn volumes_are_created_only_with_the_prefix_labels_and_the_local_driver() {
         let e = check(&b).unwrap_err();
         assert!(e.starts_with(rule), "{change}: {e}");
     }
-    assert!(check(&json!({"Name": "fl-x", "Labels": {"fleet.managed": "1", "fleet.node": "n1"}, "Driver": "local"})).is_ok());
+    assert!(check(&json!({"Name": "fl-x", "Labels": {"fleet.managed": "1", "fleet.node": "n1"}, "Driver": "local"}))
+        .is_ok());
 }
 
 #[test]
