@@ -50,7 +50,7 @@ impl Client {
 
     async fn call<T: DeserializeOwned>(&self, method: Method, path: &str, body: Option<Value>) -> Result<T, CallError> {
         let token = self.token.as_deref().ok_or_else(|| {
-            CallError("no token: set FLEET_TOKEN or pass --token (`fleet-controller dev` prints one)".into())
+            CallError("no token: set FLEET_TOKEN or pass --token-file (`fleet-controller dev` prints one)".into())
         })?;
         let mut req = self.http.request(method, format!("{}{path}", self.url)).bearer_auth(token);
         if let Some(b) = body {
@@ -67,11 +67,15 @@ impl Client {
         let bytes = resp.bytes().await.map_err(|e| CallError(format!("the answer broke off: {e}")))?;
         if status.is_success() {
             let bytes: &[u8] = if bytes.is_empty() { b"null" } else { &bytes };
-            return serde_json::from_slice(bytes).map_err(|e| {
+            let expected = |e: serde_json::Error| {
                 CallError(format!("the controller's answer is not what fleetctl expects ({e}): upgrade fleetctl?"))
-            });
+            };
+            let v: Value = serde_json::from_slice(bytes).map_err(expected)?;
+            return serde_json::from_value(crate::clean::value(v)).map_err(expected);
         }
-        let err: Option<ErrorBody> = serde_json::from_slice(&bytes).ok();
+        let err: Option<ErrorBody> = serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .and_then(|v| serde_json::from_value(crate::clean::value(v)).ok());
         Err(CallError(explain(status, err)))
     }
 }

@@ -2,6 +2,8 @@
 //! `fleetctl`: the Fleet admin's command line (docs/reference.md#fleetctl). Reads like kubectl: tables by
 //! default, `-o wide` for more columns, `-o json` for the API's own answer.
 
+mod access;
+mod clean;
 mod client;
 mod commands;
 mod table;
@@ -21,9 +23,16 @@ struct Cli {
     /// The controller's URL.
     #[arg(long, env = "FLEET_URL", default_value = "http://127.0.0.1:8040", global = true)]
     url: String,
-    /// An admin token (a JWT from IAM with fleet:read, or fleet:admin for changes).
-    #[arg(long, env = "FLEET_TOKEN", hide_env_values = true, global = true)]
+    /// An admin token (a JWT from IAM with fleet:read, or fleet:admin for changes). Prefer
+    /// FLEET_TOKEN or --token-file: a command line is visible to every user in `ps`.
+    #[arg(long, global = true, value_name = "TOKEN")]
     token: Option<String>,
+    /// Read the admin token from this file (instead of FLEET_TOKEN).
+    #[arg(long, global = true, value_name = "PATH", conflicts_with = "token")]
+    token_file: Option<std::path::PathBuf>,
+    /// Send the token over plain http:// to a host other than this machine.
+    #[arg(long, global = true)]
+    insecure: bool,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Output::Table, global = true)]
     output: Output,
@@ -109,7 +118,18 @@ enum Command {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let cli = Cli::parse();
-    let c = client::Client::new(&cli.url, cli.token.clone());
+    let token = access::token(cli.token.as_deref(), cli.token_file.as_deref(), std::env::var("FLEET_TOKEN").ok())
+        .and_then(|(token, warning)| {
+            if let Some(w) = warning {
+                eprintln!("{w}");
+            }
+            access::check_transport(&cli.url, token.is_some(), cli.insecure).map(|()| token)
+        });
+    let token = token.unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    });
+    let c = client::Client::new(&cli.url, token);
     let out = cli.output;
     let result = match &cli.command {
         Command::Nodes => commands::nodes(&c, out).await,

@@ -5,6 +5,7 @@
 
 mod support;
 
+use base64::Engine as _;
 use serde_json::Value;
 use support::*;
 
@@ -143,4 +144,45 @@ async fn a_controller_without_credentials_is_explained() {
     let e = ctl.fails(Some("any"), &["nodes"]);
     assert!(e.contains("(not_configured) — the controller has no service account yet: set FLEET_CLIENT_ID"), "{e}");
     running.shutdown().await;
+}
+
+/// What fleetctl prints of what a node wrote has no terminal controls in it; the token comes
+/// from a file or the environment, a `--token` warns, and plain http:// to another host is
+/// refused before anything is sent (docs/reference.md#fleetctl).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_text_and_token_hygiene() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fleet, ctl) = dev_fleet(dir.path()).await;
+    let http = reqwest::Client::new();
+    let (_, pk) = fleet_api::seal::generate_keypair();
+    let body = serde_json::json!({
+        "joinKey": fleet.join_key, "name": "node-x", "version": "0.1.0\u{1b}[2J\u{1b}]0;owned\u{7}",
+        "publicKey": base64::engine::general_purpose::STANDARD.encode(pk),
+        "labels": ["zone=eu"], "executorKinds": ["claude-code"], "capacity": {"slots": 1}, "secrets": [], "executorImages": {}
+    });
+    let r = http.post(format!("{}/api/v1/nodes:join", ctl.url)).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let nodes = ctl.ok(&["nodes", "-o", "wide"]);
+    assert!(nodes.contains("node-x"), "{nodes}");
+    assert!(!nodes.contains('\u{1b}') && !nodes.contains('\u{7}'), "no escape reaches the terminal: {nodes:?}");
+    assert!(nodes.contains("0.1.0\u{fffd}[2J"), "{nodes}");
+
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{}\n", ctl.token)).unwrap();
+    let from_file = ctl.run_with_token(None, &["nodes", "--token-file", token_file.to_str().unwrap()]);
+    assert!(from_file.status.success() && from_file.stderr.is_empty(), "{}", text(&from_file.stderr));
+    let on_line = ctl.run_with_token(None, &["nodes", "--token", &ctl.token]);
+    assert!(on_line.status.success());
+    assert!(
+        text(&on_line.stderr).contains("warning: --token puts the token on the command line"),
+        "{}",
+        text(&on_line.stderr)
+    );
+
+    let far = Ctl { url: "http://192.0.2.10:8040".into(), token: ctl.token.clone() };
+    let e = far.fails(Some(&ctl.token), &["nodes"]);
+    assert!(e.starts_with("error: refusing to send the token over plain http:// to 192.0.2.10"), "{e}");
+    let e = far.fails(Some(&ctl.token), &["nodes", "--insecure"]);
+    assert!(e.contains("cannot reach the controller at http://192.0.2.10:8040"), "--insecure sends it: {e}");
+    fleet.controller.shutdown().await;
 }
