@@ -74,13 +74,38 @@ fn poll_query(since: Option<u64>, wait: u64) -> Vec<(&'static str, String)> {
     q
 }
 
+/// The most of a desired-state answer the node reads (docs/behaviour.md#hardening): the
+/// largest real one, 1,000 replicas of agents with long keys and sealed PATs, is a few MiB.
+pub const MAX_DESIRED_BYTES: usize = 16 << 20;
+
 /// A desired-state answer: the body on `200`, `None` on `304`.
 async fn desired_answer(resp: reqwest::Response) -> Result<Option<Vec<u8>>, ClientError> {
     match resp.status() {
-        StatusCode::OK => resp.bytes().await.map(|b| Some(b.to_vec())).map_err(net),
+        StatusCode::OK => read_capped(resp, MAX_DESIRED_BYTES).await.map(Some),
         StatusCode::NOT_MODIFIED => Ok(None),
         _ => Err(classify(resp).await),
     }
+}
+
+/// The body of `resp`, refused (and retried later, the last desired state kept) past `cap`.
+async fn read_capped(mut resp: reqwest::Response, cap: usize) -> Result<Vec<u8>, ClientError> {
+    let too_big = || {
+        ClientError::Retry(format!(
+            "the controller's desired state is larger than {} MiB; the node keeps the last one it has",
+            cap >> 20
+        ))
+    };
+    if resp.content_length().is_some_and(|n| n > cap as u64) {
+        return Err(too_big());
+    }
+    let mut out = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(net)? {
+        if out.len() + chunk.len() > cap {
+            return Err(too_big());
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
 }
 
 fn net(e: reqwest::Error) -> ClientError {
@@ -206,6 +231,52 @@ impl Client {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Serves one answer per connection: `head`, then `body_len` bytes of `{`-less filler, sent
+    /// in 64 KiB pieces for as long as the client reads.
+    async fn server(head: &'static str, body_len: usize) -> String {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = s.read(&mut buf).await;
+                    let _ = s.write_all(head.as_bytes()).await;
+                    let piece = vec![b' '; 64 << 10];
+                    let mut sent = 0;
+                    while sent < body_len {
+                        let n = piece.len().min(body_len - sent);
+                        if s.write_all(&piece[..n]).await.is_err() {
+                            return;
+                        }
+                        sent += n;
+                    }
+                });
+            }
+        });
+        url
+    }
+
+    /// A desired state past 16 MiB is refused whether it says its length or streams it.
+    #[tokio::test]
+    async fn a_desired_state_past_the_cap_is_refused() {
+        let big = MAX_DESIRED_BYTES + 1;
+        let declared = server("HTTP/1.1 200 OK\r\ncontent-length: 16777217\r\n\r\n", 0).await;
+        let streamed = server("HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n", big).await;
+        let fits = server("HTTP/1.1 200 OK\r\ncontent-length: 1048576\r\n\r\n", 1 << 20).await;
+        for (url, ok) in [(declared, false), (streamed, false), (fits, true)] {
+            let c = Client::new(&url, None).unwrap();
+            match c.desired("t", None, 0).await {
+                Ok(Some(b)) => assert!(ok && b.len() == 1 << 20, "{url}: {} bytes", b.len()),
+                Err(ClientError::Retry(m)) => assert!(!ok && m.contains("larger than 16 MiB"), "{url}: {m}"),
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn backoff_sequence() {
         let s: Vec<u64> = (0..7).map(|i| super::retry_delay(i).as_secs()).collect();
