@@ -5,9 +5,15 @@
 //!
 //! - taking the lease, it loads the store again (what the others wrote, a fresh liveness
 //!   grace), arms its writes' fence with the new epoch and starts the term's tasks;
+//! - it holds a session advisory lock on a connection of its own for the term, which
+//!   PostgreSQL releases the moment the process ends: followers try for it every 250 ms and
+//!   the one that gets it takes the lease over at once, unexpired (fast takeover). A holder
+//!   paused or cut off keeps its lock, so a follower that finds its lease expired ends its
+//!   session first;
 //! - it renews every third of the TTL; a renewal refused, or none succeeding for two thirds
-//!   of the TTL, ends the term before the lease can pass to another replica: the fence is
-//!   dropped first (no leader write can start), then the tasks are stopped;
+//!   of the TTL, or its lock's session ending, ends the term before the lease can pass to
+//!   another replica: the fence is dropped first (no leader write can start), then the tasks
+//!   are stopped;
 //! - SIGTERM releases the lease at once (`server::Running::shutdown`).
 //!
 //! A term's task that ends or panics is a fault, as on SQLite: the campaign ends, and with it
@@ -24,6 +30,7 @@ use crate::store::{lease, Store};
 use crate::supervisor::Supervisor;
 use crate::trigger::{PassClock, Trigger};
 use parking_lot::RwLock;
+use sqlx::PgConnection;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -110,25 +117,34 @@ struct Term {
     tasks: Supervisor,
     /// When the last successful renewal was sent (the lease runs at least TTL from then).
     renewed: Instant,
+    /// The session holding the advisory lock: when it ends, the lock passes at once.
+    lock: PgConnection,
 }
+
+/// How often a follower tries for the lock, and a leader checks that its lock's session lives.
+const LOCK_EVERY: Duration = Duration::from_millis(250);
+/// A lock session that does not answer a check within this is given up.
+const LOCK_CHECK_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Campaigns for the lease and leads while holding it, until a term's task fails.
 pub async fn campaign(s: Shared) {
     let Some(pool) = s.store.db().pg().cloned() else { return };
-    let ttl = s.cfg.leader_lease;
-    let renew_every = ttl / 3;
+    let renew_every = s.cfg.leader_lease / 3;
     let mut term: Option<Term> = None;
+    let mut lock_slot: Option<PgConnection> = None;
+    let mut next_renewal = Instant::now();
     loop {
         let Some(t) = term.as_mut() else {
-            term = try_lead(&s, &pool).await;
-            if term.is_none() {
-                tokio::time::sleep(Duration::from_secs(1).min(renew_every)).await;
+            term = try_lead(&s, &pool, &mut lock_slot).await;
+            match term {
+                Some(_) => next_renewal = Instant::now() + renew_every,
+                None => tokio::time::sleep(LOCK_EVERY).await,
             }
             continue;
         };
         let ended = tokio::select! {
             ended = t.tasks.ended() => Some(ended),
-            () = tokio::time::sleep(renew_every) => None,
+            () = tokio::time::sleep(LOCK_EVERY) => None,
         };
         if let Some(ended) = ended {
             let fence = t.fence.clone();
@@ -139,50 +155,76 @@ pub async fn campaign(s: Shared) {
             let _ = lease::release(&pool, &fence).await;
             return;
         }
-        // Test-only: a leader stalled in its renewals (as in a long pause) that has not
-        // noticed it lost the lease; its writes meet the fence (operator/tests/ha.rs).
+        // Test-only: a leader stalled (as in a long pause) that has not noticed it lost the
+        // lease; its writes meet the fence (operator/tests/ha.rs).
         if fleet_api::failpoint::on("lease-stall") {
             continue;
         }
-        let sent = Instant::now();
-        let renewed = tokio::time::timeout(renew_every, lease::renew(&pool, &t.fence, ttl)).await;
-        let (refused, why) = match renewed {
-            Ok(Ok(true)) => {
-                t.renewed = sent;
-                continue;
+        if let Err(why) = check_lock(&mut t.lock).await {
+            if let Some(t) = term.take() {
+                step_down(&s, t, &why);
             }
-            Ok(Ok(false)) => (true, "another replica holds the lease now".to_string()),
-            Ok(Err(e)) => (false, format!("cannot renew it: {e}")),
-            Err(_) => (false, "cannot renew it: the database does not answer".to_string()),
-        };
-        // A failed renewal is tried again while the lease surely runs; a refused one ends it.
-        if !refused && sent.duration_since(t.renewed) < ttl * 2 / 3 {
-            tracing::warn!(epoch = t.fence.epoch, "{why}; trying again");
             continue;
         }
-        if let Some(t) = term.take() {
-            step_down(&s, t, &why);
+        if Instant::now() >= next_renewal {
+            next_renewal = Instant::now() + renew_every;
+            if let Err(why) = renew(&s, &pool, t).await {
+                if let Some(t) = term.take() {
+                    step_down(&s, t, &why);
+                }
+            }
         }
     }
 }
 
-/// Takes the lease if it is free, then loads the store and starts a term.
-async fn try_lead(s: &Shared, pool: &sqlx::PgPool) -> Option<Term> {
+/// The lock's session answers: when it does not, another replica may hold the lock already.
+async fn check_lock(lock: &mut PgConnection) -> Result<(), String> {
+    match tokio::time::timeout(LOCK_CHECK_TIMEOUT, lease::ping(lock)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("the session holding the leader's lock ended: {e}")),
+        Err(_) => Err("the session holding the leader's lock does not answer".to_string()),
+    }
+}
+
+/// Renews the lease; `Err` ends the term. A failed renewal is tried again while the lease
+/// surely runs (two thirds of the TTL since the last success); a refused one ends it at once.
+async fn renew(s: &Shared, pool: &sqlx::PgPool, t: &mut Term) -> Result<(), String> {
     let ttl = s.cfg.leader_lease;
     let sent = Instant::now();
-    let fence = match lease::acquire(pool, &s.cfg.replica_name, &s.cfg.advertise_url, ttl).await {
+    let (refused, why) = match tokio::time::timeout(ttl / 3, lease::renew(pool, &t.fence, ttl)).await {
+        Ok(Ok(true)) => {
+            t.renewed = sent;
+            return Ok(());
+        }
+        Ok(Ok(false)) => (true, "another replica holds the lease now".to_string()),
+        Ok(Err(e)) => (false, format!("cannot renew it: {e}")),
+        Err(_) => (false, "cannot renew it: the database does not answer".to_string()),
+    };
+    if !refused && sent.duration_since(t.renewed) < ttl * 2 / 3 {
+        tracing::warn!(epoch = t.fence.epoch, "{why}; trying again");
+        return Ok(());
+    }
+    Err(why)
+}
+
+/// Tries for the advisory lock and, holding it, the lease; then loads the store and starts a
+/// term. `lock_slot` keeps the follower's lock session between tries.
+async fn try_lead(s: &Shared, pool: &sqlx::PgPool, lock_slot: &mut Option<PgConnection>) -> Option<Term> {
+    let sent = Instant::now();
+    let fence = match take_lock_and_lease(s, pool, lock_slot).await {
         Ok(Some(f)) => f,
         Ok(None) => {
-            let leader = lease::holder(pool).await.ok().flatten().filter(|h| h.live && h.holder != s.cfg.replica_name);
-            s.role.set(false, leader.map(|h| h.url));
+            follow(s, pool).await;
             return None;
         }
         Err(e) => {
             tracing::warn!(error = %e, "cannot campaign for the lease; trying again");
+            *lock_slot = None;
             s.role.set(false, None);
             return None;
         }
     };
+    let lock = lock_slot.take()?;
     if let Err(e) = s.store.reload().await {
         tracing::error!(error = %e, epoch = fence.epoch, "took the lease but cannot load the store; giving it up");
         let _ = lease::release(pool, &fence).await;
@@ -200,7 +242,43 @@ async fn try_lead(s: &Shared, pool: &sqlx::PgPool) -> Option<Term> {
     s.role.set(true, None);
     s.metrics.leader.set(1);
     tracing::info!(epoch = fence.epoch, replica = %s.cfg.replica_name, "became the leader (epoch {})", fence.epoch);
-    Some(Term { fence, tasks, renewed: sent })
+    Some(Term { fence, tasks, renewed: sent, lock })
+}
+
+/// The lease, when this replica got the lock and the lease could be taken with it; a lock
+/// got without the lease is let go again.
+async fn take_lock_and_lease(
+    s: &Shared,
+    pool: &sqlx::PgPool,
+    lock_slot: &mut Option<PgConnection>,
+) -> Result<Option<Fence>, sqlx::Error> {
+    let conn = match lock_slot {
+        Some(c) => c,
+        None => lock_slot.insert(pool.acquire().await?.detach()),
+    };
+    if !lease::try_lock(conn).await? {
+        return Ok(None);
+    }
+    let fence = lease::acquire_locked(conn, &s.cfg.replica_name, &s.cfg.advertise_url, s.cfg.leader_lease).await?;
+    if fence.is_none() {
+        lease::unlock(conn).await?;
+    }
+    Ok(fence)
+}
+
+/// Follows the current leader; a holder whose lease expired with its lock still held (paused,
+/// or cut off from the database) has its session ended, so the lock can pass.
+async fn follow(s: &Shared, pool: &sqlx::PgPool) {
+    let holder = lease::holder(pool).await.ok().flatten();
+    if holder.as_ref().is_some_and(|h| !h.live) {
+        match lease::end_expired_holder(pool).await {
+            Ok(true) => tracing::warn!("ended the database session of a leader whose lease expired"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot end the session of a leader whose lease expired"),
+        }
+    }
+    let leader = holder.filter(|h| h.live && h.holder != s.cfg.replica_name);
+    s.role.set(false, leader.map(|h| h.url));
 }
 
 /// Ends a term: no leader write can start once the fence is gone; then the tasks stop.

@@ -376,10 +376,16 @@ async fn a_deposed_leader_cannot_write() {
             .then_some(())
     })
     .await;
-    // Once its renewals run again it learns it lost the lease, and stops leading.
+    // Once it runs again it learns it lost the lease — its lock's session is gone (cut, or
+    // ended by the new leader), or its renewal is refused — and stops leading.
     std::fs::remove_file(old.failpoints.join("lease-stall")).unwrap();
     eventually(20, "the old leader steps down", || async { (old.leads().await == Some(false)).then_some(()) }).await;
-    assert!(old.proc.log_text().contains("lost the lease (epoch 1): another replica holds the lease now"));
+    let log = old.proc.log_text();
+    assert!(
+        log.contains("lost the lease (epoch 1): the session holding the leader's lock")
+            || log.contains("lost the lease (epoch 1): another replica holds the lease now"),
+        "{log}"
+    );
     // The new leader's work stands: n1 runs revision 2 with one live PAT.
     eventually(30, "revision 2 on n1 from the new leader", || async {
         let (_, d) = n.desired(None, 0).await;
@@ -391,12 +397,13 @@ async fn a_deposed_leader_cannot_write() {
     assert_one_live_pat_per_pair(&dk);
 }
 
-/// The takeover time with the shipped lease (15 s), over ten kills of the leader: from the
+/// The takeover time with the shipped lease (15 s), over 20 kills of the leader
+/// (`FLEET_TAKEOVER_KILLS`): from the
 /// `SIGKILL` to another replica leading, to its first completed pass, and to an agent put in
 /// the CP at the kill (waiting: nobody leads) placed with its PAT in a node's desired state.
 /// Run: `cargo test -p fleet-controller --test ha -- --ignored --nocapture` (docs/performance.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a measurement of about four minutes (docs/performance.md, \"Takeover\")"]
+#[ignore = "a measurement of a minute or two (docs/performance.md, \"Takeover\")"]
 async fn takeover_time_over_ten_kills() {
     let Some(pg) = fleet_devkit::postgres::shared_or_skip("the HA tests") else { return };
     let db = pg.database().unwrap();
@@ -418,7 +425,8 @@ async fn takeover_time_over_ten_kills() {
     n.join(&Admin::new(&via, token.clone()).join_key().await).await;
     let reporting = keep_reporting(vec![n.clone()]);
     let (mut lead, mut pass, mut placed) = (Vec::new(), Vec::new(), Vec::new());
-    for kill in 0..10 {
+    let kills: usize = std::env::var("FLEET_TAKEOVER_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    for kill in 0..kills {
         let leader = the_leader(&replicas.iter().collect::<Vec<_>>(), 60).await;
         let mut passes_before = HashMap::new();
         for r in &replicas {
@@ -455,12 +463,14 @@ async fn takeover_time_over_ten_kills() {
     reporting.abort();
     let stat = |v: &mut Vec<Duration>| {
         v.sort();
-        (v[v.len() / 2], v[v.len() - 1])
+        let p99 = v[((v.len() * 99).div_ceil(100)).saturating_sub(1)];
+        (v[v.len() / 2], p99, v[v.len() - 1])
     };
     let (l, p, a) = (stat(&mut lead), stat(&mut pass), stat(&mut placed));
     eprintln!(
-        "takeover over 10 kills (p50 / max): leading {:?} / {:?}; first pass {:?} / {:?}; agent placed {:?} / {:?}",
-        l.0, l.1, p.0, p.1, a.0, a.1
+        "takeover over {kills} kills (p50 / p99 / max): leading {:?} / {:?} / {:?}; first pass {:?} / {:?} / {:?}; \
+         agent placed {:?} / {:?} / {:?}",
+        l.0, l.1, l.2, p.0, p.1, p.2, a.0, a.1, a.2
     );
-    assert!(a.1 < Duration::from_secs(60), "every takeover placed the waiting agent within a minute");
+    assert!(a.2 < Duration::from_secs(60), "every takeover placed the waiting agent within a minute");
 }

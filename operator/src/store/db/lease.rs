@@ -6,7 +6,7 @@
 //! (`sql/queries.rs`, `fence`).
 
 use super::rows::Fence;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use std::time::Duration;
 
 /// The lease row; the fence (`sql/queries.rs`) checks the same one.
@@ -58,6 +58,67 @@ pub async fn release(pool: &PgPool, fence: &Fence) -> Result<(), sqlx::Error> {
     .execute(pool)
     .await?;
     Ok(())
+}
+
+/// The session advisory lock the leader holds for its term on a connection of its own.
+pub const LOCK_KEY: i64 = 0x466c_6565_7431; // "Fleet1"
+
+/// Takes the advisory lock on `conn` if no other session holds it.
+pub async fn try_lock(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT pg_try_advisory_lock($1)").bind(LOCK_KEY).fetch_one(conn).await
+}
+
+/// Lets the advisory lock go (a replica that got it but could not take the lease).
+pub async fn unlock(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_advisory_unlock($1)").bind(LOCK_KEY).execute(conn).await.map(|_| ())
+}
+
+/// Takes the lease on the connection that holds the advisory lock: when it is free, expired
+/// or released — or when its current holder recorded a lock for its epoch, which it can only
+/// have lost since this session holds it now (its process ended, or its session was ended).
+/// Records this session's backend as the lock of the new epoch.
+pub async fn acquire_locked(
+    conn: &mut PgConnection,
+    holder: &str,
+    url: &str,
+    ttl: Duration,
+) -> Result<Option<Fence>, sqlx::Error> {
+    let epoch: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO leader_lease (name, holder, epoch, expires_at, url, lock_pid, lock_epoch) \
+         VALUES ($1, $2, 1, now() + $3 * interval '1 millisecond', $4, pg_backend_pid(), 1) \
+         ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, epoch = leader_lease.epoch + 1, \
+         expires_at = excluded.expires_at, url = excluded.url, lock_pid = excluded.lock_pid, \
+         lock_epoch = leader_lease.epoch + 1 \
+         WHERE leader_lease.expires_at <= now() \
+         OR (leader_lease.lock_pid IS NOT NULL AND leader_lease.lock_epoch = leader_lease.epoch) \
+         RETURNING epoch",
+    )
+    .bind(NAME)
+    .bind(holder)
+    .bind(ttl.as_millis() as f64)
+    .bind(url)
+    .fetch_optional(conn)
+    .await?;
+    Ok(epoch.map(|epoch| Fence { holder: holder.to_string(), epoch }))
+}
+
+/// Ends the session of a holder whose lease expired while its lock is still held (a leader
+/// paused or cut off from the database), so the lock can be taken; `true` when one was ended.
+pub async fn end_expired_holder(pool: &PgPool) -> Result<bool, sqlx::Error> {
+    let ended: Option<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(lock_pid) FROM leader_lease \
+         WHERE name = $1 AND expires_at <= now() AND lock_epoch = epoch AND lock_pid <> pg_backend_pid() \
+         AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = leader_lease.lock_pid)",
+    )
+    .bind(NAME)
+    .fetch_optional(pool)
+    .await?;
+    Ok(ended == Some(true))
+}
+
+/// Whether the lock's session still answers.
+pub async fn ping(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT 1").execute(conn).await.map(|_| ())
 }
 
 /// The lease as stored.
@@ -120,6 +181,61 @@ mod tests {
         assert!(matches!(refused, Err(DbError::Fenced { epoch: 1 })), "the writer is fenced too: {refused:?}");
         let now = holder(&pool).await.unwrap().unwrap();
         assert_eq!((now.holder.as_str(), now.epoch, now.url.as_str(), now.live), ("two", 2, "http://two", true));
+    }
+
+    /// The lock passes the moment its holder's session ends, and the lease with it, unexpired;
+    /// a paused holder's session is ended once its lease expired; a holder that recorded no
+    /// lock (an older version) is waited out.
+    #[tokio::test]
+    async fn the_lock_makes_takeover_fast_and_waits_out_a_holder_without_one() {
+        let Some(db) = db().await else { return };
+        let pool = db.pg().unwrap();
+        let ttl = Duration::from_secs(60);
+        let mut one = pool.acquire().await.unwrap().detach();
+        let mut two = pool.acquire().await.unwrap().detach();
+        assert!(try_lock(&mut one).await.unwrap());
+        let first = acquire_locked(&mut one, "one", "", ttl).await.unwrap().expect("free");
+        assert!(!try_lock(&mut two).await.unwrap(), "held by one's session");
+        drop(one); // the process ends: PostgreSQL closes its session and the lock with it
+        let took = async {
+            loop {
+                if try_lock(&mut two).await.unwrap() {
+                    return acquire_locked(&mut two, "two", "", ttl).await.unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let second = tokio::time::timeout(Duration::from_secs(5), took).await.expect("at once").expect("taken");
+        assert_eq!(second.epoch, first.epoch + 1, "the unexpired lease passed with the lock");
+        assert!(!renew(pool, &first, ttl).await.unwrap());
+
+        // Paused: the lease expires while the lock is held; its session is ended, then taken.
+        assert!(renew(pool, &second, Duration::from_millis(200)).await.unwrap());
+        let mut three = pool.acquire().await.unwrap().detach();
+        assert!(!try_lock(&mut three).await.unwrap());
+        assert!(!end_expired_holder(pool).await.unwrap(), "not before the lease expired");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(end_expired_holder(pool).await.unwrap(), "the expired holder's session is ended");
+        assert!(ping(&mut two).await.is_err(), "the paused leader finds its lock gone when it wakes");
+        let mut got = false;
+        for _ in 0..50 {
+            got = try_lock(&mut three).await.unwrap();
+            if got {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(got, "the lock is free once the session ended");
+        let third = acquire_locked(&mut three, "three", "", ttl).await.unwrap().expect("expired");
+        drop(three);
+
+        // A holder from before the lock (lock_pid NULL) is waited out even with the lock free.
+        release(pool, &third).await.unwrap();
+        let old = acquire(pool, "old", "", ttl).await.unwrap().expect("released");
+        let mut four = pool.acquire().await.unwrap().detach();
+        assert!(try_lock(&mut four).await.unwrap());
+        assert_eq!(acquire_locked(&mut four, "four", "", ttl).await.unwrap(), None, "unexpired, no lock recorded");
+        assert!(renew(pool, &old, ttl).await.unwrap(), "the old holder still leads");
     }
 
     /// An unrenewed lease expires in the database's clock and can be taken.
