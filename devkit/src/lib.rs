@@ -72,7 +72,13 @@ impl Devkit {
     }
 
     fn router(&self) -> Router {
-        Router::new().merge(cp::routes()).merge(iam::routes()).with_state(self.clone())
+        let counted = axum::middleware::from_fn_with_state(self.clone(), count_replica);
+        Router::new().merge(cp::routes()).merge(iam::routes()).layer(counted).with_state(self.clone())
+    }
+
+    /// Requests a controller replica sent (its `x-fleet-replica` header), of every kind.
+    pub fn calls_from(&self, replica: &str) -> u64 {
+        self.state.lock().calls_from.get(replica).copied().unwrap_or(0)
     }
 
     /// The issuer admin tokens carry.
@@ -156,4 +162,16 @@ impl Devkit {
     pub fn pats(&self) -> Vec<PatRecord> {
         self.state.lock().pats.clone()
     }
+}
+
+/// Counts each request by the replica that names itself in `x-fleet-replica`.
+async fn count_replica(
+    axum::extract::State(dk): axum::extract::State<Devkit>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if let Some(r) = req.headers().get("x-fleet-replica").and_then(|v| v.to_str().ok()) {
+        *dk.state.lock().calls_from.entry(r.chars().take(64).collect()).or_default() += 1;
+    }
+    next.run(req).await
 }

@@ -78,6 +78,9 @@ pub struct DevState {
     pub page_size: usize,
     /// Count of calls by name, for tests (e.g. "list_agents", "list_agents_304").
     pub calls: HashMap<String, u64>,
+    /// Count of requests by the replica that sent them (`x-fleet-replica`), for tests of
+    /// which controller called when.
+    pub calls_from: HashMap<String, u64>,
 }
 
 impl DevState {
@@ -110,6 +113,7 @@ impl DevState {
             tenant: c.tenant.clone(),
             page_size: c.page_size.max(1),
             calls: HashMap::new(),
+            calls_from: HashMap::new(),
         }
     }
 

@@ -20,8 +20,13 @@ async fn main() -> anyhow::Result<()> {
     let dk = Devkit::start(cfg, "127.0.0.1:0".parse()?).await?;
     dk.put_agents((0..n).map(|i| synthetic_agent(i, 5)).collect());
     let http = reqwest::Client::new();
-    let tokens = Arc::new(TokenSource::new(http.clone(), &dk.url, Some(creds)));
-    let cp = CpClient::new(http, &dk.url, tokens);
+    let tokens = Arc::new(TokenSource::new(
+        http.clone(),
+        &dk.url,
+        Some(creds),
+        fleet_controller::platform::CallGate::always("test"),
+    ));
+    let cp = CpClient::new(http, &dk.url, tokens, fleet_controller::platform::CallGate::always("test"));
     let mut times = Vec::new();
     // The list in force, as the controller passes it: the first read has none.
     let mut previous = Arc::new(Vec::new());

@@ -8,6 +8,7 @@ use crate::metrics::Metrics;
 use crate::platform::cp::CpClient;
 use crate::platform::iam::IamClient;
 use crate::platform::token::TokenSource;
+use crate::platform::CallGate;
 use crate::store::Store;
 use crate::trigger::{PassClock, Trigger};
 use std::sync::Arc;
@@ -33,12 +34,13 @@ impl<W> Context<W> {
         metrics: Arc<Metrics>,
         trigger: Arc<Trigger>,
         pass_clock: Arc<PassClock>,
+        gate: Arc<CallGate>,
         work: W,
     ) -> Arc<Context<W>> {
         let http = crate::platform::http_client_trusting(&cfg.ca_certs);
-        let tokens = Arc::new(TokenSource::new(http.clone(), &cfg.iam_url, cfg.credentials.clone()));
-        let cp = CpClient::new(http.clone(), &cfg.control_plane_url, tokens.clone());
-        let iam = IamClient::new(http, &cfg.iam_url, &cfg.iam_tenant, tokens);
+        let tokens = Arc::new(TokenSource::new(http.clone(), &cfg.iam_url, cfg.credentials.clone(), gate.clone()));
+        let cp = CpClient::new(http.clone(), &cfg.control_plane_url, tokens.clone(), gate.clone());
+        let iam = IamClient::new(http, &cfg.iam_url, &cfg.iam_tenant, tokens, gate);
         Arc::new(Context { cfg, store, cp, iam, metrics, trigger, pass_clock, work })
     }
 

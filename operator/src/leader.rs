@@ -22,6 +22,7 @@
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::model::Id;
+use crate::platform::CallGate;
 use crate::reconcile::pass::{self, agents};
 use crate::reconcile::work;
 use crate::reconcile::work::{Ctx, Work};
@@ -74,13 +75,15 @@ pub struct Shared {
     pub trigger: Arc<Trigger>,
     pub pass_clock: Arc<PassClock>,
     pub role: Arc<Role>,
+    /// Whether the leader may call out (IAM, CP, Kubernetes): opened by a term's lease.
+    pub gate: Arc<CallGate>,
 }
 
 /// Starts the leader's tasks into `tasks`, each a core task: the mirror, the workers, the
 /// pass, node GC and the CP watcher; returns their context.
 pub async fn start_term(s: &Shared, tasks: &mut Supervisor) -> anyhow::Result<Arc<Ctx>> {
     let (cfg, store, metrics) = (s.cfg.clone(), s.store.clone(), s.metrics.clone());
-    let ctx = Ctx::new(cfg, store, metrics, s.trigger.clone(), s.pass_clock.clone(), Work::default());
+    let ctx = Ctx::new(cfg, store, metrics, s.trigger.clone(), s.pass_clock.clone(), s.gate.clone(), Work::default());
     // Time-driven work survives a restart and a takeover: re-arm the pending revocations.
     let now = crate::clock::now_ms();
     for r in s.store.read().retiring_creds() {
@@ -91,7 +94,8 @@ pub async fn start_term(s: &Shared, tasks: &mut Supervisor) -> anyhow::Result<Ar
         }
     }
     if s.cfg.kubernetes_mirror {
-        let mirror = crate::k8s::connect(s.cfg.kubernetes_namespace.as_deref(), s.metrics.clone()).await?;
+        let mut mirror = crate::k8s::connect(s.cfg.kubernetes_namespace.as_deref(), s.metrics.clone()).await?;
+        mirror.gate = Some(s.gate.clone());
         tasks.spawn("mirror", crate::k8s::run(mirror, s.store.clone(), s.cfg.node_offline_after));
     }
     for _ in 0..work::WORKERS {
@@ -160,7 +164,7 @@ pub async fn campaign(s: Shared) {
         if fleet_api::failpoint::on("lease-stall") {
             continue;
         }
-        if let Err(why) = check_lock(&mut t.lock).await {
+        if let Err(why) = check_lock(&s.gate, &mut t.lock).await {
             if let Some(t) = term.take() {
                 step_down(&s, t, &why);
             }
@@ -178,9 +182,13 @@ pub async fn campaign(s: Shared) {
 }
 
 /// The lock's session answers: when it does not, another replica may hold the lock already.
-async fn check_lock(lock: &mut PgConnection) -> Result<(), String> {
+async fn check_lock(gate: &CallGate, lock: &mut PgConnection) -> Result<(), String> {
+    let sent = Instant::now();
     match tokio::time::timeout(LOCK_CHECK_TIMEOUT, lease::ping(lock)).await {
-        Ok(Ok(())) => Ok(()),
+        Ok(Ok(())) => {
+            gate.lock_seen(sent);
+            Ok(())
+        }
         Ok(Err(e)) => Err(format!("the session holding the leader's lock ended: {e}")),
         Err(_) => Err("the session holding the leader's lock does not answer".to_string()),
     }
@@ -194,6 +202,7 @@ async fn renew(s: &Shared, pool: &sqlx::PgPool, t: &mut Term) -> Result<(), Stri
     let (refused, why) = match tokio::time::timeout(ttl / 3, lease::renew(pool, &t.fence, ttl)).await {
         Ok(Ok(true)) => {
             t.renewed = sent;
+            s.gate.lease_runs_until(sent + ttl);
             return Ok(());
         }
         Ok(Ok(false)) => (true, "another replica holds the lease now".to_string()),
@@ -239,6 +248,8 @@ async fn try_lead(s: &Shared, pool: &sqlx::PgPool, lock_slot: &mut Option<PgConn
         let _ = lease::release(pool, &fence).await;
         return None;
     }
+    s.gate.lock_seen(sent);
+    s.gate.lease_runs_until(sent + s.cfg.leader_lease);
     s.role.set(true, None);
     s.metrics.leader.set(1);
     tracing::info!(epoch = fence.epoch, replica = %s.cfg.replica_name, "became the leader (epoch {})", fence.epoch);
@@ -283,6 +294,7 @@ async fn follow(s: &Shared, pool: &sqlx::PgPool) {
 
 /// Ends a term: no leader write can start once the fence is gone; then the tasks stop.
 fn step_down(s: &Shared, mut t: Term, why: &str) {
+    s.gate.close();
     s.store.db().set_fence(None);
     t.tasks.abort_all();
     s.role.set(false, None);

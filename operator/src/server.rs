@@ -89,6 +89,11 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         trigger: Arc::new(Trigger::default()),
         pass_clock: Arc::new(PassClock::new(cfg.reconcile_every, crate::clock::now_ms())),
         role: role.clone(),
+        gate: if shared_store {
+            crate::platform::CallGate::leased(&cfg.replica_name)
+        } else {
+            crate::platform::CallGate::always(&cfg.replica_name)
+        },
     };
     let ctx = match &cfg.credentials {
         Some(_) if shared_store => {

@@ -101,8 +101,13 @@ async fn a_list_is_read_into_a_vector_of_the_expected_length() {
     let dk = Devkit::start(cfg, "127.0.0.1:0".parse().unwrap()).await.unwrap();
     dk.put_agents((0..50).map(|i| agent(&format!("a{i:02}"), "k", 1)).collect());
     let http = reqwest::Client::new();
-    let tokens = Arc::new(TokenSource::new(http.clone(), &dk.url, Some(creds)));
-    let cp = CpClient::new(http, &dk.url, tokens);
+    let tokens = Arc::new(TokenSource::new(
+        http.clone(),
+        &dk.url,
+        Some(creds),
+        fleet_controller::platform::CallGate::always("test"),
+    ));
+    let cp = CpClient::new(http, &dk.url, tokens, fleet_controller::platform::CallGate::always("test"));
     // The expected length is the length of the list in force.
     let read = |previous: Vec<fleet_controller::model::Agent>| {
         let cp = &cp;

@@ -397,6 +397,69 @@ async fn a_deposed_leader_cannot_write() {
     assert_one_live_pat_per_pair(&dk);
 }
 
+/// A leader paused with `SIGSTOP` is replaced when its lease expires (TTL + 2 s at most), and
+/// after `SIGCONT` it makes no outside call — devkit counts every request by the replica that
+/// names itself in it — and steps down; the new leader's work stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_leader_is_replaced_and_wakes_silent() {
+    let Some(pg) = fleet_devkit::postgres::shared_or_skip("the HA tests") else { return };
+    let db = pg.database().unwrap();
+    let dk = devkit().await;
+    dk.put_agent(agent("alpha", "k", 1));
+    let dir = tempfile::tempdir().unwrap();
+    let _logs = LogsOnFailure(dir.path().to_path_buf());
+    let mut replicas = Vec::new();
+    for name in ["p0", "p1", "p2"] {
+        replicas.push(Replica::spawn(&dk, dir.path(), &db, name).await);
+    }
+    let leader = the_leader(&replicas.iter().collect::<Vec<_>>(), 30).await;
+    let i = replicas.iter().position(|r| r.name == leader).unwrap();
+    let via = replicas[(i + 1) % 3].proc.url.clone();
+    let token = dk.mint("fleet", &["fleet:admin"], 3600);
+    let mut n = TestNode::new(&via, "n1", announce());
+    n.join(&Admin::new(&via, token).join_key().await).await;
+    let reporting = keep_reporting(vec![n.clone()]);
+    eventually(30, "alpha on n1 with its PAT", || async {
+        let (_, d) = n.desired(None, 0).await;
+        n.open_pat(&d, "alpha").map(|_| ())
+    })
+    .await;
+    assert!(dk.calls_from(&leader) > 0, "the leader's calls name it");
+
+    let pid = replicas[i].proc.child.id().to_string();
+    let signal = |sig: &str| assert!(std::process::Command::new("kill").args([sig, &pid]).status().unwrap().success());
+    // It wakes not knowing it lost the lease (its lock and renewals unchecked): only the call
+    // gate stands between it and the CP.
+    std::fs::write(replicas[i].failpoints.join("lease-stall"), "").unwrap();
+    signal("-STOP");
+    let paused_at = std::time::Instant::now();
+    let calls_while_paused = dk.calls_from(&leader);
+    let rest: Vec<&Replica> = replicas.iter().filter(|r| r.name != leader).collect();
+    let new = the_leader(&rest, 10).await;
+    let took = paused_at.elapsed();
+    assert!(took < Duration::from_secs(3 + 2), "replaced within TTL + 2 s: {took:?}");
+    // Work for a leader while the old one sleeps: a new revision, then wake it.
+    dk.edit_agent("alpha", |v| v["revision"] = json!(2));
+    signal("-CONT");
+    let old = &replicas[i];
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(old.leads().await, Some(true), "it believes it still leads");
+    assert_eq!(dk.calls_from(&leader), calls_while_paused, "no outside call after it woke: {}", old.proc.log_text());
+    std::fs::remove_file(replicas[i].failpoints.join("lease-stall")).unwrap();
+    eventually(20, "the woken leader steps down", || async { (old.leads().await == Some(false)).then_some(()) }).await;
+    assert_eq!(dk.calls_from(&leader), calls_while_paused, "none while it stepped down either");
+    assert!(dk.calls_from(&new) > 0, "the new leader calls out");
+    eventually(30, "revision 2 on n1 from the new leader", || async {
+        let (_, d) = n.desired(None, 0).await;
+        let rev = d["agents"].as_array()?.iter().find(|a| a["agentKey"] == "alpha")?["revision"].as_u64()?;
+        (rev == 2).then_some(())
+    })
+    .await;
+    eprintln!("paused leader replaced after {took:?}");
+    reporting.abort();
+    assert_one_live_pat_per_pair(&dk);
+}
+
 /// The takeover time with the shipped lease (15 s), over 20 kills of the leader
 /// (`FLEET_TAKEOVER_KILLS`): from the
 /// `SIGKILL` to another replica leading, to its first completed pass, and to an agent put in

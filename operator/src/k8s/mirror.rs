@@ -158,6 +158,9 @@ pub struct Mirror {
     metrics: Arc<Metrics>,
     /// Requests sent so far (what `sync` reports).
     requests: usize,
+    /// The leader's call gate (docs/behaviour.md#high-availability): no write starts unless
+    /// the lease surely runs. `None`: the caller decides (tests).
+    pub gate: Option<Arc<crate::platform::CallGate>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -181,6 +184,7 @@ impl Mirror {
             backoff: None,
             metrics,
             requests: 0,
+            gate: None,
         }
     }
 
@@ -272,7 +276,9 @@ impl Mirror {
                     Op::Apply { spec, status, .. } => usize::from(spec) + usize::from(status),
                     Op::Delete => 1,
                 };
-                if !self.bucket.take(now, cost as f64) {
+                if !self.bucket.take(now, cost as f64)
+                    || self.gate.as_ref().is_some_and(|g| g.permit("Kubernetes").is_err())
+                {
                     return self.requests - before;
                 }
                 let result = match &op {

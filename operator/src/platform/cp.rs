@@ -2,6 +2,7 @@
 //! and status writes.
 
 use super::error::{short_body, short_text, PlatformError};
+use super::gate::{CallGate, Gated};
 use super::token::TokenSource;
 use crate::model::{parse_agents, Agent, AgentList, FieldWarning, SkippedAgent};
 use crate::store::kept::StatusBody;
@@ -19,6 +20,7 @@ const MAX_EXPECTED: usize = 1_000_000;
 
 pub struct CpClient {
     http: reqwest::Client,
+    gate: Arc<CallGate>,
     base: String,
     tokens: Arc<TokenSource>,
 }
@@ -58,8 +60,8 @@ fn unreachable(e: reqwest::Error) -> PlatformError {
 }
 
 impl CpClient {
-    pub fn new(http: reqwest::Client, base: &str, tokens: Arc<TokenSource>) -> Self {
-        CpClient { http, base: base.to_string(), tokens }
+    pub fn new(http: reqwest::Client, base: &str, tokens: Arc<TokenSource>, gate: Arc<CallGate>) -> Self {
+        CpClient { http, gate, base: base.to_string(), tokens }
     }
 
     async fn bearer(&self) -> Result<String, PlatformError> {
@@ -146,8 +148,9 @@ impl CpClient {
         if let Some(e) = etag {
             req = req.header(reqwest::header::IF_NONE_MATCH, e);
         }
+        let req = req.gated(&self.gate, SERVICE);
         async move {
-            let resp = req.send().await.map_err(unreachable)?;
+            let resp = req?.send().await.map_err(unreachable)?;
             let status = resp.status();
             let etag = resp.headers().get(reqwest::header::ETAG).and_then(|v| v.to_str().ok()).map(str::to_string);
             let body = resp.bytes().await.map_err(unreachable)?;
@@ -162,6 +165,7 @@ impl CpClient {
             .put(format!("{}{path}", self.base))
             .bearer_auth(token)
             .json(body)
+            .gated(&self.gate, SERVICE)?
             .send()
             .await
             .map_err(unreachable)?;

@@ -11,6 +11,9 @@ pub enum PlatformError {
     Invalid { service: &'static str, detail: String },
     #[error("the controller has no client credentials (FLEET_CLIENT_ID, FLEET_CLIENT_SECRET)")]
     NotConfigured,
+    /// The lease does not surely run for a call (docs/behaviour.md#high-availability): not sent.
+    #[error("{service} not called: this replica is not sure it leads")]
+    NotLeading { service: &'static str },
 }
 
 impl PlatformError {
@@ -22,6 +25,7 @@ impl PlatformError {
             PlatformError::Status { .. } => "refused",
             PlatformError::Invalid { .. } => "invalid",
             PlatformError::NotConfigured => "not_configured",
+            PlatformError::NotLeading { .. } => "not_leading",
         }
     }
 }

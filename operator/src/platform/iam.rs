@@ -2,6 +2,7 @@
 //! carries an `Idempotency-Key`, so a retry after a crash replays instead of duplicating.
 
 use super::error::{short_body, PlatformError};
+use super::gate::{CallGate, Gated};
 use super::token::TokenSource;
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -12,6 +13,7 @@ pub const AUDIENCE: &str = "iam";
 
 pub struct IamClient {
     http: reqwest::Client,
+    gate: Arc<CallGate>,
     base: String,
     tenant: String,
     tokens: Arc<TokenSource>,
@@ -58,8 +60,8 @@ fn unreachable(e: reqwest::Error) -> PlatformError {
 }
 
 impl IamClient {
-    pub fn new(http: reqwest::Client, base: &str, tenant: &str, tokens: Arc<TokenSource>) -> Self {
-        IamClient { http, base: base.to_string(), tenant: tenant.to_string(), tokens }
+    pub fn new(http: reqwest::Client, base: &str, tenant: &str, tokens: Arc<TokenSource>, gate: Arc<CallGate>) -> Self {
+        IamClient { http, gate, base: base.to_string(), tenant: tenant.to_string(), tokens }
     }
 
     async fn check(&self, resp: reqwest::Response) -> Result<reqwest::Response, PlatformError> {
@@ -83,6 +85,7 @@ impl IamClient {
             .bearer_auth(token)
             .header("Idempotency-Key", format!("fleet-principal-{agent_key}"))
             .json(&PrincipalBody { name: agent_key, display_name: agent_key })
+            .gated(&self.gate, SERVICE)?
             .send()
             .await
             .map_err(unreachable)?;
@@ -111,6 +114,7 @@ impl IamClient {
             .bearer_auth(token)
             .header("Idempotency-Key", idempotency_key)
             .json(req)
+            .gated(&self.gate, SERVICE)?
             .send()
             .await
             .map_err(unreachable)?;
@@ -139,6 +143,7 @@ impl IamClient {
                 self.base, self.tenant
             ))
             .bearer_auth(token)
+            .gated(&self.gate, SERVICE)?
             .send()
             .await
             .map_err(unreachable)?;

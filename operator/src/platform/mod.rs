@@ -4,8 +4,10 @@
 pub mod client;
 pub mod cp;
 pub mod error;
+pub mod gate;
 pub mod iam;
 pub mod token;
 
 pub use client::{http_client, http_client_trusting};
 pub use error::PlatformError;
+pub use gate::CallGate;

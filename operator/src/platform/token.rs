@@ -2,14 +2,17 @@
 //! 30 s before expiry (docs/behaviour.md#iam-calls).
 
 use super::error::{short_body, PlatformError};
+use super::gate::{CallGate, Gated};
 use crate::config::ClientCredentials;
 use parking_lot::Mutex;
 use serde::Deserialize;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub struct TokenSource {
     http: reqwest::Client,
+    gate: Arc<CallGate>,
     url: String,
     creds: Option<ClientCredentials>,
     cache: Mutex<HashMap<String, (String, Instant)>>,
@@ -25,8 +28,8 @@ struct TokenAnswer {
 const EARLY: Duration = Duration::from_secs(30);
 
 impl TokenSource {
-    pub fn new(http: reqwest::Client, iam_url: &str, creds: Option<ClientCredentials>) -> Self {
-        TokenSource { http, url: format!("{iam_url}/oauth2/token"), creds, cache: Mutex::new(HashMap::new()) }
+    pub fn new(http: reqwest::Client, iam_url: &str, creds: Option<ClientCredentials>, gate: Arc<CallGate>) -> Self {
+        TokenSource { http, gate, url: format!("{iam_url}/oauth2/token"), creds, cache: Mutex::new(HashMap::new()) }
     }
 
     pub async fn token(&self, audience: &str) -> Result<String, PlatformError> {
@@ -45,6 +48,7 @@ impl TokenSource {
                 ("client_secret", &creds.client_secret),
                 ("audience", audience),
             ])
+            .gated(&self.gate, "IAM")?
             .send()
             .await
             .map_err(|e| PlatformError::Unreachable { service: "IAM", detail: e.to_string() })?;
