@@ -88,7 +88,10 @@ impl Store {
     /// this replica served.
     pub async fn reload(&self) -> Result<(), DbError> {
         self.flush_reports().await?;
-        let fresh = State::from_snapshot(self.db().load().await?, clock::now_ms());
+        let mut fresh = State::from_snapshot(self.db().load().await?, clock::now_ms());
+        // A call still on the wire when the last leader stalled can land after this load:
+        // what the CP last accepted is not trusted, and every status is sent once again.
+        fresh.forget_sent_statuses();
         let old = self.parts.registry.replace(fresh);
         let st = self.read();
         for (id, generation) in st.generations() {

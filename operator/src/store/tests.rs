@@ -83,6 +83,31 @@ async fn a_sent_status_settles_the_want_it_was_derived_for() {
     assert_eq!(want(&store), None);
 }
 
+/// A takeover loads the store again and trusts no record of what the CP accepted: a call of
+/// the last leader may land after it, so every status is sent once more
+/// (docs/behaviour.md#high-availability).
+#[tokio::test]
+async fn a_reload_forgets_what_the_cp_was_sent() {
+    let fresh = db::testing::each().into_iter().next().unwrap();
+    let store = Store::open(&fresh.url).await.unwrap();
+    let agent: Id = "a".into();
+    let body = StatusBody {
+        phase: kept::Phase::Pending,
+        reason: None,
+        node: None,
+        observed_revision: None,
+        ready_replicas: 0,
+        desired_replicas: 1,
+        replicas: vec![],
+    };
+    let sent = kept::Sent::of(&body);
+    store.parts.registry.write().want_status(&agent, sent);
+    store.status_sent(&agent, body.clone(), sent).await;
+    assert!(store.read().status_sent(&agent).is_some_and(|s| s.is(&body)));
+    store.reload().await.unwrap();
+    assert!(store.read().status_sent(&agent).is_none(), "sent again by the next pass");
+}
+
 /// A pass's new desired state is in the registry before the hub announces it: a poll that
 /// sees the announcement and then reads the registry finds the new generation (else it waits
 /// for a wake that already went, a node's whole report period). The registry is held by a

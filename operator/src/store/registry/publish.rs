@@ -106,6 +106,11 @@ impl State {
         self.statuses_sent.insert(agent.clone(), sent)
     }
 
+    /// Forgets what the CP was last sent, so the next pass wants every status sent again.
+    pub(in crate::store) fn forget_sent_statuses(&mut self) {
+        self.statuses_sent.clear();
+    }
+
     /// Sets a wanted status without a pass (tests only).
     #[cfg(test)]
     pub(in crate::store) fn want_status(&mut self, agent: &Id, sent: Sent) {
