@@ -4,6 +4,7 @@
 //! label matching (docs/behaviour.md#placement), image allow-list matching (docs/behaviour.md#images-an-agent-may-name) and the sealed-box helpers that
 //! carry a PAT to exactly one node (docs/behaviour.md#identity-and-pats). It knows no transport: no tokio, axum or Docker.
 
+pub mod claims;
 pub mod codes;
 pub mod failpoint;
 pub mod images;

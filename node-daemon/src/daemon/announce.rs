@@ -1,5 +1,5 @@
 //! What the node says of itself (docs/behaviour.md#desired-state-and-observed-report): the same facts — labels, executors, capacity,
-//! secret names, version — in its join request and in every observed report, kept side by
+//! secret names (and those each kind is offered), version — in its join request and in every observed report, kept side by
 //! side so that the two stay alike.
 
 use super::shared::Shared;
@@ -14,6 +14,7 @@ use std::sync::Arc;
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub(super) fn join_request(cfg: &NodeConfig, key: &str, public_key: &[u8; 32]) -> JoinRequest {
+    let secrets = plan::read_secrets(&cfg.secrets_dir);
     JoinRequest {
         join_key: key.to_string(),
         name: cfg.name.clone(),
@@ -22,7 +23,8 @@ pub(super) fn join_request(cfg: &NodeConfig, key: &str, public_key: &[u8; 32]) -
         executor_kinds: cfg.kinds(),
         executor_images: cfg.images(),
         capacity: cfg.capacity(),
-        secrets: plan::read_secrets(&cfg.secrets_dir).into_iter().collect(),
+        executor_secrets: cfg.offered_secrets(&secrets),
+        secrets: secrets.into_iter().collect(),
         version: VERSION.to_string(),
     }
 }
@@ -42,6 +44,7 @@ impl Reporter {
 
     pub(super) fn next(&self) -> ObservedReport {
         let (cfg, shared) = (&self.cfg, &self.shared);
+        let secrets = plan::read_secrets(&cfg.secrets_dir);
         ObservedReport {
             applied_generation: shared.applied_generation.load(Ordering::SeqCst),
             health: if shared.degraded.load(Ordering::SeqCst) { Health::Degraded } else { Health::Ok },
@@ -49,7 +52,8 @@ impl Reporter {
             executor_kinds: cfg.kinds(),
             executor_images: cfg.images(),
             capacity: cfg.capacity(),
-            secrets: plan::read_secrets(&cfg.secrets_dir).into_iter().collect(),
+            executor_secrets: cfg.offered_secrets(&secrets),
+            secrets: secrets.into_iter().collect(),
             replicas: shared.reports.lock().clone(),
             version: VERSION.to_string(),
             boot_id: Some(self.boot_id.clone()),

@@ -95,8 +95,8 @@ fn verdict(d: &Demand, n: &NodeRec, online: bool, free: Option<&Free>) -> Option
     if !missing.is_empty() {
         return Some((4, format!("missing label {}", missing.join(", "))));
     }
-    let lacking: Vec<&str> =
-        d.secrets.iter().filter(|s| !n.info.secrets.iter().any(|x| x == *s)).map(|s| s.as_str()).collect();
+    let offered = n.info.secrets_for(&d.kind);
+    let lacking: Vec<&str> = d.secrets.iter().filter(|s| !offered.contains(*s)).map(|s| s.as_str()).collect();
     if !lacking.is_empty() {
         return Some((5, format!("missing secret {}", lacking.join(", "))));
     }
@@ -140,7 +140,7 @@ fn filter(st: &State, d: &Demand, now: i64, offline_after: Duration, with_nodes:
             }
             Some((5, _)) => {
                 for (s, count) in missing_secrets.iter_mut() {
-                    *count += u32::from(!n.info.secrets.iter().any(|x| x == s));
+                    *count += u32::from(!n.info.secrets_for(&d.kind).contains(s));
                 }
             }
             Some((6, _)) => {
@@ -216,6 +216,9 @@ pub fn hint(code: &str) -> &'static str {
             "the controller could not create the agent's identity or PAT: the message says why (IAM unreachable, scope, expiry)"
         }
         refusal::SECRET_MISSING => "the node lacks a secret file the agent needs: put it in the node's secretsDir",
+        refusal::SECRET_NOT_ALLOWED => {
+            "the node does not offer this secret to the agent's kind: add it to executors.<kind>.secrets in node.yaml and restart fleet-node"
+        }
         refusal::CREDENTIAL_UNREADABLE => {
             "the node cannot open its PAT: its stateDir was recreated after joining; join it again under a new name"
         }
@@ -254,6 +257,7 @@ mod tests {
                 ..Default::default()
             },
             allow: Default::default(),
+            allowed: None,
             lifecycle: Lifecycle::Schedulable,
         };
         f(&mut n);
@@ -390,6 +394,11 @@ mod tests {
         let table = [
             (refusal::secret_missing("github-token"), fleet_api::ReplicaState::Stopped, refusal::SECRET_MISSING),
             (
+                refusal::secret_not_allowed("github-token", "k"),
+                fleet_api::ReplicaState::Stopped,
+                refusal::SECRET_NOT_ALLOWED,
+            ),
+            (
                 refusal::CREDENTIAL_UNOPENABLE.to_string(),
                 fleet_api::ReplicaState::Stopped,
                 refusal::CREDENTIAL_UNREADABLE,
@@ -440,6 +449,7 @@ mod tests {
             codes::NODE_UNAVAILABLE,
             codes::IDENTITY_PENDING,
             refusal::SECRET_MISSING,
+            refusal::SECRET_NOT_ALLOWED,
             refusal::CREDENTIAL_UNREADABLE,
             refusal::EXECUTOR_KIND_MISSING,
             refusal::START_FAILED,
