@@ -103,6 +103,13 @@ enum Command {
         /// A note kept with the key.
         #[arg(long)]
         note: Option<String>,
+        /// A label pattern the node may claim (name, name=value or name=*); repeat it. Without
+        /// it the node may claim any label.
+        #[arg(long = "allow-label", value_name = "PATTERN")]
+        allow_label: Vec<String>,
+        /// An executor kind the node may claim; repeat it. Without it, any kind.
+        #[arg(long = "allow-kind", value_name = "KIND")]
+        allow_kind: Vec<String>,
     },
 }
 
@@ -132,7 +139,9 @@ async fn main() {
             commands::drain(&c, out, node, o).await
         }
         Command::Delete { node, yes } => commands::delete(&c, node, *yes).await,
-        Command::JoinKey { ttl, note } => commands::join_key(&c, out, *ttl, note.as_deref()).await,
+        Command::JoinKey { ttl, note, allow_label, allow_kind } => {
+            commands::join_key(&c, out, *ttl, note.as_deref(), allow_label, allow_kind).await
+        }
     };
     if let Err(e) = result {
         eprintln!("error: {e}");
