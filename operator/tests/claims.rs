@@ -111,7 +111,8 @@ async fn a_label_outside_the_allowance_is_refused_and_never_attracts_an_agent() 
     let (reason, why) = eventually(20, "trainer waits", || waiting_reason(&admin, "trainer")).await;
     assert_eq!(reason, "no_label", "{why}");
     let verdict = &why["nodes"][0];
-    assert_eq!((&verdict["name"], &verdict["detail"]), (&json!("n-zone"), &json!("missing label gpu")), "{why}");
+    let detail = json!("missing label gpu (claimed, refused by its allowance)");
+    assert_eq!((&verdict["name"], &verdict["detail"]), (&json!("n-zone"), &detail), "{why}");
     // Reports keep claiming gpu: still refused, and the event is not repeated per report.
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     assert_eq!(placed_node(&admin, "trainer").await, None, "gpu never moves trainer onto n-zone");
@@ -178,6 +179,8 @@ async fn kinds_outside_the_allowance_and_secrets_per_kind() {
     dk.put_agent(requiring("snoop", "observer", &[], &["github-token"]));
     let (reason, why) = eventually(20, "mailer waits", || waiting_reason(&admin, "mailer")).await;
     assert_eq!(reason, "no_executor_kind", "observer is not n-kinds' kind: {why}");
+    let on_n = why["nodes"].as_array().unwrap().iter().find(|v| v["name"] == "n-kinds").cloned().unwrap_or_default();
+    assert_eq!(on_n["detail"], "no executor kind observer (claimed, refused by its allowance)", "{why}");
 
     let (s, v) = put_allowed(&admin, "n-kinds", json!({"allowedKinds": ["k", "observer"]})).await;
     assert_eq!(s, 200, "{v}");

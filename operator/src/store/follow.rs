@@ -344,6 +344,15 @@ mod replicas {
         assert_eq!(late.desired_body(&joined.node_id.as_str().into()).map(|(g, _)| g), Some(1));
         assert_eq!(late.learn_node_by_token("fnt_unknown", ttl).await.unwrap(), None);
 
+        // An allowance changed on the follower reaches the leader, split again there: n2's
+        // kind is refused on both (docs/behaviour.md#what-a-node-may-claim).
+        let no_kinds = fleet_api::claims::Allowance { allowed_labels: None, allowed_kinds: Some(vec![]) };
+        follower.set_allowance("n2", no_kinds, "test").await.unwrap();
+        until("the leader refuses n2's kind", || {
+            leader.read().node(&id2).is_some_and(|n| n.info.executor_kinds.is_empty() && n.allowed.is_some())
+        })
+        .await;
+        assert_eq!(leader.read().node(&id2).map(|n| n.info.refused_facts().kinds), Some(vec!["k".to_string()]));
         follower.set_lifecycle("n1", crate::store::Action::Cordon, "test").await.unwrap();
         until("the leader sees the cordon", || {
             leader.read().node(&id).is_some_and(|n| n.lifecycle == crate::store::Lifecycle::Cordoned)

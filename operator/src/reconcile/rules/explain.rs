@@ -79,7 +79,10 @@ fn verdict(d: &Demand, n: &NodeRec, online: bool, free: Option<&Free>) -> Option
         return Some((1, what.into()));
     }
     if !n.info.executor_kinds.iter().any(|k| *k == d.kind) {
-        return Some((2, format!("no executor kind {}", d.kind)));
+        return Some((
+            2,
+            format!("no executor kind {}{}", d.kind, refused_note(n, |r| r.kinds.iter().any(|k| *k == d.kind))),
+        ));
     }
     if let Some(img) = &d.image {
         if !n.allow.get(&*d.kind).is_some_and(|l| l.admits(img)) {
@@ -93,7 +96,10 @@ fn verdict(d: &Demand, n: &NodeRec, online: bool, free: Option<&Free>) -> Option
         .map(|s| s.as_str())
         .collect();
     if !missing.is_empty() {
-        return Some((4, format!("missing label {}", missing.join(", "))));
+        let claimed = refused_note(n, |r| {
+            r.labels.iter().any(|l| missing.iter().any(|m| fleet_api::labels::requirement_met(m, &[l])))
+        });
+        return Some((4, format!("missing label {}{claimed}", missing.join(", "))));
     }
     let offered = n.info.secrets_for(&d.kind);
     let lacking: Vec<&str> = d.secrets.iter().filter(|s| !offered.contains(*s)).map(|s| s.as_str()).collect();
@@ -107,6 +113,15 @@ fn verdict(d: &Demand, n: &NodeRec, online: bool, free: Option<&Free>) -> Option
         return Some((6, format!("short of {}", what.join(", "))));
     }
     None
+}
+
+/// ` (claimed, refused by its allowance)` when the node claims what a verdict misses but may not
+/// (docs/behaviour.md#what-a-node-may-claim): the node.yaml has it, the fix is the allowance.
+fn refused_note(n: &NodeRec, claims_it: impl Fn(&fleet_api::claims::Claimed) -> bool) -> &'static str {
+    match &n.info.refused {
+        Some(r) if claims_it(r) => " (claimed, refused by its allowance)",
+        _ => "",
+    }
 }
 
 /// Whether the node's room left is short of a slot, the cpus or the memory `d` needs.

@@ -81,7 +81,9 @@ impl NodeInfo {
 
 /// Whether the refused labels or kinds differ: what a `node_facts_refused` event is about.
 pub fn refused_changed(before: &NodeInfo, after: &NodeInfo) -> bool {
-    let facts = |i: &NodeInfo| i.refused.as_ref().map(|r| (r.labels.clone(), r.kinds.clone()));
+    fn facts(i: &NodeInfo) -> Option<(&Vec<String>, &Vec<String>)> {
+        i.refused.as_ref().map(|r| (&r.labels, &r.kinds))
+    }
     facts(before) != facts(after)
 }
 
