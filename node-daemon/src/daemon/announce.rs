@@ -62,3 +62,46 @@ impl Reporter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(dir: &std::path::Path, executors: &str) -> Arc<NodeConfig> {
+        let secrets = dir.join("secrets");
+        std::fs::create_dir_all(&secrets).unwrap();
+        for s in ["github-token", "mail"] {
+            std::fs::write(secrets.join(s), "x").unwrap();
+        }
+        let text = format!(
+            "controllerUrl: http://127.0.0.1\nname: w1\ncapacity: {{slots: 1}}\nexecutors: {executors}\nstateDir: {}\nsecretsDir: {}\n",
+            dir.join("state").display(),
+            secrets.display()
+        );
+        Arc::new(NodeConfig::parse(&text, "t", &|_| None).unwrap())
+    }
+
+    /// docs/behaviour.md#secrets: the join and every report offer each kind that lists its
+    /// secrets those of its list present in secretsDir; a node whose kinds list none sends no
+    /// `executorSecrets` at all, so it still speaks to a controller that predates the field.
+    #[test]
+    fn each_kind_is_offered_its_listed_secrets_and_old_controllers_see_nothing_new() {
+        let t = tempfile::tempdir().unwrap();
+        let cfg = config(t.path(), "{k: {image: a:1}, observer: {image: o:1, secrets: [mail, absent]}}");
+        let join = join_request(&cfg, "fjk_x", &[9; 32]);
+        let want: std::collections::BTreeMap<String, Vec<String>> = [("observer".into(), vec!["mail".into()])].into();
+        assert_eq!(
+            (join.secrets.clone(), join.executor_secrets.clone()),
+            (vec!["github-token".into(), "mail".into()], want.clone())
+        );
+        let report = Reporter::new(cfg, Arc::new(Shared::default())).next();
+        assert_eq!(report.executor_secrets, want);
+
+        let open = config(t.path(), "{k: {image: a:1}}");
+        let report = Reporter::new(open.clone(), Arc::new(Shared::default())).next();
+        let wire = serde_json::to_value(&report).unwrap();
+        assert!(wire.get("executorSecrets").is_none(), "{wire}");
+        let wire = serde_json::to_value(join_request(&open, "fjk_x", &[9; 32])).unwrap();
+        assert!(wire.get("executorSecrets").is_none(), "{wire}");
+    }
+}
