@@ -92,6 +92,10 @@ impl NodeRec {
     /// a stored row written under another).
     pub fn readmit(&mut self) {
         let mut info = std::mem::take(&mut self.info);
+        if self.allowed.is_none() && info.refused.is_none() {
+            // Nothing refused and nothing to refuse (most nodes, read back at a start).
+            return self.set_info(info);
+        }
         let claimed = info.claimed();
         info.admit(claimed, self.allowed.as_deref());
         self.set_info(info);
