@@ -103,8 +103,10 @@ impl State {
         let after = rec.info.refused_facts();
         let refused = (after != before).then_some(after);
         let name = rec.name.clone();
+        // Not marked dirty: the stored report keeps the split it was written with, and every
+        // read of a stored row splits it again under the stored allowance; writing this copy
+        // could put an older report over one another replica took.
         self.changes.facts.insert(id.clone());
-        self.dirty_nodes.insert(id.clone());
         Some((name, refused))
     }
 
@@ -234,8 +236,10 @@ impl State {
         let refused = refused_changed(&before, &info).then(|| info.refused_facts()).filter(|r| !r.is_empty());
         rec.set_info(info);
         let name = rec.name.clone();
+        // Not marked dirty: the stored report keeps the split it was written with, and every
+        // read of a stored row splits it again under the stored allowance; writing this copy
+        // could put an older report over one another replica took.
         self.changes.facts.insert(id.clone());
-        self.dirty_nodes.insert(id.clone());
         Some((name, refused))
     }
 
