@@ -107,17 +107,17 @@ pub fn allowance_column(allowed: &Allowance) -> Option<String> {
     (!allowed.is_open()).then(|| serde_json::to_string(allowed).unwrap_or_default())
 }
 
-/// A stored allowance; `None` for none (or, logged, one that no longer parses: a stored row is
-/// this controller's own writing, so that is a bug, and refusing nothing is what the node had
-/// before allowances existed).
+/// A stored allowance; `None` for none. One that no longer parses (a stored row is this
+/// controller's own writing, so that is a bug) allows nothing, logged, until an admin sets it
+/// again: a node whose limits are unknown must not attract agents.
 pub fn allowance_of(column: Option<&str>) -> Option<Box<Allowance>> {
     let text = column?;
     match serde_json::from_str::<Allowance>(text) {
         Ok(a) if a.is_open() => None,
         Ok(a) => Some(Box::new(a.normalised())),
         Err(e) => {
-            tracing::error!(error = %e, "a stored allowance does not parse; the node is allowed anything");
-            None
+            tracing::error!(error = %e, "a stored allowance does not parse; the node may claim nothing until it is set again");
+            Some(Box::new(Allowance { allowed_labels: Some(vec![]), allowed_kinds: Some(vec![]) }))
         }
     }
 }
@@ -160,6 +160,14 @@ mod tests {
         assert!(n.info.executor_kinds.is_empty(), "an empty list allows no kind");
         assert_eq!(n.info.refused_facts().kinds, strings(&["k"]));
         assert_eq!(n.info.labels, strings(&["gpu", "zone=eu"]));
+    }
+
+    #[test]
+    fn a_stored_allowance_that_does_not_parse_allows_nothing() {
+        assert_eq!(allowance_of(None), None);
+        assert_eq!(allowance_of(Some("{}")), None, "an open allowance is none");
+        let closed = allowance_of(Some("{not json")).unwrap();
+        assert!(!closed.label_allowed("zone=eu") && !closed.kind_allowed("k"));
     }
 
     #[test]
