@@ -334,6 +334,28 @@ pub async fn lifecycle_action(c: &Client, out: Output, node: &str, action: &str)
     Ok(())
 }
 
+/// `fleetctl allow`: `PUT /api/v1/nodes/{id}/allowed` (docs/behaviour.md#what-a-node-may-claim).
+pub async fn allow(c: &Client, out: Output, node: &str, labels: &[String], kinds: &[String]) -> Result<()> {
+    let mut body = json!({});
+    if !labels.is_empty() {
+        body["allowedLabels"] = json!(labels);
+    }
+    if !kinds.is_empty() {
+        body["allowedKinds"] = json!(kinds);
+    }
+    let n: NodeView = c.put(&format!("/api/v1/nodes/{}/allowed", enc(node)), body).await?;
+    if out == Output::Json {
+        print_json(&n);
+        return Ok(());
+    }
+    let any = |l: &Option<Vec<String>>| l.as_ref().map_or("any".to_string(), |l| l.join(", "));
+    println!("node {} may claim labels {}; kinds {}", n.name, any(&n.allowed_labels), any(&n.allowed_kinds));
+    if !n.refused_facts.is_empty() {
+        println!("refused now: {}", n.refused_facts.describe());
+    }
+    Ok(())
+}
+
 pub struct DrainOptions {
     pub force: bool,
     pub wait: bool,

@@ -163,6 +163,17 @@ async fn join_key_allowances_limit_what_the_node_may_claim() {
     let text = ctl.ok(&["node", "node-c"]);
     assert!(text.contains("Refused:    kinds claude-code"), "{text}");
 
+    // fleetctl allow replaces the allowance at once; no flag lifts every limit.
+    let allowed = ctl.ok(&["allow", "node-c", "--label", "zone=*", "--kind", "observer", "--kind", "claude-code"]);
+    assert_eq!(allowed, "node node-c may claim labels zone=*; kinds claude-code, observer\n");
+    let view: Value = serde_json::from_str(&ctl.ok(&["node", "node-c", "-o", "json"])).unwrap();
+    assert_eq!(view["executorKinds"], serde_json::json!(["claude-code"]), "{view}");
+    let allowed = ctl.ok(&["allow", "node-c", "--label", "gpu"]);
+    assert_eq!(allowed, "node node-c may claim labels gpu; kinds any\nrefused now: labels zone=eu\n");
+    assert_eq!(ctl.ok(&["allow", "node-c"]), "node node-c may claim labels any; kinds any\n");
+    let e = ctl.fails(Some(&ctl.token), &["allow", "node-x"]);
+    assert!(e.contains("not_found"), "{e}");
+
     let e = ctl.fails(Some(&ctl.token), &["join-key", "--allow-label", "Zone=*"]);
     assert!(e.contains("allowedLabels[0]") && e.contains("invalid_request"), "{e}");
 }
