@@ -32,6 +32,8 @@ pub const IDENTITY_PENDING: &str = "identity_pending";
 /// the texts cannot drift apart.
 pub mod refusal {
     pub const SECRET_MISSING: &str = "secret_missing";
+    /// A secret outside its kind's `executors.<k>.secrets` (docs/behaviour.md#secrets).
+    pub const SECRET_NOT_ALLOWED: &str = "secret_not_allowed";
     pub const CREDENTIAL_UNREADABLE: &str = "credential_unreadable";
     pub const EXECUTOR_KIND_MISSING: &str = "executor_kind_missing";
     pub const START_FAILED: &str = "start_failed";
@@ -47,6 +49,10 @@ pub mod refusal {
         format!("secret {secret} is missing on this node")
     }
 
+    pub fn secret_not_allowed(secret: &str, kind: &str) -> String {
+        format!("{SECRET_NOT_ALLOWED}: secret {secret} is not offered to executor kind {kind} on this node")
+    }
+
     pub fn executor_kind_missing(kind: &str) -> String {
         format!("executor kind {kind} is not configured on this node")
     }
@@ -59,6 +65,8 @@ pub mod refusal {
     pub fn code_of(message: &str) -> Option<&'static str> {
         if message.starts_with(&format!("{}: ", super::IMAGE_NOT_ALLOWED)) {
             Some(super::IMAGE_NOT_ALLOWED)
+        } else if message.starts_with(&format!("{SECRET_NOT_ALLOWED}: ")) {
+            Some(SECRET_NOT_ALLOWED)
         } else if message.starts_with("secret ") && message.ends_with(" is missing on this node") {
             Some(SECRET_MISSING)
         } else if message == CREDENTIAL_UNOPENABLE || message.starts_with("cannot write the PAT") {
@@ -80,6 +88,7 @@ pub mod refusal {
         fn every_refusal_message_maps_back_to_its_code() {
             assert_eq!(code_of(&image_not_allowed("x:1", "k")), Some("image_not_allowed"));
             assert_eq!(code_of(&secret_missing("gh")), Some(SECRET_MISSING));
+            assert_eq!(code_of(&secret_not_allowed("gh", "k")), Some(SECRET_NOT_ALLOWED));
             assert_eq!(code_of(CREDENTIAL_UNOPENABLE), Some(CREDENTIAL_UNREADABLE));
             assert_eq!(code_of(&executor_kind_missing("k")), Some(EXECUTOR_KIND_MISSING));
             assert_eq!(code_of(&start_failed("No such image: a:1")), Some(START_FAILED));

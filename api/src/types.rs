@@ -66,6 +66,10 @@ pub struct JoinRequest {
     pub capacity: Capacity,
     #[serde(default)]
     pub secrets: Vec<String>,
+    /// The secrets offered to each kind that lists its own (`executors.<k>.secrets`); a kind
+    /// not here is offered every secret of `secrets` (docs/behaviour.md#secrets).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub executor_secrets: BTreeMap<String, Vec<String>>,
     #[serde(default)]
     pub version: String,
 }
@@ -86,6 +90,12 @@ pub struct JoinKeyRequest {
     pub ttl_seconds: Option<u64>,
     #[serde(default)]
     pub note: Option<String>,
+    /// Label patterns a node joined with this key may claim (docs/behaviour.md#what-a-node-may-claim); absent: any.
+    #[serde(default)]
+    pub allowed_labels: Option<Vec<String>>,
+    /// Executor kinds a node joined with this key may claim; absent: any.
+    #[serde(default)]
+    pub allowed_kinds: Option<Vec<String>>,
 }
 
 // Its `Debug` (below) hides the key.
@@ -110,6 +120,7 @@ impl std::fmt::Debug for JoinRequest {
             .field("executor_images", &self.executor_images)
             .field("capacity", &self.capacity)
             .field("secrets", &self.secrets)
+            .field("executor_secrets", &self.executor_secrets)
             .field("version", &self.version)
             .finish()
     }
@@ -143,6 +154,7 @@ mod redaction_tests {
             executor_images: BTreeMap::new(),
             capacity: Capacity { slots: 1, cpus: None, memory_mb: None },
             secrets: vec![],
+            executor_secrets: BTreeMap::new(),
             version: "1".into(),
         };
         let resp = JoinResponse { node_id: "id".into(), node_token: "fnt_secret".into() };
@@ -278,6 +290,9 @@ pub struct ObservedReport {
     pub capacity: Capacity,
     #[serde(default)]
     pub secrets: Vec<String>,
+    /// As in the join: the secrets offered to each kind that lists its own.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub executor_secrets: BTreeMap<String, Vec<String>>,
     #[serde(default)]
     pub replicas: Vec<ReplicaReport>,
     #[serde(default)]
@@ -317,6 +332,18 @@ pub struct NodeView {
     pub executor_images: BTreeMap<String, Vec<String>>,
     pub capacity: Capacity,
     pub secrets: Vec<String>,
+    /// The secrets offered to each kind that lists its own; other kinds are offered `secrets`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub executor_secrets: BTreeMap<String, Vec<String>>,
+    /// Label patterns the node may claim (docs/behaviour.md#what-a-node-may-claim); absent: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_labels: Option<Vec<String>>,
+    /// Executor kinds the node may claim; absent: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_kinds: Option<Vec<String>>,
+    /// Labels and kinds the node claims and its allowance refuses: placement never sees them.
+    #[serde(default)]
+    pub refused_facts: crate::claims::RefusedFacts,
     pub health: Health,
     pub status: NodeStatus,
     pub last_seen_at: String,

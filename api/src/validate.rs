@@ -98,6 +98,22 @@ pub fn kinds_and_images(kinds: &[String], images_by_kind: &BTreeMap<String, Vec<
     Ok(())
 }
 
+/// Per-kind secret lists (docs/behaviour.md#secrets): of announced kinds, each entry a secret
+/// name, at most [`MAX_SECRETS`] a kind.
+pub fn secrets_by_kind(kinds: &[String], by_kind: &BTreeMap<String, Vec<String>>) -> Result<(), FieldError> {
+    if by_kind.len() > MAX_KINDS {
+        return Err(bad("executorSecrets", format!("at most {MAX_KINDS} kinds")));
+    }
+    for (kind, list) in by_kind {
+        let field = format!("executorSecrets.{kind}");
+        if !kinds.contains(kind) {
+            return Err(bad(field, "names a kind not in executorKinds"));
+        }
+        secrets(list, &field)?;
+    }
+    Ok(())
+}
+
 pub fn join(r: &JoinRequest) -> Result<(), FieldError> {
     if !names::is_node_name(&r.name) {
         return Err(bad("name", "must match ^[a-z0-9][a-z0-9.-]*$ and be at most 100 characters"));
@@ -115,7 +131,8 @@ pub fn join(r: &JoinRequest) -> Result<(), FieldError> {
     labels(&r.labels, "labels")?;
     kinds_and_images(&r.executor_kinds, &r.executor_images)?;
     capacity(&r.capacity, "capacity")?;
-    secrets(&r.secrets, "secrets")
+    secrets(&r.secrets, "secrets")?;
+    secrets_by_kind(&r.executor_kinds, &r.executor_secrets)
 }
 
 pub fn observed(r: &ObservedReport) -> Result<(), FieldError> {
@@ -123,6 +140,7 @@ pub fn observed(r: &ObservedReport) -> Result<(), FieldError> {
     kinds_and_images(&r.executor_kinds, &r.executor_images)?;
     capacity(&r.capacity, "capacity")?;
     secrets(&r.secrets, "secrets")?;
+    secrets_by_kind(&r.executor_kinds, &r.executor_secrets)?;
     if r.version.len() > 64 {
         return Err(bad("version", "at most 64 characters"));
     }
@@ -167,6 +185,7 @@ mod tests {
             executor_images: BTreeMap::new(),
             capacity: Capacity { slots: 4, cpus: Some(8.0), memory_mb: Some(16384) },
             secrets: vec!["github-token".into()],
+            executor_secrets: BTreeMap::new(),
             replicas: vec![],
             version: "0.1.0".into(),
             boot_id: None,
@@ -204,6 +223,18 @@ mod tests {
                 "executorImages.other",
             ),
             (Box::new(|r| r.observe_seconds = Some(4)), "observeSeconds"),
+            (
+                Box::new(|r| {
+                    r.executor_secrets.insert("other".into(), vec!["gh".into()]);
+                }),
+                "executorSecrets.other",
+            ),
+            (
+                Box::new(|r| {
+                    r.executor_secrets.insert("claude-code".into(), vec!["agent-pat".into()]);
+                }),
+                "executorSecrets.claude-code[0]",
+            ),
             // docs/behaviour.md#hardening: labels at most 127 characters, allow-list entries at most 512.
             (Box::new(|r| r.labels = vec!["a".repeat(128)]), "labels[0]"),
             (
@@ -233,6 +264,7 @@ mod tests {
             executor_images: BTreeMap::new(),
             capacity: Capacity { slots: 1, cpus: None, memory_mb: None },
             secrets: vec![],
+            executor_secrets: BTreeMap::new(),
             version: "0.1.0".into(),
         };
         let e = join(&r).unwrap_err();

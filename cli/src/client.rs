@@ -44,6 +44,10 @@ impl Client {
         self.call(Method::POST, path, Some(body)).await
     }
 
+    pub async fn put<T: DeserializeOwned>(&self, path: &str, body: Value) -> Result<T, CallError> {
+        self.call(Method::PUT, path, Some(body)).await
+    }
+
     pub async fn delete(&self, path: &str) -> Result<(), CallError> {
         self.call::<Value>(Method::DELETE, path, None).await.map(|_| ())
     }

@@ -110,6 +110,9 @@ pub async fn node(c: &Client, out: Output, node: &str) -> Result<()> {
     for (k, v) in lines {
         println!("{:<12}{v}", format!("{k}:"));
     }
+    if !n.refused_facts.is_empty() {
+        println!("Refused:    {} (outside the node's allowance; placement ignores them)", n.refused_facts.describe());
+    }
     if let Some(drain) = &n.drain {
         for b in &drain.blocked {
             println!("Blocked:    {} replica {} has nowhere else to go", b.agent_key, b.replica);
@@ -331,6 +334,28 @@ pub async fn lifecycle_action(c: &Client, out: Output, node: &str, action: &str)
     Ok(())
 }
 
+/// `fleetctl allow`: `PUT /api/v1/nodes/{id}/allowed` (docs/behaviour.md#what-a-node-may-claim).
+pub async fn allow(c: &Client, out: Output, node: &str, labels: &[String], kinds: &[String]) -> Result<()> {
+    let mut body = json!({});
+    if !labels.is_empty() {
+        body["allowedLabels"] = json!(labels);
+    }
+    if !kinds.is_empty() {
+        body["allowedKinds"] = json!(kinds);
+    }
+    let n: NodeView = c.put(&format!("/api/v1/nodes/{}/allowed", enc(node)), body).await?;
+    if out == Output::Json {
+        print_json(&n);
+        return Ok(());
+    }
+    let any = |l: &Option<Vec<String>>| l.as_ref().map_or("any".to_string(), |l| l.join(", "));
+    println!("node {} may claim labels {}; kinds {}", n.name, any(&n.allowed_labels), any(&n.allowed_kinds));
+    if !n.refused_facts.is_empty() {
+        println!("refused now: {}", n.refused_facts.describe());
+    }
+    Ok(())
+}
+
 pub struct DrainOptions {
     pub force: bool,
     pub wait: bool,
@@ -412,13 +437,28 @@ pub async fn delete(c: &Client, node: &str, yes: bool) -> Result<()> {
     Ok(())
 }
 
-pub async fn join_key(c: &Client, out: Output, ttl: Option<u64>, note: Option<&str>) -> Result<()> {
+/// `fleetctl join-key`: the key on stdout. `--allow-label`/`--allow-kind` limit what the node
+/// may claim (docs/behaviour.md#what-a-node-may-claim); a flag not given allows anything.
+pub async fn join_key(
+    c: &Client,
+    out: Output,
+    ttl: Option<u64>,
+    note: Option<&str>,
+    allow_labels: &[String],
+    allow_kinds: &[String],
+) -> Result<()> {
     let mut body = json!({});
     if let Some(t) = ttl {
         body["ttlSeconds"] = json!(t);
     }
     if let Some(n) = note {
         body["note"] = json!(n);
+    }
+    if !allow_labels.is_empty() {
+        body["allowedLabels"] = json!(allow_labels);
+    }
+    if !allow_kinds.is_empty() {
+        body["allowedKinds"] = json!(allow_kinds);
     }
     let k: JoinKeyResponse = c.post("/api/v1/join-keys", body).await?;
     if out == Output::Json {

@@ -16,7 +16,7 @@ use std::time::Duration;
 #[command(
     name = "fleetctl",
     version,
-    about = "Look at and operate a Fleet: nodes, placements, why an agent waits, events, cordon, drain, delete, join keys",
+    about = "Look at and operate a Fleet: nodes, placements, why an agent waits, events, cordon, drain, delete, what a node may claim, join keys",
     after_help = "Start a dev fleet with `fleet-controller dev`: it prints the FLEET_URL and FLEET_TOKEN to use."
 )]
 struct Cli {
@@ -97,6 +97,17 @@ enum Command {
         #[arg(long, default_value_t = 600)]
         timeout: u64,
     },
+    /// Replace what the node may claim: the labels and kinds given (each flag repeatable); a
+    /// flag not given allows anything of it, so no flag lifts every limit.
+    Allow {
+        node: String,
+        /// A label pattern the node may claim (name, name=value or name=*).
+        #[arg(long = "label", value_name = "PATTERN")]
+        label: Vec<String>,
+        /// An executor kind the node may claim.
+        #[arg(long = "kind", value_name = "KIND")]
+        kind: Vec<String>,
+    },
     /// Remove the node from the fleet now: its token stops working and its PATs are revoked.
     Delete {
         node: String,
@@ -112,6 +123,13 @@ enum Command {
         /// A note kept with the key.
         #[arg(long)]
         note: Option<String>,
+        /// A label pattern the node may claim (name, name=value or name=*); repeat it. Without
+        /// it the node may claim any label.
+        #[arg(long = "allow-label", value_name = "PATTERN")]
+        allow_label: Vec<String>,
+        /// An executor kind the node may claim; repeat it. Without it, any kind.
+        #[arg(long = "allow-kind", value_name = "KIND")]
+        allow_kind: Vec<String>,
     },
 }
 
@@ -146,13 +164,16 @@ async fn main() {
             commands::events(&c, out, q).await
         }
         Command::Cordon { node } => commands::lifecycle_action(&c, out, node, "cordon").await,
+        Command::Allow { node, label, kind } => commands::allow(&c, out, node, label, kind).await,
         Command::Uncordon { node } => commands::lifecycle_action(&c, out, node, "uncordon").await,
         Command::Drain { node, force, wait, timeout } => {
             let o = DrainOptions { force: *force, wait: *wait, timeout: Duration::from_secs(*timeout) };
             commands::drain(&c, out, node, o).await
         }
         Command::Delete { node, yes } => commands::delete(&c, node, *yes).await,
-        Command::JoinKey { ttl, note } => commands::join_key(&c, out, *ttl, note.as_deref()).await,
+        Command::JoinKey { ttl, note, allow_label, allow_kind } => {
+            commands::join_key(&c, out, *ttl, note.as_deref(), allow_label, allow_kind).await
+        }
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

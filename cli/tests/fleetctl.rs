@@ -186,3 +186,36 @@ async fn hostile_text_and_token_hygiene() {
     assert!(e.contains("cannot reach the controller at http://192.0.2.10:8040"), "--insecure sends it: {e}");
     fleet.controller.shutdown().await;
 }
+
+/// docs/behaviour.md#what-a-node-may-claim: `fleetctl join-key --allow-label/--allow-kind` issues
+/// a key whose node may claim only what matches; what it claims beyond is refused (the node
+/// view, `fleetctl node`), and a bad pattern is refused by the controller, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_key_allowances_limit_what_the_node_may_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_fleet, ctl) = dev_fleet(dir.path()).await;
+    let key = ctl.ok(&["join-key", "--allow-label", "zone=*", "--allow-kind", "observer"]);
+    let _n = join_node(&ctl.url, key.trim(), "node-c", 2).await;
+    let view: Value = serde_json::from_str(&ctl.ok(&["node", "node-c", "-o", "json"])).unwrap();
+    assert_eq!(view["allowedLabels"], serde_json::json!(["zone=*"]), "{view}");
+    assert_eq!(view["allowedKinds"], serde_json::json!(["observer"]), "{view}");
+    assert_eq!(view["labels"], serde_json::json!(["zone=eu"]), "zone=eu matches zone=*: {view}");
+    assert_eq!(view["executorKinds"], serde_json::json!([]), "claude-code is not allowed: {view}");
+    assert_eq!(view["refusedFacts"], serde_json::json!({"labels": [], "kinds": ["claude-code"]}), "{view}");
+    let text = ctl.ok(&["node", "node-c"]);
+    assert!(text.contains("Refused:    kinds claude-code"), "{text}");
+
+    // fleetctl allow replaces the allowance at once; no flag lifts every limit.
+    let allowed = ctl.ok(&["allow", "node-c", "--label", "zone=*", "--kind", "observer", "--kind", "claude-code"]);
+    assert_eq!(allowed, "node node-c may claim labels zone=*; kinds claude-code, observer\n");
+    let view: Value = serde_json::from_str(&ctl.ok(&["node", "node-c", "-o", "json"])).unwrap();
+    assert_eq!(view["executorKinds"], serde_json::json!(["claude-code"]), "{view}");
+    let allowed = ctl.ok(&["allow", "node-c", "--label", "gpu"]);
+    assert_eq!(allowed, "node node-c may claim labels gpu; kinds any\nrefused now: labels zone=eu\n");
+    assert_eq!(ctl.ok(&["allow", "node-c"]), "node node-c may claim labels any; kinds any\n");
+    let e = ctl.fails(Some(&ctl.token), &["allow", "node-x"]);
+    assert!(e.contains("not_found"), "{e}");
+
+    let e = ctl.fails(Some(&ctl.token), &["join-key", "--allow-label", "Zone=*"]);
+    assert!(e.contains("allowedLabels[0]") && e.contains("invalid_request"), "{e}");
+}

@@ -114,7 +114,8 @@ async fn nodes_page_at_ten_thousand_nodes() {
     let started = std::time::Instant::now();
     let mut joins = Vec::new();
     for i in 0..10_000 {
-        let (key, _) = store.issue_join_key(std::time::Duration::from_secs(3600), "").await.unwrap();
+        let (key, _) =
+            store.issue_join_key(std::time::Duration::from_secs(3600), "", &Default::default()).await.unwrap();
         joins.push(tokio::spawn(join_once(ctl.url.clone(), key, format!("sim-{i:05}"))));
         if joins.len() == 64 {
             for j in joins.drain(..) {

@@ -94,8 +94,14 @@ async fn main() -> ExitCode {
                 );
             }
             println!("labels: {}", cfg.sorted_labels().join(", "));
-            let secrets: Vec<String> = fleet_node::plan::read_secrets(&cfg.secrets_dir).into_iter().collect();
-            println!("secrets: {}", secrets.join(", "));
+            let present = fleet_node::plan::read_secrets(&cfg.secrets_dir);
+            println!("secrets: {}", present.iter().cloned().collect::<Vec<_>>().join(", "));
+            for (kind, offered) in cfg.offered_secrets(&present) {
+                println!("  offered to {kind}: {}", offered.join(", "));
+            }
+            for w in cfg.secret_warnings(&present) {
+                println!("warning: {w}");
+            }
             ExitCode::SUCCESS
         }
         Command::DockerGuard { listen, docker } => {

@@ -81,7 +81,12 @@ fn refusal(a: &DesiredAgent, cfg: &NodeConfig, secrets: &BTreeSet<String>) -> Re
         }
         None => exec.image.clone(),
     };
+    // A secret outside the kind's list is refused before its file is looked at: whether it
+    // exists is none of that agent's business (docs/behaviour.md#secrets).
     for s in &a.secrets {
+        if !cfg.secret_allowed(kind, s) {
+            return Err(refusal::secret_not_allowed(s, kind));
+        }
         if !names::is_secret_name(s) || !secrets.contains(s) {
             return Err(refusal::secret_missing(s));
         }

@@ -34,6 +34,7 @@ fn node(i: usize, now: i64) -> NodeRec {
             ..Default::default()
         },
         allow: Default::default(),
+        allowed: None,
         lifecycle: Default::default(),
     }
 }

@@ -34,6 +34,7 @@ pub fn nodes(n: usize) -> Vec<NodeFacts> {
                 images,
                 labels,
                 secrets: if i % 3 == 0 { vec!["github-token".into()] } else { vec![] },
+                kind_secrets: BTreeMap::new(),
                 capacity: Capacity { slots: 12 + (i % 5) as u32, cpus: Some(32.0), memory_mb: Some(65536) },
             }
         })

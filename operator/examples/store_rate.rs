@@ -20,6 +20,7 @@ fn request(key: String, name: String) -> JoinRequest {
         executor_images: Default::default(),
         capacity: Capacity { slots: 4, cpus: None, memory_mb: None },
         secrets: vec![],
+        executor_secrets: Default::default(),
         version: "0.1.0".into(),
     }
 }
@@ -33,6 +34,7 @@ fn report(seq: u64) -> ObservedReport {
         executor_images: Default::default(),
         capacity: Capacity { slots: 4, cpus: None, memory_mb: None },
         secrets: vec![],
+        executor_secrets: Default::default(),
         replicas: vec![],
         version: "0.1.0".into(),
         boot_id: Some("b".into()),
@@ -44,7 +46,7 @@ fn report(seq: u64) -> ObservedReport {
 async fn keys(store: &Store, n: usize) -> anyhow::Result<Vec<String>> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        out.push(store.issue_join_key(Duration::from_secs(3600), "").await?.0);
+        out.push(store.issue_join_key(Duration::from_secs(3600), "", &Default::default()).await?.0);
     }
     Ok(out)
 }

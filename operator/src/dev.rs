@@ -184,7 +184,7 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
     };
     let controller = server::start(cfg).await?;
     let admin_token = devkit.mint("fleet", &["fleet:admin"], 86_400);
-    let (join_key, _) = controller.store.issue_join_key(Duration::from_secs(3600), "dev").await?;
+    let (join_key, _) = controller.store.issue_join_key(Duration::from_secs(3600), "dev", &Default::default()).await?;
     let key_file = dir.join("join-key");
     std::fs::write(&key_file, &join_key)?;
     let node_yaml = dir.join("node.yaml");

@@ -67,6 +67,13 @@ enum Command {
         /// Free text kept with the key, e.g. the machine it is for.
         #[arg(long, default_value = "")]
         note: String,
+        /// A label pattern the node may claim (name, name=value or name=*); repeat it. Without
+        /// it the node may claim any label.
+        #[arg(long = "allow-label", value_name = "PATTERN")]
+        allow_label: Vec<String>,
+        /// An executor kind the node may claim; repeat it. Without it, any kind.
+        #[arg(long = "allow-kind", value_name = "KIND")]
+        allow_kind: Vec<String>,
     },
     /// Exit 0 when /healthz answers on the port of FLEET_LISTEN at 127.0.0.1.
     Healthcheck,
@@ -103,7 +110,9 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => serve().await,
-        Command::JoinKey { ttl, note } => join_key(ttl, &note).await,
+        Command::JoinKey { ttl, note, allow_label, allow_kind } => {
+            join_key(ttl, &note, allowance(allow_label, allow_kind)).await
+        }
         Command::Healthcheck => healthcheck().await,
         Command::Openapi => {
             print!("{}", fleet_controller::http::openapi::document());
@@ -161,12 +170,22 @@ pub async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-async fn join_key(ttl: u64, note: &str) -> anyhow::Result<()> {
+/// The allowance of repeated `--allow-label` and `--allow-kind` flags: a flag not given allows
+/// anything of its kind (docs/behaviour.md#what-a-node-may-claim).
+fn allowance(labels: Vec<String>, kinds: Vec<String>) -> fleet_api::claims::Allowance {
+    fleet_api::claims::Allowance {
+        allowed_labels: (!labels.is_empty()).then_some(labels),
+        allowed_kinds: (!kinds.is_empty()).then_some(kinds),
+    }
+}
+
+async fn join_key(ttl: u64, note: &str, allowed: fleet_api::claims::Allowance) -> anyhow::Result<()> {
+    allowed.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     let sc = StoreConfig::from_env();
     let store = Store::open(&sc.database_url)
         .await
         .map_err(|e| anyhow::anyhow!("cannot open the store {}: {e}", sc.database_url))?;
-    let (key, expires) = store.issue_join_key(Duration::from_secs(ttl), note).await?;
+    let (key, expires) = store.issue_join_key(Duration::from_secs(ttl), note, &allowed).await?;
     println!("{key}");
     eprintln!("expires at {}", clock::rfc3339_ms(expires));
     Ok(())

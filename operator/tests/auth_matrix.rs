@@ -76,6 +76,8 @@ async fn every_route_by_every_bad_credential() {
         ("POST", format!("/api/v1/nodes/{}:cordon", node.id), Kind::Admin),
         ("POST", format!("/api/v1/nodes/{}:drain", node.id), Kind::Admin),
         ("POST", format!("/api/v1/nodes/{}:uncordon", node.id), Kind::Admin),
+        // docs/behaviour.md#what-a-node-may-claim: an admin changes what a node may claim.
+        ("PUT", format!("/api/v1/nodes/{}/allowed", node.id), Kind::Admin),
         ("GET", "/api/v1/agents/coder/placement".into(), Kind::Read),
         ("GET", "/api/v1/events".into(), Kind::Read),
         ("GET", "/api/v1/summary".into(), Kind::Read),

@@ -39,6 +39,28 @@ async fn join_key_command_feeds_a_running_controller() {
         }
     }
 
+    // docs/behaviour.md#what-a-node-may-claim: a key whose node may claim only zone labels.
+    let out = bin()
+        .args(["join-key", "--allow-label", "zone=*", "--note", "worker-2"])
+        .env("FLEET_DATA_DIR", dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let key = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let mut limited =
+        TestNode::new(&ctl.url, "worker-2", json!({"labels": ["gpu", "zone=eu"], "capacity": {"slots": 1}}));
+    limited.join(&key).await;
+    let admin = Admin::new(&ctl.url, dk.mint("fleet", &["fleet:read"], 600));
+    let (_, view) = admin.get("/api/v1/nodes/worker-2").await;
+    assert_eq!((&view["labels"], &view["refusedFacts"]["labels"]), (&json!(["zone=eu"]), &json!(["gpu"])), "{view}");
+    let bad = bin().args(["join-key", "--allow-kind", "Bad Kind"]).env("FLEET_DATA_DIR", dir.path()).output().unwrap();
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("allowedKinds[0]"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+
     let bad = bin().args(["join-key", "--ttl", "30"]).env("FLEET_DATA_DIR", dir.path()).output().unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("60..=604800"), "{}", String::from_utf8_lossy(&bad.stderr));

@@ -110,9 +110,13 @@
     const [d, ev] = await Promise.all([get('/api/v1/nodes/' + enc(name)),
       get('/api/v1/events?order=desc&limit=200&node=' + enc(name))]);
     const n = d;
+    // What the node claims beyond its allowance: placement never sees it (docs/behaviour.md#what-a-node-may-claim).
+    const r = n.refusedFacts || { labels: [], kinds: [] };
+    const refused = [...r.labels.map((l) => 'label ' + l), ...r.kinds.map((k) => 'kind ' + k)];
     const facts = [['Status', badge(n.status, tone(n.status))], ['Health', badge(n.health, tone(n.health))],
       ['Scheduling', badge(scheduling(n), tone(scheduling(n)))], ['Slots', `${n.slotsUsed}/${n.capacity.slots} used`],
       ['Executor kinds', dash(n.executorKinds.join(', '))], ['Labels', dash(n.labels.join(', '))],
+      ...(refused.length ? [['Refused (outside its allowance)', refused.join(', ')]] : []),
       ['Secrets', dash(n.secrets.join(', '))], ['Version', dash(n.version)], ['Last seen', ago(n.lastSeenAt)],
       ['Generation', `${d.generation} (applied ${d.appliedGeneration})`], ['ID', n.id]];
     const blocked = n.drain ? n.drain.blocked.map((b) => [link('#/agents/' + enc(b.agentKey), b.agentKey), b.replica]) : [];

@@ -81,11 +81,26 @@ fn executor_problems(f: &str, kind: &str, e: &Executor, p: &mut Vec<Problem>) {
             p.push(Problem::of(format!("{f}.images"), err.to_string()));
         }
     }
+    secret_problems(f, e, p);
     env_problems(&format!("{f}.env"), &e.env, p);
     hardening_problems(f, e, p);
     if let Some(d) = &e.data_path {
         if !d.starts_with('/') {
             p.push(Problem::of(format!("{f}.dataPath"), format!("{d:?} must be an absolute path")));
+        }
+    }
+}
+
+/// A kind's secret list: names as `secretsDir` announces them (docs/behaviour.md#secrets).
+fn secret_problems(f: &str, e: &Executor, p: &mut Vec<Problem>) {
+    let Some(list) = &e.secrets else { return };
+    if list.len() > validate::MAX_SECRETS {
+        p.push(Problem::of(format!("{f}.secrets"), format!("at most {} entries", validate::MAX_SECRETS)));
+    }
+    for (i, s) in list.iter().enumerate() {
+        if !names::is_secret_name(s) {
+            let rule = "is not a secret name (^[a-z0-9][a-z0-9-]{0,62}$, not agent-pat)";
+            p.push(Problem::of(format!("{f}.secrets[{i}]"), format!("{s:?} {rule}")));
         }
     }
 }

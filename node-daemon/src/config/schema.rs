@@ -62,6 +62,7 @@ fn executor(r: &mut Reader, node: &Node, at: At) -> Option<Executor> {
         user: r.optional(&mut f, "user", Reader::string),
         default_resources: r.optional(&mut f, "defaultResources", resources),
         max_resources: r.optional(&mut f, "maxResources", resources),
+        secrets: r.optional(&mut f, "secrets", strings),
     };
     r.finish(f);
     Some(executor)

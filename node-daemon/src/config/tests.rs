@@ -200,7 +200,8 @@ fn lines_of(text: &str) -> Vec<String> {
 const TOP_FIELDS: &str = "controllerUrl, name, labels, capacity, executors, stateDir, hostStateDir, secretsDir, \
                           hostSecretsDir, dockerUrl, network, agentEnv, joinKeyFile, observeSeconds, containerPrefix, \
                           caFile, insecure";
-const EXECUTOR_FIELDS: &str = "image, images, env, dataPath, capAdd, pidsLimit, user, defaultResources, maxResources";
+const EXECUTOR_FIELDS: &str =
+    "image, images, env, dataPath, capAdd, pidsLimit, user, defaultResources, maxResources, secrets";
 
 /// docs/reference.md#node-configuration-nodeyaml: two unknown fields, a wrong type and two bad
 /// capacity fields are five problems in one error, each with its line.
@@ -359,6 +360,7 @@ executors:
   k:
     image: img:1
     images: [img:*]
+    secrets: [github-token]
     env: {A: b}
     dataPath: /data
     capAdd: [NET_BIND_SERVICE]
@@ -382,6 +384,7 @@ insecure: true
     let kind = Executor {
         image: "img:1".into(),
         images: vec!["img:*".into()],
+        secrets: Some(vec!["github-token".into()]),
         env: [("A".to_string(), "b".to_string())].into(),
         data_path: Some("/data".into()),
         cap_add: vec!["NET_BIND_SERVICE".into()],
@@ -421,4 +424,38 @@ fn every_prefix_of_a_file_is_read_or_refused() {
             let _ = parse(&text[..end]);
         }
     }
+}
+
+/// docs/behaviour.md#secrets: `executors.<k>.secrets` lists what an agent of the kind may mount;
+/// a bad name is a problem naming its entry, a kind without the list may mount every secret (a
+/// start-up warning says so), and a listed secret missing from `secretsDir` is a warning, not a
+/// problem: secret files come and go while the node runs.
+#[test]
+fn secrets_per_kind_are_read_checked_and_warned_of() {
+    let text = MINIMAL.replace(
+        "executors: {k: {image: img:1}}",
+        "executors: {k: {image: img:1, secrets: [github-token, mail]}, open: {image: img:1}}",
+    );
+    let c = parse(&text).unwrap();
+    assert_eq!(c.executors["k"].secrets, Some(vec!["github-token".to_string(), "mail".to_string()]));
+    assert_eq!(c.executors["open"].secrets, None);
+    assert!(c.secret_allowed("k", "mail") && !c.secret_allowed("k", "aws"), "k: only its list");
+    assert!(c.secret_allowed("open", "aws"), "a kind without a list: every secret");
+
+    let present: std::collections::BTreeSet<String> = ["github-token".to_string(), "aws".to_string()].into();
+    assert_eq!(c.offered_secrets(&present), [("k".to_string(), vec!["github-token".to_string()])].into());
+    assert_eq!(
+        c.secret_warnings(&present),
+        [
+            "executors.k.secrets names mail, which is not in secretsDir: an agent naming it is refused until the file is there",
+            "executors.open.secrets is not set: agents of kind open may mount every secret in secretsDir; list the ones they need",
+        ]
+    );
+
+    let bad = MINIMAL
+        .replace("executors: {k: {image: img:1}}", "executors: {k: {image: img:1, secrets: [gh, agent-pat, Bad]}}");
+    let p = problems(&bad);
+    assert!(p.iter().any(|m| m.starts_with("executors.k.secrets[1]: \"agent-pat\" is not a secret name")), "{p:?}");
+    assert!(p.iter().any(|m| m.starts_with("executors.k.secrets[2]: \"Bad\" is not a secret name")), "{p:?}");
+    assert_eq!(p.len(), 2, "{p:?}");
 }

@@ -2,7 +2,7 @@
 //! (docs/reference.md#node-configuration-nodeyaml), and the views of it the node announces.
 
 use fleet_api::Capacity;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// An executor kind's settings (`executors.<kind>`). Default only as the placeholder of a kind
@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 pub struct Executor {
     pub image: String,
     pub images: Vec<String>,
+    /// The secrets an agent of this kind may mount (docs/behaviour.md#secrets); `None`: every
+    /// secret of `secretsDir`, with a start-up warning.
+    pub secrets: Option<Vec<String>>,
     pub env: BTreeMap<String, String>,
     pub data_path: Option<String>,
     /// [ext] Capabilities granted back after dropping all (docs/behaviour.md#hardening), e.g. `[NET_BIND_SERVICE]`.
@@ -90,6 +93,43 @@ impl NodeConfig {
                 (k.clone(), v)
             })
             .collect()
+    }
+
+    /// The secrets offered to each kind that lists its own: those of its list present in
+    /// `secretsDir` (`present`), sorted. Kinds without a list are offered every secret and are
+    /// not here (docs/behaviour.md#secrets).
+    pub fn offered_secrets(&self, present: &BTreeSet<String>) -> BTreeMap<String, Vec<String>> {
+        self.executors
+            .iter()
+            .filter_map(|(k, e)| {
+                let listed = e.secrets.as_ref()?;
+                let offered: BTreeSet<&String> = listed.iter().filter(|s| present.contains(*s)).collect();
+                Some((k.clone(), offered.into_iter().cloned().collect()))
+            })
+            .collect()
+    }
+
+    /// Whether an agent of `kind` may mount `secret`: its kind lists it, or lists nothing.
+    pub fn secret_allowed(&self, kind: &str, secret: &str) -> bool {
+        self.executors.get(kind).and_then(|e| e.secrets.as_ref()).is_none_or(|l| l.iter().any(|s| s == secret))
+    }
+
+    /// What the node warns of at start about its secrets (docs/behaviour.md#secrets): a kind
+    /// without `secrets` (its agents may mount every secret), and a listed secret not in
+    /// `secretsDir` now (`present`): an agent naming it is refused until the file is there.
+    pub fn secret_warnings(&self, present: &BTreeSet<String>) -> Vec<String> {
+        let mut out = Vec::new();
+        for (kind, e) in &self.executors {
+            match &e.secrets {
+                None => out.push(format!(
+                    "executors.{kind}.secrets is not set: agents of kind {kind} may mount every secret in secretsDir; list the ones they need"
+                )),
+                Some(list) => out.extend(list.iter().filter(|s| !present.contains(*s)).map(|s| {
+                    format!("executors.{kind}.secrets names {s}, which is not in secretsDir: an agent naming it is refused until the file is there")
+                })),
+            }
+        }
+        out
     }
 
     pub fn sorted_labels(&self) -> Vec<String> {

@@ -1,5 +1,5 @@
 //! What the node says of itself (docs/behaviour.md#desired-state-and-observed-report): the same facts — labels, executors, capacity,
-//! secret names, version — in its join request and in every observed report, kept side by
+//! secret names (and those each kind is offered), version — in its join request and in every observed report, kept side by
 //! side so that the two stay alike.
 
 use super::shared::Shared;
@@ -14,6 +14,7 @@ use std::sync::Arc;
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub(super) fn join_request(cfg: &NodeConfig, key: &str, public_key: &[u8; 32]) -> JoinRequest {
+    let secrets = plan::read_secrets(&cfg.secrets_dir);
     JoinRequest {
         join_key: key.to_string(),
         name: cfg.name.clone(),
@@ -22,7 +23,8 @@ pub(super) fn join_request(cfg: &NodeConfig, key: &str, public_key: &[u8; 32]) -
         executor_kinds: cfg.kinds(),
         executor_images: cfg.images(),
         capacity: cfg.capacity(),
-        secrets: plan::read_secrets(&cfg.secrets_dir).into_iter().collect(),
+        executor_secrets: cfg.offered_secrets(&secrets),
+        secrets: secrets.into_iter().collect(),
         version: VERSION.to_string(),
     }
 }
@@ -42,6 +44,7 @@ impl Reporter {
 
     pub(super) fn next(&self) -> ObservedReport {
         let (cfg, shared) = (&self.cfg, &self.shared);
+        let secrets = plan::read_secrets(&cfg.secrets_dir);
         ObservedReport {
             applied_generation: shared.applied_generation.load(Ordering::SeqCst),
             health: if shared.degraded.load(Ordering::SeqCst) { Health::Degraded } else { Health::Ok },
@@ -49,12 +52,56 @@ impl Reporter {
             executor_kinds: cfg.kinds(),
             executor_images: cfg.images(),
             capacity: cfg.capacity(),
-            secrets: plan::read_secrets(&cfg.secrets_dir).into_iter().collect(),
+            executor_secrets: cfg.offered_secrets(&secrets),
+            secrets: secrets.into_iter().collect(),
             replicas: shared.reports.lock().clone(),
             version: VERSION.to_string(),
             boot_id: Some(self.boot_id.clone()),
             seq: Some(self.seq.fetch_add(1, Ordering::SeqCst) + 1),
             observe_seconds: Some(cfg.observe_seconds),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(dir: &std::path::Path, executors: &str) -> Arc<NodeConfig> {
+        let secrets = dir.join("secrets");
+        std::fs::create_dir_all(&secrets).unwrap();
+        for s in ["github-token", "mail"] {
+            std::fs::write(secrets.join(s), "x").unwrap();
+        }
+        let text = format!(
+            "controllerUrl: http://127.0.0.1\nname: w1\ncapacity: {{slots: 1}}\nexecutors: {executors}\nstateDir: {}\nsecretsDir: {}\n",
+            dir.join("state").display(),
+            secrets.display()
+        );
+        Arc::new(NodeConfig::parse(&text, "t", &|_| None).unwrap())
+    }
+
+    /// docs/behaviour.md#secrets: the join and every report offer each kind that lists its
+    /// secrets those of its list present in secretsDir; a node whose kinds list none sends no
+    /// `executorSecrets` at all, so it still speaks to a controller that predates the field.
+    #[test]
+    fn each_kind_is_offered_its_listed_secrets_and_old_controllers_see_nothing_new() {
+        let t = tempfile::tempdir().unwrap();
+        let cfg = config(t.path(), "{k: {image: a:1}, observer: {image: o:1, secrets: [mail, absent]}}");
+        let join = join_request(&cfg, "fjk_x", &[9; 32]);
+        let want: std::collections::BTreeMap<String, Vec<String>> = [("observer".into(), vec!["mail".into()])].into();
+        assert_eq!(
+            (join.secrets.clone(), join.executor_secrets.clone()),
+            (vec!["github-token".into(), "mail".into()], want.clone())
+        );
+        let report = Reporter::new(cfg, Arc::new(Shared::default())).next();
+        assert_eq!(report.executor_secrets, want);
+
+        let open = config(t.path(), "{k: {image: a:1}}");
+        let report = Reporter::new(open.clone(), Arc::new(Shared::default())).next();
+        let wire = serde_json::to_value(&report).unwrap();
+        assert!(wire.get("executorSecrets").is_none(), "{wire}");
+        let wire = serde_json::to_value(join_request(&open, "fjk_x", &[9; 32])).unwrap();
+        assert!(wire.get("executorSecrets").is_none(), "{wire}");
     }
 }

@@ -36,6 +36,9 @@ use tokio::sync::watch;
 /// two routes).
 pub async fn run(cfg: NodeConfig, exchange: bool) -> Result<(), Fatal> {
     let state = StateDir::open(&cfg.state_dir)?;
+    for w in cfg.secret_warnings(&crate::plan::read_secrets(&cfg.secrets_dir)) {
+        tracing::warn!("{w}");
+    }
     let client = Client::new(&cfg.controller_url, cfg.ca_file.as_deref()).map_err(|e| Fatal(e.to_string()))?;
     if !exchange {
         tracing::info!("node protocol: the two routes (--protocol two-routes)");

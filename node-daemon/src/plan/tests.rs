@@ -200,3 +200,48 @@ fn secrets_announced_by_the_name_rule() {
     std::os::unix::fs::symlink(t.path().join("github-token"), t.path().join("alias")).unwrap();
     assert_eq!(read_secrets(t.path()).into_iter().collect::<Vec<_>>(), vec!["github-token", "ok-2"]);
 }
+
+/// docs/behaviour.md#secrets: a kind that lists its secrets mounts only those. A replica of
+/// another kind naming a secret outside its own list is refused like a missing secret — with
+/// `secret_not_allowed: …`, before the file is even looked at — and on the fake runtime that
+/// costs no Docker call and reports `stopped` with the message; the kind that lists it runs.
+#[tokio::test(start_paused = true)]
+async fn a_secret_outside_the_kinds_list_is_refused_secret_not_allowed() {
+    use crate::runtime::fake::FakeRuntime;
+    use crate::supervisor::Supervisor;
+    let t = tempfile::tempdir().unwrap();
+    let text = format!(
+        "controllerUrl: http://127.0.0.1\nname: w1\ncapacity: {{slots: 4}}\nexecutors:\n  k: {{image: base:1, secrets: [github-token]}}\n  observer: {{image: obs:1, secrets: [mail]}}\nstateDir: {s}\nsecretsDir: {x}\n",
+        s = t.path().join("state").display(),
+        x = t.path().join("secrets").display()
+    );
+    let c = NodeConfig::parse(&text, "t", &|_| None).unwrap();
+    std::fs::create_dir_all(&c.secrets_dir).unwrap();
+    for s in ["github-token", "mail"] {
+        std::fs::write(c.secrets_dir.join(s), "x").unwrap();
+    }
+    let st = StateDir::open(&c.state_dir).unwrap();
+    let (sk, pk) = fleet_api::seal::generate_keypair();
+    let mut thief = agent(&pk, None, &["github-token"]);
+    thief.agent_key = "thief".into();
+    thief.executor.kind = "observer".into();
+    thief.replica_indexes = vec![0];
+    let mut coder = agent(&pk, None, &["github-token"]);
+    coder.replica_indexes = vec![0];
+    let p = plan(&DesiredState { generation: 1, agents: vec![thief, coder] }, &c, &st, &sk);
+    let want = "secret_not_allowed: secret github-token is not offered to executor kind observer on this node";
+    assert_eq!(p.wanted[0].plan, Plan::Refuse(want.into()));
+    assert_eq!(fleet_api::codes::refusal::code_of(want), Some("secret_not_allowed"));
+    assert!(matches!(&p.wanted[1].plan, Plan::Run(_)), "the kind that lists it runs: {:?}", p.wanted[1].plan);
+
+    let rt = FakeRuntime::default();
+    let mut sup = Supervisor::new(rt.clone());
+    let refused = [p.wanted[0].clone()];
+    let drains = p.drains.clone();
+    for _ in 0..3 {
+        sup.tick(&refused, &drains, &c.container_prefix).await.unwrap();
+    }
+    let r = sup.reports(&refused).remove(0);
+    assert_eq!((r.state, r.restarts, r.message.as_deref()), (fleet_api::ReplicaState::Stopped, 0, Some(want)));
+    assert!(rt.calls().is_empty(), "no Docker call for a refused replica: {:?}", rt.calls());
+}

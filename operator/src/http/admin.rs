@@ -14,6 +14,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use fleet_api::claims::Allowance;
 use fleet_api::{
     ErrorBody, JoinKeyRequest, JoinKeyResponse, List, NodeDetail, NodeView, PlacementView, JOIN_KEY_TTL_DEFAULT,
     JOIN_KEY_TTL_MAX, JOIN_KEY_TTL_MIN,
@@ -23,7 +24,7 @@ use std::time::Duration;
 
 /// Issue a one-time join key.
 #[utoipa::path(post, path = "/api/v1/join-keys", tag = "admin", security(("admin" = ["fleet:admin"])),
-    request_body(content = JoinKeyRequest, description = "ttlSeconds 60…604800 (default 3600); an empty body takes the defaults"),
+    request_body(content = JoinKeyRequest, description = "ttlSeconds 60…604800 (default 3600); allowedLabels and allowedKinds limit what the node may claim (absent: anything); an empty body takes the defaults"),
     responses((status = 201, description = "the key, shown once", body = JoinKeyResponse),
               (status = 400, description = "invalid_request", body = ErrorBody),
               (status = 413, description = "payload_too_large", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
@@ -44,7 +45,9 @@ pub async fn create_join_key(
     if note.len() > 200 {
         return Err(ApiError::invalid_request("note: at most 200 characters"));
     }
-    let (key, expires) = app.store.issue_join_key(Duration::from_secs(ttl), &note).await?;
+    let allowed = Allowance { allowed_labels: req.allowed_labels, allowed_kinds: req.allowed_kinds };
+    allowed.validate().map_err(|e| ApiError::invalid_request(e.to_string()))?;
+    let (key, expires) = app.store.issue_join_key(Duration::from_secs(ttl), &note, &allowed).await?;
     tracing::info!(by = %admin.sub(), note = %super::error::cut(&note), ttl_seconds = ttl, "join key issued");
     Ok((StatusCode::CREATED, Json(JoinKeyResponse { join_key: key, expires_at: clock::rfc3339_ms(expires) })))
 }
@@ -282,6 +285,7 @@ mod tests {
             last_seen_ms: 0,
             info: Default::default(),
             allow: Default::default(),
+            allowed: None,
             lifecycle: Default::default(),
         }
     }

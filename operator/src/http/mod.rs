@@ -48,6 +48,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/v1/join-keys", post(admin::create_join_key))
         .route("/api/v1/nodes", get(admin::list_nodes))
         .route("/api/v1/nodes/{id}", get(admin::get_node).post(ops::node_action).delete(ops::delete_node))
+        .route("/api/v1/nodes/{id}/allowed", put(ops::set_allowed))
         .route("/api/v1/placements", get(admin::list_placements))
         .route("/api/v1/agents/{key}/placement", get(ops::explain))
         .route("/api/v1/events", get(ops::events))

@@ -24,6 +24,7 @@ use utoipa::{Modify, OpenApi};
         super::ops::uncordon,
         super::ops::drain,
         super::ops::delete_node,
+        super::ops::set_allowed,
         super::ops::explain,
         super::ops::events,
         super::ops::summary,

@@ -16,6 +16,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use fleet_api::claims::Allowance;
 use fleet_api::{
     DrainRequest, ErrorBody, EventView, FleetSummary, List, NodeView, PlacementExplanation, PlacementStatus,
     WaitingAgent,
@@ -140,6 +141,32 @@ pub async fn drain(
     let req: DrainRequest = read_json(&headers, body, true).await?;
     let view = apply(&app, admin.sub(), &id, Action::Drain { force: req.force.unwrap_or(false) }).await?;
     Ok((StatusCode::ACCEPTED, Json(view)))
+}
+
+/// Changes what the node may claim (docs/behaviour.md#what-a-node-may-claim): the body replaces
+/// its allowance (an absent list allows anything of it) and applies at once to what it last
+/// claimed.
+#[utoipa::path(put, path = "/api/v1/nodes/{id}/allowed", tag = "admin", security(("admin" = ["fleet:admin"])),
+    params(("id" = String, Path, description = "node id or name")),
+    request_body(content = Allowance, description = "allowedLabels (name, name=value or name=*) and allowedKinds; an empty body allows anything"),
+    responses((status = 200, description = "the node view, with what is refused now", body = NodeView),
+              (status = 400, description = "invalid_request", body = ErrorBody), (status = 404, description = "not_found", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
+pub async fn set_allowed(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    admin: CanAdmin,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<NodeView>, ApiError> {
+    let allowed: Allowance = read_json(&headers, body, true).await?;
+    allowed.validate().map_err(|e| ApiError::invalid_request(e.to_string()))?;
+    let Some(node) = app.store.set_allowance(&id, allowed, admin.sub()).await? else {
+        return Err(unknown_node(&id));
+    };
+    app.kick();
+    let st = app.store.read();
+    let n = st.node(&node).ok_or_else(|| unknown_node(&id))?;
+    Ok(Json(st.node_view(n, clock::now_ms(), app.offline_after)))
 }
 
 /// The node leaves the fleet now: its token stops working, its name is free, its replicas

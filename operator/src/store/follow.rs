@@ -256,6 +256,7 @@ mod replicas {
             executor_images: Default::default(),
             capacity: Capacity { slots: 1, cpus: None, memory_mb: None },
             secrets: vec![],
+            executor_secrets: Default::default(),
             version: "t".into(),
         }
     }
@@ -269,6 +270,7 @@ mod replicas {
             executor_images: Default::default(),
             capacity: Capacity { slots: 1, cpus: None, memory_mb: None },
             secrets: vec![],
+            executor_secrets: Default::default(),
             replicas: vec![],
             version: "t".into(),
             boot_id: Some("boot".into()),
@@ -310,7 +312,7 @@ mod replicas {
         tokio::spawn(async move { f.follow("follower".into(), ttl, || false, || {}).await });
         tokio::time::sleep(Duration::from_millis(300)).await;
 
-        let (key, _) = follower.issue_join_key(ttl, "").await.unwrap();
+        let (key, _) = follower.issue_join_key(ttl, "", &Default::default()).await.unwrap();
         let id: Id = follower.join(&join_request(key, "n1")).await.unwrap().node_id.into();
         until("the leader knows the node joined on the follower", || leader.read().node(&id).is_some()).await;
         assert!(leader.take_changes().facts.contains(&id), "the leader's pass hears of it");
@@ -321,7 +323,7 @@ mod replicas {
         until("the follower serves generation 5", || follower.desired_body(&id).is_some_and(|(g, _)| g == 5)).await;
 
         // A node joined on the leader reports to the follower: the leader hears the report.
-        let (key, _) = leader.issue_join_key(ttl, "").await.unwrap();
+        let (key, _) = leader.issue_join_key(ttl, "", &Default::default()).await.unwrap();
         let joined = leader.join(&join_request(key, "n2")).await.unwrap();
         let id2: Id = joined.node_id.as_str().into();
         until("the follower knows n2", || follower.read().node_id_by_token(&joined.node_token).is_some()).await;
@@ -334,7 +336,7 @@ mod replicas {
         // A replica that has not heard of a join yet (no notification taken) learns the node
         // when the node's token reaches it: a node's first request never meets a 401.
         let late = Store::open_as(&url, "late").await.unwrap();
-        let (key, _) = leader.issue_join_key(ttl, "").await.unwrap();
+        let (key, _) = leader.issue_join_key(ttl, "", &Default::default()).await.unwrap();
         let joined = leader.join(&join_request(key, "n3")).await.unwrap();
         assert_eq!(late.read().node_id_by_token(&joined.node_token), None);
         let learned = late.learn_node_by_token(&joined.node_token, ttl).await.unwrap();
@@ -342,6 +344,15 @@ mod replicas {
         assert_eq!(late.desired_body(&joined.node_id.as_str().into()).map(|(g, _)| g), Some(1));
         assert_eq!(late.learn_node_by_token("fnt_unknown", ttl).await.unwrap(), None);
 
+        // An allowance changed on the follower reaches the leader, split again there: n2's
+        // kind is refused on both (docs/behaviour.md#what-a-node-may-claim).
+        let no_kinds = fleet_api::claims::Allowance { allowed_labels: None, allowed_kinds: Some(vec![]) };
+        follower.set_allowance("n2", no_kinds, "test").await.unwrap();
+        until("the leader refuses n2's kind", || {
+            leader.read().node(&id2).is_some_and(|n| n.info.executor_kinds.is_empty() && n.allowed.is_some())
+        })
+        .await;
+        assert_eq!(leader.read().node(&id2).map(|n| n.info.refused_facts().kinds), Some(vec!["k".to_string()]));
         follower.set_lifecycle("n1", crate::store::Action::Cordon, "test").await.unwrap();
         until("the leader sees the cordon", || {
             leader.read().node(&id).is_some_and(|n| n.lifecycle == crate::store::Lifecycle::Cordoned)

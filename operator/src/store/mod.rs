@@ -5,11 +5,12 @@
 //! - `records` — the records kept (nodes, identities and PATs, desired states, events);
 //! - `registry` — the tables, behind a private lock, changed only by recording setters;
 //! - `db` — the database, layered one way: rows and errors, SQL per backend, group commit;
-//! - `join`, `report`, `delivery`, `lifecycle`, `writes`, `follow` — the write-through
-//!   operations on the store's parts (`parts`), by what they serve;
+//! - `join`, `report`, `delivery`, `lifecycle`, `allowance`, `writes`, `follow` — the
+//!   write-through operations on the store's parts (`parts`), by what they serve;
 //! - `hub` (long-poll wake-ups), `events` (the history), `kept` and `bindings` (what a pass
 //!   publishes), `secret` (tokens and their hashes).
 
+mod allowance;
 pub mod bindings;
 pub mod db;
 mod delivery;
@@ -139,9 +140,26 @@ impl Store {
 
 /// Nodes: joining, reports, lifecycle.
 impl Store {
-    /// Issues a join key valid for `ttl`; returns the key and its expiry (ms).
-    pub async fn issue_join_key(&self, ttl: Duration, note: &str) -> Result<(String, i64), DbError> {
-        self.parts.issue_join_key(ttl, note).await
+    /// Issues a join key valid for `ttl`, whose node may claim what `allowed` allows; returns
+    /// the key and its expiry (ms).
+    pub async fn issue_join_key(
+        &self,
+        ttl: Duration,
+        note: &str,
+        allowed: &fleet_api::claims::Allowance,
+    ) -> Result<(String, i64), DbError> {
+        self.parts.issue_join_key(ttl, note, allowed).await
+    }
+
+    /// Gives the node (id or name) another allowance, applied at once to what it last
+    /// claimed; `None` when there is no such node.
+    pub async fn set_allowance(
+        &self,
+        id_or_name: &str,
+        allowed: fleet_api::claims::Allowance,
+        by: &str,
+    ) -> Result<Option<Id>, DbError> {
+        self.parts.set_allowance(id_or_name, allowed, by).await
     }
 
     /// Joins a node (body already validated), marking its key used in the same transaction.

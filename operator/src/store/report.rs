@@ -1,14 +1,16 @@
 //! An observed report: taken into memory first, normalised (lists sorted, images only of
-//! announced kinds), and persisted by the flusher a chunk of nodes at a time.
+//! announced kinds), split once under the node's allowance into what it may claim and what is
+//! refused (docs/behaviour.md#what-a-node-may-claim), and persisted by the flusher a chunk of
+//! nodes at a time.
 
 use super::db::DbError;
 use super::parts::Parts;
+use super::records::claims::{claimed_of, refused_changed, refused_event};
 use super::records::node::sorted;
 use super::records::{NodeInfo, Seen};
 use super::registry::ReportOutcome;
 use crate::model::Id;
 use fleet_api::ObservedReport;
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Nodes whose reports one transaction writes ([`Parts::flush_reports`]).
@@ -17,18 +19,16 @@ pub const FLUSH_CHUNK: usize = 1_000;
 impl Parts {
     /// Takes an observed report (validated). Memory first; the flusher persists it.
     pub fn report(&self, node: &Id, r: ObservedReport, now: i64, offline_after: Duration) -> ReportOutcome {
+        // Normalised before the lock is taken: nothing in it reads the registry.
+        let secrets = sorted(&r.secrets);
+        let claimed = claimed_of(&r.labels, &r.executor_kinds, &r.executor_images, &r.executor_secrets, &secrets);
         let mut st = self.registry.write();
-        if st.node(node).is_none() {
-            return ReportOutcome::Stale;
-        }
+        let Some(rec) = st.node(node) else { return ReportOutcome::Stale };
         if let (Some(b), Some(seq), Some((old_b, old_seq))) = (&r.boot_id, r.seq, st.last_report(node)) {
             if b == old_b && seq <= old_seq {
                 return ReportOutcome::Stale;
             }
         }
-        let mut images: BTreeMap<String, Vec<String>> =
-            r.executor_images.into_iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k, sorted(&v))).collect();
-        images.retain(|k, _| r.executor_kinds.contains(k));
         // Kept until the next report, at its length, each agent's key the list's own. Collected
         // into a vector of its own: collected in place, it would keep the parsed list's
         // buffer, grown by doubling for the wire's larger items (1.4 KB a node with ten
@@ -37,12 +37,9 @@ impl Parts {
         let known = |key: &str| index.get_key_value(key).map(|(k, _)| k.clone());
         let mut replicas: Vec<Seen> = Vec::with_capacity(r.replicas.len());
         replicas.extend(r.replicas.into_iter().map(|p| Seen::of(p, known)));
-        let info = NodeInfo {
-            labels: sorted(&r.labels),
-            executor_kinds: sorted(&r.executor_kinds),
-            executor_images: images,
+        let mut info = NodeInfo {
             capacity: r.capacity,
-            secrets: sorted(&r.secrets),
+            secrets,
             version: r.version,
             health: Some(r.health),
             observe_seconds: r.observe_seconds,
@@ -50,8 +47,19 @@ impl Parts {
             applied_generation: r.applied_generation,
             boot_id: r.boot_id,
             seq: r.seq,
+            ..Default::default()
         };
-        st.observe(node, info, now, now, offline_after, true)
+        info.admit(claimed, rec.allowed.as_deref());
+        // The event is about a change of what is refused, not every report that repeats it.
+        let refused = refused_changed(&rec.info, &info).then(|| info.refused_facts());
+        let name = rec.name.clone();
+        let outcome = st.observe(node, info, now, now, offline_after, true);
+        drop(st);
+        if let Some(refused) = refused.filter(|r| !r.is_empty()) {
+            tracing::warn!(node = %name, refused = %refused.describe(), "node claims what its allowance refuses");
+            self.events.record(refused_event(&refused).node(node, &name));
+        }
+        outcome
     }
 
     /// Persists reported node state; called periodically and at shutdown. Returns how many

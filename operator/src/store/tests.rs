@@ -13,6 +13,7 @@ fn report(labels: &[&str], secrets: &[&str], seq: u64) -> ObservedReport {
         executor_images: BTreeMap::new(),
         capacity: Capacity { slots: 2, cpus: None, memory_mb: None },
         secrets: secrets.iter().map(|s| s.to_string()).collect(),
+        executor_secrets: Default::default(),
         replicas: vec![],
         version: "t".into(),
         boot_id: Some("b".into()),
@@ -138,7 +139,7 @@ async fn a_generation_is_served_before_it_is_announced() {
 
 /// Joins a node named `name` with a fresh key and these labels; its id.
 async fn join_node(store: &Store, name: &str, labels: &[&str]) -> Id {
-    let (key, _) = store.issue_join_key(Duration::from_secs(60), "").await.unwrap();
+    let (key, _) = store.issue_join_key(Duration::from_secs(60), "", &Default::default()).await.unwrap();
     let (_, pk) = fleet_api::seal::generate_keypair();
     use base64::Engine;
     let req = JoinRequest {
@@ -150,6 +151,7 @@ async fn join_node(store: &Store, name: &str, labels: &[&str]) -> Id {
         executor_images: BTreeMap::new(),
         capacity: Capacity { slots: 2, cpus: None, memory_mb: None },
         secrets: vec![],
+        executor_secrets: Default::default(),
         version: "t".into(),
     };
     store.join(&req).await.unwrap().node_id.into()
@@ -183,4 +185,115 @@ async fn a_report_on(store: &Store) {
     let later = now + 61_000;
     let got = store.report(&id, report(&["a"], &[], 4), later, ttl);
     assert_eq!(got, ReportOutcome::Accepted { changed: true, was_online: false });
+}
+
+/// docs/behaviour.md#what-a-node-may-claim, on both backends: a key's allowance passes to the
+/// node it makes; a report is split under it (the refused label out of the effective facts, one
+/// `node_facts_refused` event while the refused set stays the same); a changed allowance applies
+/// at once to what the node last claimed; and both the allowance and the split survive a reload
+/// from the database.
+#[tokio::test]
+async fn an_allowance_splits_claims_and_survives_a_reload() {
+    for fresh in db::testing::each() {
+        eprintln!("on {}", fresh.backend);
+        let store = Store::open(&fresh.url).await.unwrap();
+        db::testing::lead(store.db()).await;
+        allowance_on(&store).await;
+    }
+}
+
+/// The `node_facts_refused` events of node `id`, written first.
+async fn refused_events(store: &Store, id: &Id) -> usize {
+    store.flush_events().await.unwrap();
+    let f = events::Filter {
+        agent: None,
+        node: Some(id.to_string()),
+        since: 0,
+        before: None,
+        limit: 500,
+        newest_first: false,
+    };
+    let all = store.read_events(&f).await.unwrap();
+    all.iter().filter(|e| e.kind == "node_facts_refused" && e.message.contains("labels gpu")).count()
+}
+
+async fn allowance_on(store: &Store) {
+    use fleet_api::claims::Allowance;
+    let zones = Allowance { allowed_labels: Some(vec!["zone=*".into()]), allowed_kinds: None };
+    let (key, _) = store.issue_join_key(Duration::from_secs(60), "", &zones).await.unwrap();
+    let (_, pk) = fleet_api::seal::generate_keypair();
+    use base64::Engine;
+    let req = JoinRequest {
+        join_key: key,
+        name: "claims".into(),
+        public_key: base64::engine::general_purpose::STANDARD.encode(pk),
+        labels: vec!["zone=eu".into()],
+        executor_kinds: vec!["k".into()],
+        executor_images: BTreeMap::new(),
+        capacity: Capacity { slots: 2, cpus: None, memory_mb: None },
+        secrets: vec![],
+        executor_secrets: Default::default(),
+        version: "t".into(),
+    };
+    let id: Id = store.join(&req).await.unwrap().node_id.into();
+    let (now, ttl) = (clock::now_ms(), Duration::from_secs(60));
+    assert_eq!(refused_events(store, &id).await, 0, "nothing refused at the join");
+    for seq in 1..=3 {
+        store.report(&id, report(&["gpu", "zone=eu"], &[], seq), now, ttl);
+    }
+    let labels = |store: &Store| store.read().node(&id).map(|n| (n.info.labels.clone(), n.info.refused_facts().labels));
+    assert_eq!(labels(store), Some((vec!["zone=eu".into()], vec!["gpu".into()])));
+    assert_eq!(refused_events(store, &id).await, 1, "one event while the refused set stays the same");
+    store.flush_reports().await.unwrap();
+
+    store.reload().await.unwrap();
+    assert_eq!(labels(store), Some((vec!["zone=eu".into()], vec!["gpu".into()])), "after a reload");
+    assert_eq!(store.read().node(&id).and_then(|n| n.allowed.as_deref().cloned()), Some(zones));
+
+    let with_gpu = Allowance { allowed_labels: Some(vec!["zone=*".into(), "gpu".into()]), allowed_kinds: None };
+    assert!(store.set_allowance("claims", with_gpu.clone(), "test").await.unwrap().is_some());
+    assert_eq!(labels(store), Some((vec!["gpu".into(), "zone=eu".into()], vec![])), "at once, without a report");
+    assert!(store.take_changes().facts.contains(&id), "placement is told");
+    store.reload().await.unwrap();
+    assert_eq!(labels(store), Some((vec!["gpu".into(), "zone=eu".into()], vec![])), "the new allowance is stored");
+    assert_eq!(store.read().node(&id).and_then(|n| n.allowed.as_deref().cloned()), Some(with_gpu.normalised()));
+    assert!(store.set_allowance("no-such-node", Allowance::default(), "test").await.unwrap().is_none());
+}
+
+/// A database of a version before allowances gains the columns, and its keys and nodes allow
+/// anything, as before (both backends).
+#[tokio::test]
+async fn keys_and_nodes_of_an_earlier_version_allow_anything() {
+    for fresh in db::testing::each() {
+        eprintln!("on {}", fresh.backend);
+        let key = "INSERT INTO join_keys (hash, expires_ms, note, created_ms) VALUES ($1, 9999999999999, '', 0)";
+        let node = "INSERT INTO nodes (id, name, token_hash, public_key, joined_ms, last_seen_ms, info) \
+                    VALUES ('n1', 'old', $1, $2, 0, 0, '{\"labels\":[\"gpu\"],\"executorKinds\":[\"k\"],\"executorImages\":{},\"capacity\":{\"slots\":1},\"secrets\":[],\"version\":\"\",\"health\":null,\"observeSeconds\":null,\"replicas\":[],\"appliedGeneration\":0,\"bootId\":null,\"seq\":null}')";
+        if fresh.backend == "sqlite" {
+            let opts = fresh.url.parse::<sqlx::sqlite::SqliteConnectOptions>().unwrap().create_if_missing(true);
+            let pool = sqlx::sqlite::SqlitePoolOptions::new().connect_with(opts).await.unwrap();
+            let mut m = sqlx::migrate!("./migrations/sqlite");
+            m.migrations = m.migrations.iter().filter(|m| m.version < 4).cloned().collect::<Vec<_>>().into();
+            m.run(&pool).await.unwrap();
+            sqlx::query(key).bind(secret::hash("fjk_old").to_vec()).execute(&pool).await.unwrap();
+            sqlx::query(node).bind(vec![1u8; 32]).bind(vec![2u8; 32]).execute(&pool).await.unwrap();
+            pool.close().await;
+        } else {
+            let pool = sqlx::PgPool::connect(&fresh.url).await.unwrap();
+            let mut m = sqlx::migrate!("./migrations/postgres");
+            m.migrations = m.migrations.iter().filter(|m| m.version < 5).cloned().collect::<Vec<_>>().into();
+            m.run(&pool).await.unwrap();
+            sqlx::query(key).bind(secret::hash("fjk_old").to_vec()).execute(&pool).await.unwrap();
+            sqlx::query(node).bind(vec![1u8; 32]).bind(vec![2u8; 32]).execute(&pool).await.unwrap();
+            pool.close().await;
+        }
+        let store = Store::open(&fresh.url).await.unwrap();
+        {
+            let st = store.read();
+            let old = st.node(&Id::from("n1")).expect("the old node is loaded");
+            assert!(old.allowed.is_none() && old.info.refused.is_none(), "an old node allows anything");
+            assert_eq!(old.info.labels, vec!["gpu".to_string()]);
+        }
+        assert_eq!(store.db().join_key_allowance(&secret::hash("fjk_old")).await.unwrap(), None, "an old key too");
+    }
 }

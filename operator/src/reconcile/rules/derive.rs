@@ -40,6 +40,7 @@ pub fn facts_of(n: &NodeRec, online: bool) -> NodeFacts {
         images: n.allow.clone(),
         labels: n.info.labels.clone(),
         secrets: n.info.secrets.clone(),
+        kind_secrets: n.info.executor_secrets.as_deref().cloned().unwrap_or_default(),
         capacity: n.info.capacity.clone(),
     }
 }

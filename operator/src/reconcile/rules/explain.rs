@@ -79,7 +79,10 @@ fn verdict(d: &Demand, n: &NodeRec, online: bool, free: Option<&Free>) -> Option
         return Some((1, what.into()));
     }
     if !n.info.executor_kinds.iter().any(|k| *k == d.kind) {
-        return Some((2, format!("no executor kind {}", d.kind)));
+        return Some((
+            2,
+            format!("no executor kind {}{}", d.kind, refused_note(n, |r| r.kinds.iter().any(|k| *k == d.kind))),
+        ));
     }
     if let Some(img) = &d.image {
         if !n.allow.get(&*d.kind).is_some_and(|l| l.admits(img)) {
@@ -93,10 +96,13 @@ fn verdict(d: &Demand, n: &NodeRec, online: bool, free: Option<&Free>) -> Option
         .map(|s| s.as_str())
         .collect();
     if !missing.is_empty() {
-        return Some((4, format!("missing label {}", missing.join(", "))));
+        let claimed = refused_note(n, |r| {
+            r.labels.iter().any(|l| missing.iter().any(|m| fleet_api::labels::requirement_met(m, &[l])))
+        });
+        return Some((4, format!("missing label {}{claimed}", missing.join(", "))));
     }
-    let lacking: Vec<&str> =
-        d.secrets.iter().filter(|s| !n.info.secrets.iter().any(|x| x == *s)).map(|s| s.as_str()).collect();
+    let offered = n.info.secrets_for(&d.kind);
+    let lacking: Vec<&str> = d.secrets.iter().filter(|s| !offered.contains(*s)).map(|s| s.as_str()).collect();
     if !lacking.is_empty() {
         return Some((5, format!("missing secret {}", lacking.join(", "))));
     }
@@ -107,6 +113,15 @@ fn verdict(d: &Demand, n: &NodeRec, online: bool, free: Option<&Free>) -> Option
         return Some((6, format!("short of {}", what.join(", "))));
     }
     None
+}
+
+/// ` (claimed, refused by its allowance)` when the node claims what a verdict misses but may not
+/// (docs/behaviour.md#what-a-node-may-claim): the node.yaml has it, the fix is the allowance.
+fn refused_note(n: &NodeRec, claims_it: impl Fn(&fleet_api::claims::Claimed) -> bool) -> &'static str {
+    match &n.info.refused {
+        Some(r) if claims_it(r) => " (claimed, refused by its allowance)",
+        _ => "",
+    }
 }
 
 /// Whether the node's room left is short of a slot, the cpus or the memory `d` needs.
@@ -140,7 +155,7 @@ fn filter(st: &State, d: &Demand, now: i64, offline_after: Duration, with_nodes:
             }
             Some((5, _)) => {
                 for (s, count) in missing_secrets.iter_mut() {
-                    *count += u32::from(!n.info.secrets.iter().any(|x| x == s));
+                    *count += u32::from(!n.info.secrets_for(&d.kind).contains(s));
                 }
             }
             Some((6, _)) => {
@@ -216,6 +231,9 @@ pub fn hint(code: &str) -> &'static str {
             "the controller could not create the agent's identity or PAT: the message says why (IAM unreachable, scope, expiry)"
         }
         refusal::SECRET_MISSING => "the node lacks a secret file the agent needs: put it in the node's secretsDir",
+        refusal::SECRET_NOT_ALLOWED => {
+            "the node does not offer this secret to the agent's kind: add it to executors.<kind>.secrets in node.yaml and restart fleet-node"
+        }
         refusal::CREDENTIAL_UNREADABLE => {
             "the node cannot open its PAT: its stateDir was recreated after joining; join it again under a new name"
         }
@@ -254,6 +272,7 @@ mod tests {
                 ..Default::default()
             },
             allow: Default::default(),
+            allowed: None,
             lifecycle: Lifecycle::Schedulable,
         };
         f(&mut n);
@@ -390,6 +409,11 @@ mod tests {
         let table = [
             (refusal::secret_missing("github-token"), fleet_api::ReplicaState::Stopped, refusal::SECRET_MISSING),
             (
+                refusal::secret_not_allowed("github-token", "k"),
+                fleet_api::ReplicaState::Stopped,
+                refusal::SECRET_NOT_ALLOWED,
+            ),
+            (
                 refusal::CREDENTIAL_UNOPENABLE.to_string(),
                 fleet_api::ReplicaState::Stopped,
                 refusal::CREDENTIAL_UNREADABLE,
@@ -440,6 +464,7 @@ mod tests {
             codes::NODE_UNAVAILABLE,
             codes::IDENTITY_PENDING,
             refusal::SECRET_MISSING,
+            refusal::SECRET_NOT_ALLOWED,
             refusal::CREDENTIAL_UNREADABLE,
             refusal::EXECUTOR_KIND_MISSING,
             refusal::START_FAILED,

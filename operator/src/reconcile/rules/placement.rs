@@ -30,6 +30,9 @@ pub struct NodeFacts {
     pub labels: Vec<String>,
     /// Sorted, for binary search.
     pub secrets: Vec<String>,
+    /// The secrets offered to each kind that lists its own (sorted); other kinds are offered
+    /// `secrets` (docs/behaviour.md#secrets).
+    pub kind_secrets: BTreeMap<String, Vec<String>>,
     pub capacity: Capacity,
 }
 
@@ -173,7 +176,8 @@ fn first_failure(sig: &Signature, n: &NodeFacts, cordon_counts: bool) -> Option<
     if !labels::all_met(&sig.requires, &n.labels) {
         return Some(4);
     }
-    if !sig.secrets.iter().all(|s| n.secrets.binary_search_by(|x| x.as_str().cmp(&**s)).is_ok()) {
+    let offered = n.kind_secrets.get(&*sig.kind).unwrap_or(&n.secrets);
+    if !sig.secrets.iter().all(|s| offered.binary_search_by(|x| x.as_str().cmp(&**s)).is_ok()) {
         return Some(5);
     }
     None

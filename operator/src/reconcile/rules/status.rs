@@ -189,6 +189,7 @@ mod tests {
         let table = [
             (refusal::image_not_allowed("reg/x:2", "k"), ReplicaState::Stopped, "image_not_allowed"),
             (refusal::secret_missing("github-token"), ReplicaState::Stopped, "secret_missing"),
+            (refusal::secret_not_allowed("github-token", "k"), ReplicaState::Stopped, "secret_not_allowed"),
             (refusal::CREDENTIAL_UNOPENABLE.to_string(), ReplicaState::Stopped, "credential_unreadable"),
             (refusal::executor_kind_missing("k"), ReplicaState::Stopped, "executor_kind_missing"),
             (refusal::start_failed("No such image: agent-runner:1.4.0"), ReplicaState::Starting, "start_failed"),

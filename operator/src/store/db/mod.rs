@@ -98,8 +98,26 @@ impl Db {
         &self.writer
     }
 
-    pub async fn insert_join_key(&self, hash: &[u8], expires_ms: i64, note: &str, now_ms: i64) -> Result<(), DbError> {
-        on!(&self.pool, insert_join_key(hash, expires_ms, note, now_ms))
+    /// Stores a join key's hash with its expiry, note and allowance (JSON, `None`: anything).
+    pub async fn insert_join_key(
+        &self,
+        hash: &[u8],
+        expires_ms: i64,
+        note: &str,
+        allowed: Option<&str>,
+        now_ms: i64,
+    ) -> Result<(), DbError> {
+        on!(&self.pool, insert_join_key(hash, expires_ms, note, allowed, now_ms))
+    }
+
+    /// The allowance a join key carries (JSON); `None` for a key without one, or no such key.
+    pub async fn join_key_allowance(&self, hash: &[u8]) -> Result<Option<String>, DbError> {
+        on!(&self.pool, join_key_allowance(hash))
+    }
+
+    /// Stores a node's allowance (JSON, `None`: anything).
+    pub async fn set_allowance(&self, id: &str, allowed: Option<&str>) -> Result<(), DbError> {
+        on!(&self.pool, set_allowance(id, allowed))
     }
 
     /// Marks the key used and creates the node in one transaction; a refusal leaves the key
@@ -314,9 +332,10 @@ mod tests {
             last_seen_ms: 1,
             info: "{}".into(),
             lifecycle: Default::default(),
+            allowed: None,
         };
-        db.insert_join_key(b"k1", i64::MAX, "", 0).await.unwrap();
-        db.insert_join_key(b"k2", i64::MAX, "", 0).await.unwrap();
+        db.insert_join_key(b"k1", i64::MAX, "", None, 0).await.unwrap();
+        db.insert_join_key(b"k2", i64::MAX, "", None, 0).await.unwrap();
         assert!(matches!(db.join(b"k1", &node("n1", "one"), 1).await.unwrap(), JoinOutcome::Joined));
         assert!(matches!(db.join(b"k2", &node("n2", "two"), 1).await.unwrap(), JoinOutcome::Joined));
         db.update_nodes(&[

@@ -23,6 +23,8 @@ pub struct NodeRow {
     pub last_seen_ms: i64,
     pub info: String,
     pub lifecycle: Lifecycle,
+    /// The node's allowance as JSON; `None` allows anything.
+    pub allowed: Option<String>,
 }
 
 #[derive(Debug, Clone)]

@@ -3,6 +3,7 @@
 //! boxes and events. Records are plain data with the rules that read them; how they change is
 //! the registry's business (`store::registry`).
 
+pub mod claims;
 pub mod cred;
 pub mod desired;
 pub mod event;

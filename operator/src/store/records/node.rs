@@ -6,13 +6,18 @@
 use super::seen::Seen;
 use crate::clock;
 use crate::model::Id;
+use fleet_api::claims::{Allowance, Claimed};
 use fleet_api::images::AllowList;
 use fleet_api::{Capacity, Health, NodeStatus, NodeView};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// What a node announced and last reported; stored as JSON.
+/// What a node announced and last reported; stored as JSON. Labels, kinds, images and
+/// per-kind secrets are the *effective* facts, those its allowance admits: everything that
+/// reads them (placement, the explanation, views, the mirror) sees only what the node may
+/// claim. What it claimed beyond them is kept aside in `refused`
+/// (docs/behaviour.md#what-a-node-may-claim).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeInfo {
@@ -21,6 +26,13 @@ pub struct NodeInfo {
     pub executor_images: BTreeMap<String, Vec<String>>,
     pub capacity: Capacity,
     pub secrets: Vec<String>,
+    /// The secrets offered to each kind that lists its own (a subset of `secrets`); boxed,
+    /// since most nodes have none and 10,000 records are kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor_secrets: Option<Box<BTreeMap<String, Vec<String>>>>,
+    /// What the node claimed and its allowance refused: labels, kinds and those kinds' lists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<Box<Claimed>>,
     pub version: String,
     pub health: Option<Health>,
     pub observe_seconds: Option<u32>,
@@ -40,6 +52,8 @@ pub struct NodeRec {
     pub last_seen_ms: i64,
     pub info: NodeInfo,
     pub allow: BTreeMap<String, AllowList>,
+    /// What it may claim; `None` allows anything (docs/behaviour.md#what-a-node-may-claim).
+    pub allowed: Option<Box<Allowance>>,
     pub lifecycle: Lifecycle,
 }
 
@@ -62,6 +76,10 @@ impl NodeRec {
             executor_images: self.info.executor_images.clone(),
             capacity: self.info.capacity.clone(),
             secrets: self.info.secrets.clone(),
+            executor_secrets: self.info.executor_secrets.as_deref().cloned().unwrap_or_default(),
+            allowed_labels: self.allowed.as_ref().and_then(|a| a.allowed_labels.clone()),
+            allowed_kinds: self.allowed.as_ref().and_then(|a| a.allowed_kinds.clone()),
+            refused_facts: self.info.refused_facts(),
             health: self.info.health.unwrap_or(Health::Ok),
             status: if self.online(now_ms, offline_after) { NodeStatus::Online } else { NodeStatus::Offline },
             last_seen_at: clock::rfc3339_ms(self.last_seen_ms),
@@ -163,6 +181,7 @@ impl NodeRec {
             last_seen_ms: 0,
             info: NodeInfo::default(),
             allow: BTreeMap::new(),
+            allowed: None,
             lifecycle: Lifecycle::default(),
         }
     }

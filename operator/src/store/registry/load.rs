@@ -92,11 +92,13 @@ pub(super) fn node_from_row(r: NodeRow, now: i64) -> Option<NodeRec> {
         public_key,
         joined_ms: r.joined_ms,
         last_seen_ms: r.last_seen_ms.max(now),
-        info: NodeInfo::default(),
+        info,
         allow: BTreeMap::new(),
+        allowed: crate::store::records::claims::allowance_of(r.allowed.as_deref()),
         lifecycle: r.lifecycle,
     };
-    rec.set_info(info);
+    // Split under the stored allowance: the report written last may predate a change of it.
+    rec.readmit();
     Some(rec)
 }
 

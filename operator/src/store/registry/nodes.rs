@@ -5,7 +5,9 @@ use super::load::node_from_row;
 use super::state::State;
 use crate::model::Id;
 use crate::store::db::NodeRow;
+use crate::store::records::claims::refused_changed;
 use crate::store::records::{Deleted, DesiredRec, DrainProgress, Lifecycle, NodeInfo, NodeRec};
+use fleet_api::claims::{Allowance, RefusedFacts};
 use std::time::Duration;
 
 impl State {
@@ -62,7 +64,8 @@ impl State {
             || old.executor_kinds != info.executor_kinds
             || old.executor_images != info.executor_images
             || old.capacity != info.capacity
-            || old.secrets != info.secrets;
+            || old.secrets != info.secrets
+            || old.executor_secrets != info.executor_secrets;
         let reports_changed = old.replicas != info.replicas || old.health != info.health;
         let period_changed = old.observe_seconds != info.observe_seconds;
         let was_online = rec.online(now, offline_after);
@@ -85,6 +88,28 @@ impl State {
 }
 
 impl State {
+    /// Gives a node another allowance and splits what it last claimed again under it, so the
+    /// change reaches placement now, not with the node's next report. Returns the node's name
+    /// and, when the refused labels or kinds changed, what is refused now.
+    pub(in crate::store) fn put_allowance(
+        &mut self,
+        id: &Id,
+        allowed: Option<Box<Allowance>>,
+    ) -> Option<(Id, Option<RefusedFacts>)> {
+        let rec = self.nodes.get_mut(id)?;
+        let before = rec.info.refused_facts();
+        rec.allowed = allowed;
+        rec.readmit();
+        let after = rec.info.refused_facts();
+        let refused = (after != before).then_some(after);
+        let name = rec.name.clone();
+        // Not marked dirty: the stored report keeps the split it was written with, and every
+        // read of a stored row splits it again under the stored allowance; writing this copy
+        // could put an older report over one another replica took.
+        self.changes.facts.insert(id.clone());
+        Some((name, refused))
+    }
+
     /// Sets a node's lifecycle and records the change for the pass.
     pub(in crate::store) fn put_lifecycle(&mut self, id: &Id, after: Lifecycle) {
         if let Some(n) = self.nodes.get_mut(id) {
@@ -144,10 +169,16 @@ impl State {
         self.set_token(&id, stored.token_hash);
         let Some(rec) = self.nodes.get(&id) else { return false };
         let lifecycle_changed = rec.lifecycle != stored.lifecycle;
+        let allowance_changed = rec.allowed != stored.allowed;
         let newer = newer_report(&rec.info, rec.last_seen_ms, &stored.info, stored.last_seen_ms);
         if lifecycle_changed {
             self.put_lifecycle(&id, stored.lifecycle);
         }
+        // An allowance changed elsewhere: what this replica holds is split again under it.
+        if allowance_changed {
+            self.put_allowance(&id, stored.allowed.clone());
+        }
+        let lifecycle_changed = lifecycle_changed || allowance_changed;
         if newer {
             let seen = self.observe(&id, stored.info, stored.last_seen_ms, now, offline_after, false);
             return lifecycle_changed
@@ -187,17 +218,29 @@ pub enum ReportOutcome {
 /// The rest of a node's writers: a rejoin, a node removed, and the report flusher's marks.
 impl State {
     /// A node that joined again with its key: the new token, what it announced now (its
-    /// reported replicas kept), seen now. Returns its name, `None` if it is gone.
-    pub(in crate::store) fn rejoin(&mut self, id: &Id, token_hash: [u8; 32], info: NodeInfo, now: i64) -> Option<Id> {
+    /// reported replicas kept) split under its own allowance, seen now. Returns its name and,
+    /// when the refused labels or kinds changed, what is refused now; `None` if it is gone.
+    pub(in crate::store) fn rejoin(
+        &mut self,
+        id: &Id,
+        token_hash: [u8; 32],
+        info: NodeInfo,
+        now: i64,
+    ) -> Option<(Id, Option<RefusedFacts>)> {
         self.set_token(id, token_hash);
         let rec = self.nodes.get_mut(id)?;
         rec.last_seen_ms = now.max(rec.last_seen_ms);
-        let replicas = std::mem::take(&mut rec.info.replicas);
-        rec.set_info(NodeInfo { replicas, ..info });
+        let mut before = std::mem::take(&mut rec.info);
+        let mut info = NodeInfo { replicas: std::mem::take(&mut before.replicas), ..info };
+        info.admit(info.claimed(), rec.allowed.as_deref());
+        let refused = refused_changed(&before, &info).then(|| info.refused_facts()).filter(|r| !r.is_empty());
+        rec.set_info(info);
         let name = rec.name.clone();
+        // Not marked dirty: the stored report keeps the split it was written with, and every
+        // read of a stored row splits it again under the stored allowance; writing this copy
+        // could put an older report over one another replica took.
         self.changes.facts.insert(id.clone());
-        self.dirty_nodes.insert(id.clone());
-        Some(name)
+        Some((name, refused))
     }
 
     /// Takes a node out of the registry (its traces go with [`State::forget_node`]).

@@ -15,6 +15,7 @@ fn node(name: &str, slots: u32) -> NodeFacts {
         images: BTreeMap::new(),
         labels: vec![],
         secrets: vec![],
+        kind_secrets: BTreeMap::new(),
         capacity: Capacity { slots, cpus: None, memory_mb: None },
     }
 }
@@ -192,6 +193,31 @@ fn waiting_reasons_in_order() {
     full.online = false;
     let out = place(&[agent("x", 1)], &[full], &Bindings::new());
     assert_eq!(out.waiting.get("x"), Some(&(1, codes::NO_NODE)));
+}
+
+/// docs/behaviour.md#secrets: a kind that lists its secrets is offered only those; the other
+/// kinds on the same node are offered every secret it announces.
+#[test]
+fn secrets_are_matched_per_kind() {
+    let mut n = node("n", 4);
+    n.kinds = vec!["claude-code".into(), "observer".into()];
+    n.secrets = vec!["github-token".into(), "mail".into()];
+    n.kind_secrets.insert("observer".into(), vec!["mail".into()]);
+    let wants = |key: &str, kind: &str, secret: &str| {
+        let mut a = agent(key, 1);
+        a.kind = kind.to_string().into();
+        a.secrets = vec![secret.to_string()].into();
+        a
+    };
+    let agents = [
+        wants("coder", "claude-code", "github-token"),
+        wants("mailer", "observer", "mail"),
+        wants("thief", "observer", "github-token"),
+    ];
+    let out = place(&agents, &[n], &Bindings::new());
+    assert_eq!(on(&out, "coder", 0).as_deref(), Some("id-n"), "a kind without a list: every secret");
+    assert_eq!(on(&out, "mailer", 0).as_deref(), Some("id-n"), "its own list");
+    assert_eq!(out.waiting.get("thief").map(|w| w.1), Some(codes::NO_SECRET), "outside its kind's list");
 }
 
 #[test]

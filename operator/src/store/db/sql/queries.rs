@@ -48,14 +48,34 @@ pub async fn ping(p: &Pool) -> Result<(), DbError> {
     Ok(())
 }
 
-pub async fn insert_join_key(p: &Pool, hash: &[u8], expires_ms: i64, note: &str, now_ms: i64) -> Result<(), DbError> {
-    sqlx::query("INSERT INTO join_keys (hash, expires_ms, note, created_ms) VALUES ($1, $2, $3, $4)")
+pub async fn insert_join_key(
+    p: &Pool,
+    hash: &[u8],
+    expires_ms: i64,
+    note: &str,
+    allowed: Option<&str>,
+    now_ms: i64,
+) -> Result<(), DbError> {
+    sqlx::query("INSERT INTO join_keys (hash, expires_ms, note, created_ms, allowed) VALUES ($1, $2, $3, $4, $5)")
         .bind(hash)
         .bind(expires_ms)
         .bind(note)
         .bind(now_ms)
+        .bind(allowed)
         .execute(p)
         .await?;
+    Ok(())
+}
+
+/// The allowance a join key carries (JSON), `None` for a key without one or no such key.
+pub async fn join_key_allowance(p: &Pool, hash: &[u8]) -> Result<Option<String>, DbError> {
+    let allowed: Option<Option<String>> =
+        sqlx::query_scalar("SELECT allowed FROM join_keys WHERE hash = $1").bind(hash).fetch_optional(p).await?;
+    Ok(allowed.flatten())
+}
+
+pub async fn set_allowance(p: &Pool, id: &str, allowed: Option<&str>) -> Result<(), DbError> {
+    sqlx::query("UPDATE nodes SET allowed = $1 WHERE id = $2").bind(allowed).bind(id).execute(p).await?;
     Ok(())
 }
 
@@ -83,8 +103,8 @@ pub async fn join(p: &Pool, key_hash: &[u8], node: &NodeRow, now_ms: i64) -> Res
         return Ok(JoinOutcome::NameTaken);
     }
     sqlx::query(
-        "INSERT INTO nodes (id, name, token_hash, public_key, joined_ms, last_seen_ms, info) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        "INSERT INTO nodes (id, name, token_hash, public_key, joined_ms, last_seen_ms, info, allowed) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
     .bind(&node.id)
     .bind(&node.name)
@@ -93,6 +113,7 @@ pub async fn join(p: &Pool, key_hash: &[u8], node: &NodeRow, now_ms: i64) -> Res
     .bind(node.joined_ms)
     .bind(node.last_seen_ms)
     .bind(&node.info)
+    .bind(&node.allowed)
     .execute(&mut *tx)
     .await?;
     sqlx::query("INSERT INTO desired (node_id, generation, agents) VALUES ($1, 1, '[]')")
@@ -465,7 +486,7 @@ fn push_ids<'q>(q: &mut QueryBuilder<'q, DB>, column: &str, ids: Option<&'q [Str
 }
 
 const SELECT_NODES: &str = "SELECT id, name, token_hash, public_key, joined_ms, last_seen_ms, info, \
-     cordoned, drain_started_ms, drain_force, drain_done_ms FROM nodes";
+     cordoned, drain_started_ms, drain_force, drain_done_ms, allowed FROM nodes";
 
 pub async fn nodes(p: &Pool, ids: Option<&[String]>) -> Result<Vec<NodeRow>, DbError> {
     if ids.is_some_and(|i| i.is_empty()) {
@@ -493,6 +514,7 @@ fn node_row(r: &<DB as sqlx::Database>::Row) -> NodeRow {
         last_seen_ms: r.get(5),
         info: r.get(6),
         lifecycle: crate::store::records::Lifecycle::from_columns(r.get(7), r.get(8), r.get(9), r.get(10)),
+        allowed: r.get(11),
     }
 }
 
