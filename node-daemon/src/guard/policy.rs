@@ -34,6 +34,8 @@ struct KindRules {
     user: Option<String>,
     max_nano_cpus: Option<i64>,
     max_memory: Option<i64>,
+    /// `executors.<kind>.secrets`: the secret files its containers may mount; `None`: any.
+    secrets: Option<Vec<String>>,
 }
 
 /// The `SecurityOpt` entries fleet-node sets; any other weakens the container.
@@ -54,6 +56,7 @@ impl Policy {
                     user: e.user.clone(),
                     max_nano_cpus: max.and_then(|m| m.cpus).map(|c| (c * 1e9) as i64),
                     max_memory: max.and_then(|m| m.memory_mb).map(|m| (m as i64).saturating_mul(1024 * 1024)),
+                    secrets: e.secrets.clone(),
                 };
                 (name.clone(), rules)
             })
@@ -167,17 +170,34 @@ impl Policy {
                 return refuse(format!("HostConfig.LogConfig.Type {t:?} is not allowed: only json-file or local"));
             }
         }
-        h.mounts.iter().flatten().try_for_each(|m| self.check_mount(m))
+        h.mounts.iter().flatten().try_for_each(|m| self.check_mount(m, kind, kind_name))
     }
 
-    fn check_mount(&self, m: &Mount) -> Result<(), Refusal> {
+    fn check_mount(&self, m: &Mount, kind: &KindRules, kind_name: &str) -> Result<(), Refusal> {
         let source = m.source.as_deref().unwrap_or("");
         match m.r#type.as_deref().unwrap_or("") {
-            "bind" if m.read_only == Some(true) => check_bind(source, &self.binds).map_err(Refusal),
+            "bind" if m.read_only == Some(true) => {
+                check_bind(source, &self.binds).map_err(Refusal)?;
+                self.check_secret_of_kind(source, kind, kind_name)
+            }
             "bind" => refuse(format!("bind mount of {source:?} must be ReadOnly")),
             "volume" => self.check_volume_name(source),
             other => refuse(format!("mount type {other:?} is not allowed: only bind and volume")),
         }
+    }
+
+    /// A file of the secrets directory is one the kind lists, when it lists them.
+    fn check_secret_of_kind(&self, source: &str, kind: &KindRules, kind_name: &str) -> Result<(), Refusal> {
+        let path = std::path::Path::new(source);
+        let (Some(list), Some(secrets_dir)) = (&kind.secrets, self.binds.iter().find(|b| b.direct_children_only))
+        else {
+            return Ok(());
+        };
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if path.parent() != Some(secrets_dir.dir.as_path()) || list.iter().any(|s| s == name) {
+            return Ok(());
+        }
+        refuse(format!("secret {name:?} is not allowed: executors.{kind_name}.secrets does not list it"))
     }
 
     fn check_volume_name(&self, name: &str) -> Result<(), Refusal> {

@@ -20,7 +20,8 @@ fn node() -> Node {
     let yaml = format!(
         "controllerUrl: https://c.example\nname: n1\ncapacity: {{slots: 2}}\n\
          executors:\n  k: {{image: \"agent:1\", images: [\"reg/obs:1.*\"], capAdd: [NET_BIND_SERVICE], pidsLimit: 256,\n\
-         \x20    user: \"1000:1000\", maxResources: {{cpus: 2, memoryMb: 1024}}}}\n  plain: {{image: \"plain:1\"}}\n\
+         \x20    user: \"1000:1000\", maxResources: {{cpus: 2, memoryMb: 1024}}, secrets: [gh]}}\n\
+         \x20 plain: {{image: \"plain:1\", secrets: [other]}}\n\
          stateDir: /var/lib/fleet-node\nhostStateDir: {host}/state\nsecretsDir: /etc/fleet-node/secrets\n\
          hostSecretsDir: {host}/secrets\nnetwork: fleet-agents\ncontainerPrefix: fl\n"
     );
@@ -237,6 +238,17 @@ fn mounts_come_only_from_the_node_s_directories_and_volumes() {
     assert_eq!(e, "volume \"postgres-data\" is not allowed: only volumes named fl-…");
     let e = n.refusal(|b| b["HostConfig"]["Mounts"][2]["Type"] = json!("tmpfs"));
     assert_eq!(e, "mount type \"tmpfs\" is not allowed: only bind and volume");
+}
+
+/// A kind that lists its secrets mounts only those: a compromised node cannot hand another
+/// kind's secret to a container.
+#[test]
+fn secrets_are_mounted_only_by_the_kinds_that_list_them() {
+    let n = node();
+    std::fs::write(n.dir.path().join("secrets/other"), "s").unwrap();
+    let host = n.dir.path().display().to_string();
+    let e = n.refusal(|b| b["HostConfig"]["Mounts"][1]["Source"] = json!(format!("{host}/secrets/other")));
+    assert_eq!(e, "secret \"other\" is not allowed: executors.k.secrets does not list it");
 }
 
 #[test]
