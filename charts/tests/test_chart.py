@@ -201,7 +201,8 @@ class Render(unittest.TestCase):
         objs, _ = render({"database": {"url": url}})
         self.assertEqual(
             kinds(objs),
-            ["CustomResourceDefinition", "Deployment", "PodDisruptionBudget", "Secret", "Service", "ServiceAccount"],
+            ["CustomResourceDefinition", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Secret", "Service",
+             "ServiceAccount"],
             "no PersistentVolumeClaim",
         )
         dep = objs[("Deployment", "fleet-fleet-controller")]
@@ -224,6 +225,37 @@ class Render(unittest.TestCase):
         self.assertEqual(c["readinessProbe"]["httpGet"], {"path": "/readyz", "port": "api"})
         pod = dep["spec"]["template"]["spec"]
         self.assertEqual({v["name"]: v for v in pod["volumes"]}["data"], {"name": "data", "emptyDir": {}})
+
+    def test_ha_generates_the_replica_secret_and_a_network_policy(self):
+        objs, _ = render({"database": {"url": "postgres://fleet@db/fleet"},
+                          "networkPolicy": {"nodeCidrs": ["10.20.0.0/16"], "metricsFrom": [{"namespaceSelector": {}}]}})
+        secret = objs[("Secret", "fleet-fleet-controller-replica")]
+        value = base64.b64decode(secret["data"]["replica-secret"]).decode()
+        self.assertGreaterEqual(len(value), 32, "long enough for the controller")
+        self.assertEqual(secret["metadata"]["annotations"]["helm.sh/resource-policy"], "keep")
+        env, _ = env_of(objs)
+        self.assertEqual(env["FLEET_REPLICA_SECRET"]["valueFrom"]["secretKeyRef"],
+                         {"name": "fleet-fleet-controller-replica", "key": "replica-secret"})
+        pol = objs[("NetworkPolicy", "fleet-fleet-controller")]
+        dep = objs[("Deployment", "fleet-fleet-controller")]
+        self.assertEqual(pol["spec"]["podSelector"]["matchLabels"], dep["spec"]["selector"]["matchLabels"])
+        api, metrics = pol["spec"]["ingress"]
+        self.assertEqual(api["ports"], [{"port": 8040, "protocol": "TCP"}])
+        self.assertEqual(api["from"], [
+            {"podSelector": {"matchLabels": dep["spec"]["selector"]["matchLabels"]}},
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}},
+            {"ipBlock": {"cidr": "10.20.0.0/16"}},
+        ])
+        self.assertEqual(metrics, {"ports": [{"port": 9040, "protocol": "TCP"}], "from": [{"namespaceSelector": {}}]})
+        objs, _ = render({"database": {"url": "postgres://fleet@db/fleet"},
+                          "replicaSecret": {"existingSecret": "mine", "key": "k"}, "networkPolicy": {"enabled": False}})
+        self.assertNotIn(("Secret", "fleet-fleet-controller-replica"), objs)
+        self.assertNotIn(("NetworkPolicy", "fleet-fleet-controller"), objs)
+        env, _ = env_of(objs)
+        self.assertEqual(env["FLEET_REPLICA_SECRET"]["valueFrom"]["secretKeyRef"], {"name": "mine", "key": "k"})
+        objs, _ = render({})
+        self.assertNotIn("FLEET_REPLICA_SECRET", env_of(objs)[0], "one SQLite pod forwards nothing")
+        self.assertNotIn("NetworkPolicy", kinds(objs))
 
     def test_ha_with_an_existing_secret_and_five_replicas(self):
         objs, _ = render({"database": {"existingSecret": "pg", "urlKey": "url"}, "replicas": 5,

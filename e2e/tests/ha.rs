@@ -82,6 +82,7 @@ impl Ha {
             env.insert("FLEET_DATA_DIR".into(), f.dir.path().join(format!("ctl-{i}")).display().to_string());
             env.insert("FLEET_DATABASE_URL".into(), pg.via_port(&db, partition.port));
             env.insert("FLEET_REPLICA_NAME".into(), format!("ctl-{i}"));
+            env.insert("FLEET_REPLICA_SECRET".into(), "e2e-replica-secret-of-at-least-32-chars".into());
             env.insert("FLEET_LEADER_LEASE_SECONDS".into(), "3".into());
             env.insert("FLEET_FAILPOINTS".into(), failpoints.display().to_string());
             let mut r = Replica {

@@ -59,6 +59,19 @@ pub struct Config {
     /// [ext] `FLEET_ADVERTISE_URL`: where the other replicas reach this one's API (admin
     /// reads on a follower are answered by the leader); `http://127.0.0.1:<port>` by default.
     pub advertise_url: String,
+    /// [ext] `FLEET_REPLICA_SECRET`: the key replicas sign forwarded admin reads with
+    /// (docs/behaviour.md#high-availability); required on PostgreSQL, at least 32 bytes.
+    pub replica_secret: Option<ReplicaSecret>,
+}
+
+/// `FLEET_REPLICA_SECRET`, never shown by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ReplicaSecret(pub Vec<u8>);
+
+impl std::fmt::Debug for ReplicaSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReplicaSecret(<redacted>)")
+    }
 }
 
 /// The HTTP listeners' timeouts (`http::serve`).
@@ -287,6 +300,7 @@ impl Config {
         let log_format = r.log_format();
         let (replica_name, advertise_url) = r.replica(listen);
         let store = StoreConfig::from_lookup(get);
+        let replica_secret = r.replica_secret(&store);
         let mut problems = Vec::new();
         if !missing.is_empty() {
             problems.push(format!("missing required variables: {}", missing.join(", ")));
@@ -333,6 +347,7 @@ impl Config {
             leader_lease,
             replica_name,
             advertise_url,
+            replica_secret,
         })
     }
 }
@@ -432,6 +447,25 @@ impl Reader<'_> {
         };
         (replica_name, advertise_url)
     }
+
+    /// `FLEET_REPLICA_SECRET`: required with a PostgreSQL store, where followers forward.
+    fn replica_secret(&mut self, store: &StoreConfig) -> Option<ReplicaSecret> {
+        let secret = self.opt("FLEET_REPLICA_SECRET");
+        let shared = store.database_url.starts_with("postgres");
+        match &secret {
+            None if shared => self.problems.push(
+                "FLEET_REPLICA_SECRET is required with a PostgreSQL FLEET_DATABASE_URL: the replicas sign the \
+                 admin reads they forward to the leader with it. Set the same random value of 32 characters or \
+                 more on every replica (e.g. `openssl rand -hex 32`; the Helm chart generates one)"
+                    .to_string(),
+            ),
+            Some(s) if s.len() < 32 => {
+                self.problems.push(format!("FLEET_REPLICA_SECRET is {} characters; it needs 32 or more", s.len()))
+            }
+            _ => {}
+        }
+        secret.map(|s| ReplicaSecret(s.into_bytes()))
+    }
 }
 
 #[cfg(test)]
@@ -442,6 +476,28 @@ mod tests {
     fn with(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let m: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Config::from_lookup(&move |k| m.get(k).cloned())
+    }
+
+    /// Replicas on PostgreSQL forward admin reads signed with FLEET_REPLICA_SECRET: it is
+    /// required there, long enough, and never shown by Debug.
+    #[test]
+    fn a_replica_secret_is_required_on_postgresql() {
+        let base = [
+            ("FLEET_CONTROL_PLANE_URL", "https://cp"),
+            ("FLEET_IAM_URL", "https://iam"),
+            ("FLEET_IAM_ISSUER", "https://iam"),
+            ("FLEET_IAM_TENANT", "t"),
+            ("FLEET_JWKS_URL", "https://iam/jwks"),
+            ("FLEET_DATABASE_URL", "postgres://fleet@db/fleet"),
+        ];
+        let e = with(&base).unwrap_err().0.join("\n");
+        assert!(e.contains("FLEET_REPLICA_SECRET is required with a PostgreSQL FLEET_DATABASE_URL"), "{e}");
+        let short = [&base[..], &[("FLEET_REPLICA_SECRET", "short")]].concat();
+        assert!(with(&short).unwrap_err().0.join("\n").contains("FLEET_REPLICA_SECRET is 5 characters; it needs 32"));
+        let good = [&base[..], &[("FLEET_REPLICA_SECRET", "0123456789abcdef0123456789abcdef")]].concat();
+        let c = with(&good).unwrap();
+        assert!(!format!("{c:?}").contains("0123456789abcdef"), "not in Debug");
+        assert!(with(&base[..5]).unwrap().replica_secret.is_none(), "SQLite needs none");
     }
 
     const BASE: &[(&str, &str)] = &[

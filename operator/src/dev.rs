@@ -181,6 +181,7 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
         leader_lease: Duration::from_secs(crate::config::defaults::LEADER_LEASE_SECONDS),
         replica_name: "dev".into(),
         advertise_url: format!("http://{}", args.listen),
+        replica_secret: None,
     };
     let controller = server::start(cfg).await?;
     let admin_token = devkit.mint("fleet", &["fleet:admin"], 86_400);

@@ -137,7 +137,10 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         trigger: shared.trigger.clone(),
         pass_clock: shared.pass_clock.clone(),
         role: role.clone(),
-        forward: crate::http::forward::Forwarder::new(&cfg.ca_certs),
+        forward: crate::http::forward::Forwarder::new(
+            &cfg.ca_certs,
+            cfg.replica_secret.as_ref().map(|s| s.0.as_slice()),
+        ),
         replica: cfg.replica_name.clone(),
     });
     let app = App::new(store.clone(), metrics.clone(), reconciler, jwks, cfg.node_offline_after);

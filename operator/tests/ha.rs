@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::*;
 
@@ -19,6 +19,9 @@ struct Replica {
     metrics: String,
     failpoints: std::path::PathBuf,
 }
+
+/// The replicas' shared FLEET_REPLICA_SECRET.
+const REPLICA_SECRET: &str = "ha-test-replica-secret-0123456789abcdef";
 
 impl Replica {
     async fn spawn(dk: &fleet_devkit::Devkit, dir: &Path, db: &str, name: &str) -> Replica {
@@ -33,8 +36,22 @@ impl Replica {
         name: &str,
         lease: Option<u64>,
     ) -> Replica {
-        let (port, mport) = (free_port(), free_port());
+        Self::spawn_with(dk, dir, db, name, lease, free_port(), &[]).await
+    }
+
+    /// On `port`, with `extra` variables.
+    async fn spawn_with(
+        dk: &fleet_devkit::Devkit,
+        dir: &Path,
+        db: &str,
+        name: &str,
+        lease: Option<u64>,
+        port: u16,
+        extra: &[(&str, String)],
+    ) -> Replica {
+        let mport = free_port();
         let mut env = env_for(dk, &dir.join(name), port, mport);
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
         let failpoints = dir.join(format!("fp-{name}"));
         std::fs::create_dir_all(&failpoints).unwrap();
         env.insert("FLEET_DATABASE_URL".into(), db.into());
@@ -45,6 +62,7 @@ impl Replica {
             env.insert("FLEET_LEADER_LEASE_SECONDS".into(), secs.to_string());
         }
         env.insert("FLEET_REPLICA_NAME".into(), name.into());
+        env.insert("FLEET_REPLICA_SECRET".into(), REPLICA_SECRET.into());
         env.insert("FLEET_FAILPOINTS".into(), failpoints.display().to_string());
         let proc = ControllerProcess::spawn(env, dir.join(format!("{name}.log"))).await;
         Replica { name: name.into(), proc, metrics: format!("http://127.0.0.1:{mport}/metrics"), failpoints }
@@ -458,6 +476,102 @@ async fn a_paused_leader_is_replaced_and_wakes_silent() {
     eprintln!("paused leader replaced after {took:?}");
     reporting.abort();
     assert_one_live_pat_per_pair(&dk);
+}
+
+/// What crosses the network between replicas: a proxy in front of the leader records every
+/// request head a follower forwards.
+async fn capture_proxy(target: u16) -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let seen = heads.clone();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match client.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                seen.lock().unwrap().push(String::from_utf8_lossy(&buf).to_string());
+                let Ok(mut upstream) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else { return };
+                if upstream.write_all(&buf).await.is_ok() {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                }
+            });
+        }
+    });
+    (port, heads)
+}
+
+/// A follower forwards an admin read with the caller it verified, signed — never the admin's
+/// token (the proxy in front of the leader sees every head); a forged or stale signature is
+/// refused `401`; a replica on PostgreSQL without `FLEET_REPLICA_SECRET` does not start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_reads_carry_a_signature_not_the_token() {
+    let Some(pg) = fleet_devkit::postgres::shared_or_skip("the HA tests") else { return };
+    let db = pg.database().unwrap();
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let _logs = LogsOnFailure(dir.path().to_path_buf());
+    let leader_port = free_port();
+    let (proxy_port, heads) = capture_proxy(leader_port).await;
+    let advertise = [("FLEET_ADVERTISE_URL", format!("http://127.0.0.1:{proxy_port}"))];
+    let leader = Replica::spawn_with(&dk, dir.path(), &db, "s0", Some(3), leader_port, &advertise).await;
+    assert_eq!(the_leader(&[&leader], 20).await, "s0");
+    let follower = Replica::spawn(&dk, dir.path(), &db, "s1").await;
+    let token = dk.mint("fleet", &["fleet:read"], 600);
+    let http = reqwest::Client::new();
+    let read = |base: &str| http.get(format!("{base}/api/v1/nodes?limit=5")).bearer_auth(&token).send();
+    let r = read(&follower.proc.url).await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let forwarded: Vec<String> = heads.lock().unwrap().clone();
+    assert!(!forwarded.is_empty(), "the read went through the proxy to the leader");
+    for head in &forwarded {
+        let lower = head.to_ascii_lowercase();
+        assert!(!lower.contains("authorization:") && !head.contains(&token), "no token crosses: {head}");
+        assert!(lower.contains("x-fleet-forwarded-signature:"), "{head}");
+    }
+    let r = http.get(format!("{}/api/v1/nodes", follower.proc.url)).send().await.unwrap();
+    assert_eq!(r.status(), 401, "the follower checks the token itself");
+
+    // Forged and stale requests straight to the leader.
+    let signer = fleet_controller::http::signed::Signer::new(REPLICA_SECRET.as_bytes());
+    let admin = fleet_controller::http::auth::Admin { sub: "mallory".into(), scopes: vec!["fleet:admin".into()] };
+    let send_signed = |signer: fleet_controller::http::signed::Signer, at: i64| {
+        let mut req = http.get(format!("{}/api/v1/nodes?limit=5", leader.proc.url)).header("x-fleet-forwarded", "s1");
+        for (k, v) in signer.headers("GET", "/api/v1/nodes?limit=5", &admin, "s1", at) {
+            req = req.header(k, v);
+        }
+        req.send()
+    };
+    let now = fleet_controller::clock::now_ms();
+    let r = send_signed(fleet_controller::http::signed::Signer::new(b"not the replicas' secret, forged!"), now)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.text().await.unwrap().contains("signature is not the replicas'"));
+    let r = send_signed(signer, now - 31_000).await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.text().await.unwrap().contains("signed more than 30 s ago"));
+
+    // No secret on PostgreSQL: the controller does not start, and says which variable.
+    let mut env = env_for(&dk, &dir.path().join("nosecret"), free_port(), free_port());
+    env.insert("FLEET_DATABASE_URL".into(), db.clone());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fleet-controller"))
+        .arg("serve")
+        .env_clear()
+        .envs(&env)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("FLEET_REPLICA_SECRET is required with a PostgreSQL FLEET_DATABASE_URL"), "{err}");
 }
 
 /// The takeover time with the shipped lease (15 s), over 20 kills of the leader

@@ -86,7 +86,9 @@ fn start_controller(
     let mut cmd = std::process::Command::new(&bin);
     cmd.arg("serve").env_clear();
     if let Some(url) = database {
-        cmd.env("FLEET_DATABASE_URL", url).env("FLEET_REPLICA_NAME", format!("sim-{i}"));
+        cmd.env("FLEET_DATABASE_URL", url)
+            .env("FLEET_REPLICA_NAME", format!("sim-{i}"))
+            .env("FLEET_REPLICA_SECRET", "fleet-sim-replica-secret-of-32-characters");
     }
     let child = cmd
         .env("FLEET_LISTEN", format!("127.0.0.1:{port}"))

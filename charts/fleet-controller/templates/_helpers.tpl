@@ -57,3 +57,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "fleet.databaseSecretName" -}}
 {{- default (printf "%s-database" (include "fleet.fullname" .)) .Values.database.existingSecret }}
 {{- end }}
+
+{{/* FLEET_REPLICA_SECRET's Secret in the HA mode (docs/behaviour.md#high-availability). */}}
+{{- define "fleet.replicaSecretName" -}}
+{{- default (printf "%s-replica" (include "fleet.fullname" .)) .Values.replicaSecret.existingSecret }}
+{{- end }}

@@ -240,11 +240,15 @@ impl Jwks {
     /// Checks an admin request for `need` (`fleet:admin` implies `fleet:read`).
     pub async fn admin(&self, headers: &HeaderMap, need: &str) -> Result<Admin, ApiError> {
         let token = bearer(headers).ok_or_else(|| ApiError::invalid_token("an admin bearer token is required"))?;
-        let admin = self.verify(token).await?;
-        if admin.scopes.iter().any(|s| s == need || s == SCOPE_ADMIN) {
-            Ok(admin)
-        } else {
-            Err(ApiError::insufficient_scope(need))
-        }
+        holds(self.verify(token).await?, need)
+    }
+}
+
+/// `admin`, when its scopes hold `need` (`fleet:admin` implies `fleet:read`).
+pub fn holds(admin: Admin, need: &str) -> Result<Admin, ApiError> {
+    if admin.scopes.iter().any(|s| s == need || s == SCOPE_ADMIN) {
+        Ok(admin)
+    } else {
+        Err(ApiError::insufficient_scope(need))
     }
 }

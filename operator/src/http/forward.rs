@@ -6,16 +6,21 @@
 //! replica that took them, and the leader follows (`store/follow.rs`). The node protocol and
 //! joins never leave the replica they reached.
 //!
-//! A forwarded request carries `x-fleet-forwarded`; a replica that receives one and does not
-//! lead either (the lease is changing hands) answers 503 instead of forwarding again. Which
-//! requests are sent on is decided in front of the routes (`gate`).
+//! The follower verifies the admin's token itself and forwards the verified caller, signed
+//! ([`super::signed`]): the token never crosses the pod network. A forwarded request carries
+//! `x-fleet-forwarded`; a replica that receives one and does not lead either (the lease is
+//! changing hands) answers 503 instead of forwarding again. Which requests are sent on is
+//! decided in front of the routes (`gate`).
 
+use super::auth::Admin;
 use super::error::ApiError;
+use super::signed::Signer;
 use crate::leader::Role;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{header, HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub const FORWARDED: &str = "x-fleet-forwarded";
@@ -25,27 +30,49 @@ const MAX_BODY: usize = 64 << 20;
 #[derive(Clone)]
 pub struct Forwarder {
     http: reqwest::Client,
+    /// Signs what this replica forwards and checks what it is forwarded; `None` on SQLite,
+    /// where nothing is forwarded.
+    signer: Option<Arc<Signer>>,
 }
 
 impl Forwarder {
-    pub fn new(ca_certs: &[reqwest::Certificate]) -> Forwarder {
+    pub fn new(ca_certs: &[reqwest::Certificate], secret: Option<&[u8]>) -> Forwarder {
         let mut b =
             reqwest::Client::builder().timeout(Duration::from_secs(30)).redirect(reqwest::redirect::Policy::none());
         for c in ca_certs {
             b = b.add_root_certificate(c.clone());
         }
-        Forwarder { http: b.build().unwrap_or_default() }
+        Forwarder { http: b.build().unwrap_or_default(), signer: secret.map(|s| Arc::new(Signer::new(s))) }
     }
 
-    /// Sends the read (`path` with its query) and the headers that matter to the leader.
+    /// The caller of a request another replica forwarded (its `x-fleet-forwarded` names that
+    /// replica), from the signed headers: `401 invalid_token` unless they verify.
+    pub fn forwarded_caller(&self, parts: &axum::http::request::Parts) -> Result<Admin, ApiError> {
+        let from = parts.headers.get(FORWARDED).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let Some(signer) = &self.signer else {
+            return Err(ApiError::invalid_token("a forwarded request, and this replica has no FLEET_REPLICA_SECRET"));
+        };
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        signer.verify(parts.method.as_str(), path, &parts.headers, from, crate::clock::now_ms())
+    }
+
+    /// Sends the read (`path` with its query) to the leader: the headers that matter, the
+    /// verified caller signed in place of the admin's token.
     async fn send(
         &self,
         leader: &str,
         path: &str,
         headers: Vec<(header::HeaderName, HeaderValue)>,
-        me: &str,
+        caller: (&Admin, &str),
     ) -> Result<Response, ApiError> {
+        let (admin, me) = caller;
+        let Some(signer) = &self.signer else {
+            return Err(ApiError::not_ready("this replica cannot forward: it has no FLEET_REPLICA_SECRET"));
+        };
         let mut out = self.http.get(format!("{leader}{path}")).header(FORWARDED, me);
+        for (name, v) in signer.headers("GET", path, admin, me, crate::clock::now_ms()) {
+            out = out.header(name, v);
+        }
         for (name, v) in headers {
             out = out.header(name.as_str(), v.as_bytes());
         }
@@ -78,7 +105,7 @@ pub fn leader_answers(method: &Method, path: &str) -> bool {
 impl Forwarder {
     /// Answers `req` on a follower with the answer of the leader `role` names; `503` when
     /// no replica leads or the request was forwarded already. `me`: this replica's name.
-    pub async fn answer(&self, role: &Role, me: &str, req: Request) -> Response {
+    pub async fn answer(&self, role: &Role, me: &str, admin: &Admin, req: Request) -> Response {
         if req.headers().contains_key(FORWARDED) {
             return ApiError::not_ready("this replica does not lead either: the lease is changing hands; retry")
                 .into_response();
@@ -90,12 +117,12 @@ impl Forwarder {
             .into_response();
         };
         let path = req.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
-        let headers: Vec<_> = [header::AUTHORIZATION, header::ACCEPT, header::IF_NONE_MATCH]
+        let headers: Vec<_> = [header::ACCEPT, header::IF_NONE_MATCH]
             .into_iter()
             .filter_map(|name| req.headers().get(&name).cloned().map(|v| (name, v)))
             .collect();
         drop(req);
-        match self.send(&leader, &path, headers, me).await {
+        match self.send(&leader, &path, headers, (admin, me)).await {
             Ok(resp) => resp,
             Err(e) => e.into_response(),
         }

@@ -28,5 +28,13 @@ pub async fn follower(State(app): State<Arc<App>>, req: Request, next: Next) -> 
     if r.role.leading() || !forward::leader_answers(req.method(), req.uri().path()) {
         return next.run(req).await;
     }
-    r.forward.answer(&r.role, &r.replica, req).await
+    // The token is checked here, not by the leader: only the verified caller is forwarded.
+    let caller = match super::auth::bearer(req.headers()) {
+        Some(token) => app.jwks.verify(token).await,
+        None => Err(ApiError::invalid_token("an admin bearer token is required")),
+    };
+    match caller {
+        Ok(admin) => r.forward.answer(&r.role, &r.replica, &admin, req).await,
+        Err(e) => e.into_response(),
+    }
 }

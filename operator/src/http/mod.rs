@@ -19,6 +19,7 @@ pub mod openapi;
 pub mod ops;
 pub mod page;
 pub mod serve;
+pub mod signed;
 #[cfg(test)]
 mod sizes;
 pub mod ui;
