@@ -7,6 +7,7 @@ Run: python3 -m unittest discover -s charts/tests -v
 
 import base64
 import copy
+import json
 import os
 import unittest
 
@@ -66,7 +67,8 @@ class Lint(unittest.TestCase):
         report = helm_python.lint(
             CHART,
             merged({"mirror": {"enabled": True}, "ingress": {"enabled": True}, "serviceMonitor": {"enabled": True},
-                    "database": {"url": "postgres://fleet@db/fleet"}}),
+                    "database": {"url": "postgres://fleet@db/fleet"}, "alerts": {"enabled": True},
+                    "dashboard": {"enabled": True}, "networkPolicy": {"nodeCidrs": ["10.0.0.0/8"]}}),
             strict=True,
             namespace="fleet",
         )
@@ -256,6 +258,37 @@ class Render(unittest.TestCase):
         objs, _ = render({})
         self.assertNotIn("FLEET_REPLICA_SECRET", env_of(objs)[0], "one SQLite pod forwards nothing")
         self.assertNotIn("NetworkPolicy", kinds(objs))
+
+    def test_alerts_and_dashboard(self):
+        objs, _ = render({"alerts": {"enabled": True, "labels": {"release": "prom"}}, "dashboard": {"enabled": True},
+                          "reconcileSeconds": 60})
+        rule = objs[("PrometheusRule", "fleet-fleet-controller")]
+        self.assertEqual(rule["metadata"]["labels"]["release"], "prom")
+        alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+        self.assertEqual(sorted(alerts), ["FleetLeaderFlapping", "FleetNoLeader", "FleetNodesOffline",
+                                          "FleetPassStalled", "FleetPatIssuanceFailing", "FleetWorkBacklog"])
+        self.assertIn("increase(fleet_passes_total[180s])", alerts["FleetPassStalled"]["expr"], "three periods")
+        self.assertIn("> 0.1", alerts["FleetNodesOffline"]["expr"])
+        self.assertIn("{{ $value | humanizePercentage }}", alerts["FleetNodesOffline"]["annotations"]["summary"],
+                      "Prometheus's own templates pass through Helm untouched")
+        for r in alerts.values():
+            self.assertNotIn("PASS_WINDOW", r["expr"])
+            self.assertNotIn("OFFLINE_SHARE", r["expr"])
+        cm = objs[("ConfigMap", "fleet-fleet-controller-dashboard")]
+        self.assertEqual(cm["metadata"]["labels"]["grafana_dashboard"], "1")
+        dash = json.loads(cm["data"]["fleet.json"])
+        # What Grafana's dashboard model requires of a dashboard and its panels.
+        self.assertTrue(dash["title"] and dash["uid"] and isinstance(dash["schemaVersion"], int))
+        ids = [p["id"] for p in dash["panels"]]
+        self.assertEqual(len(ids), len(set(ids)), "panel ids are unique")
+        for p in dash["panels"]:
+            self.assertIn(p["type"], {"timeseries", "stat", "gauge", "table"})
+            self.assertEqual(set(p["gridPos"]), {"h", "w", "x", "y"})
+            self.assertLessEqual(p["gridPos"]["x"] + p["gridPos"]["w"], 24)
+            self.assertTrue(p["targets"] and all(t["expr"] and t["refId"] for t in p["targets"]))
+        objs, _ = render({})
+        self.assertNotIn("PrometheusRule", kinds(objs))
+        self.assertNotIn(("ConfigMap", "fleet-fleet-controller-dashboard"), objs)
 
     def test_ha_with_an_existing_secret_and_five_replicas(self):
         objs, _ = render({"database": {"existingSecret": "pg", "urlKey": "url"}, "replicas": 5,

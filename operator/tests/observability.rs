@@ -86,3 +86,61 @@ async fn json_logs_and_metric_families() {
     })
     .await;
 }
+
+/// Every series the chart's alerts and dashboard name is one the controller serves
+/// (docs/operations.md#alerts-and-the-dashboard): no alert watches a series that does not
+/// exist. A family is served from the start, with or without samples (`# TYPE` line).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_alerts_and_the_dashboard_watch_served_series() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let metrics_port = free_port();
+    let env = env_for(&dk, dir.path(), free_port(), metrics_port);
+    let _ctl = ControllerProcess::spawn(env, dir.path().join("c.log")).await;
+    let m = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics")).await.unwrap().text().await.unwrap();
+    let families: std::collections::BTreeSet<&str> =
+        m.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split(' ').next()).collect();
+    let files = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/fleet-controller/files");
+    let alerts: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(files.join("alerts.yaml")).unwrap()).unwrap();
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(files.join("dashboard.json")).unwrap()).unwrap();
+    let mut exprs: Vec<String> = Vec::new();
+    for group in alerts["groups"].as_sequence().unwrap() {
+        for rule in group["rules"].as_sequence().unwrap() {
+            exprs.push(rule["expr"].as_str().unwrap().to_string());
+        }
+    }
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().unwrap() {
+            exprs.push(t["expr"].as_str().unwrap().to_string());
+        }
+    }
+    assert!(exprs.len() >= 12, "{exprs:?}");
+    let mut checked = 0;
+    for expr in &exprs {
+        for name in series_in(expr) {
+            let family =
+                ["_total", "_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(&name);
+            assert!(families.contains(family), "{expr}: {name} is not served; served: {families:?}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= exprs.len(), "every expression names a series");
+}
+
+/// The `fleet_…` series names in a PromQL expression.
+fn series_in(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = expr;
+    while let Some(i) = rest.find("fleet_") {
+        let before = rest[..i].chars().last();
+        let tail = &rest[i..];
+        let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(tail.len());
+        if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            out.push(tail[..end].to_string());
+        }
+        rest = &tail[end..];
+    }
+    out
+}
