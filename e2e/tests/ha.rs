@@ -262,6 +262,8 @@ async fn three_replicas_keep_the_fleet_through_kills_an_outage_and_a_cut() {
     // over, and the old leader stays silent after the link is back.
     let old = leader;
     std::fs::write(ha.replicas[old].failpoints.join("lease-stall"), "").unwrap();
+    // A lock check already under way when the failpoint appears would still notice the cut.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     ha.replicas[old].pg.set(false);
     let new = eventually(30, "another replica takes over", || async {
         for (i, r) in ha.replicas.iter().enumerate() {

@@ -171,10 +171,14 @@ pub async fn campaign(s: Shared) {
             continue;
         }
         if Instant::now() >= next_renewal {
-            next_renewal = Instant::now() + renew_every;
-            if let Err(why) = renew(&s, &pool, t).await {
-                if let Some(t) = term.take() {
-                    step_down(&s, t, &why);
+            match renew(&s, &pool, t).await {
+                Ok(true) => next_renewal = Instant::now() + renew_every,
+                // Tried again at the next check, while the step-down deadline allows.
+                Ok(false) => next_renewal = Instant::now(),
+                Err(why) => {
+                    if let Some(t) = term.take() {
+                        step_down(&s, t, &why);
+                    }
                 }
             }
         }
@@ -194,26 +198,33 @@ async fn check_lock(gate: &CallGate, lock: &mut PgConnection) -> Result<(), Stri
     }
 }
 
-/// Renews the lease; `Err` ends the term. A failed renewal is tried again while the lease
-/// surely runs (two thirds of the TTL since the last success); a refused one ends it at once.
-async fn renew(s: &Shared, pool: &sqlx::PgPool, t: &mut Term) -> Result<(), String> {
+/// Renews the lease: `Ok(true)` renewed, `Ok(false)` failed but to be tried again, `Err` ends
+/// the term. The term must end two thirds of the TTL after the last renewal, leaving a third
+/// of the lease to spare before another replica may take it; a renewal that hangs is abandoned
+/// at that deadline, and a refused one ends the term at once.
+async fn renew(s: &Shared, pool: &sqlx::PgPool, t: &mut Term) -> Result<bool, String> {
     let ttl = s.cfg.leader_lease;
+    let deadline = t.renewed + ttl * 2 / 3;
     let sent = Instant::now();
-    let (refused, why) = match tokio::time::timeout(ttl / 3, lease::renew(pool, &t.fence, ttl)).await {
+    let left = deadline.saturating_duration_since(sent);
+    if left.is_zero() {
+        return Err("cannot renew it in time: two thirds of the lease passed without a renewal".to_string());
+    }
+    let (refused, why) = match tokio::time::timeout(left.min(ttl / 3), lease::renew(pool, &t.fence, ttl)).await {
         Ok(Ok(true)) => {
             t.renewed = sent;
             s.gate.lease_runs_until(sent + ttl);
-            return Ok(());
+            return Ok(true);
         }
         Ok(Ok(false)) => (true, "another replica holds the lease now".to_string()),
         Ok(Err(e)) => (false, format!("cannot renew it: {e}")),
         Err(_) => (false, "cannot renew it: the database does not answer".to_string()),
     };
-    if !refused && sent.duration_since(t.renewed) < ttl * 2 / 3 {
-        tracing::warn!(epoch = t.fence.epoch, "{why}; trying again");
-        return Ok(());
+    if refused || Instant::now() >= deadline {
+        return Err(why);
     }
-    Err(why)
+    tracing::warn!(epoch = t.fence.epoch, "{why}; trying again");
+    Ok(false)
 }
 
 /// Tries for the advisory lock and, holding it, the lease; then loads the store and starts a

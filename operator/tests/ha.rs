@@ -378,15 +378,25 @@ async fn a_deposed_leader_cannot_write() {
 
     // Stalled and cut off: the lease passes while the old leader still holds its fence.
     std::fs::write(old.failpoints.join("lease-stall"), "").unwrap();
+    // A lock check already under way when the failpoint appears would still notice the cut.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     proxy.cut();
     let new = the_leader(&[&a, &b], 30).await;
     let new = if new == "a" { &a } else { &b };
     assert!(new.proc.log_text().contains("became the leader (epoch 2)"), "{}", new.proc.log_text());
     assert_eq!(old.leads().await, Some(true), "the stalled leader has not noticed");
 
-    // Back in touch, it acts on a CP change as a leader would: the fence refuses its write.
+    // Back in touch, it acts as a leader would: the CP change it cannot learn (its lease ran
+    // out by its own clock, so it calls nothing out), but a drain taken by another replica it
+    // follows from the database, and the desired states its pass writes to move alpha are
+    // refused by the fence.
     proxy.restore();
     dk.edit_agent("alpha", |v| v["revision"] = json!(2));
+    let mut n2 = TestNode::new(&a.proc.url, "n2", announce());
+    n2.join(&admin.join_key().await).await;
+    let reporting2 = keep_reporting(vec![n2.clone()]);
+    let (s, v) = admin.post("/api/v1/nodes/n1:drain", json!({})).await;
+    assert_eq!(s, 202, "{v}");
     eventually(30, "the old leader's write refused by the fence", || async {
         old.proc
             .log_text()
@@ -404,14 +414,15 @@ async fn a_deposed_leader_cannot_write() {
             || log.contains("lost the lease (epoch 1): another replica holds the lease now"),
         "{log}"
     );
-    // The new leader's work stands: n1 runs revision 2 with one live PAT.
-    eventually(30, "revision 2 on n1 from the new leader", || async {
-        let (_, d) = n.desired(None, 0).await;
-        (revision(&d) == Some(2)).then_some(())
+    // The new leader's work stands: alpha moved to n2, at revision 2, with one live PAT.
+    eventually(30, "revision 2 on n2 from the new leader", || async {
+        let (_, d) = n2.desired(None, 0).await;
+        (revision(&d) == Some(2) && n2.open_pat(&d, "alpha").is_some()).then_some(())
     })
     .await;
     assert_eq!(new.leads().await, Some(true), "the new leader still leads");
     reporting.abort();
+    reporting2.abort();
     assert_one_live_pat_per_pair(&dk);
 }
 
@@ -449,6 +460,8 @@ async fn a_paused_leader_is_replaced_and_wakes_silent() {
     // It wakes not knowing it lost the lease (its lock and renewals unchecked): only the call
     // gate stands between it and the CP.
     std::fs::write(replicas[i].failpoints.join("lease-stall"), "").unwrap();
+    // A lock check already under way when the failpoint appears would still end the term.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     signal("-STOP");
     let paused_at = std::time::Instant::now();
     let calls_while_paused = dk.calls_from(&leader);

@@ -15,7 +15,7 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 /// A call is not started with less lease than this left.
 pub const MIN_CALL: Duration = Duration::from_secs(2);
 /// A call is started only this soon after the leader's lock was last seen held.
-pub const LOCK_FRESH: Duration = Duration::from_millis(1500);
+pub const LOCK_FRESH: Duration = Duration::from_millis(750);
 
 /// Whether this replica may call out now, and for how long.
 #[derive(Debug)]
@@ -130,7 +130,7 @@ mod tests {
         assert!(g.permit("CP").is_err(), "too little lease left to start a call");
         g.lease_runs_until(now + Duration::from_secs(60));
         assert_eq!(g.permit("IAM").unwrap(), CALL_TIMEOUT, "never longer than the client's timeout");
-        g.lock_seen(now - Duration::from_secs(2));
+        g.lock_seen(now - Duration::from_secs(1));
         assert!(g.permit("IAM").is_err(), "the lock not seen lately");
         g.lock_seen(now);
         g.close();
