@@ -255,6 +255,45 @@ async fn stalled_join_bodies_come_out_of_the_same_budget() {
     running.shutdown().await;
 }
 
+/// The same budget holds a head on a connection hyper serves (the node path handed it over
+/// with its first request).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heads_on_connections_hyper_serves_come_out_of_the_same_budget() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = in_process_config(&dk, dir.path());
+    cfg.unauth_buffer_bytes = 1 << 20;
+    let running = fleet_controller::server::start(cfg).await.unwrap();
+    let mut head = b"GET /api/v1/nodes HTTP/1.1\r\nHost: x\r\nX-Pad: ".to_vec();
+    head.resize(63_000, b'a');
+    let mut conns = Vec::new();
+    // 24 × 63,000 bytes: 16 fit in 1 MiB.
+    for _ in 0..24 {
+        let mut s = TcpStream::connect(running.addr).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut got = Vec::new();
+        while !String::from_utf8_lossy(&got).contains("\"status\":\"ok\"") {
+            let mut buf = [0u8; 1024];
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed before the health answer");
+            got.extend_from_slice(&buf[..n]);
+        }
+        s.write_all(&head).await.unwrap();
+        conns.push(s);
+    }
+    eventually(10, "heads shed on hyper's path", || async {
+        (metric(&running, "fleet_unauth_connections_shed_total").await >= 4).then_some(())
+    })
+    .await;
+    assert!(metric(&running, "fleet_unauth_buffer_bytes").await <= 1 << 20);
+    let mut closed = 0;
+    for s in &mut conns {
+        closed += usize::from(closed_within(s, Duration::from_millis(500)).await);
+    }
+    assert!(closed >= 4, "shed connections are closed: {closed}");
+    running.shutdown().await;
+}
+
 /// docs/behaviour.md#hardening: FLEET_MAX_CONNECTIONS_PER_IP, counted per client address.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_past_the_per_address_cap_are_closed_at_accept_and_counted() {

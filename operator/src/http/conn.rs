@@ -30,8 +30,10 @@ pub struct ConnInfo {
 }
 
 impl ConnInfo {
-    pub fn new(peer: Option<IpAddr>, guest: Option<Arc<Guest>>) -> Arc<ConnInfo> {
-        Arc::new(ConnInfo { peer, guest, serving: AtomicBool::new(false), head: AtomicUsize::new(0) })
+    /// `handed`: the bytes the node path read before it handed the connection over, which
+    /// its guest holds already.
+    pub fn new(peer: Option<IpAddr>, guest: Option<Arc<Guest>>, handed: usize) -> Arc<ConnInfo> {
+        Arc::new(ConnInfo { peer, guest, serving: AtomicBool::new(false), head: AtomicUsize::new(handed) })
     }
 
     /// The client behind this connection, for a request with `headers`.

@@ -280,7 +280,7 @@ async fn connection(mut stream: TcpStream, slot: ConnSlot, guest: Option<Arc<Gue
         // Past shutdown there is no watcher to give: the connection closes.
         let Some(watcher) = for_hyper.graceful.lock().as_ref().map(GracefulShutdown::watcher) else { return };
         let peer = stream.peer_addr().ok();
-        let info = ConnInfo::new(peer.map(|p| p.ip()), guest);
+        let info = ConnInfo::new(peer.map(|p| p.ip()), guest, read.capacity());
         let io = TokioIo::new(IdleStream::new(stream, read, for_hyper.timeouts.idle, info.clone()));
         let service = TowerToHyperService::new(conn::service(for_hyper.router.clone(), info));
         let conn = watcher.watch(for_hyper.builder.serve_connection(io, service));

@@ -192,11 +192,8 @@ pub async fn serve(stream: &mut TcpStream, app: &App, timeouts: &Timeouts, guest
                     Parsed::Partial if buf.len() < MAX_HEAD => None,
                     Parsed::Partial => Some(ApiError::head_too_large()),
                     Parsed::Node(h) => break h,
-                    Parsed::Other => {
-                        // hyper reads the rest into its own buffer.
-                        guest.release();
-                        return Some(buf);
-                    }
+                    // Still held: hyper's path goes on counting from these bytes.
+                    Parsed::Other => return Some(buf),
                     Parsed::Bad(e) => Some(e),
                 };
                 if let Some(refusal) = refusal {
