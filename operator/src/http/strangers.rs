@@ -243,6 +243,14 @@ mod tests {
         assert!(b.ledger.lock().holders.is_empty());
     }
 
+    /// Every connection of the API port has a guest: 10,000 nodes keep 10,000.
+    #[test]
+    fn a_guest_is_small() {
+        let size = std::mem::size_of::<Guest>();
+        eprintln!("a guest: {size} bytes");
+        assert!(size <= 80, "a guest is {size} bytes");
+    }
+
     #[tokio::test]
     async fn a_shed_guest_s_task_is_aborted() {
         let b = budget(100);
