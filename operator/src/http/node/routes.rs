@@ -25,7 +25,7 @@ use std::sync::Arc;
               (status = 401, description = "join_key_invalid", body = ErrorBody),
               (status = 409, description = "node_name_taken", body = ErrorBody),
               (status = 413, description = "payload_too_large", body = ErrorBody),
-              (status = 429, description = "too_many_requests: more than 20 failed joins a second", body = ErrorBody),
+              (status = 429, description = "too_many_requests: more than 20 failed joins a second from the client's address", body = ErrorBody),
               (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn join(
     State(app): State<Arc<App>>,
