@@ -43,6 +43,14 @@ pub struct Config {
     pub jwks_refresh: Duration,
     /// [ext] `FLEET_MAX_CONNECTIONS`: connections the API port holds at once (docs/behaviour.md#hardening).
     pub max_connections: usize,
+    /// [ext] `FLEET_MAX_CONNECTIONS_PER_IP`: connections one client address holds at once on
+    /// the API port; 0, the default, is no limit (docs/behaviour.md#hardening).
+    pub max_connections_per_ip: u32,
+    /// [ext] `FLEET_UNAUTH_BUFFER_BYTES`: bytes held for peers not yet authenticated, all
+    /// together (docs/behaviour.md#hardening).
+    pub unauth_buffer_bytes: usize,
+    /// [ext] `FLEET_TRUSTED_PROXIES`: proxies whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: Vec<crate::http::peers::Cidr>,
     /// [ext] `FLEET_CA_FILE`: CAs trusted for outbound TLS besides the built-in roots.
     pub ca_certs: Vec<reqwest::Certificate>,
     pub kubernetes_mirror: bool,
@@ -126,6 +134,11 @@ pub mod defaults {
     pub const TOKEN_REVOKE_GRACE_SECONDS: u64 = 600;
     pub const JWKS_REFRESH_SECONDS: u64 = 600;
     pub const MAX_CONNECTIONS: u64 = 40_000;
+    /// Off: behind an ingress every node shares the ingress's address.
+    pub const MAX_CONNECTIONS_PER_IP: u64 = 0;
+    /// 16 MiB: a quarter of what 2,000 heads of 64 KiB would hold, and room for 50,000 heads
+    /// of a node's few hundred bytes.
+    pub const UNAUTH_BUFFER_BYTES: u64 = 16 << 20;
     /// hyper also runs this timer while a keep-alive connection waits for its next request,
     /// so it is the keep-alive limit too: above the nodes' 20 s report period, so a node's
     /// connection is reused rather than reopened for every report.
@@ -231,6 +244,21 @@ impl Reader<'_> {
         }
     }
 
+    /// `FLEET_TRUSTED_PROXIES`: CIDRs or addresses, comma-separated; each bad one named.
+    fn trusted_proxies(&mut self) -> Vec<crate::http::peers::Cidr> {
+        let Some(v) = self.opt("FLEET_TRUSTED_PROXIES") else { return Vec::new() };
+        let mut blocks = Vec::new();
+        for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match crate::http::peers::Cidr::parse(part) {
+                Some(c) => blocks.push(c),
+                None => self
+                    .problems
+                    .push(format!("FLEET_TRUSTED_PROXIES: {part:?} is not a CIDR like 10.0.0.0/8 or an address")),
+            }
+        }
+        blocks
+    }
+
     fn http_timeouts(&mut self) -> HttpTimeouts {
         let header_read = self.seconds("FLEET_HTTP_HEADER_READ_SECONDS", defaults::HTTP_HEADER_READ_SECONDS, 1, 300);
         let idle = self.seconds("FLEET_HTTP_IDLE_SECONDS", defaults::HTTP_IDLE_SECONDS, 1, 86_400 * 365);
@@ -295,6 +323,11 @@ impl Config {
         ];
         let ca_certs = r.outbound_tls(&outbound);
         let max_connections = r.number("FLEET_MAX_CONNECTIONS", defaults::MAX_CONNECTIONS, 16, 10_000_000, "") as usize;
+        let per_ip = defaults::MAX_CONNECTIONS_PER_IP;
+        let max_connections_per_ip = r.number("FLEET_MAX_CONNECTIONS_PER_IP", per_ip, 0, 10_000_000, "") as u32;
+        let unauth = defaults::UNAUTH_BUFFER_BYTES;
+        let unauth_buffer_bytes = r.number("FLEET_UNAUTH_BUFFER_BYTES", unauth, 1 << 20, 1 << 40, " of bytes") as usize;
+        let trusted_proxies = r.trusted_proxies();
         let kubernetes_mirror = r.flag("FLEET_KUBERNETES_MIRROR");
         let kubernetes_namespace = r.opt("FLEET_KUBERNETES_NAMESPACE");
         let log_format = r.log_format();
@@ -340,6 +373,9 @@ impl Config {
             jwks_refresh,
             ca_certs,
             max_connections,
+            max_connections_per_ip,
+            unauth_buffer_bytes,
+            trusted_proxies,
             kubernetes_mirror,
             kubernetes_namespace,
             log_format,

@@ -82,6 +82,10 @@ pub struct Metrics {
     pub joins: Family<OutcomeLabels, Counter>,
     pub mirror_writes: Family<MirrorLabels, Counter>,
     pub connections_refused: Counter,
+    pub connections_refused_per_ip: Counter,
+    /// Connections closed to keep strangers' buffers within FLEET_UNAUTH_BUFFER_BYTES.
+    pub unauth_shed: Counter,
+    pub unauth_buffer_bytes: Gauge,
     pub memory_allocated: Gauge,
     pub memory_resident: Gauge,
     pub memory_active: Gauge,
@@ -117,6 +121,9 @@ impl Default for Metrics {
             joins: Family::default(),
             mirror_writes: Family::default(),
             connections_refused: Counter::default(),
+            connections_refused_per_ip: Counter::default(),
+            unauth_shed: Counter::default(),
+            unauth_buffer_bytes: Gauge::default(),
             memory_allocated: Gauge::default(),
             memory_resident: Gauge::default(),
             memory_active: Gauge::default(),
@@ -159,6 +166,21 @@ impl Default for Metrics {
             "connections_refused",
             "Connections closed at accept because FLEET_MAX_CONNECTIONS were open",
             m.connections_refused.clone(),
+        );
+        registry.register(
+            "connections_refused_per_ip",
+            "Connections closed at accept because FLEET_MAX_CONNECTIONS_PER_IP were open from their address",
+            m.connections_refused_per_ip.clone(),
+        );
+        registry.register(
+            "unauth_connections_shed",
+            "Connections closed because their unauthenticated buffer was the largest when FLEET_UNAUTH_BUFFER_BYTES was full",
+            m.unauth_shed.clone(),
+        );
+        registry.register(
+            "unauth_buffer_bytes",
+            "Bytes held for peers not yet authenticated (request heads, join bodies)",
+            m.unauth_buffer_bytes.clone(),
         );
         registry.register(
             "memory_allocated_bytes",

@@ -143,7 +143,14 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         ),
         replica: cfg.replica_name.clone(),
     });
-    let app = App::new(store.clone(), metrics.clone(), reconciler, jwks, cfg.node_offline_after);
+    let proxies = http::peers::TrustedProxies::new(cfg.trusted_proxies.clone());
+    let strangers = http::strangers::Strangers::new(
+        cfg.unauth_buffer_bytes,
+        metrics.unauth_shed.clone(),
+        metrics.unauth_buffer_bytes.clone(),
+    );
+    let guards = http::app::Guards { strangers, proxies: proxies.clone() };
+    let app = App::new(store.clone(), metrics.clone(), reconciler, jwks, cfg.node_offline_after, guards);
     let api = bind(cfg.listen, "API").await?;
     let met = bind(cfg.metrics_listen, "metrics").await?;
     let addr = api.local_addr()?;
@@ -155,7 +162,11 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let router = http::router(app.clone());
     let rx = stop_rx.clone();
     let timeouts = cfg.http_timeouts;
-    let limit = http::serve::ConnLimit::new(cfg.max_connections, metrics.connections_refused.clone());
+    let limit = http::serve::ConnLimit::new(cfg.max_connections, metrics.connections_refused.clone()).per_address(
+        cfg.max_connections_per_ip,
+        proxies,
+        metrics.connections_refused_per_ip.clone(),
+    );
     tasks.spawn("api-listener", http::serve::serve(api, router, Some(app), timeouts, limit, shutdown(rx)));
     let mrouter = http::metrics_router(metrics.clone());
     // The metrics port is scraped by one or two collectors: a small cap of its own.

@@ -86,6 +86,14 @@ pub struct Args {
     /// Hostile connections that send a join's head and trickle its body.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub hostile_body: u32,
+    /// Hostile connections that send 63,000 bytes of a head that never ends, then stall: the
+    /// strangers' budget (FLEET_UNAUTH_BUFFER_BYTES) sheds them.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub hostile_big_head: u32,
+    /// Hostile connections that send a join's head and 64 KiB of its body but the last byte,
+    /// then stall.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub hostile_big_join: u32,
     /// Length of each measured window (before and during the attack).
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(10..=600))]
     pub hostile_seconds: u64,

@@ -115,20 +115,24 @@ async fn window(fleet: &Fleet<'_>, length: Duration, wake_samples: bool) -> anyh
     Ok(w)
 }
 
-async fn refused(fleet: &Fleet<'_>) -> f64 {
+/// A counter of the controller's metrics (0 when it has none).
+async fn counter(fleet: &Fleet<'_>, name: &str) -> f64 {
     let text = metrics_text(fleet.http, fleet.metrics_url).await.unwrap_or_default();
-    measure::sample(&text, "fleet_connections_refused_total").unwrap_or(0.0)
+    measure::sample(&text, name).unwrap_or(0.0)
 }
+
+const REFUSED: &str = "fleet_connections_refused_total";
+const SHED: &str = "fleet_unauth_connections_shed_total";
 
 /// Before, during and after an attack of `mix`, each window `length` long.
 pub async fn run(fleet: &Fleet<'_>, mix: Mix, length: Duration) -> anyhow::Result<Value> {
     eprintln!("fleet-sim: hostile: baseline window of {}s", length.as_secs());
     let before = window(fleet, length, true).await?;
-    let refused0 = refused(fleet).await;
+    let (refused0, shed0) = (counter(fleet, REFUSED).await, counter(fleet, SHED).await);
     let ramp = Duration::from_secs(5);
     eprintln!(
-        "fleet-sim: hostile: opening {} idle, {} trickled-head and {} trickled-body connections",
-        mix.idle, mix.head, mix.body
+        "fleet-sim: hostile: opening {} idle, {} trickled-head, {} trickled-body, {} big-head and {} big-join connections",
+        mix.idle, mix.head, mix.body, mix.big_head, mix.big_join
     );
     let attack = Attack::start(fleet.addr, mix, ramp);
     tokio::time::sleep(ramp + Duration::from_secs(2)).await;
@@ -136,16 +140,19 @@ pub async fn run(fleet: &Fleet<'_>, mix: Mix, length: Duration) -> anyhow::Resul
     let during = window(fleet, length, true).await?;
     let open_at_end = attack.counts.open.load(Ordering::Relaxed);
     let counts = attack.stop().await;
-    let refused1 = refused(fleet).await;
+    let (refused1, shed1) = (counter(fleet, REFUSED).await, counter(fleet, SHED).await);
     // Let the controller drop the closed connections and jemalloc return their pages.
     let settle = Duration::from_secs(30);
     eprintln!("fleet-sim: hostile: attack over, settling {}s", settle.as_secs());
     tokio::time::sleep(settle).await;
     let after = window(fleet, Duration::from_secs(10), false).await?;
-    let per_conn_kib = (during.rss_max_mib - before.rss_mean_mib) * 1024.0 / mix.total().max(1) as f64;
+    let rss_delta_mib = during.rss_max_mib - before.rss_mean_mib;
+    let per_conn_kib = rss_delta_mib * 1024.0 / mix.total().max(1) as f64;
     let c = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     Ok(json!({
-        "hostile": {"idle": mix.idle, "head": mix.head, "body": mix.body, "windowSeconds": length.as_secs()},
+        "hostile": {"idle": mix.idle, "head": mix.head, "body": mix.body, "bigHead": mix.big_head,
+            "bigJoin": mix.big_join, "windowSeconds": length.as_secs()},
+        "rssDeltaMiB": rss_delta_mib,
         "before": before.json(), "during": during.json(), "after": after.json(),
         "rssPerHostileConnectionKiB": per_conn_kib,
         "hostileOpenAtStart": open_at_start, "hostileOpenAtEnd": open_at_end,
@@ -155,6 +162,7 @@ pub async fn run(fleet: &Fleet<'_>, mix: Mix, length: Duration) -> anyhow::Resul
         "answeredOther": counts.answered_other.lock().iter().map(|(s, n)| (s.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
         "reset": c(&counts.reset),
         "refusedAtCap": refused1 - refused0,
+        "shedFromBudget": shed1 - shed0,
     }))
 }
 
@@ -179,6 +187,7 @@ pub fn print_table(r: &Value) {
         println!("{label:<40} {b:>10} {d:>10} {a:>10}");
     }
     for (label, key) in [
+        ("RSS delta: during max - before mean (MiB)", "rssDeltaMiB"),
         ("RSS per hostile connection (KiB)", "rssPerHostileConnectionKiB"),
         ("hostile connections opened", "hostileOpened"),
         ("  closed silently (header deadline)", "closedSilently"),
@@ -186,6 +195,7 @@ pub fn print_table(r: &Value) {
         ("  answered otherwise, by status", "answeredOther"),
         ("  reset", "reset"),
         ("  refused at the cap", "refusedAtCap"),
+        ("  shed from the strangers' budget", "shedFromBudget"),
         ("  open at the end of the window", "hostileOpenAtEnd"),
     ] {
         println!("{label:<40} {:>10}", f(&r[key]));

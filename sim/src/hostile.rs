@@ -1,7 +1,9 @@
 //! `fleet-sim --hostile`: clients that try to hold the controller's connections and buffers
-//! without credentials (docs/behaviour.md#hardening), run while the simulated nodes keep working. Three kinds:
+//! without credentials (docs/behaviour.md#hardening), run while the simulated nodes keep working. Five kinds:
 //! idle connections that send nothing, connections that trickle a request head that never
-//! ends, and connections that send a join's head and then trickle its body. Each reconnects as
+//! ends, connections that send a join's head and then trickle its body, and the two shapes
+//! of the strangers' budget: 63,000 bytes of a head that never ends, and a join's head with
+//! 64 KiB of body but its last byte, each then stalling. Each reconnects as
 //! soon as the controller closes it, so the pressure lasts the whole window; what closed each
 //! connection is counted. Loopback only (the controller this program started), bounded in
 //! count by the flags and in time by the window.
@@ -22,11 +24,13 @@ pub struct Mix {
     pub idle: usize,
     pub head: usize,
     pub body: usize,
+    pub big_head: usize,
+    pub big_join: usize,
 }
 
 impl Mix {
     pub fn total(&self) -> usize {
-        self.idle + self.head + self.body
+        self.idle + self.head + self.body + self.big_head + self.big_join
     }
 }
 
@@ -35,6 +39,36 @@ enum Kind {
     Idle,
     Head,
     Body,
+    /// [`BIG_HEAD`] bytes of a head, then nothing.
+    BigHead,
+    /// A join's head and [`BIG_JOIN_BODY`] bytes of its body but the last, then nothing.
+    BigJoin,
+}
+
+/// What a big head sends before it stalls: just under the 64 KiB head limit.
+pub const BIG_HEAD: usize = 63_000;
+/// The join body a big join declares: the 64 KiB join limit.
+pub const BIG_JOIN_BODY: usize = 64 * 1024;
+
+/// The first bytes of a [`Kind::BigHead`] or [`Kind::BigJoin`] connection.
+fn big_start(kind: Kind) -> Vec<u8> {
+    match kind {
+        Kind::BigHead => {
+            let mut head = HEAD_START.to_vec();
+            head.resize(BIG_HEAD, b'a');
+            head
+        }
+        _ => {
+            let head = format!(
+                "POST /api/v1/nodes:join HTTP/1.1\r\nHost: fleet\r\nContent-Type: application/json\r\n\
+                 Content-Length: {BIG_JOIN_BODY}\r\n\r\n{{\"joinKey\": \""
+            );
+            let mut all = head.into_bytes();
+            let body_start = all.len() - 13;
+            all.resize(body_start + BIG_JOIN_BODY - 1, b'a');
+            all
+        }
+    }
 }
 
 /// A head that never ends: the trickle keeps adding to one header's value.
@@ -115,7 +149,13 @@ impl Attack {
         let stop = Arc::new(AtomicBool::new(false));
         let counts = Arc::new(Counts::default());
         let mut tasks = JoinSet::new();
-        let kinds = [(Kind::Idle, mix.idle), (Kind::Head, mix.head), (Kind::Body, mix.body)];
+        let kinds = [
+            (Kind::Idle, mix.idle),
+            (Kind::Head, mix.head),
+            (Kind::Body, mix.body),
+            (Kind::BigHead, mix.big_head),
+            (Kind::BigJoin, mix.big_join),
+        ];
         let total = mix.total().max(1) as u32;
         let mut i = 0u32;
         for (kind, n) in kinds {
@@ -161,13 +201,16 @@ async fn client(addr: SocketAddr, kind: Kind, stop: &AtomicBool, counts: &Counts
 
 async fn hold(mut stream: TcpStream, kind: Kind, stop: &AtomicBool) -> End {
     let start = match kind {
-        Kind::Idle => &b""[..],
-        Kind::Head => HEAD_START,
-        Kind::Body => BODY_START,
+        Kind::Idle => b"".to_vec(),
+        Kind::Head => HEAD_START.to_vec(),
+        Kind::Body => BODY_START.to_vec(),
+        Kind::BigHead | Kind::BigJoin => big_start(kind),
     };
-    if stream.write_all(start).await.is_err() {
+    if stream.write_all(&start).await.is_err() {
         return End::Reset;
     }
+    drop(start);
+    let trickles = matches!(kind, Kind::Head | Kind::Body);
     let mut buf = [0u8; 512];
     let mut tick = tokio::time::interval(TRICKLE_EVERY);
     tick.tick().await; // the first tick is immediate
@@ -182,7 +225,7 @@ async fn hold(mut stream: TcpStream, kind: Kind, stop: &AtomicBool) -> End {
                 if stop.load(Ordering::Relaxed) {
                     return End::Stopped;
                 }
-                if kind != Kind::Idle && stream.write_all(TRICKLE).await.is_err() {
+                if trickles && stream.write_all(TRICKLE).await.is_err() {
                     return End::Reset;
                 }
             }
@@ -200,6 +243,16 @@ fn status_of(answer: &[u8]) -> Option<u16> {
 mod tests {
     use super::*;
     use tokio::net::TcpListener;
+
+    #[test]
+    fn the_big_shapes_are_their_sizes_and_never_end() {
+        let head = big_start(Kind::BigHead);
+        assert_eq!(head.len(), BIG_HEAD);
+        assert!(!head.windows(4).any(|w| w == b"\r\n\r\n"), "the head never ends");
+        let join = big_start(Kind::BigJoin);
+        let end = join.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        assert_eq!(join.len() - end, BIG_JOIN_BODY - 1, "all of the body but its last byte");
+    }
 
     #[test]
     fn answers_are_read_by_their_status_line() {
@@ -228,7 +281,7 @@ mod tests {
                 });
             }
         });
-        let attack = Attack::start(addr, Mix { idle: 2, head: 1, body: 3 }, Duration::ZERO);
+        let attack = Attack::start(addr, Mix { idle: 2, head: 1, body: 3, big_head: 0, big_join: 0 }, Duration::ZERO);
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let counts = attack.stop().await;
         let answered = counts.answered_408.load(Ordering::Relaxed);

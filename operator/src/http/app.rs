@@ -1,13 +1,16 @@
 //! What every route shares: the store, the metrics, the reconciler as the HTTP side knows it,
-//! the admin-token keys, and the throttle on failed joins.
+//! the admin-token keys, the throttle on failed joins, the budget for strangers' buffers and
+//! the proxies whose `X-Forwarded-For` is believed.
 
 use super::auth::Jwks;
 use super::forward::Forwarder;
-use super::limits::MAX_FAILED_JOINS_PER_SECOND;
+use super::peers::TrustedProxies;
+use super::strangers::Strangers;
+use super::throttle::JoinThrottle;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::trigger::{PassClock, Trigger};
-use parking_lot::Mutex;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +35,17 @@ pub struct App {
     pub reconciler: Option<Reconciler>,
     pub jwks: Arc<Jwks>,
     pub offline_after: Duration,
-    failed_joins: Mutex<(u64, u32)>,
+    /// Where unauthenticated buffers of the API port come from (`FLEET_UNAUTH_BUFFER_BYTES`).
+    pub strangers: Arc<Strangers>,
+    /// `FLEET_TRUSTED_PROXIES`.
+    pub proxies: TrustedProxies,
+    failed_joins: JoinThrottle,
+}
+
+/// What guards the API port against clients without credentials (docs/behaviour.md#hardening).
+pub struct Guards {
+    pub strangers: Arc<Strangers>,
+    pub proxies: TrustedProxies,
 }
 
 impl App {
@@ -42,27 +55,24 @@ impl App {
         reconciler: Option<Reconciler>,
         jwks: Arc<Jwks>,
         offline_after: Duration,
+        guards: Guards,
     ) -> Arc<App> {
-        Arc::new(App { store, metrics, reconciler, jwks, offline_after, failed_joins: Mutex::new((0, 0)) })
+        let Guards { strangers, proxies } = guards;
+        let failed_joins = JoinThrottle::default();
+        Arc::new(App { store, metrics, reconciler, jwks, offline_after, strangers, proxies, failed_joins })
     }
 
     fn second() -> u64 {
         (crate::clock::now_ms() / 1000) as u64
     }
 
-    /// Whether failed joins in this second already reached the limit.
-    pub fn joins_throttled(&self) -> bool {
-        let g = self.failed_joins.lock();
-        g.0 == Self::second() && g.1 >= MAX_FAILED_JOINS_PER_SECOND
+    /// Whether failed joins from `client` in this second already reached the limit.
+    pub fn joins_throttled(&self, client: Option<IpAddr>) -> bool {
+        self.failed_joins.throttled(client, Self::second())
     }
 
-    pub fn note_failed_join(&self) {
-        let mut g = self.failed_joins.lock();
-        let now = Self::second();
-        if g.0 != now {
-            *g = (now, 0);
-        }
-        g.1 += 1;
+    pub fn note_failed_join(&self, client: Option<IpAddr>) {
+        self.failed_joins.note_failed(client, Self::second())
     }
 
     pub fn kick(&self) {

@@ -5,9 +5,12 @@
 
 use super::error::ApiError;
 use super::limits::{BODY_DEADLINE, BODY_LIMIT};
+use super::strangers::Guest;
 use axum::body::{Body, Bytes};
 use axum::http::HeaderMap;
+use futures::StreamExt;
 use serde::de::DeserializeOwned;
+use std::sync::Arc;
 
 /// Whether a body-read error is the length limit (http-body-util's `LengthLimitError`,
 /// wrapped by axum; matched by its text since the type is not re-exported).
@@ -57,6 +60,28 @@ pub async fn read_all(body: Body, limit: usize) -> Result<Bytes, ApiError> {
             ApiError::invalid_request(format!("cannot read the body: {e}"))
         }
     })
+}
+
+/// Reads `body` whole as [`read_all`] does, each piece held by `guest` before it is kept: a
+/// join's body, read before any credential (docs/behaviour.md#hardening). Shed from the
+/// budget, the connection is closed (its task aborted) without an answer.
+pub async fn read_held(body: Body, limit: usize, guest: &Arc<Guest>) -> Result<Bytes, ApiError> {
+    let read = async {
+        let mut frames = body.into_data_stream();
+        let mut all = Vec::new();
+        while let Some(frame) = frames.next().await {
+            let frame = frame.map_err(|e| ApiError::invalid_request(format!("cannot read the body: {e}")))?;
+            if all.len() + frame.len() > limit {
+                return Err(ApiError::too_large(limit));
+            }
+            if !guest.hold(all.len() + frame.len()) {
+                std::future::pending::<()>().await;
+            }
+            all.extend_from_slice(&frame);
+        }
+        Ok(Bytes::from(all))
+    };
+    tokio::time::timeout(BODY_DEADLINE, read).await.map_err(|_| ApiError::request_timeout())?
 }
 
 /// A JSON object from `bytes`; with `empty_ok` an empty body is `{}`.

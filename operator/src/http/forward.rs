@@ -24,7 +24,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub const FORWARDED: &str = "x-fleet-forwarded";
-/// A forwarded answer is read whole; admin answers are pages, far below this.
+/// A forwarded answer is read whole, and at most this of it (docs/behaviour.md#hardening): admin
+/// answers are pages, far below it; a leader that sends more (or a stranger that took its
+/// address) costs a follower no more than this per request.
 const MAX_BODY: usize = 64 << 20;
 
 #[derive(Clone)]
@@ -81,10 +83,7 @@ impl Forwarder {
         let status = answer.status();
         let kind = answer.headers().get(header::CONTENT_TYPE).cloned();
         let etag = answer.headers().get(header::ETAG).cloned();
-        if answer.content_length().is_some_and(|n| n as usize > MAX_BODY) {
-            return Err(unreachable("its answer is too large".into()));
-        }
-        let body = answer.bytes().await.map_err(|e| unreachable(e.to_string()))?;
+        let body = read_capped(answer, MAX_BODY).await.map_err(unreachable)?;
         let mut resp = Response::new(Body::from(body));
         *resp.status_mut() = axum::http::StatusCode::from_u16(status.as_u16()).unwrap_or_default();
         for (name, v) in [(header::CONTENT_TYPE, kind), (header::ETAG, etag)] {
@@ -94,6 +93,23 @@ impl Forwarder {
         }
         Ok(resp)
     }
+}
+
+/// The body of `answer`, at most `cap` bytes: a declared length past it is refused before a
+/// byte is read, and a body without one as soon as it passes it.
+async fn read_capped(mut answer: reqwest::Response, cap: usize) -> Result<axum::body::Bytes, String> {
+    let too_large = || format!("its answer is larger than {} MiB", cap >> 20);
+    if answer.content_length().is_some_and(|n| n > cap as u64) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = answer.chunk().await.map_err(|e| e.to_string())? {
+        if body.len() + chunk.len() > cap {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.into())
 }
 
 /// Whether the leader answers this request: an admin read (`GET /api/v1/…`) other than the
@@ -132,6 +148,52 @@ impl Forwarder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A leader that answers every request with `answer`, once per connection.
+    async fn leader(answer: Vec<u8>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let answer = answer.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = s.read(&mut buf).await;
+                    let _ = s.write_all(&answer).await;
+                });
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    fn chunked(total: usize) -> Vec<u8> {
+        let mut a = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+        let chunk = vec![b' '; 64 * 1024];
+        for _ in 0..total / chunk.len() {
+            a.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+            a.extend_from_slice(&chunk);
+            a.extend_from_slice(b"\r\n");
+        }
+        a.extend_from_slice(b"0\r\n\r\n");
+        a
+    }
+
+    async fn forwarded(url: &str, cap: usize) -> Result<axum::body::Bytes, String> {
+        let answer = reqwest::get(format!("{url}/api/v1/placements")).await.unwrap();
+        read_capped(answer, cap).await
+    }
+
+    #[tokio::test]
+    async fn a_leader_s_answer_past_the_cap_is_refused_with_or_without_a_length() {
+        let cap = 1 << 20;
+        let url = leader(chunked(2 << 20)).await;
+        assert_eq!(forwarded(&url, cap).await.unwrap_err(), "its answer is larger than 1 MiB");
+        let url = leader(format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", 2 << 20).into_bytes()).await;
+        assert_eq!(forwarded(&url, cap).await.unwrap_err(), "its answer is larger than 1 MiB");
+        let url = leader(chunked(512 << 10)).await;
+        assert_eq!(forwarded(&url, cap).await.unwrap().len(), 512 << 10, "below the cap it is read whole");
+    }
 
     #[test]
     fn only_admin_reads_go_to_the_leader() {

@@ -25,5 +25,12 @@ pub const BODY_DEADLINE: Duration = Duration::from_secs(10);
 /// Longest a desired-state poll may be held (`wait`, seconds; more is `400`).
 pub const MAX_WAIT_SECONDS: u64 = 60;
 
-/// Failed joins allowed per second, all sources together (docs/reference.md#http-api; more is `429`).
+/// Failed joins allowed per second from one client address (docs/reference.md#http-api; more is `429`).
 pub const MAX_FAILED_JOINS_PER_SECOND: u32 = 20;
+
+/// A connection is closed after answering this many `401`s (docs/behaviour.md#hardening): a
+/// stranger trying credentials must reconnect for every few.
+pub const MAX_FAILED_CREDENTIALS: u8 = 3;
+
+/// The message of the `400` for a `Content-Length` that is not digits only.
+pub const BAD_CONTENT_LENGTH: &str = "Content-Length must be digits only";

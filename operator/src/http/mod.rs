@@ -9,6 +9,7 @@ pub mod app;
 pub mod auth;
 pub mod body;
 pub mod caller;
+pub mod conn;
 pub mod error;
 pub mod forward;
 pub mod gate;
@@ -18,10 +19,13 @@ pub mod node;
 pub mod openapi;
 pub mod ops;
 pub mod page;
+pub mod peers;
 pub mod serve;
 pub mod signed;
 #[cfg(test)]
 mod sizes;
+pub mod strangers;
+pub mod throttle;
 pub mod ui;
 
 pub use app::{App, Reconciler};

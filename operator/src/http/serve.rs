@@ -5,6 +5,10 @@
 //! response nobody reads, a peer gone in a partition: no byte either way for that long closes
 //! the connection). The idle timeout is well above the longest long-poll (60 s), which sends
 //! nothing while it waits.
+//!
+//! At accept the listener also holds `FLEET_MAX_CONNECTIONS_PER_IP` and gives each
+//! connection its share of the strangers' budget, with the handle that closes the connection
+//! when it is shed (docs/behaviour.md#hardening).
 
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -22,21 +26,27 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, Sleep};
 
 use super::app::App;
+use super::conn::{self, ConnInfo};
 use super::limits::{Timeouts, MAX_HEAD};
+use super::peers::{AddressSlot, PerAddress, TrustedProxies};
+use super::strangers::Guest;
+use std::net::SocketAddr;
 
 /// A TCP stream that fails with `TimedOut` once it has been idle for `idle`, and first
 /// yields `read`: bytes the node path already read from it before handing it to hyper.
+/// What it reads between requests is held as a stranger's head by `info`.
 struct IdleStream {
     inner: TcpStream,
     read: Vec<u8>,
     at: usize,
     idle: Duration,
     deadline: Pin<Box<Sleep>>,
+    info: Arc<ConnInfo>,
 }
 
 impl IdleStream {
-    fn new(inner: TcpStream, read: Vec<u8>, idle: Duration) -> Self {
-        IdleStream { inner, read, at: 0, idle, deadline: Box::pin(tokio::time::sleep(idle)) }
+    fn new(inner: TcpStream, read: Vec<u8>, idle: Duration, info: Arc<ConnInfo>) -> Self {
+        IdleStream { inner, read, at: 0, idle, deadline: Box::pin(tokio::time::sleep(idle)), info }
     }
 
     fn touched(&mut self) {
@@ -80,8 +90,12 @@ impl AsyncRead for IdleStream {
         let before = buf.filled().len();
         match Pin::new(&mut self.inner).poll_read(cx, buf) {
             Poll::Ready(r) => {
-                if buf.filled().len() > before {
+                let n = buf.filled().len() - before;
+                if n > 0 {
                     self.touched();
+                }
+                if !self.info.read(n) {
+                    return Poll::Ready(Err(io::Error::new(io::ErrorKind::OutOfMemory, "shed")));
                 }
                 Poll::Ready(r)
             }
@@ -128,22 +142,54 @@ pub struct ConnLimit {
     pub max: usize,
     open: Arc<AtomicUsize>,
     pub refused: prometheus_client::metrics::counter::Counter,
+    per_address: Option<PerAddressLimit>,
+}
+
+/// `FLEET_MAX_CONNECTIONS_PER_IP`: not applied to a trusted proxy, behind which many clients
+/// share one address (theirs is known per request, from `X-Forwarded-For`).
+#[derive(Clone)]
+struct PerAddressLimit {
+    open: Arc<PerAddress>,
+    proxies: TrustedProxies,
+    refused: prometheus_client::metrics::counter::Counter,
 }
 
 impl ConnLimit {
     pub fn new(max: usize, refused: prometheus_client::metrics::counter::Counter) -> ConnLimit {
-        ConnLimit { max, open: Arc::new(AtomicUsize::new(0)), refused }
+        ConnLimit { max, open: Arc::new(AtomicUsize::new(0)), refused, per_address: None }
     }
 
-    /// A slot for one more connection, released when dropped; `None` at the cap.
-    fn admit(&self) -> Option<ConnSlot> {
+    /// At most `max` connections from one address (none when 0), but from `proxies`.
+    pub fn per_address(
+        self,
+        max: u32,
+        proxies: TrustedProxies,
+        refused: prometheus_client::metrics::counter::Counter,
+    ) -> ConnLimit {
+        let per_address = (max > 0).then(|| PerAddressLimit { open: PerAddress::new(max), proxies, refused });
+        ConnLimit { per_address, ..self }
+    }
+
+    /// A slot for one more connection, released when dropped, and its address's when
+    /// counted (the connection's guest keeps it); `None` at a cap.
+    fn admit(&self, peer: SocketAddr) -> Option<(ConnSlot, Option<AddressSlot>)> {
+        let address = match &self.per_address {
+            Some(p) if !p.proxies.trusts(peer.ip()) => match p.open.admit(peer.ip()) {
+                Some(slot) => Some(slot),
+                None => {
+                    p.refused.inc();
+                    return None;
+                }
+            },
+            _ => None,
+        };
         let n = self.open.fetch_add(1, Ordering::AcqRel);
         if n >= self.max {
             self.open.fetch_sub(1, Ordering::AcqRel);
             self.refused.inc();
             return None;
         }
-        Some(ConnSlot(self.open.clone()))
+        Some((ConnSlot(self.open.clone()), address))
     }
 }
 
@@ -177,6 +223,7 @@ pub async fn serve(
     // the builder's settings and the router (at 10,000 node connections, most of which
     // never reach hyper).
     let shared = Arc::new(ForHyper {
+        nodes,
         router,
         builder,
         timeouts,
@@ -184,7 +231,7 @@ pub async fn serve(
     });
     tokio::pin!(stop);
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(c) => c,
                 Err(e) => {
@@ -196,14 +243,17 @@ pub async fn serve(
             },
             _ = &mut stop => break,
         };
-        let Some(slot) = limit.admit() else {
+        let Some((slot, address)) = limit.admit(peer) else {
             drop(stream);
             continue;
         };
         let _ = stream.set_nodelay(true);
         let for_hyper = shared.clone();
-        let nodes = nodes.clone();
-        tokio::spawn(connection(stream, slot, nodes, for_hyper));
+        let guest = shared.nodes.as_ref().map(|app| app.strangers.guest(address));
+        let task = tokio::spawn(connection(stream, slot, guest.clone(), for_hyper));
+        if let Some(guest) = guest {
+            guest.closes(task.abort_handle());
+        }
     }
     drop(listener);
     let Some(graceful) = shared.graceful.lock().take() else { return };
@@ -214,14 +264,15 @@ pub async fn serve(
 /// One connection's task: the node path first, hyper for the rest of its life once a request
 /// the node path does not serve comes. Every node keeps one of these open, so its size is
 /// measured (`tests::a_connection_task_is_small`): the peer's address and the timeouts are
-/// read where they are needed, not kept in it.
-async fn connection(mut stream: TcpStream, slot: ConnSlot, nodes: Option<Arc<App>>, for_hyper: Arc<ForHyper>) {
-    let read = match &nodes {
-        Some(app) => match super::node::raw::serve(&mut stream, app, &for_hyper.timeouts).await {
+/// read where they are needed, not kept in it. `guest`: the connection's share of the
+/// strangers' budget, on the port that serves nodes.
+async fn connection(mut stream: TcpStream, slot: ConnSlot, guest: Option<Arc<Guest>>, for_hyper: Arc<ForHyper>) {
+    let read = match (&for_hyper.nodes, &guest) {
+        (Some(app), Some(guest)) => match super::node::raw::serve(&mut stream, app, &for_hyper.timeouts, guest).await {
             Some(read) => read,
             None => return drop(slot),
         },
-        None => Vec::new(),
+        _ => Vec::new(),
     };
     // Boxed: hyper's connection state is large, and inline it would be part of every node
     // connection's task even while the node path serves it.
@@ -229,8 +280,9 @@ async fn connection(mut stream: TcpStream, slot: ConnSlot, nodes: Option<Arc<App
         // Past shutdown there is no watcher to give: the connection closes.
         let Some(watcher) = for_hyper.graceful.lock().as_ref().map(GracefulShutdown::watcher) else { return };
         let peer = stream.peer_addr().ok();
-        let io = TokioIo::new(IdleStream::new(stream, read, for_hyper.timeouts.idle));
-        let service = TowerToHyperService::new(for_hyper.router.clone());
+        let info = ConnInfo::new(peer.map(|p| p.ip()), guest, read.capacity());
+        let io = TokioIo::new(IdleStream::new(stream, read, for_hyper.timeouts.idle, info.clone()));
+        let service = TowerToHyperService::new(conn::service(for_hyper.router.clone(), info));
         let conn = watcher.watch(for_hyper.builder.serve_connection(io, service));
         if let Err(e) = conn.await {
             tracing::debug!(peer = ?peer, error = %e, "connection closed");
@@ -240,8 +292,10 @@ async fn connection(mut stream: TcpStream, slot: ConnSlot, nodes: Option<Arc<App
     drop(slot);
 }
 
-/// hyper's part of the listener, shared by its connections.
+/// hyper's part of the listener (and the node path's app), shared by its connections.
 struct ForHyper {
+    /// The app of the node routes' own path, on the port that serves them.
+    nodes: Option<Arc<App>>,
     router: Router,
     builder: hyper::server::conn::http1::Builder,
     timeouts: Timeouts,
@@ -257,8 +311,8 @@ mod tests {
     /// A connection's task is what every node keeps for as long as it is connected.
     #[test]
     fn a_connection_task_is_small() {
-        let task = output_size(|(s, slot, n, h): (TcpStream, ConnSlot, Option<Arc<App>>, Arc<ForHyper>)| {
-            connection(s, slot, n, h)
+        let task = output_size(|(s, slot, g, h): (TcpStream, ConnSlot, Option<Arc<Guest>>, Arc<ForHyper>)| {
+            connection(s, slot, g, h)
         });
         eprintln!("a connection's task future: {task} bytes");
         // Debug build. With its steps inlined the node path's loop alone is about 950 bytes,

@@ -20,8 +20,13 @@ pub async fn measure(sim: &Sim<'_>) -> anyhow::Result<Value> {
         addr: ctl.url.trim_start_matches("http://").parse()?,
         metrics_url: &ctl.metrics_url,
     };
-    let mix =
-        Mix { idle: args.hostile_idle as usize, head: args.hostile_head as usize, body: args.hostile_body as usize };
+    let mix = Mix {
+        idle: args.hostile_idle as usize,
+        head: args.hostile_head as usize,
+        body: args.hostile_body as usize,
+        big_head: args.hostile_big_head as usize,
+        big_join: args.hostile_big_join as usize,
+    };
     let mut results = attack_phase::run(&fleet, mix, Duration::from_secs(args.hostile_seconds)).await?;
     results["nodes"] = json!(args.nodes);
     results["agents"] = json!(args.agents);

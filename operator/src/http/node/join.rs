@@ -8,10 +8,11 @@ use crate::http::error::ApiError;
 use crate::store::JoinError;
 use axum::http::StatusCode;
 use fleet_api::{codes, validate, JoinRequest};
+use std::net::IpAddr;
 
-/// `429` while failed joins in this second reached the limit.
-pub fn admitted(app: &App) -> Result<(), ApiError> {
-    if app.joins_throttled() {
+/// `429` while failed joins from `client` in this second reached the limit.
+pub fn admitted(app: &App, client: Option<IpAddr>) -> Result<(), ApiError> {
+    if app.joins_throttled(client) {
         app.metrics.join("throttled");
         return Err(ApiError::too_many("too many failed joins; try again in a second"));
     }
@@ -19,14 +20,14 @@ pub fn admitted(app: &App) -> Result<(), ApiError> {
 }
 
 /// A join from its body (or the error reading it): `201` with the node's id and token. A
-/// refusal other than the store failing counts towards the throttle.
-pub async fn answer(app: &App, body: Result<&[u8], &ApiError>) -> Outcome {
+/// refusal other than the store failing counts towards `client`'s throttle.
+pub async fn answer(app: &App, client: Option<IpAddr>, body: Result<&[u8], &ApiError>) -> Outcome {
     let result = async {
         let req: JoinRequest = parse_json(body.map_err(Clone::clone)?, false)?;
         validate::join(&req).map_err(|e| ApiError::invalid_request(e.to_string()))?;
         match app.store.join(&req).await {
             Ok(resp) => {
-                tracing::info!(node = %resp.node_id, name = %req.name, labels = ?req.labels, kinds = ?req.executor_kinds, "node joined");
+                tracing::info!(node = %resp.node_id, name = %req.name, labels = ?req.labels, kinds = ?req.executor_kinds, client = ?client, "node joined");
                 Ok(resp)
             }
             Err(JoinError::KeyInvalid) => {
@@ -50,10 +51,10 @@ pub async fn answer(app: &App, body: Result<&[u8], &ApiError>) -> Outcome {
         }
         Err(e) => {
             if e.status != StatusCode::INTERNAL_SERVER_ERROR {
-                app.note_failed_join();
+                app.note_failed_join(client);
             }
             app.metrics.join(e.code);
-            tracing::info!(code = e.code, message = %e.message, "join refused");
+            tracing::info!(code = e.code, message = %e.message, client = ?client, "join refused");
             Err(e)
         }
     }

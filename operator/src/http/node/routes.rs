@@ -6,10 +6,13 @@ use super::reply::Outcome;
 use super::sequence::{self, Next, NodeRequest, ReadBody, Route, Unread};
 use crate::http::app::App;
 use crate::http::auth;
-use crate::http::body::{declared, read_all};
+use crate::http::body::{declared, read_all, read_held};
+use crate::http::conn::ConnInfo;
+use crate::http::strangers::Guest;
 use axum::body::{Body, Bytes};
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
+use axum::Extension;
 use fleet_api::{DesiredState, ErrorBody, JoinRequest, JoinResponse, ObservedReport};
 use std::convert::Infallible;
 use std::future::Future;
@@ -22,10 +25,15 @@ use std::sync::Arc;
               (status = 401, description = "join_key_invalid", body = ErrorBody),
               (status = 409, description = "node_name_taken", body = ErrorBody),
               (status = 413, description = "payload_too_large", body = ErrorBody),
-              (status = 429, description = "too_many_requests: more than 20 failed joins a second", body = ErrorBody),
+              (status = 429, description = "too_many_requests: more than 20 failed joins a second from the client's address", body = ErrorBody),
               (status = 503, description = "not_configured", body = ErrorBody)))]
-pub async fn join(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Outcome {
-    serve(&app, Route::Join, headers, None, body).await
+pub async fn join(
+    State(app): State<Arc<App>>,
+    conn: Option<Extension<Arc<ConnInfo>>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Outcome {
+    serve(&app, conn, Route::Join, headers, None, body).await
 }
 
 /// The node's desired state; held until the generation differs from `since` or `wait` runs out.
@@ -35,8 +43,13 @@ pub async fn join(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
     responses((status = 200, body = DesiredState), (status = 304, description = "unchanged"),
               (status = 400, description = "invalid_request", body = ErrorBody),
               (status = 429, description = "too_many_requests: more than 4 held polls", body = ErrorBody), (status = 401, description = "node_token_invalid", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
-pub async fn desired(State(app): State<Arc<App>>, headers: HeaderMap, RawQuery(query): RawQuery) -> Outcome {
-    serve(&app, Route::Desired, headers, query, Body::empty()).await
+pub async fn desired(
+    State(app): State<Arc<App>>,
+    conn: Option<Extension<Arc<ConnInfo>>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Outcome {
+    serve(&app, conn, Route::Desired, headers, query, Body::empty()).await
 }
 
 /// What the node has (docs/behaviour.md#desired-state-and-observed-report). Unknown fields are refused, naming the field.
@@ -44,8 +57,13 @@ pub async fn desired(State(app): State<Arc<App>>, headers: HeaderMap, RawQuery(q
     responses((status = 204, description = "accepted (or ignored as stale)"),
               (status = 400, description = "invalid_request", body = ErrorBody),
               (status = 413, description = "payload_too_large", body = ErrorBody), (status = 401, description = "node_token_invalid", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
-pub async fn observed(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Outcome {
-    serve(&app, Route::Observed, headers, None, body).await
+pub async fn observed(
+    State(app): State<Arc<App>>,
+    conn: Option<Extension<Arc<ConnInfo>>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Outcome {
+    serve(&app, conn, Route::Observed, headers, None, body).await
 }
 
 /// The report and the long-poll in one request, so a node keeps one connection (docs/behaviour.md#desired-state-and-observed-report):
@@ -61,16 +79,18 @@ pub async fn observed(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
               (status = 429, description = "too_many_requests: more than 4 held polls", body = ErrorBody), (status = 401, description = "node_token_invalid", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn exchange(
     State(app): State<Arc<App>>,
+    conn: Option<Extension<Arc<ConnInfo>>>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
     body: Body,
 ) -> Outcome {
-    serve(&app, Route::Exchange, headers, query, body).await
+    serve(&app, conn, Route::Exchange, headers, query, body).await
 }
 
 /// A body hyper reads. hyper answers whatever happens to the peer meanwhile (a read error is
-/// a `400`), so no read loses the request.
-struct HyperBody(Option<Body>);
+/// a `400`), so no read loses the request. A join's body is held by the connection's guest
+/// (its share of the strangers' budget) as it arrives.
+struct HyperBody(Option<Body>, Option<Arc<Guest>>);
 
 impl ReadBody for HyperBody {
     type Body = Bytes;
@@ -78,23 +98,39 @@ impl ReadBody for HyperBody {
 
     fn read(&mut self, limit: usize) -> impl Future<Output = Result<Bytes, Unread<Infallible>>> + Send {
         let body = self.0.take().unwrap_or_else(Body::empty);
-        async move { read_all(body, limit).await.map_err(Unread::Refused) }
+        let guest = self.1.take();
+        async move {
+            match guest {
+                Some(guest) => read_held(body, limit, &guest).await.map_err(Unread::Refused),
+                None => read_all(body, limit).await.map_err(Unread::Refused),
+            }
+        }
     }
 }
 
 /// One node request over axum: the sequence, then the hold if it comes to one.
-async fn serve(app: &App, route: Route, headers: HeaderMap, query: Option<String>, body: Body) -> Outcome {
-    let mut body = HyperBody(Some(body));
+async fn serve(
+    app: &App,
+    conn: Option<Extension<Arc<ConnInfo>>>,
+    route: Route,
+    headers: HeaderMap,
+    query: Option<String>,
+    body: Body,
+) -> Outcome {
+    let conn = conn.map(|Extension(c)| c);
+    let guest = conn.as_ref().and_then(|c| c.guest.clone()).filter(|_| route == Route::Join);
+    let mut body = HyperBody(Some(body), guest);
     let req = NodeRequest {
         route,
         query: query.as_deref(),
         token: auth::bearer(&headers),
         content_length: declared(&headers),
+        client: conn.as_ref().and_then(|c| c.client(&app.proxies, &headers)),
     };
     let Ok(next) = sequence::prepare(app, &req, &mut body).await;
     // The header values are slices of hyper's read buffer: held through a long-poll they keep
     // that buffer alive, and hyper allocates a second one for the connection's next read.
-    drop((headers, query, body));
+    drop((headers, query, body, conn));
     match next {
         Next::Answer(outcome) => outcome,
         Next::Hold(held) => held.answer(app).await,

@@ -18,6 +18,7 @@ use crate::http::limits::{BODY_LIMIT, JOIN_LIMIT};
 use crate::store::Id;
 use fleet_api::protocol;
 use std::future::Future;
+use std::net::IpAddr;
 
 /// A node route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +66,9 @@ pub struct NodeRequest<'a> {
     pub token: Option<&'a str>,
     /// The body's declared length; `None` when it has none (a chunked body).
     pub content_length: Option<u64>,
+    /// The client's address (behind a trusted proxy, the one it forwarded): the join
+    /// throttle counts per address.
+    pub client: Option<IpAddr>,
 }
 
 /// Why a body was not read.
@@ -160,7 +164,7 @@ async fn take_report<B: ReadBody>(
 /// A join: the throttle, then the body (at most [`JOIN_LIMIT`]); an error reading it is a
 /// refused join too.
 async fn join<B: ReadBody>(app: &App, req: &NodeRequest<'_>, body: &mut B) -> Result<Outcome, B::Gone> {
-    if let Err(e) = join::admitted(app) {
+    if let Err(e) = join::admitted(app, req.client) {
         return Ok(Err(e));
     }
     let bytes = match read(req, body, JOIN_LIMIT).await {
@@ -172,7 +176,7 @@ async fn join<B: ReadBody>(app: &App, req: &NodeRequest<'_>, body: &mut B) -> Re
         Ok(b) => Ok(b.as_ref()),
         Err(e) => Err(e),
     };
-    Ok(Box::pin(join::answer(app, body)).await)
+    Ok(Box::pin(join::answer(app, req.client, body)).await)
 }
 
 /// The body within `limit`: a declared length past it is `413` before a byte is read.
