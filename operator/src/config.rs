@@ -50,7 +50,7 @@ pub struct Config {
     /// together (docs/behaviour.md#hardening).
     pub unauth_buffer_bytes: usize,
     /// [ext] `FLEET_TRUSTED_PROXIES`: proxies whose `X-Forwarded-For` names the client.
-    pub trusted_proxies: Vec<crate::http::peers::Cidr>,
+    pub trusted_proxies: Vec<crate::cidr::Cidr>,
     /// [ext] `FLEET_CA_FILE`: CAs trusted for outbound TLS besides the built-in roots.
     pub ca_certs: Vec<reqwest::Certificate>,
     pub kubernetes_mirror: bool,
@@ -245,11 +245,11 @@ impl Reader<'_> {
     }
 
     /// `FLEET_TRUSTED_PROXIES`: CIDRs or addresses, comma-separated; each bad one named.
-    fn trusted_proxies(&mut self) -> Vec<crate::http::peers::Cidr> {
+    fn trusted_proxies(&mut self) -> Vec<crate::cidr::Cidr> {
         let Some(v) = self.opt("FLEET_TRUSTED_PROXIES") else { return Vec::new() };
         let mut blocks = Vec::new();
         for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            match crate::http::peers::Cidr::parse(part) {
+            match crate::cidr::Cidr::parse(part) {
                 Some(c) => blocks.push(c),
                 None => self
                     .problems

@@ -182,28 +182,33 @@ impl Default for Metrics {
             "Bytes held for peers not yet authenticated (request heads, join bodies)",
             m.unauth_buffer_bytes.clone(),
         );
-        registry.register(
-            "memory_allocated_bytes",
-            "Heap bytes in use, as the allocator (jemalloc) counts them",
-            m.memory_allocated.clone(),
-        );
-        registry.register(
-            "memory_resident_bytes",
-            "Bytes the allocator holds in physical memory (heap in use plus its free pages)",
-            m.memory_resident.clone(),
-        );
-        registry.register(
-            "memory_active_bytes",
-            "Bytes in the allocator's pages in use: above the heap in use, what its partly used pages hold free",
-            m.memory_active.clone(),
-        );
-        registry.register(
-            "memory_metadata_bytes",
-            "Bytes the allocator spends on its own bookkeeping",
-            m.memory_metadata.clone(),
-        );
+        register_memory(&mut registry, &m);
         Metrics { registry, ..m }
     }
+}
+
+/// The allocator's own figures (`fleet_memory_*`).
+fn register_memory(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "memory_allocated_bytes",
+        "Heap bytes in use, as the allocator (jemalloc) counts them",
+        m.memory_allocated.clone(),
+    );
+    registry.register(
+        "memory_resident_bytes",
+        "Bytes the allocator holds in physical memory (heap in use plus its free pages)",
+        m.memory_resident.clone(),
+    );
+    registry.register(
+        "memory_active_bytes",
+        "Bytes in the allocator's pages in use: above the heap in use, what its partly used pages hold free",
+        m.memory_active.clone(),
+    );
+    registry.register(
+        "memory_metadata_bytes",
+        "Bytes the allocator spends on its own bookkeeping",
+        m.memory_metadata.clone(),
+    );
 }
 
 impl Metrics {

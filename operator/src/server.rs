@@ -89,11 +89,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         trigger: Arc::new(Trigger::default()),
         pass_clock: Arc::new(PassClock::new(cfg.reconcile_every, crate::clock::now_ms())),
         role: role.clone(),
-        gate: if shared_store {
-            crate::platform::CallGate::leased(&cfg.replica_name)
-        } else {
-            crate::platform::CallGate::always(&cfg.replica_name)
-        },
+        gate: call_gate(&cfg.replica_name, shared_store),
     };
     let ctx = match &cfg.credentials {
         Some(_) if shared_store => {
@@ -115,21 +111,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             None
         }
     };
-    {
-        let store = store.clone();
-        tasks.spawn("report-flusher", async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            loop {
-                tick.tick().await;
-                if let Err(e) = store.flush_reports().await {
-                    tracing::error!(error = %e, "cannot persist node reports; retrying");
-                }
-                if let Err(e) = store.flush_events().await {
-                    tracing::error!(error = %e, "cannot persist events; retrying");
-                }
-            }
-        });
-    }
+    tasks.spawn("report-flusher", flush_every_second(store.clone()));
     let http = crate::platform::http_client_trusting(&cfg.ca_certs);
     let jwks = Arc::new(Jwks::new(http, &cfg.jwks_url, &cfg.iam_issuer, &cfg.audience, cfg.jwks_refresh));
     tasks.spawn("jwks-refresher", jwks.clone().run());
@@ -206,5 +188,29 @@ mod tests {
         let err = super::start(cfg).await.err().expect("no database there").to_string();
         assert!(err.starts_with("cannot open the store postgres://fleet:***@127.0.0.1:1/fleet: database:"), "{err}");
         assert!(!err.contains("s3cret"), "{err}");
+    }
+}
+
+/// On PostgreSQL the leader calls out only while its lease surely runs; the one replica on
+/// SQLite always may (docs/behaviour.md#high-availability).
+fn call_gate(replica: &str, shared_store: bool) -> Arc<crate::platform::CallGate> {
+    if shared_store {
+        crate::platform::CallGate::leased(replica)
+    } else {
+        crate::platform::CallGate::always(replica)
+    }
+}
+
+/// Persists what reports and events were taken, once a second.
+async fn flush_every_second(store: Arc<Store>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        if let Err(e) = store.flush_reports().await {
+            tracing::error!(error = %e, "cannot persist node reports; retrying");
+        }
+        if let Err(e) = store.flush_events().await {
+            tracing::error!(error = %e, "cannot persist events; retrying");
+        }
     }
 }
