@@ -158,6 +158,30 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     Ok(Running { addr, metrics_addr, store, ctx, stop, tasks })
 }
 
+/// On PostgreSQL the leader calls out only while its lease surely runs; the one replica on
+/// SQLite always may (docs/behaviour.md#high-availability).
+fn call_gate(replica: &str, shared_store: bool) -> Arc<crate::platform::CallGate> {
+    if shared_store {
+        crate::platform::CallGate::leased(replica)
+    } else {
+        crate::platform::CallGate::always(replica)
+    }
+}
+
+/// Persists what reports and events were taken, once a second.
+async fn flush_every_second(store: Arc<Store>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        if let Err(e) = store.flush_reports().await {
+            tracing::error!(error = %e, "cannot persist node reports; retrying");
+        }
+        if let Err(e) = store.flush_events().await {
+            tracing::error!(error = %e, "cannot persist events; retrying");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::redact;
@@ -188,29 +212,5 @@ mod tests {
         let err = super::start(cfg).await.err().expect("no database there").to_string();
         assert!(err.starts_with("cannot open the store postgres://fleet:***@127.0.0.1:1/fleet: database:"), "{err}");
         assert!(!err.contains("s3cret"), "{err}");
-    }
-}
-
-/// On PostgreSQL the leader calls out only while its lease surely runs; the one replica on
-/// SQLite always may (docs/behaviour.md#high-availability).
-fn call_gate(replica: &str, shared_store: bool) -> Arc<crate::platform::CallGate> {
-    if shared_store {
-        crate::platform::CallGate::leased(replica)
-    } else {
-        crate::platform::CallGate::always(replica)
-    }
-}
-
-/// Persists what reports and events were taken, once a second.
-async fn flush_every_second(store: Arc<Store>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        tick.tick().await;
-        if let Err(e) = store.flush_reports().await {
-            tracing::error!(error = %e, "cannot persist node reports; retrying");
-        }
-        if let Err(e) = store.flush_events().await {
-            tracing::error!(error = %e, "cannot persist events; retrying");
-        }
     }
 }
