@@ -200,6 +200,7 @@ mod tests {
         let env = |k: &str| -> Option<String> {
             Some(match k {
                 "FLEET_DATABASE_URL" => "postgres://fleet:s3cret@127.0.0.1:1/fleet".into(),
+                "FLEET_REPLICA_SECRET" => "a-replica-secret-of-32-characters-or-more".into(),
                 "FLEET_CONTROL_PLANE_URL" | "FLEET_IAM_URL" => dk.url.clone(),
                 "FLEET_IAM_ISSUER" => dk.issuer(),
                 "FLEET_IAM_TENANT" => "t".into(),
