@@ -26,5 +26,5 @@ fn helm_chart_suite() {
         .unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "chart tests failed:\n{log}");
-    assert!(log.contains("Ran 16 tests"), "{log}");
+    assert!(log.contains("Ran 18 tests"), "{log}");
 }
