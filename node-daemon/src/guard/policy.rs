@@ -20,6 +20,8 @@ pub struct Policy {
     pub node: String,
     pub prefix: String,
     binds: Vec<BindRoot>,
+    /// `hostSecretsDir`: its files are the secrets a kind's `secrets` list limits.
+    secrets_dir: std::path::PathBuf,
     network: Option<String>,
     kinds: BTreeMap<String, KindRules>,
 }
@@ -68,6 +70,7 @@ impl Policy {
                 BindRoot { dir: cfg.host_state_dir().join("agents"), direct_children_only: false },
                 BindRoot { dir: cfg.host_secrets_dir().to_path_buf(), direct_children_only: true },
             ],
+            secrets_dir: cfg.host_secrets_dir().to_path_buf(),
             network: cfg.network.clone(),
             kinds,
         }
@@ -189,12 +192,11 @@ impl Policy {
     /// A file of the secrets directory is one the kind lists, when it lists them.
     fn check_secret_of_kind(&self, source: &str, kind: &KindRules, kind_name: &str) -> Result<(), Refusal> {
         let path = std::path::Path::new(source);
-        let (Some(list), Some(secrets_dir)) = (&kind.secrets, self.binds.iter().find(|b| b.direct_children_only))
-        else {
+        let Some(list) = &kind.secrets else {
             return Ok(());
         };
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if path.parent() != Some(secrets_dir.dir.as_path()) || list.iter().any(|s| s == name) {
+        if path.parent() != Some(self.secrets_dir.as_path()) || list.iter().any(|s| s == name) {
             return Ok(());
         }
         refuse(format!("secret {name:?} is not allowed: executors.{kind_name}.secrets does not list it"))
