@@ -14,6 +14,8 @@ pub const INTERNAL: &str = "internal";
 pub const NOT_READY: &str = "not_ready";
 pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
 pub const REQUEST_TIMEOUT: &str = "request_timeout";
+/// `rollout:undo` of an agent that never completed a rollout (docs/behaviour.md#rolling-out-a-change).
+pub const NO_PREVIOUS_TEMPLATE: &str = "no_previous_template";
 
 /// Reasons an agent waits for a node (docs/behaviour.md#placement), in the order the filters apply.
 pub const NO_NODE: &str = "no_node";
@@ -40,6 +42,13 @@ pub mod refusal {
 
     pub const CREDENTIAL_UNOPENABLE: &str = "credential cannot be opened with this node's key";
     pub const START_FAILED_PREFIX: &str = "start failed: ";
+    /// [ext] With `checkBeforeStop`, the node kept the old container running because the new
+    /// template cannot start (docs/behaviour.md#rolling-out-a-change).
+    pub const UPDATE_BLOCKED: &str = "update_blocked";
+
+    pub fn update_blocked(cause: &str) -> String {
+        format!("{UPDATE_BLOCKED}: {cause}")
+    }
 
     pub fn image_not_allowed(image: &str, kind: &str) -> String {
         format!("{}: image {image} is not allowed for executor kind {kind}", super::IMAGE_NOT_ALLOWED)
@@ -75,6 +84,8 @@ pub mod refusal {
             Some(EXECUTOR_KIND_MISSING)
         } else if message.starts_with(START_FAILED_PREFIX) {
             Some(START_FAILED)
+        } else if message.starts_with(&format!("{UPDATE_BLOCKED}: ")) {
+            Some(UPDATE_BLOCKED)
         } else {
             None
         }
@@ -92,6 +103,7 @@ pub mod refusal {
             assert_eq!(code_of(CREDENTIAL_UNOPENABLE), Some(CREDENTIAL_UNREADABLE));
             assert_eq!(code_of(&executor_kind_missing("k")), Some(EXECUTOR_KIND_MISSING));
             assert_eq!(code_of(&start_failed("No such image: a:1")), Some(START_FAILED));
+            assert_eq!(code_of(&update_blocked("No such image: a:2")), Some(UPDATE_BLOCKED));
             assert_eq!(code_of("exited with code 1"), None);
         }
     }

@@ -13,10 +13,12 @@ pub mod labels;
 pub mod names;
 pub mod ops;
 pub mod protocol;
+pub mod rollout;
 pub mod seal;
 pub mod types;
 pub mod urls;
 pub mod validate;
 
 pub use ops::*;
+pub use rollout::{RolloutPolicy, RolloutState, RolloutView};
 pub use types::*;

@@ -195,6 +195,18 @@ pub struct DesiredAgent {
     pub resources: Resources,
     pub drain_seconds: u64,
     pub identity: DesiredIdentity,
+    /// The template's name (docs/behaviour.md#rolling-out-a-change): the node labels the
+    /// container with it and reports it back. Absent from an older controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_id: Option<String>,
+    /// The restart stamp: a new one recreates every container of the agent with nothing else
+    /// changed (`rollout:restart`). `0`, and absent, when never restarted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restart: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
@@ -273,6 +285,10 @@ pub struct ReplicaReport {
     pub last_exit_code: Option<i64>,
     #[serde(default)]
     pub message: Option<String>,
+    /// The template of the container that runs now (null before one exists); absent from an
+    /// older node, which counts as running what the controller last sent it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_id: Option<String>,
 }
 
 /// `PUT /api/v1/nodes/me/observed` body.

@@ -167,8 +167,16 @@ pub fn observed(r: &ObservedReport) -> Result<(), FieldError> {
         if rep.message.as_ref().is_some_and(|m| m.len() > MAX_MESSAGE) {
             return Err(bad(format!("replicas[{i}].message"), format!("at most {MAX_MESSAGE} bytes")));
         }
+        if rep.spec_id.as_ref().is_some_and(|s| !is_spec_id(s)) {
+            return Err(bad(format!("replicas[{i}].specId"), "at most 64 characters of a-z, 0-9 and -"));
+        }
     }
     Ok(())
+}
+
+/// A template's name as the controller makes them (docs/behaviour.md#rolling-out-a-change).
+pub fn is_spec_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 #[cfg(test)]

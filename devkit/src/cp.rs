@@ -20,6 +20,8 @@ pub(crate) fn routes() -> Router<Devkit> {
         .route("/devkit/agents/{key}", put(dev_put).delete(dev_delete))
         .route("/devkit/agents/{key}/revision", post(dev_revision))
         .route("/devkit/agents/{key}/replicas", post(dev_replicas))
+        .route("/devkit/agents/{key}/template", post(dev_template))
+        .route("/devkit/agents/{key}/rollout", put(dev_rollout))
         .route("/devkit/agents/{key}/stop", post(dev_stop))
         .route("/devkit/agents/{key}/start", post(dev_start))
         .route("/devkit/statuses/{key}", get(dev_status))
@@ -186,6 +188,38 @@ async fn dev_replicas(State(dk): State<Devkit>, Path(key): Path<String>, Json(bo
             a["placement"] = json!({});
         }
         a["placement"]["replicas"] = json!(n);
+    })
+}
+
+/// A new template, as the CP would send it: `{image?, secrets?, resources?}` replace those
+/// fields, and the revision goes up by one.
+async fn dev_template(State(dk): State<Devkit>, Path(key): Path<String>, Json(body): Json<Value>) -> StatusCode {
+    let Some(body) = body.as_object().cloned() else { return StatusCode::BAD_REQUEST };
+    edit(&dk, &key, |a| {
+        if let Some(image) = body.get("image") {
+            a["executor"]["image"] = image.clone();
+        }
+        if !a["placement"].is_object() {
+            a["placement"] = json!({});
+        }
+        for field in ["secrets", "resources"] {
+            if let Some(v) = body.get(field) {
+                a["placement"][field] = v.clone();
+            }
+        }
+        let r = a["revision"].as_u64().unwrap_or(0);
+        a["revision"] = json!(r + 1);
+    })
+}
+
+/// The agent's `placement.rollout` policy, as given (invalid ones included: the controller
+/// judges them).
+async fn dev_rollout(State(dk): State<Devkit>, Path(key): Path<String>, Json(body): Json<Value>) -> StatusCode {
+    edit(&dk, &key, |a| {
+        if !a["placement"].is_object() {
+            a["placement"] = json!({});
+        }
+        a["placement"]["rollout"] = body;
     })
 }
 

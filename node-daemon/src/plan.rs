@@ -4,7 +4,7 @@
 use crate::config::NodeConfig;
 use crate::runtime::{
     Bind, ContainerSpec, Hardening, DEFAULT_PIDS_LIMIT, LABEL_AGENT, LABEL_KIND, LABEL_MANAGED, LABEL_NODE,
-    LABEL_REPLICA, LABEL_SPEC,
+    LABEL_REPLICA, LABEL_SPEC, LABEL_SPEC_ID,
 };
 use crate::state::StateDir;
 use fleet_api::images::AllowList;
@@ -32,6 +32,8 @@ pub struct Wanted {
     pub revision: u64,
     pub drain: Duration,
     pub plan: Plan,
+    /// The template's name the controller gave (docs/behaviour.md#rolling-out-a-change).
+    pub spec_id: Option<String>,
 }
 
 /// The whole plan for one desired state.
@@ -119,7 +121,8 @@ pub fn plan(desired: &DesiredState, cfg: &NodeConfig, state: &StateDir, secret_k
                 Ok(image) => Plan::Run(Box::new(spec(a, r, image, cfg))),
                 Err(msg) => Plan::Refuse(msg.clone()),
             };
-            out.wanted.push(Wanted { agent: a.agent_key.clone(), replica: r, revision: a.revision, drain, plan });
+            let spec_id = a.spec_id.clone().filter(|s| fleet_api::validate::is_spec_id(s));
+            out.wanted.push(Wanted { agent: a.agent_key.clone(), replica: r, revision: a.revision, drain, plan, spec_id });
         }
     }
     out
@@ -218,6 +221,11 @@ pub fn spec(a: &DesiredAgent, replica: u32, image: &str, cfg: &NodeConfig) -> Co
         let mut h = Sha256::new();
         h.update(serde_json::to_vec(&s).unwrap_or_default());
         h.update(a.identity.credential.credential_id.as_bytes());
+        // A restart stamp recreates the container with nothing else changed; without one the
+        // hash is what it was before stamps existed.
+        if a.restart != 0 {
+            h.update(format!("restart {}", a.restart).as_bytes());
+        }
         h.finalize()
     };
     let hash: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
@@ -232,6 +240,9 @@ pub fn spec(a: &DesiredAgent, replica: u32, image: &str, cfg: &NodeConfig) -> Co
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
+    if let Some(id) = a.spec_id.as_ref().filter(|s| fleet_api::validate::is_spec_id(s)) {
+        s.labels.insert(LABEL_SPEC_ID.to_string(), id.clone());
+    }
     s
 }
 

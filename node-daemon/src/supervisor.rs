@@ -6,7 +6,8 @@
 //! taken and it reports `draining`.
 
 use crate::plan::{container_name, Plan, Wanted, VANISHED_STOP};
-use crate::runtime::{RtError, Runtime, Seen, LABEL_AGENT, LABEL_SPEC};
+use crate::runtime::{RtError, Runtime, Seen, LABEL_AGENT, LABEL_SPEC, LABEL_SPEC_ID};
+use fleet_api::codes::refusal;
 use fleet_api::{ReplicaReport, ReplicaState};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -47,6 +48,8 @@ struct Record {
     running_since: Option<Instant>,
     /// We believe the container runs: seeing it exited is a new exit.
     watching: bool,
+    /// The template of the container that runs now (its `fleet.spec-id`), as reported.
+    spec_id: Option<String>,
 }
 
 impl Record {
@@ -60,6 +63,7 @@ impl Record {
             last_start: None,
             running_since: None,
             watching: false,
+            spec_id: None,
         }
     }
 
@@ -69,6 +73,13 @@ impl Record {
         self.status.state =
             if self.failures >= CRASHLOOP_AFTER { ReplicaState::Crashloop } else { ReplicaState::Starting };
         self.status.message = Some(message);
+    }
+
+    /// The running container `c` of an older template stays: the new one cannot start.
+    fn block(&mut self, c: &Seen, message: String) {
+        self.status.state = ReplicaState::Running;
+        self.status.message = Some(message);
+        self.spec_id = c.labels.get(LABEL_SPEC_ID).cloned();
     }
 
     fn running_state(&self) -> ReplicaState {
@@ -103,11 +114,25 @@ pub struct Supervisor<R: Runtime> {
     stopping: Arc<Mutex<HashSet<String>>>,
     /// Woken when a background stop finishes, so the replacement starts promptly.
     pub wake: Arc<Notify>,
+    /// node.yaml `checkBeforeStop` (docs/behaviour.md#rolling-out-a-change).
+    check_before_stop: bool,
 }
 
 impl<R: Runtime> Supervisor<R> {
     pub fn new(rt: R) -> Self {
-        Supervisor { rt, records: HashMap::new(), stopping: Default::default(), wake: Arc::new(Notify::new()) }
+        Supervisor {
+            rt,
+            records: HashMap::new(),
+            stopping: Default::default(),
+            wake: Arc::new(Notify::new()),
+            check_before_stop: false,
+        }
+    }
+
+    /// Never stops a running container for a template it cannot start.
+    pub fn checking_before_stop(mut self, on: bool) -> Self {
+        self.check_before_stop = on;
+        self
     }
 
     pub fn runtime(&self) -> &R {
@@ -119,9 +144,13 @@ impl<R: Runtime> Supervisor<R> {
         wanted
             .iter()
             .map(|w| {
-                let s = self.records.get(&(w.agent.clone(), w.replica)).map(|r| r.status.clone()).unwrap_or(
-                    ReplicaStatus { state: ReplicaState::Starting, restarts: 0, last_exit_code: None, message: None },
-                );
+                let rec = self.records.get(&(w.agent.clone(), w.replica));
+                let s = rec.map(|r| r.status.clone()).unwrap_or(ReplicaStatus {
+                    state: ReplicaState::Starting,
+                    restarts: 0,
+                    last_exit_code: None,
+                    message: None,
+                });
                 // A note of the plan (resources clamped) while nothing else is to be said.
                 let note = match &w.plan {
                     Plan::Run(spec) => spec.note.clone(),
@@ -135,6 +164,7 @@ impl<R: Runtime> Supervisor<R> {
                     restarts: s.restarts,
                     last_exit_code: s.last_exit_code,
                     message: s.message.or(note).map(cut_message),
+                    spec_id: rec.and_then(|r| r.spec_id.clone()),
                 }
             })
             .collect()
@@ -182,6 +212,11 @@ impl<R: Runtime> Supervisor<R> {
             let rec = self.records.entry(key).or_insert_with(Record::new);
             let spec = match &w.plan {
                 Plan::Refuse(msg) => {
+                    if let Some(c) = existing.filter(|c| self.keeps(c, w)) {
+                        let rec = self.records.get_mut(&(w.agent.clone(), w.replica)).expect("inserted above");
+                        rec.block(c, refusal::update_blocked(msg));
+                        continue;
+                    }
                     if let Some(c) = existing {
                         let timeout = if c.running { w.drain } else { Duration::ZERO };
                         let c = c.clone();
@@ -206,11 +241,19 @@ impl<R: Runtime> Supervisor<R> {
             }
             match existing {
                 Some(c) if c.labels.get(LABEL_SPEC).map(String::as_str) != Some(spec.hash()) => {
-                    rec.status.state = ReplicaState::Draining;
                     let c = c.clone();
+                    if let Err(cause) = self.can_start(&c, w, spec).await {
+                        let rec = self.records.get_mut(&(w.agent.clone(), w.replica)).expect("inserted above");
+                        rec.block(&c, refusal::update_blocked(&cause));
+                        continue;
+                    }
+                    let rec = self.records.get_mut(&(w.agent.clone(), w.replica)).expect("inserted above");
+                    rec.status.state = ReplicaState::Draining;
+                    rec.spec_id = c.labels.get(LABEL_SPEC_ID).cloned();
                     self.stop_in_background(&c, w.drain, "spec changed");
                 }
                 Some(c) if c.running => {
+                    rec.spec_id = w.spec_id.clone();
                     if rec.container.as_deref() != Some(c.id.as_str()) {
                         tracing::info!(container = %c.name, "adopted running container");
                         rec.container = Some(c.id.clone());
@@ -249,6 +292,28 @@ impl<R: Runtime> Supervisor<R> {
         let keep: HashSet<(String, u32)> = wanted.iter().map(|w| (w.agent.clone(), w.replica)).collect();
         self.records.retain(|k, _| keep.contains(k));
         Ok(())
+    }
+
+    /// With `checkBeforeStop`, whether a running container of another template stays
+    /// because the wanted one is refused.
+    fn keeps(&self, c: &Seen, w: &Wanted) -> bool {
+        self.check_before_stop && c.running && c.labels.get(LABEL_SPEC_ID) != w.spec_id.as_ref()
+    }
+
+    /// With `checkBeforeStop`, whether the new spec can start before the running container
+    /// `c` is stopped for it: `Err` with the engine's words when its image is not there (the
+    /// kind, the allow-list, the secrets and the PAT were checked by the plan).
+    async fn can_start(&self, c: &Seen, w: &Wanted, spec: &crate::runtime::ContainerSpec) -> Result<(), String> {
+        if !self.keeps(c, w) {
+            return Ok(());
+        }
+        match self.rt.image_present(&spec.image).await {
+            Ok(()) => Ok(()),
+            Err(RtError::NotFound) => Err(format!("No such image: {}", spec.image)),
+            Err(RtError::Failed(m)) => Err(m),
+            // An engine that does not answer is no reason to stop anything either.
+            Err(e @ RtError::Unreachable(_)) => Err(e.to_string()),
+        }
     }
 
     async fn exited(&mut self, w: &Wanted, id: &str, name: &str, now: Instant) {
@@ -322,6 +387,7 @@ impl<R: Runtime> Supervisor<R> {
             Ok(id) => {
                 tracing::info!(agent = %w.agent, replica = w.replica, "started {}", spec.name);
                 rec.container = Some(id);
+                rec.spec_id = w.spec_id.clone();
                 rec.status.restarts = 0;
                 rec.last_start = Some(now);
                 rec.running_since = Some(now);

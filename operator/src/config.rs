@@ -70,6 +70,10 @@ pub struct Config {
     /// [ext] `FLEET_REPLICA_SECRET`: the key replicas sign forwarded admin reads with
     /// (docs/behaviour.md#high-availability); required on PostgreSQL, at least 32 bytes.
     pub replica_secret: Option<ReplicaSecret>,
+    /// [ext] `FLEET_ROLLOUT_MAX_UNAVAILABLE`, `FLEET_ROLLOUT_MIN_READY_SECONDS`,
+    /// `FLEET_ROLLOUT_PROGRESS_DEADLINE_SECONDS`: the rollout policy's defaults
+    /// (docs/behaviour.md#rolling-out-a-change).
+    pub rollout: fleet_api::rollout::RolloutDefaults,
 }
 
 /// `FLEET_REPLICA_SECRET`, never shown by `Debug`.
@@ -334,6 +338,7 @@ impl Config {
         let (replica_name, advertise_url) = r.replica(listen);
         let store = StoreConfig::from_lookup(get);
         let replica_secret = r.replica_secret(&store);
+        let rollout = r.rollout();
         let mut problems = Vec::new();
         if !missing.is_empty() {
             problems.push(format!("missing required variables: {}", missing.join(", ")));
@@ -384,6 +389,7 @@ impl Config {
             replica_name,
             advertise_url,
             replica_secret,
+            rollout,
         })
     }
 }
@@ -465,6 +471,26 @@ impl Reader<'_> {
         let jwks_refresh = secs("FLEET_JWKS_REFRESH_SECONDS", defaults::JWKS_REFRESH_SECONDS, 1, day);
         let leader_lease = secs("FLEET_LEADER_LEASE_SECONDS", defaults::LEADER_LEASE_SECONDS, 3, 600);
         Timing { reconcile_every, node_offline_after, node_gc_after, token_revoke_grace, jwks_refresh, leader_lease }
+    }
+
+    /// The rollout policy's defaults.
+    fn rollout(&mut self) -> fleet_api::rollout::RolloutDefaults {
+        let d = fleet_api::rollout::RolloutDefaults::default();
+        let max_unavailable = match self.opt("FLEET_ROLLOUT_MAX_UNAVAILABLE") {
+            None => d.max_unavailable,
+            Some(v) => fleet_api::rollout::MaxUnavailable::parse(&serde_json::Value::String(v.clone()))
+                .unwrap_or_else(|| {
+                    self.problems.push(format!(
+                        "FLEET_ROLLOUT_MAX_UNAVAILABLE={v:?} must be a number of replicas or a percentage up to 100%"
+                    ));
+                    d.max_unavailable
+                }),
+        };
+        let week = 7 * 86_400;
+        let min_ready_seconds = self.seconds("FLEET_ROLLOUT_MIN_READY_SECONDS", d.min_ready_seconds, 0, week);
+        let deadline = d.progress_deadline_seconds;
+        let progress_deadline_seconds = self.seconds("FLEET_ROLLOUT_PROGRESS_DEADLINE_SECONDS", deadline, 1, week);
+        fleet_api::rollout::RolloutDefaults { max_unavailable, min_ready_seconds, progress_deadline_seconds }
     }
 
     /// This replica's name and the URL other replicas forward to it by.

@@ -185,6 +185,7 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
         replica_name: "dev".into(),
         advertise_url: format!("http://{}", args.listen),
         replica_secret: None,
+        rollout: Default::default(),
     };
     let controller = server::start(cfg).await?;
     let admin_token = devkit.mint("fleet", &["fleet:admin"], 86_400);

@@ -34,6 +34,7 @@ pub fn node_config(r: &mut Reader, root: &Node) -> Option<NodeConfig> {
             .unwrap_or_else(|| DEFAULT_CONTAINER_PREFIX.into()),
         ca_file: r.optional(&mut f, "caFile", path),
         insecure: r.optional(&mut f, "insecure", Reader::boolean).unwrap_or(false),
+        check_before_stop: r.optional(&mut f, "checkBeforeStop", Reader::boolean).unwrap_or(false),
     };
     r.finish(f);
     Some(config)

@@ -199,7 +199,7 @@ fn lines_of(text: &str) -> Vec<String> {
 
 const TOP_FIELDS: &str = "controllerUrl, name, labels, capacity, executors, stateDir, hostStateDir, secretsDir, \
                           hostSecretsDir, dockerUrl, network, agentEnv, joinKeyFile, observeSeconds, containerPrefix, \
-                          caFile, insecure";
+                          caFile, insecure, checkBeforeStop";
 const EXECUTOR_FIELDS: &str =
     "image, images, env, dataPath, capAdd, pidsLimit, user, defaultResources, maxResources, secrets";
 
@@ -380,6 +380,7 @@ observeSeconds: 30
 containerPrefix: fl
 caFile: /ca.pem
 insecure: true
+checkBeforeStop: true
 "#;
     let kind = Executor {
         image: "img:1".into(),
@@ -411,6 +412,7 @@ insecure: true
         container_prefix: "fl".into(),
         ca_file: Some("/ca.pem".into()),
         insecure: true,
+        check_before_stop: true,
     };
     assert_eq!(parse(text).unwrap(), want);
 }

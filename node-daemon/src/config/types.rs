@@ -61,6 +61,9 @@ pub struct NodeConfig {
     pub ca_file: Option<PathBuf>,
     /// [ext] Allows a plain `http://` controllerUrl to a host other than this machine.
     pub insecure: bool,
+    /// [ext] `checkBeforeStop`: a running container is stopped for a new template only once
+    /// the node has checked the new one can start (docs/behaviour.md#rolling-out-a-change).
+    pub check_before_stop: bool,
 }
 
 impl NodeConfig {

@@ -26,7 +26,7 @@ pub(super) async fn supervise<R: Runtime>(
     mut rx: DesiredRx,
     shared: Arc<Shared>,
 ) {
-    let mut sup = Supervisor::new(rt);
+    let mut sup = Supervisor::new(rt).checking_before_stop(cfg.check_before_stop);
     let wake = sup.wake.clone();
     let mut current = rx.borrow_and_update().clone();
     let mut planner = Planner::new(Duration::from_secs(u64::from(cfg.observe_seconds)));

@@ -160,7 +160,7 @@ async fn handle(policy: &Policy, upstream: &Upstream, req: Request<Incoming>) ->
             Ok(r) => r.map(|()| bytes),
             Err(e) => return answer(StatusCode::BAD_GATEWAY, &e),
         },
-        Route::Plain | Route::ListContainers | Route::ListVolumes => Ok(bytes),
+        Route::Plain | Route::ListContainers | Route::ListVolumes | Route::InspectImage => Ok(bytes),
     };
     let forwarded = match checked {
         Ok(b) => b,

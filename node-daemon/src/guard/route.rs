@@ -28,6 +28,8 @@ pub enum Route {
     CreateVolume,
     /// Start, stop, inspect or remove one container: only one of this node's.
     Container(String),
+    /// `GET /images/{name}/json`: whether an image is present (`checkBeforeStop`); read-only.
+    InspectImage,
 }
 
 impl Route {
@@ -54,6 +56,7 @@ pub fn route(method: &str, path: &str) -> Result<Route, Refusal> {
         {
             Route::Container(id.to_string())
         }
+        ("GET", ["images", name @ .., "json"]) if is_image_ref(&name.join("/")) => Route::InspectImage,
         _ => return refuse(format!("{method} {path} is not an endpoint fleet-node uses")),
     };
     Ok(route)
@@ -62,6 +65,14 @@ pub fn route(method: &str, path: &str) -> Result<Route, Refusal> {
 /// A container id or name as the node uses them: no encoded separators reach the engine.
 pub fn is_container_ref(id: &str) -> bool {
     !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+/// An image reference as node.yaml names them: no encoded separators, no `..`.
+fn is_image_ref(name: &str) -> bool {
+    !name.is_empty()
+        && !name.contains("..")
+        && !name.split('/').any(str::is_empty)
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ':' | '/' | '@'))
 }
 
 /// The path without its `/vX.Y` prefix; a version below [`OLDEST`] is refused.
@@ -93,6 +104,10 @@ mod tests {
         assert_eq!(route("GET", "/_ping"), Ok(Route::Plain));
         assert_eq!(route("HEAD", "/v1.41/_ping"), Ok(Route::Plain));
         assert_eq!(route("GET", "/v1.47/version"), Ok(Route::Plain));
+        assert_eq!(route("GET", "/v1.47/images/registry.example.com/agent-runner:1.5/json"), Ok(Route::InspectImage));
+        assert!(route("GET", "/images/../containers/json").is_err());
+        assert!(route("POST", "/images/a:1/json").is_err());
+        assert!(route("DELETE", "/images/a:1").is_err());
         assert_eq!(route("GET", "/v1.41/containers/json"), Ok(Route::ListContainers));
         assert_eq!(route("GET", "/v1.41/volumes"), Ok(Route::ListVolumes));
         assert_eq!(route("POST", "/v1.41/containers/create"), Ok(Route::CreateContainer));

@@ -28,6 +28,8 @@ fn agent(pk: &[u8; 32], image: Option<&str>, secrets: &[&str]) -> DesiredAgent {
                 expires_at: "2030-01-01T00:00:00Z".into(),
             },
         },
+        spec_id: Some("0a1b2c3d".into()),
+        restart: 0,
     }
 }
 
@@ -244,4 +246,23 @@ async fn a_secret_outside_the_kinds_list_is_refused_secret_not_allowed() {
     let r = sup.reports(&refused).remove(0);
     assert_eq!((r.state, r.restarts, r.message.as_deref()), (fleet_api::ReplicaState::Stopped, 0, Some(want)));
     assert!(rt.calls().is_empty(), "no Docker call for a refused replica: {:?}", rt.calls());
+}
+
+/// docs/behaviour.md#rolling-out-a-change: the container carries the template's name, a
+/// restart stamp recreates it with nothing else changed, and the name alone does not.
+#[test]
+fn the_template_name_labels_the_container_and_a_restart_stamp_changes_the_spec() {
+    let (_t, cfg, _state, _sk, pk) = setup();
+    let a = agent(&pk, None, &[]);
+    let s = spec(&a, 0, "img:1", &cfg);
+    assert_eq!(s.labels.get(crate::runtime::LABEL_SPEC_ID).map(String::as_str), Some("0a1b2c3d"));
+    let mut renamed = a.clone();
+    renamed.spec_id = Some("0a1b2c3e".into());
+    assert_eq!(spec(&renamed, 0, "img:1", &cfg).hash(), s.hash(), "the name alone recreates nothing");
+    let mut restarted = a.clone();
+    restarted.restart = 1;
+    assert_ne!(spec(&restarted, 0, "img:1", &cfg).hash(), s.hash());
+    let mut bad = a.clone();
+    bad.spec_id = Some("NOT A NAME".into());
+    assert!(!spec(&bad, 0, "img:1", &cfg).labels.contains_key(crate::runtime::LABEL_SPEC_ID));
 }

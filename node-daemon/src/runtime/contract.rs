@@ -11,6 +11,8 @@ pub const LABEL_NODE: &str = "fleet.node";
 pub const LABEL_AGENT: &str = "fleet.agent";
 pub const LABEL_REPLICA: &str = "fleet.replica";
 pub const LABEL_SPEC: &str = "fleet.spec";
+/// The controller's name of the template the container runs (docs/behaviour.md#rolling-out-a-change).
+pub const LABEL_SPEC_ID: &str = "fleet.spec-id";
 /// The executor kind: the Docker guard holds the container to that kind's limits.
 pub const LABEL_KIND: &str = "fleet.kind";
 
@@ -105,4 +107,7 @@ pub trait Runtime: Clone + Send + Sync + 'static {
     /// SIGTERM, then SIGKILL after `timeout`.
     fn stop(&self, id: &str, timeout: Duration) -> impl Future<Output = Result<(), RtError>> + Send;
     fn remove(&self, id: &str) -> impl Future<Output = Result<(), RtError>> + Send;
+    /// `Err` with the engine's own words (`No such image: agent-runner:1.5.0`) when the image
+    /// is not present: the node never pulls.
+    fn image_present(&self, image: &str) -> impl Future<Output = Result<(), RtError>> + Send;
 }

@@ -161,6 +161,11 @@ impl Runtime for DockerRuntime {
         }
     }
 
+    async fn image_present(&self, image: &str) -> Result<(), RtError> {
+        self.negotiate().await?;
+        timed_as(self.client().inspect_image(image), map_start).await.map(|_| ())
+    }
+
     async fn remove(&self, id: &str) -> Result<(), RtError> {
         // Data volumes are never removed: `v` stays false.
         let opts = RemoveContainerOptionsBuilder::new().force(true).v(false).build();

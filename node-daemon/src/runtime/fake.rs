@@ -23,6 +23,8 @@ pub struct FakeState {
     pub containers: BTreeMap<String, FakeContainer>,
     pub next_id: u64,
     pub fail_create: Option<String>,
+    /// Images the engine does not have (every other one is present).
+    pub missing_images: Vec<String>,
     pub down: bool,
     pub calls: Vec<String>,
 }
@@ -95,6 +97,14 @@ impl Runtime for FakeRuntime {
         let st = self.state.lock();
         let c = st.containers.get(id).ok_or(RtError::NotFound)?;
         Ok(RunInfo { running: c.running, exit_code: c.exit_code })
+    }
+
+    async fn image_present(&self, image: &str) -> Result<(), RtError> {
+        self.check(format!("image {image}"))?;
+        match self.state.lock().missing_images.iter().any(|m| m == image) {
+            true => Err(RtError::Failed(format!("No such image: {image}"))),
+            false => Ok(()),
+        }
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String, RtError> {

@@ -8,5 +8,5 @@ pub mod fake;
 
 pub use contract::{
     Bind, ContainerSpec, Hardening, RtError, RunInfo, Runtime, Seen, DEFAULT_PIDS_LIMIT, LABEL_AGENT, LABEL_KIND,
-    LABEL_MANAGED, LABEL_NODE, LABEL_REPLICA, LABEL_SPEC,
+    LABEL_MANAGED, LABEL_NODE, LABEL_REPLICA, LABEL_SPEC, LABEL_SPEC_ID,
 };

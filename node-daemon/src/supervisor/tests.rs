@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::runtime::fake::FakeRuntime;
-use crate::runtime::{ContainerSpec, LABEL_MANAGED, LABEL_NODE, LABEL_REPLICA};
+use crate::runtime::{ContainerSpec, LABEL_MANAGED, LABEL_NODE, LABEL_REPLICA, LABEL_SPEC_ID};
 use std::collections::BTreeMap;
 
 const PREFIX: &str = "fleet";
@@ -14,6 +14,7 @@ fn spec(agent: &str, replica: u32, image: &str) -> ContainerSpec {
         (LABEL_AGENT, agent.to_string()),
         (LABEL_REPLICA, replica.to_string()),
         (LABEL_SPEC, format!("hash-{image}")),
+        (LABEL_SPEC_ID, sid(image)),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -40,7 +41,13 @@ fn run(agent: &str, replica: u32, image: &str) -> Wanted {
         revision: 1,
         drain: Duration::from_secs(60),
         plan: Plan::Run(Box::new(spec(agent, replica, image))),
+        spec_id: Some(sid(image)),
     }
+}
+
+/// The template name of a test image.
+fn sid(image: &str) -> String {
+    format!("{:08x}", image.bytes().fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b))))
 }
 
 fn drains(w: &[Wanted]) -> HashMap<String, Duration> {
@@ -343,4 +350,73 @@ fn messages_are_cut_to_4096_bytes_on_a_character_boundary() {
     let odd = format!("a{}", "é".repeat(3000)); // the boundary falls inside a character
     let cut = cut_message(odd);
     assert_eq!(cut.len(), 4095);
+}
+
+/// docs/behaviour.md#rolling-out-a-change: a replica reports the template of the container
+/// that runs now — the old one while it drains, the new one once it runs.
+#[tokio::test(start_paused = true)]
+async fn a_replica_reports_the_template_its_container_runs() {
+    let rt = FakeRuntime::default();
+    let mut s = Supervisor::new(rt.clone());
+    let w1 = vec![run("a", 0, "img:1")];
+    tick(&mut s, &w1).await;
+    assert_eq!(state(&s, &w1).spec_id, Some(sid("img:1")));
+    let old = rt.by_name("fleet-a-0").unwrap().id;
+    rt.state.lock().containers.get_mut(&old).unwrap().ignores_term = true;
+    let w2 = vec![run("a", 0, "img:2")];
+    tick(&mut s, &w2).await;
+    assert_eq!((state(&s, &w2).state, state(&s, &w2).spec_id), (ReplicaState::Draining, Some(sid("img:1"))));
+    tokio::time::advance(Duration::from_secs(61)).await;
+    settle().await;
+    tick(&mut s, &w2).await;
+    assert_eq!((state(&s, &w2).state, state(&s, &w2).spec_id), (ReplicaState::Running, Some(sid("img:2"))));
+}
+
+/// checkBeforeStop: an image the engine does not have stops nothing; the replica runs the old
+/// template and says why with the engine's words; once the image is there the update goes on.
+#[tokio::test(start_paused = true)]
+async fn check_before_stop_keeps_the_old_container_while_the_new_image_is_missing() {
+    let rt = FakeRuntime::default();
+    rt.state.lock().missing_images.push("img:2".into());
+    let mut s = Supervisor::new(rt.clone()).checking_before_stop(true);
+    tick(&mut s, &[run("a", 0, "img:1")]).await;
+    let old = rt.by_name("fleet-a-0").unwrap().id;
+    let w = vec![run("a", 0, "img:2")];
+    for _ in 0..3 {
+        tick(&mut s, &w).await;
+        tokio::time::advance(Duration::from_secs(5)).await;
+    }
+    assert_eq!(rt.count("stop"), 0, "{:?}", rt.calls());
+    let r = state(&s, &w);
+    assert_eq!(r.state, ReplicaState::Running);
+    assert_eq!(r.message.as_deref(), Some("update_blocked: No such image: img:2"));
+    assert_eq!(r.spec_id, Some(sid("img:1")));
+    rt.state.lock().missing_images.clear();
+    tick(&mut s, &w).await;
+    assert!(rt.calls().contains(&format!("stop {old} 60s")), "{:?}", rt.calls());
+    tick(&mut s, &w).await;
+    assert_eq!(rt.by_name("fleet-a-0").unwrap().spec.image, "img:2");
+}
+
+/// checkBeforeStop: a new template the node refuses (here a kind's allow-list) keeps the old
+/// container; the seed's rule (the default) drains it.
+#[tokio::test(start_paused = true)]
+async fn check_before_stop_keeps_the_old_container_when_the_new_template_is_refused() {
+    let msg = "image_not_allowed: image img:9 is not allowed for executor kind k".to_string();
+    for check in [true, false] {
+        let rt = FakeRuntime::default();
+        let mut s = Supervisor::new(rt.clone()).checking_before_stop(check);
+        tick(&mut s, &[run("a", 0, "img:1")]).await;
+        let w = vec![Wanted { plan: Plan::Refuse(msg.clone()), spec_id: Some(sid("img:9")), ..run("a", 0, "img:1") }];
+        tick(&mut s, &w).await;
+        let r = state(&s, &w);
+        if check {
+            assert_eq!(rt.count("stop"), 0, "{:?}", rt.calls());
+            assert_eq!(r.state, ReplicaState::Running);
+            assert_eq!(r.message, Some(format!("update_blocked: {msg}")));
+        } else {
+            assert_eq!(rt.count("stop"), 1, "{:?}", rt.calls());
+            assert_eq!((r.state, r.message), (ReplicaState::Stopped, Some(msg.clone())));
+        }
+    }
 }

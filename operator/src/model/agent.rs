@@ -51,6 +51,10 @@ pub struct PlacementSpec {
     pub secrets: Vec<String>,
     #[serde(default)]
     pub resources: Option<Resources>,
+    /// The rollout policy as the CP wrote it; read when a rollout starts, where an invalid
+    /// field falls back to its default (docs/behaviour.md#rolling-out-a-change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Box<serde_json::Value>>,
 }
 
 fn one() -> u32 {
@@ -67,7 +71,7 @@ pub enum Placement {
 
 impl Default for Placement {
     fn default() -> Self {
-        Placement::Spec(PlacementSpec { replicas: 1, requires: vec![], secrets: vec![], resources: None })
+        Placement::Spec(PlacementSpec { replicas: 1, requires: vec![], secrets: vec![], resources: None, rollout: None })
     }
 }
 
@@ -157,6 +161,14 @@ impl Agent {
         match (&self.placement, self.state) {
             (Placement::Spec(s), AgentState::Running) => s.replicas,
             _ => 0,
+        }
+    }
+
+    /// The rollout policy the CP item gives, if any.
+    pub fn rollout(&self) -> Option<&serde_json::Value> {
+        match &self.placement {
+            Placement::Spec(s) => s.rollout.as_deref(),
+            Placement::None(_) => None,
         }
     }
 

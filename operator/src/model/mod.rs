@@ -3,8 +3,10 @@
 
 mod agent;
 mod read;
+mod template;
 
 pub use agent::*;
+pub use template::{SpecId, Template};
 #[cfg(test)]
 pub use read::raw_items;
 pub use read::{parse_agents, FieldWarning, Read, SkippedAgent};

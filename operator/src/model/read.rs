@@ -287,6 +287,9 @@ impl<'a> Warner<'a> {
                 last.map(|s| s.resources.clone()),
                 || None,
             ),
+            // Kept as written: its fields are judged when a rollout starts, each falling back
+            // to its default alone.
+            rollout: obj.get("rollout").filter(|v| v.is_object()).map(|v| Box::new(v.clone())),
         })
     }
 

@@ -25,6 +25,7 @@ pub mod records;
 mod refused;
 pub mod registry;
 mod report;
+pub mod rollouts;
 pub mod secret;
 pub mod writes;
 
@@ -32,8 +33,8 @@ pub use crate::model::Id;
 pub use db::lease;
 pub use join::JoinError;
 pub use records::{
-    Action, Cred, Deleted, DesiredRec, DrainProgress, IdentityRec, Lifecycle, MaybeMs, NodeInfo, NodeRec, PairRec,
-    RetiringCred, Sealed, Seen,
+    Action, Cred, Deleted, DesiredRec, DrainProgress, IdentityRec, Lifecycle, MaybeMs, NodeInfo, NodeRec, NodeStep,
+    PairRec, RetiringCred, Rollout, Sealed, Seen,
 };
 pub use registry::{same_keys, AgentIndex, Changes, Reader, ReportOutcome, State};
 pub use report::FLUSH_CHUNK;
@@ -78,6 +79,8 @@ impl Store {
             hub,
             events: events::Pending::default(),
             refused: refused::RefusedTokens::default(),
+            orders_waiting: Default::default(),
+            orders_looked_ms: Default::default(),
         };
         Ok(Store { parts: Arc::new(parts) })
     }
@@ -211,6 +214,30 @@ impl Store {
     }
 }
 
+/// Rollouts: the admins' orders and what is stored (docs/behaviour.md#rolling-out-a-change).
+impl Store {
+    /// Stores an order for the agent's rollout; returns what [`Store::order_applied`] waits on.
+    pub async fn order_rollout(&self, agent: &str, command: rollouts::Command, by: &str) -> Result<String, DbError> {
+        self.parts.order_rollout(agent, command, by).await
+    }
+
+    /// Whether the order stored as `value` was applied (or replaced).
+    pub async fn order_applied(&self, agent: &str, value: &str) -> Result<bool, DbError> {
+        self.parts.order_applied(agent, value).await
+    }
+
+    /// The orders waiting for the pass (read from the database at most every `every` unless
+    /// one was stored here).
+    pub async fn pending_orders(&self, now_ms: i64, every: Duration) -> Result<Vec<rollouts::Pending>, DbError> {
+        self.parts.pending_orders(now_ms, every).await
+    }
+
+    /// The agent's rollout as stored.
+    pub async fn stored_rollout(&self, agent: &str) -> Result<Option<Rollout>, DbError> {
+        self.parts.stored_rollout(agent).await
+    }
+}
+
 /// Desired states: served, let go once delivered, read back.
 impl Store {
     /// The generation of `node`'s desired state and its body as served, `None` when the body
@@ -254,14 +281,16 @@ impl Store {
         self.parts.registry.write().put_agents_etag(etag)
     }
 
-    /// Stores a pass's rows, then publishes its new desired states (each wakes its node).
+    /// Stores a pass's rows, then publishes its new desired states (each wakes its node) and
+    /// the rollouts it changed.
     pub async fn commit_pass(
         &self,
         rows: &PassWrite,
         desired: Vec<(Id, DesiredRec)>,
         hashes: Vec<(Id, u64)>,
+        rollouts: Vec<(Id, Option<Arc<Rollout>>)>,
     ) -> Result<(), DbError> {
-        self.parts.commit_pass(rows, desired, hashes).await
+        self.parts.commit_pass(rows, desired, hashes, rollouts).await
     }
 
     /// Publishes the rest of a committed pass; returns the agents whose wanted status

@@ -16,4 +16,8 @@ pub struct Parts {
     pub events: Pending,
     /// Node tokens the database recently said no to.
     pub refused: RefusedTokens,
+    /// A rollout order was stored here since the pass last looked (`rollouts`).
+    pub orders_waiting: std::sync::atomic::AtomicBool,
+    /// When the pass last read the orders (ms).
+    pub orders_looked_ms: std::sync::atomic::AtomicI64,
 }

@@ -7,7 +7,7 @@ use super::db::{CredRow, DbError, PassWrite};
 use super::events::{Event, Kind};
 use super::kept::{Outcome, Placements, Sent, StatusBody};
 use super::parts::Parts;
-use super::records::{Cred, DesiredRec, DrainProgress, IdentityRec, RetiringCred};
+use super::records::{Cred, DesiredRec, DrainProgress, IdentityRec, RetiringCred, Rollout};
 use crate::model::Id;
 use std::sync::Arc;
 
@@ -137,11 +137,16 @@ impl Parts {
         rows: &PassWrite,
         desired: Vec<(Id, DesiredRec)>,
         hashes: Vec<(Id, u64)>,
+        rollouts: Vec<(Id, Option<Arc<Rollout>>)>,
     ) -> Result<(), DbError> {
         self.db.apply_pass(rows).await?;
         let mut desired = desired;
         let announced: Vec<(Id, u64)> = desired.iter().map(|(node, rec)| (node.clone(), rec.generation)).collect();
-        self.registry.write().put_desired(&mut desired, hashes);
+        {
+            let mut st = self.registry.write();
+            st.put_desired(&mut desired, hashes);
+            st.put_rollouts(rollouts);
+        }
         for (node, generation) in &announced {
             self.hub.publish(node, *generation);
         }

@@ -3,7 +3,7 @@
 use super::gauges::Gauges;
 use crate::clock;
 use crate::metrics::{NodeLabels, PlacementLabels};
-use crate::reconcile::rules::derive::{agent_status, demand, entries_of, facts_of, per_node_of, Lookup};
+use crate::reconcile::rules::derive::{agent_status, demand, entries_of, facts_of, look_of, per_node_of, Lookup};
 use crate::reconcile::rules::desired::{desired_json, Boxes, Entry};
 use crate::reconcile::rules::placement::{self, NodeFacts};
 use crate::reconcile::rules::views::agent_views;
@@ -64,7 +64,9 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
     }
     for f in &facts {
         let entries: Vec<Entry> =
-            entries_of(&per_node, &f.id, |k| st.agent(k), |p| creds.get(p).map(|&c| Arc::clone(c)));
+            entries_of(&per_node, &f.id, |k| st.agent(k), |p| creds.get(p).map(|&c| Arc::clone(c)), |a, n| {
+                look_of(a, n, st.rollout(&a.key), None)
+            });
         let json = desired_json(&entries, &ctx.cfg.iam_tenant, boxes);
         if !st.desired(&f.id).is_some_and(|d| d.same_agents(&json)) {
             diffs.push(format!("desired state of node {} is stale", f.name));

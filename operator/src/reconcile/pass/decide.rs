@@ -7,7 +7,8 @@ use super::place::Placed;
 use super::plan::{Plan, VANISHED_DRAIN};
 use super::snapshot::Snapshot;
 use crate::model::{Agent, Id, IdentityKind};
-use crate::reconcile::rules::derive::{agent_status, entries_of, is_placed, Lookup};
+use super::rollout::Rolled;
+use crate::reconcile::rules::derive::{agent_status, entries_of, is_placed, look_of, Lookup};
 use crate::reconcile::rules::desired::{input_hash, missing_box, stored_boxes, write_agents, Boxes, Entry};
 use crate::reconcile::rules::views::agent_views;
 use crate::reconcile::work::Ctx;
@@ -66,11 +67,12 @@ pub fn pat_work(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: 
 
 /// The nodes whose desired state may have changed: those a move touched, those whose
 /// credentials changed, and those running an agent that changed.
-fn dirty_nodes(memo: &Memo, snap: &Snapshot, placed: &Placed) -> Vec<Id> {
+fn dirty_nodes(memo: &Memo, snap: &Snapshot, placed: &Placed, rolled: &Rolled) -> Vec<Id> {
     if snap.full {
         return memo.facts.iter().map(|f| f.id.clone()).collect();
     }
     let mut set = placed.touched_nodes.clone();
+    set.extend(rolled.nodes.iter().cloned());
     set.extend(snap.changes.creds.iter().map(|p| p.1.clone()));
     for key in &snap.changed_agents {
         for (_, node) in placed.outcome.bindings.of_agent(key) {
@@ -89,9 +91,10 @@ pub async fn desired_states(
     memo: &Memo,
     snap: &Snapshot,
     placed: &Placed,
+    rolled: &Rolled,
     plan: &mut Plan,
 ) -> Result<(), DbError> {
-    let dirty = dirty_nodes(memo, snap, placed);
+    let dirty = dirty_nodes(memo, snap, placed, rolled);
     // (node, new hash, entries, the desired state it has now). The entries hold handles to
     // the credentials, so the lock goes before any body is built.
     type Changed<'a> = (&'a Id, u64, Vec<Entry<'a>>, Option<DesiredRec>);
@@ -100,7 +103,8 @@ pub async fn desired_states(
         dirty
             .iter()
             .filter_map(|node| {
-                let entries = entries_of(&memo.per_node, node, |k| memo.agent(k), |p| st.live_cred(p).cloned());
+                let look = |a: &Agent, n: &Id| look_of(a, n, rolled.get(&st, &a.key), memo.own_spec(&a.key));
+                let entries = entries_of(&memo.per_node, node, |k| memo.agent(k), |p| st.live_cred(p).cloned(), look);
                 let h = input_hash(&entries, |key| memo.fingerprint(key));
                 (st.desired_hash(node) != Some(h)).then(|| (node, h, entries, st.desired(node).cloned()))
             })
@@ -139,7 +143,7 @@ fn boxes_to_let_go(memo: &Memo, node: &Id, entries: &[Entry]) -> Vec<(Id, Arc<Cr
     if entries.len() < bound {
         return Vec::new();
     }
-    entries.iter().filter(|(_, _, c)| c.sealed.has_box()).map(|(a, _, c)| (a.key.clone(), c.clone())).collect()
+    entries.iter().filter(|(_, _, c, _)| c.sealed.has_box()).map(|(a, _, c, _)| (a.key.clone(), c.clone())).collect()
 }
 
 /// PATs no longer needed are retired: revoked once the node's stop has run its course, or at

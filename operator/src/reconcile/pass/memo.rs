@@ -5,7 +5,7 @@
 //! everything.
 
 use super::gauges::Gauges;
-use crate::model::{Agent, AgentList, Id};
+use crate::model::{Agent, AgentList, Id, SpecId};
 use crate::reconcile::rules::derive::{facts_of, PerNode};
 use crate::reconcile::rules::placement::NodeFacts;
 use crate::store::{AgentIndex, Changes, State};
@@ -24,7 +24,8 @@ pub struct Memo {
     pub index: AgentIndex,
     /// Each agent's [`agent_fingerprint`](crate::reconcile::rules::desired::agent_fingerprint), at its position
     /// in `agents` (a map by key would be ~0.8 MB at 20,000 agents).
-    pub fingerprints: Vec<u64>,
+    /// With it, the id of the agent's own template (docs/behaviour.md#rolling-out-a-change).
+    pub fingerprints: Vec<(u64, SpecId)>,
     /// Every node's placement facts as of the last pass, online state included.
     pub facts: Vec<NodeFacts>,
     pub fact_at: HashMap<Id, usize>,
@@ -58,7 +59,12 @@ impl Memo {
 
     /// The fingerprint of the agent of this key.
     pub fn fingerprint(&self, key: &str) -> Option<u64> {
-        self.index.get(key).and_then(|&i| self.fingerprints.get(i)).copied()
+        self.index.get(key).and_then(|&i| self.fingerprints.get(i)).map(|p| p.0)
+    }
+
+    /// The id of the agent's own template, as the CP describes it.
+    pub fn own_spec(&self, key: &str) -> Option<SpecId> {
+        self.index.get(key).and_then(|&i| self.fingerprints.get(i)).map(|p| p.1)
     }
 
     /// How many of `len` items the resync re-derives in a pass at `now` (ms): all of them

@@ -27,6 +27,7 @@ pub mod liveness;
 pub mod memo;
 mod place;
 mod plan;
+mod rollout;
 mod snapshot;
 
 pub use memo::{Memo, RESYNC};
@@ -43,6 +44,10 @@ use snapshot::Snapshot;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
+
+/// Rollout orders stored by other replicas are read at least this often (one stored on this
+/// replica is read by the next pass).
+const ORDERS_EVERY: Duration = Duration::from_secs(1);
 
 /// How long a triggered pass waits for more triggers to land in it. Short: a pass costs
 /// what changed, so coalescing buys little, and every node's wake waits for it.
@@ -103,6 +108,9 @@ pub async fn run(ctx: Arc<Ctx>) {
 pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     let mut phases = Phases::new();
     let mut plan = Plan::default();
+    // Admins' rollout orders: read before the snapshot, so the pass applies what was asked
+    // before it looked.
+    let orders = ctx.store.pending_orders(clock::now_ms(), ORDERS_EVERY).await?;
     let mut snap = snapshot::take(ctx, memo, clock::now_ms());
     // Credentials of deleted nodes: revoked now, with no drain window (docs/behaviour.md#node-lifecycle).
     for id in std::mem::take(&mut snap.changes.revoke_now) {
@@ -112,10 +120,12 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     let mut placed = place::place(memo, &mut snap, &mut plan.rows);
     drains::flip_events(memo, &snap.flips, snap.full, &mut placed.events);
     phases.mark("place");
+    let rolled = rollout::roll(ctx, memo, &snap, &mut placed, orders, &mut plan);
+    phases.mark("rollouts");
     decide::identity_work(ctx, memo, &snap, &mut plan);
     decide::pat_work(ctx, memo, &snap, &placed, &mut plan);
     phases.mark("identity work");
-    decide::desired_states(ctx, memo, &snap, &placed, &mut plan).await?;
+    decide::desired_states(ctx, memo, &snap, &placed, &rolled, &mut plan).await?;
     phases.mark("desired");
     decide::retire(ctx, memo, &snap, &placed, &mut plan);
     phases.mark("retire");
@@ -124,7 +134,8 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     decide::items(memo, &snap, &placed, &mut plan);
     let rows = std::mem::take(&mut plan.rows);
     let (desired, hashes) = (std::mem::take(&mut plan.desired), std::mem::take(&mut plan.desired_hashes));
-    ctx.store.commit_pass(&rows, desired, hashes).await?;
+    let rollouts = rolled.changed.into_iter().collect();
+    ctx.store.commit_pass(&rows, desired, hashes, rollouts).await?;
     phases.mark("persist");
     let drained = publish(ctx, memo, &snap, placed, plan);
     count_nodes(ctx, memo, &snap);
@@ -136,7 +147,11 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     drop(snap.old_agents.take());
     phases.mark("publish");
     phases.log(snap.full);
-    Ok(snap.next_offline)
+    let due = match (snap.next_offline, rolled.next_due) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok(due)
 }
 
 /// Publishes what the plan decided besides the desired states (already out): the outcome,

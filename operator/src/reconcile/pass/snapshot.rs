@@ -4,7 +4,7 @@
 
 use super::liveness;
 use super::memo::Memo;
-use crate::model::{Agent, AgentList, Id};
+use crate::model::{Agent, AgentList, Id, SpecId, Template};
 use crate::reconcile::rules::derive::demand;
 use crate::reconcile::rules::desired::agent_fingerprint;
 use crate::reconcile::rules::placement::Outcome;
@@ -81,6 +81,11 @@ pub fn take(ctx: &Ctx, memo: &mut Memo, now: i64) -> Snapshot {
     snap
 }
 
+/// What the memo keeps of an agent beside it: its fingerprint and its own template's id.
+fn prints_of(a: &Agent) -> (u64, SpecId) {
+    (agent_fingerprint(a), Template::of(a, 0).id())
+}
+
 /// Agents added, removed or edited since the last pass, with their fingerprints updated.
 fn diff_agents(memo: &mut Memo, snap: &mut Snapshot) {
     let agents = snap.agents.clone();
@@ -95,7 +100,7 @@ fn diff_agents(memo: &mut Memo, snap: &mut Snapshot) {
         for (i, (before, after)) in old.iter().zip(agents.iter()).enumerate() {
             if before != after {
                 note(Some(before), Some(after));
-                memo.fingerprints[i] = agent_fingerprint(after);
+                memo.fingerprints[i] = prints_of(after);
             }
         }
     } else {
@@ -110,7 +115,7 @@ fn diff_agents(memo: &mut Memo, snap: &mut Snapshot) {
                 (Some(before), Some(after)) if before.key == after.key => {
                     if before != after {
                         note(Some(before), Some(after));
-                        prints.push(agent_fingerprint(after));
+                        prints.push(prints_of(after));
                     } else {
                         prints.push(old_prints[i]);
                     }
@@ -123,7 +128,7 @@ fn diff_agents(memo: &mut Memo, snap: &mut Snapshot) {
                 (_, after) => {
                     let after = after.expect("the other arms took every case without a new agent");
                     note(None, Some(after));
-                    prints.push(agent_fingerprint(after));
+                    prints.push(prints_of(after));
                     j += 1;
                 }
             }

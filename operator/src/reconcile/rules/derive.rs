@@ -2,12 +2,12 @@
 //! node's placement facts, the bindings grouped by node, a node's desired-state entries and
 //! an agent's status. One definition, so the audit holds the pass to the same rules.
 
-use super::desired::Entry;
+use super::desired::{Entry, Look};
 use super::node_agents::NodeAgents;
 use super::placement::{Demand, NodeFacts, Outcome};
 use super::status::{self, ReplicaInput, StatusBody, StatusInput};
-use crate::model::{Agent, AgentState, Id};
-use crate::store::{Cred, NodeRec, State};
+use crate::model::{Agent, AgentState, Id, SpecId, Template};
+use crate::store::{Cred, NodeRec, Rollout, State};
 use rustc_hash::FxHashMap as HashMap;
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -70,13 +70,26 @@ pub fn entries_of<'a>(
     node: &Id,
     agent: impl Fn(&str) -> Option<&'a Agent>,
     cred: impl Fn(&(Id, Id)) -> Option<Arc<Cred>>,
+    look: impl Fn(&Agent, &Id) -> Look,
 ) -> Vec<Entry<'a>> {
     per_node
         .get(node)
         .into_iter()
         .flatten()
-        .filter_map(|(key, reps)| Some((agent(key)?, reps.as_slice(), cred(&(key.clone(), node.clone()))?)))
+        .filter_map(|(key, reps)| {
+            let a = agent(key)?;
+            Some((a, reps.as_slice(), cred(&(key.clone(), node.clone()))?, look(a, node)))
+        })
         .collect()
+}
+
+/// The template a node is sent for an agent: its rollout's for that node, else the agent's
+/// own (`own` gives its id when known without hashing it again).
+pub fn look_of(a: &Agent, node: &Id, rollout: Option<&Arc<Rollout>>, own: Option<SpecId>) -> Look {
+    match rollout {
+        Some(r) => Look::Rolled(r.template_on(node).clone()),
+        None => Look::Own(own.unwrap_or_else(|| Template::of(a, 0).id())),
+    }
 }
 
 /// How a status looks up a node (name, online) and whether a pair has its PAT.

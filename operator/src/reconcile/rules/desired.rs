@@ -3,25 +3,48 @@
 //! serialising a node whose inputs did not change.
 
 use crate::clock;
-use crate::model::Agent;
+use crate::model::{Agent, SpecId, Template};
 use crate::store::Cred;
 use fleet_api::{DesiredAgent, DesiredIdentity, Executor, SealedCredential};
 use rustc_hash::{FxHashMap as HashMap, FxHasher as DefaultHasher};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-/// One agent on one node: the agent, its replica indexes there, the pair's credential.
-/// The credential is a handle, so entries taken under the registry's lock outlive it.
-pub type Entry<'a> = (&'a Agent, &'a [u32], Arc<Cred>);
+/// One agent on one node: the agent, its replica indexes there, the pair's credential and
+/// the template the node is sent. The credential and template are handles, so entries taken
+/// under the registry's lock outlive it.
+pub type Entry<'a> = (&'a Agent, &'a [u32], Arc<Cred>, Look);
+
+/// Which template a node is sent for an agent (docs/behaviour.md#rolling-out-a-change).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Look {
+    /// The agent's own, as the CP describes it (no rollout holds it elsewhere): its id.
+    Own(SpecId),
+    /// The one a rollout hands this node.
+    Rolled(Arc<Template>),
+}
+
+impl Look {
+    pub fn id(&self) -> SpecId {
+        match self {
+            Look::Own(id) => *id,
+            Look::Rolled(t) => t.id(),
+        }
+    }
+}
 
 /// Hash of what a node's desired state is built from: when it is unchanged the body is too,
 /// and the pass skips serialising it.
 pub fn input_hash(entries: &[Entry], fingerprint: impl Fn(&str) -> Option<u64>) -> u64 {
     let mut h = DefaultHasher::default();
-    for (a, reps, c) in entries {
+    for (a, reps, c, look) in entries {
         a.key.hash(&mut h);
         fingerprint(&a.key).hash(&mut h);
         reps.hash(&mut h);
+        look.id().hash(&mut h);
+        if let Look::Rolled(t) = look {
+            t.revision.hash(&mut h);
+        }
         // The PAT's id, not its box: the same whether the registry still holds the box.
         c.sealed.id_bytes().hash(&mut h);
     }
@@ -34,7 +57,7 @@ pub type Boxes = HashMap<String, String>;
 
 /// The ids of the entries' credentials whose boxes are in the database only.
 pub fn stored_boxes<'e>(entries: &'e [Entry]) -> impl Iterator<Item = String> + 'e {
-    entries.iter().filter(|(_, _, c)| !c.sealed.has_box()).map(|(_, _, c)| c.id().into_owned())
+    entries.iter().filter(|(_, _, c, _)| !c.sealed.has_box()).map(|(_, _, c, _)| c.id().into_owned())
 }
 
 /// A credential's sealed box, from the registry or from `boxes`.
@@ -46,8 +69,8 @@ fn ciphertext(c: &Cred, boxes: &Boxes) -> Option<String> {
 pub fn missing_box(entries: &[Entry], boxes: &Boxes) -> Option<String> {
     entries
         .iter()
-        .find(|(_, _, c)| !c.sealed.has_box() && !boxes.contains_key(c.id().as_ref()))
-        .map(|(_, _, c)| c.id().into_owned())
+        .find(|(_, _, c, _)| !c.sealed.has_box() && !boxes.contains_key(c.id().as_ref()))
+        .map(|(_, _, c, _)| c.id().into_owned())
 }
 
 /// Everything of an agent that goes into a desired state.
@@ -60,25 +83,34 @@ pub fn agent_fingerprint(a: &Agent) -> u64 {
     h.finish()
 }
 
-fn desired_agent(a: &Agent, reps: &[u32], c: &Cred, tenant: &str, boxes: &Boxes) -> DesiredAgent {
-    let spec = a.placed_spec();
+fn desired_agent(a: &Agent, reps: &[u32], c: &Cred, look: &Look, tenant: &str, boxes: &Boxes) -> DesiredAgent {
+    let identity = DesiredIdentity {
+        principal_id: c.principal_id.to_string(),
+        tenant_id: tenant.to_string(),
+        credential: SealedCredential {
+            credential_id: c.id().into_owned(),
+            ciphertext: ciphertext(c, boxes).unwrap_or_default(),
+            expires_at: clock::rfc3339_ms(c.expires_ms),
+        },
+    };
+    let (revision, executor, secrets, resources, restart) = match look {
+        Look::Own(_) => {
+            let secrets = a.placed_spec().map(|s| s.secrets.clone()).unwrap_or_default();
+            (a.revision, a.executor.clone(), secrets, a.resources(), 0)
+        }
+        Look::Rolled(t) => (t.revision, t.executor.clone(), t.secrets.clone(), t.resources.clone(), t.restart),
+    };
     DesiredAgent {
         agent_key: a.key.to_string(),
-        revision: a.revision,
+        revision,
         replica_indexes: reps.to_vec(),
-        executor: Executor { kind: a.executor.kind.clone(), image: a.executor.image.clone() },
-        secrets: spec.map(|s| s.secrets.clone()).unwrap_or_default(),
-        resources: a.resources(),
+        executor: Executor { kind: executor.kind, image: executor.image },
+        secrets,
+        resources,
         drain_seconds: a.drain_seconds,
-        identity: DesiredIdentity {
-            principal_id: c.principal_id.to_string(),
-            tenant_id: tenant.to_string(),
-            credential: SealedCredential {
-                credential_id: c.id().into_owned(),
-                ciphertext: ciphertext(c, boxes).unwrap_or_default(),
-                expires_at: clock::rfc3339_ms(c.expires_ms),
-            },
-        },
+        identity,
+        spec_id: Some(look.id().to_string()),
+        restart,
     }
 }
 
@@ -107,6 +139,6 @@ struct Agents<'a, 'b>(&'a [Entry<'b>], &'a str, &'a Boxes);
 
 impl serde::Serialize for Agents<'_, '_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.iter().map(|(a, reps, c)| desired_agent(a, reps, c, self.1, self.2)))
+        s.collect_seq(self.0.iter().map(|(a, reps, c, look)| desired_agent(a, reps, c, look, self.1, self.2)))
     }
 }

@@ -6,5 +6,6 @@ pub mod desired;
 pub mod explain;
 pub mod node_agents;
 pub mod placement;
+pub mod rollout;
 pub mod status;
 pub mod views;

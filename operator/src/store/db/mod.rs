@@ -132,6 +132,20 @@ impl Db {
         on!(&self.pool, set_lifecycle(id, c))
     }
 
+    /// Sets a `kv` row from any replica (an admin's rollout order).
+    pub async fn put_kv(&self, key: &str, value: &str) -> Result<(), DbError> {
+        on!(&self.pool, put_kv(key, value))
+    }
+
+    pub async fn get_kv(&self, key: &str) -> Result<Option<String>, DbError> {
+        on!(&self.pool, get_kv(key))
+    }
+
+    /// The `kv` rows under a key prefix, in key order.
+    pub async fn kv_prefix(&self, prefix: &str) -> Result<Vec<(String, String)>, DbError> {
+        on!(&self.pool, kv_prefix(prefix))
+    }
+
     /// Deletes the node and what hangs on it; its credentials are due for revocation now.
     pub async fn delete_node(&self, id: &str, now_ms: i64) -> Result<(), DbError> {
         on!(&self.pool, delete_node(id, now_ms))
@@ -313,6 +327,7 @@ mod tests {
             desired: vec![("node-1".into(), 2, "[]".into()), ("node-1".into(), 3, "[1]".into())],
             retire: vec![],
             kv: vec![("agents_etag".into(), "\"v1\"".into()), ("agents_etag".into(), "\"v2\"".into())],
+            kv_delete: vec![],
         };
         db.apply_pass(&w).await.unwrap();
         let s = db.load().await.unwrap();

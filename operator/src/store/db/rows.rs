@@ -78,6 +78,8 @@ pub struct PassWrite {
     pub desired: Vec<(String, u64, axum::body::Bytes)>,
     pub retire: Vec<(String, i64)>,
     pub kv: Vec<(String, String)>,
+    /// `kv` rows to delete: when the value is given, only while the row still holds it.
+    pub kv_delete: Vec<(String, Option<String>)>,
 }
 
 impl PassWrite {
@@ -87,6 +89,7 @@ impl PassWrite {
             && self.desired.is_empty()
             && self.retire.is_empty()
             && self.kv.is_empty()
+            && self.kv_delete.is_empty()
     }
 }
 

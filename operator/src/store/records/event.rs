@@ -25,6 +25,13 @@ pub enum Kind {
     PatRotated,
     PatRevoked,
     AgentPhase,
+    RolloutStarted,
+    RolloutStep,
+    RolloutPaused,
+    RolloutResumed,
+    RolloutHalted,
+    RolloutReverted,
+    RolloutCompleted,
 }
 
 impl Kind {
@@ -48,6 +55,13 @@ impl Kind {
             Kind::PatRotated => "pat_rotated",
             Kind::PatRevoked => "pat_revoked",
             Kind::AgentPhase => "agent_phase",
+            Kind::RolloutStarted => "rollout_started",
+            Kind::RolloutStep => "rollout_step",
+            Kind::RolloutPaused => "rollout_paused",
+            Kind::RolloutResumed => "rollout_resumed",
+            Kind::RolloutHalted => "rollout_halted",
+            Kind::RolloutReverted => "rollout_reverted",
+            Kind::RolloutCompleted => "rollout_completed",
         }
     }
 }

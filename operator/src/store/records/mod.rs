@@ -8,11 +8,13 @@ pub mod cred;
 pub mod desired;
 pub mod event;
 pub mod node;
+pub mod rollout;
 pub mod sealed;
 pub mod seen;
 
 pub use cred::{Cred, IdentityRec, MaybeMs, PairRec, RetiringCred};
 pub use desired::DesiredRec;
 pub use node::{Action, Deleted, DrainProgress, Lifecycle, NodeInfo, NodeRec};
+pub use rollout::{NodeStep, Rollout};
 pub use sealed::Sealed;
 pub use seen::Seen;

@@ -20,6 +20,9 @@ pub struct Seen {
     pub restarts: u32,
     exit_code: i64,
     has_exit_code: bool,
+    /// The template the replica's container runs ([`crate::model::SpecId`]'s number; 0: none
+    /// reported). It fills padding: the record stays 64 bytes.
+    pub spec: u32,
     pub message: Option<Box<str>>,
 }
 
@@ -37,6 +40,8 @@ struct Wire {
     last_exit_code: Option<i64>,
     #[serde(default)]
     message: Option<Box<str>>,
+    #[serde(default)]
+    spec_id: Option<Box<str>>,
 }
 
 /// The stored form, written from the record without copying it.
@@ -50,11 +55,14 @@ struct WireRef<'a> {
     restarts: u32,
     last_exit_code: Option<i64>,
     message: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spec_id: Option<String>,
 }
 
 impl From<Wire> for Seen {
     fn from(w: Wire) -> Seen {
         Seen::new(w.agent_key, w.revision, w.replica, w.state, w.restarts, w.last_exit_code, w.message)
+            .with_spec(w.spec_id.as_deref())
     }
 }
 
@@ -68,6 +76,7 @@ impl Serialize for Seen {
             restarts: self.restarts,
             last_exit_code: self.last_exit_code(),
             message: self.message.as_deref(),
+            spec_id: self.spec_id(),
         }
         .serialize(s)
     }
@@ -91,8 +100,21 @@ impl Seen {
             restarts,
             exit_code: last_exit_code.unwrap_or(0),
             has_exit_code: last_exit_code.is_some(),
+            spec: 0,
             message,
         }
+    }
+
+    /// The replica with the template its node reported (an id the controller did not make
+    /// reads as none).
+    pub fn with_spec(mut self, spec_id: Option<&str>) -> Seen {
+        self.spec = spec_id.and_then(crate::model::SpecId::parse).map_or(0, |s| s.0);
+        self
+    }
+
+    /// The reported template's id, as the node said it.
+    pub fn spec_id(&self) -> Option<String> {
+        (self.spec != 0).then(|| crate::model::SpecId(self.spec).to_string())
     }
 
     /// The reported replica, its agent's key taken from `known` when the agent is known.
@@ -100,6 +122,7 @@ impl Seen {
         let key = known(&r.agent_key).unwrap_or_else(|| r.agent_key.into());
         let message = r.message.map(String::into_boxed_str);
         Seen::new(key, r.revision, r.replica, r.state, r.restarts, r.last_exit_code, message)
+            .with_spec(r.spec_id.as_deref())
     }
 
     /// The exit code of the replica's last run, when the node reported one.
@@ -117,6 +140,7 @@ impl Seen {
             restarts: self.restarts,
             last_exit_code: self.last_exit_code(),
             message: self.message.as_deref().map(String::from),
+            spec_id: self.spec_id(),
         }
     }
 }
@@ -135,6 +159,7 @@ mod tests {
             restarts: 3,
             last_exit_code: Some(-9),
             message: message.map(String::from),
+            spec_id: Some("0a1b2c3d".into()),
         }
     }
 

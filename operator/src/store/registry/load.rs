@@ -2,10 +2,10 @@
 //! lease over.
 
 use super::state::State;
-use crate::model::{Agent, Id};
+use crate::model::{Agent, Id, Template};
 use crate::store::db::{CredRow, NodeRow, Snapshot};
 use crate::store::kept::{self, Outcome, Placements, StatusBody};
-use crate::store::records::{Cred, DesiredRec, IdentityRec, NodeInfo, NodeRec, RetiringCred, Sealed};
+use crate::store::records::{Cred, DesiredRec, IdentityRec, NodeInfo, NodeRec, RetiringCred, Rollout, Sealed};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -52,9 +52,28 @@ impl State {
         for (k, v) in snap.kv {
             if k == "agents_etag" {
                 st.agents_etag = Some(v);
+            } else if let Some(agent) = k.strip_prefix("rollout/") {
+                st.load_rollout(agent, &v);
             }
         }
         st
+    }
+}
+
+impl State {
+    /// A stored rollout, kept in memory while it says something its agent's item does not.
+    fn load_rollout(&mut self, agent: &str, row: &str) {
+        let r: Rollout = match serde_json::from_str(row) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(agent, error = %e, "a stored rollout does not parse; the agent's replicas keep what they run");
+                return;
+            }
+        };
+        let Some(a) = self.agent(agent) else { return };
+        if r.worth_keeping(&Template::of(a, r.target.restart)) {
+            self.rollouts.insert(a.key.clone(), Arc::new(r));
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 use super::state::State;
 use crate::model::{AgentList, Id};
 use crate::store::kept::{Outcome, Placements, Sent};
-use crate::store::records::{DesiredRec, DrainProgress};
+use crate::store::records::{DesiredRec, DrainProgress, Rollout};
 use std::sync::Arc;
 
 impl State {
@@ -75,6 +75,16 @@ impl State {
             self.drains = d.into_iter().collect();
         }
         (replaced, self.want_statuses(reset_statuses, statuses))
+    }
+
+    /// The rollouts a pass changed: `None` lets one go.
+    pub(in crate::store) fn put_rollouts(&mut self, changed: Vec<(Id, Option<Arc<Rollout>>)>) {
+        for (agent, r) in changed {
+            match r {
+                Some(r) => drop(self.rollouts.insert(agent, r)),
+                None => drop(self.rollouts.remove(&agent)),
+            }
+        }
     }
 
     /// Records the statuses a pass computed; returns the agents to send one for.

@@ -8,7 +8,7 @@ use crate::clock;
 use crate::model::{Agent, AgentList, Id};
 use crate::store::kept::{Outcome, Placements, Sent};
 use crate::store::records::Lifecycle;
-use crate::store::records::{Cred, DesiredRec, DrainProgress, IdentityRec, NodeRec, PairRec, RetiringCred};
+use crate::store::records::{Cred, DesiredRec, DrainProgress, IdentityRec, NodeRec, PairRec, RetiringCred, Rollout};
 use crate::store::secret::hash;
 use fleet_api::NodeView;
 use std::collections::{HashMap, HashSet};
@@ -55,6 +55,9 @@ pub struct State {
     pub(super) dirty_nodes: HashSet<Id>,
     /// Each draining node's progress, as the last pass saw it.
     pub(super) drains: HashMap<Id, DrainProgress>,
+    /// The rollouts that hold something the agents' own items do not say, by agent
+    /// (docs/behaviour.md#rolling-out-a-change); written by the pass only.
+    pub(super) rollouts: HashMap<Id, Arc<Rollout>>,
     /// What changed since the pass last looked, recorded with each change under the same
     /// lock: the pass recomputes only what these touch.
     pub(super) changes: Changes,
@@ -159,6 +162,14 @@ impl State {
 
 /// Reads of what only the store's write-through methods change.
 impl State {
+    pub fn rollout(&self, agent: &str) -> Option<&Arc<Rollout>> {
+        self.rollouts.get(agent)
+    }
+
+    pub fn rollouts(&self) -> impl Iterator<Item = &Arc<Rollout>> {
+        self.rollouts.values()
+    }
+
     pub fn identity(&self, agent: &str) -> Option<&IdentityRec> {
         self.identities.get(agent)
     }

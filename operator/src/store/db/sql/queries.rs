@@ -252,8 +252,40 @@ pub async fn apply_pass(p: &Pool, f: Option<&Fence>, w: &PassWrite) -> Result<()
         },
     )
     .await?;
+    for (k, v) in &w.kv_delete {
+        let q = match v {
+            Some(v) => sqlx::query("DELETE FROM kv WHERE key = $1 AND value = $2").bind(k).bind(v),
+            None => sqlx::query("DELETE FROM kv WHERE key = $1").bind(k),
+        };
+        q.execute(&mut *tx).await?;
+    }
     tx.commit().await?;
     Ok(())
+}
+
+/// Sets one `kv` row, unfenced: what any replica may write (an admin's order).
+pub async fn put_kv(p: &Pool, key: &str, value: &str) -> Result<(), DbError> {
+    sqlx::query("INSERT INTO kv (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+        .bind(key)
+        .bind(value)
+        .execute(p)
+        .await?;
+    Ok(())
+}
+
+pub async fn get_kv(p: &Pool, key: &str) -> Result<Option<String>, DbError> {
+    let row = sqlx::query("SELECT value FROM kv WHERE key = $1").bind(key).fetch_optional(p).await?;
+    Ok(row.map(|r| r.get::<String, _>(0)))
+}
+
+/// The `kv` rows whose key starts with `prefix`, in key order.
+pub async fn kv_prefix(p: &Pool, prefix: &str) -> Result<Vec<(String, String)>, DbError> {
+    let rows = sqlx::query("SELECT key, value FROM kv WHERE substr(key, 1, $2) = $1 ORDER BY key")
+        .bind(prefix)
+        .bind(prefix.chars().count() as i32)
+        .fetch_all(p)
+        .await?;
+    Ok(rows.into_iter().map(|r| (r.get::<String, _>(0), r.get::<String, _>(1))).collect())
 }
 
 /// Writes a change of the agent list, and the ETag it was read with, in one transaction: the

@@ -1,0 +1,187 @@
+//! Progressive delivery on the wire (docs/behaviour.md#rolling-out-a-change): an agent's
+//! rollout policy as the CP item's `placement.rollout` gives it, and the rollout view of
+//! `GET /api/v1/agents/{key}/rollout`.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use utoipa::ToSchema;
+
+/// The budget of unavailable replicas: a count, or a percentage of `replicas` rounded down;
+/// at least 1 either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxUnavailable {
+    Count(u32),
+    Percent(u32),
+}
+
+impl MaxUnavailable {
+    /// The budget for an agent of `replicas` replicas.
+    pub fn budget(self, replicas: u32) -> u32 {
+        let n = match self {
+            MaxUnavailable::Count(n) => n,
+            MaxUnavailable::Percent(p) => (u64::from(replicas) * u64::from(p) / 100) as u32,
+        };
+        n.max(1)
+    }
+
+    /// `"25%"` or `"3"`; `None` for anything else (a negative number, over 100 %).
+    pub fn parse(v: &serde_json::Value) -> Option<MaxUnavailable> {
+        match v {
+            serde_json::Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()).map(MaxUnavailable::Count),
+            serde_json::Value::String(s) => match s.strip_suffix('%') {
+                Some(p) => p.parse::<u32>().ok().filter(|p| *p <= 100).map(MaxUnavailable::Percent),
+                None => s.parse::<u32>().ok().map(MaxUnavailable::Count),
+            },
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for MaxUnavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MaxUnavailable::Count(n) => write!(f, "{n}"),
+            MaxUnavailable::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+impl Serialize for MaxUnavailable {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            MaxUnavailable::Count(n) => s.serialize_u32(*n),
+            MaxUnavailable::Percent(_) => s.serialize_str(&self.to_string()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for MaxUnavailable {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = serde_json::Value::deserialize(d)?;
+        MaxUnavailable::parse(&v).ok_or_else(|| serde::de::Error::custom("an integer or a percentage up to 100%"))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// Touch no more replicas.
+    Halt,
+    /// Also give the updated replicas the previous template back.
+    Revert,
+}
+
+/// An agent's rollout policy, every field given (the CP item's, else the controller's default).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutPolicy {
+    #[schema(value_type = String, example = "25%")]
+    pub max_unavailable: MaxUnavailable,
+    pub min_ready_seconds: u64,
+    pub progress_deadline_seconds: u64,
+    pub canary: u32,
+    pub on_failure: OnFailure,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RolloutState {
+    Complete,
+    Progressing,
+    Paused,
+    Halted,
+    Reverted,
+}
+
+impl RolloutState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RolloutState::Complete => "complete",
+            RolloutState::Progressing => "progressing",
+            RolloutState::Paused => "paused",
+            RolloutState::Halted => "halted",
+            RolloutState::Reverted => "reverted",
+        }
+    }
+}
+
+/// The controller's defaults for a policy's fields (`FLEET_ROLLOUT_*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RolloutDefaults {
+    pub max_unavailable: MaxUnavailable,
+    pub min_ready_seconds: u64,
+    pub progress_deadline_seconds: u64,
+}
+
+impl Default for RolloutDefaults {
+    fn default() -> Self {
+        RolloutDefaults {
+            max_unavailable: MaxUnavailable::Percent(25),
+            min_ready_seconds: 10,
+            progress_deadline_seconds: 600,
+        }
+    }
+}
+
+/// A template as the view names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateView {
+    pub spec_id: String,
+    pub revision: u64,
+    pub image: Option<String>,
+}
+
+/// An updated replica that failed, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailedReplica {
+    pub replica: u32,
+    pub node: String,
+    pub reason: String,
+}
+
+/// `GET /api/v1/agents/{key}/rollout`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutView {
+    pub agent_key: String,
+    pub state: RolloutState,
+    pub policy: RolloutPolicy,
+    /// The field of `placement.rollout` that was invalid (the defaults apply in its place).
+    pub policy_error: Option<String>,
+    pub target: TemplateView,
+    pub previous: Option<TemplateView>,
+    pub desired_replicas: u32,
+    /// Replicas handed the target template.
+    pub updated_replicas: u32,
+    pub ready_replicas: u32,
+    pub unavailable_replicas: u32,
+    pub budget: u32,
+    pub failed: Vec<FailedReplica>,
+    pub started_at: Option<String>,
+    pub changed_at: Option<String>,
+    pub message: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_budget_is_a_count_or_a_percentage_and_at_least_one() {
+        let p = |v| MaxUnavailable::parse(&v);
+        assert_eq!(p(json!(2)), Some(MaxUnavailable::Count(2)));
+        assert_eq!(p(json!("25%")), Some(MaxUnavailable::Percent(25)));
+        assert_eq!(p(json!("3")), Some(MaxUnavailable::Count(3)));
+        assert_eq!(p(json!(-1)), None);
+        assert_eq!(p(json!("101%")), None);
+        assert_eq!(p(json!(true)), None);
+        assert_eq!(MaxUnavailable::Percent(25).budget(10), 2);
+        assert_eq!(MaxUnavailable::Percent(25).budget(3), 1);
+        assert_eq!(MaxUnavailable::Count(0).budget(3), 1);
+        assert_eq!(serde_json::to_value(MaxUnavailable::Percent(25)).unwrap(), json!("25%"));
+        assert_eq!(serde_json::to_value(MaxUnavailable::Count(4)).unwrap(), json!(4));
+    }
+}

@@ -1,0 +1,179 @@
+//! Rollout routes (docs/behaviour.md#rolling-out-a-change): an agent's rollout view, the
+//! list of rollouts not complete, and the orders pause, resume, undo and restart. An order is
+//! stored (any replica may take it) and the leader's pass applies it; the route answers once
+//! it is applied, with the view as it then stands.
+
+use super::app::App;
+use super::caller::{CanAdmin, CanRead};
+use super::error::ApiError;
+use crate::model::{Agent, Template};
+use crate::store::rollouts::{Command, ORDER_WAIT};
+use crate::store::{Rollout, State as Registry};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use fleet_api::rollout::{RolloutState, TemplateView};
+use fleet_api::{codes, ErrorBody, List, ReplicaState, RolloutView};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn unknown_agent(key: &str) -> ApiError {
+    ApiError::not_found(format!("no agent {:?} in the active list", super::error::cut(key)))
+}
+
+/// The view of an agent with no rollout in memory: the stored one (complete), else its own
+/// template, complete.
+fn at_rest(st: &Registry, a: &Agent, stored: Option<Rollout>) -> RolloutView {
+    let name = |id: &str| st.node(id).map_or_else(|| id.to_string(), |n| n.name.to_string());
+    let own = Template::of(a, 0);
+    let mut view = match stored.filter(|r| r.target.same(&own)) {
+        Some(r) => r.view(name),
+        None => {
+            let (policy, policy_error) = crate::reconcile::rules::rollout::policy(a.rollout(), &Default::default());
+            RolloutView {
+                agent_key: a.key.to_string(),
+                state: RolloutState::Complete,
+                policy,
+                policy_error,
+                target: TemplateView { spec_id: own.id().to_string(), revision: a.revision, image: own.executor.image },
+                previous: None,
+                desired_replicas: 0,
+                updated_replicas: 0,
+                ready_replicas: 0,
+                unavailable_replicas: 0,
+                budget: 0,
+                failed: vec![],
+                started_at: None,
+                changed_at: None,
+                message: None,
+            }
+        }
+    };
+    view.state = RolloutState::Complete;
+    view.target.revision = a.revision;
+    let desired = a.desired_replicas();
+    let ready = running_replicas(st, a);
+    view.desired_replicas = desired;
+    view.updated_replicas = desired;
+    view.ready_replicas = ready;
+    view.unavailable_replicas = desired.saturating_sub(ready);
+    view.budget = view.policy.max_unavailable.budget(desired);
+    view
+}
+
+/// The agent's replicas reported running where they are bound.
+fn running_replicas(st: &Registry, a: &Agent) -> u32 {
+    let desired = a.desired_replicas();
+    st.outcome()
+        .bindings
+        .of_agent(&a.key)
+        .take_while(|(r, _)| *r < desired)
+        .filter(|(r, node)| {
+            st.node(node).is_some_and(|n| {
+                n.info.replicas.iter().any(|p| p.agent_key == a.key && p.replica == *r && p.state == ReplicaState::Running)
+            })
+        })
+        .count() as u32
+}
+
+async fn view_of(app: &App, key: &str) -> Result<RolloutView, ApiError> {
+    let stored = {
+        let st = app.store.read();
+        let a = st.agent(key).ok_or_else(|| unknown_agent(key))?;
+        if let Some(r) = st.rollout(key) {
+            return Ok(r.view(|id| st.node(id).map_or_else(|| id.to_string(), |n| n.name.to_string())));
+        }
+        a.placed_spec().is_some()
+    };
+    let row = if stored { app.store.stored_rollout(key).await? } else { None };
+    let st = app.store.read();
+    let a = st.agent(key).ok_or_else(|| unknown_agent(key))?;
+    Ok(at_rest(&st, a, row))
+}
+
+/// An agent's rollout: its state, policy, target and previous templates, progress and failure.
+#[utoipa::path(get, path = "/api/v1/agents/{key}/rollout", tag = "admin", security(("admin" = ["fleet:read"])),
+    params(("key" = String, Path, description = "agent key")),
+    responses((status = 200, body = RolloutView), (status = 404, description = "not_found", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
+pub async fn get_rollout(
+    State(app): State<Arc<App>>,
+    Path(key): Path<String>,
+    _: CanRead,
+) -> Result<Json<RolloutView>, ApiError> {
+    view_of(&app, &key).await.map(Json)
+}
+
+/// The rollout views of every agent whose rollout is not complete, by agent key.
+#[utoipa::path(get, path = "/api/v1/rollouts", tag = "admin", security(("admin" = ["fleet:read"])),
+    responses((status = 200, body = List<RolloutView>), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
+pub async fn list_rollouts(State(app): State<Arc<App>>, _: CanRead) -> Json<List<RolloutView>> {
+    let st = app.store.read();
+    let name = |id: &str| st.node(id).map_or_else(|| id.to_string(), |n| n.name.to_string());
+    let mut items: Vec<RolloutView> =
+        st.rollouts().map(|r| r.view(name)).filter(|v| v.state != RolloutState::Complete).collect();
+    items.sort_by(|a, b| a.agent_key.cmp(&b.agent_key));
+    Json(List::all(items))
+}
+
+/// `POST /api/v1/agents/{key}/rollout:{action}`.
+#[utoipa::path(post, path = "/api/v1/agents/{key}/rollout:{action}", tag = "admin", security(("admin" = ["fleet:admin"])),
+    params(("key" = String, Path, description = "agent key"),
+           ("action" = String, Path, description = "pause, resume, undo or restart")),
+    responses((status = 200, body = RolloutView), (status = 404, description = "not_found", body = ErrorBody), (status = 409, description = "no_previous_template", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured or not_ready", body = ErrorBody)))]
+pub async fn act(
+    State(app): State<Arc<App>>,
+    Path((key, target)): Path<(String, String)>,
+    admin: CanAdmin,
+) -> Result<Json<RolloutView>, ApiError> {
+    let action = target.strip_prefix("rollout:").ok_or_else(|| {
+        ApiError::not_found(format!("POST /api/v1/agents/{key}/{} is not a route", super::error::cut(&target)))
+    })?;
+    let command = match action {
+        "pause" => Command::Pause,
+        "resume" => Command::Resume,
+        "restart" => Command::Restart,
+        "undo" => Command::Undo { to: previous_template(&app, &key).await? },
+        other => {
+            return Err(ApiError::not_found(format!(
+                "unknown rollout action {:?}: use :pause, :resume, :undo or :restart",
+                super::error::cut(other)
+            )))
+        }
+    };
+    if app.store.read().agent(&key).is_none() {
+        return Err(unknown_agent(&key));
+    }
+    let value = app.store.order_rollout(&key, command, admin.sub()).await?;
+    app.kick();
+    let until = tokio::time::Instant::now() + ORDER_WAIT;
+    while !app.store.order_applied(&key, &value).await? {
+        if tokio::time::Instant::now() >= until {
+            return Err(ApiError::not_ready(format!(
+                "the order is stored but no pass applied it within {} s (is a replica leading?); it applies when one runs",
+                ORDER_WAIT.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    view_of(&app, &key).await.map(Json)
+}
+
+/// The template `undo` brings back: the rollout's previous one.
+async fn previous_template(app: &App, key: &str) -> Result<Template, ApiError> {
+    let held = {
+        let st = app.store.read();
+        st.agent(key).ok_or_else(|| unknown_agent(key))?;
+        st.rollout(key).map(|r| r.previous.clone())
+    };
+    let previous = match held {
+        Some(p) => p.map(|t| (*t).clone()),
+        None => app.store.stored_rollout(key).await?.and_then(|r| r.previous.map(|t| (*t).clone())),
+    };
+    previous.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            codes::NO_PREVIOUS_TEMPLATE,
+            format!("agent {key} has no previous template: no rollout of it has started since it was listed"),
+        )
+    })
+}

@@ -1,0 +1,152 @@
+//! Where an agent's replicas stand, node by node, for the step rule: the template each node
+//! was handed, how many of its replicas are ready, and whether an updated one failed
+//! (docs/behaviour.md#rolling-out-a-change). The rollout's node list follows the bindings
+//! here: a node the agent left is dropped, a node it came to is added on the template a new
+//! replica gets.
+
+use super::One;
+use crate::model::{Id, SpecId};
+use crate::reconcile::rules::rollout::Slot;
+use crate::store::{NodeStep, Rollout, Seen};
+use fleet_api::codes::refusal;
+use fleet_api::ReplicaState;
+use std::collections::BTreeMap;
+
+pub struct Gathered {
+    /// In node-name order.
+    pub slots: Vec<Slot>,
+    /// Each slot's node and its first replica (for the failure's report).
+    pub who: Vec<(Id, u32)>,
+    /// Replicas bound to each node.
+    counts: BTreeMap<Id, u32>,
+    /// When the next readiness or deadline runs out (ms).
+    pub due: Option<i64>,
+}
+
+impl Gathered {
+    pub fn replicas_on(&self, node: &Id) -> u32 {
+        self.counts.get(node).copied().unwrap_or(0)
+    }
+}
+
+pub fn gather(one: &One, r: &mut Rollout) -> Gathered {
+    let key = &one.a.key;
+    let desired = one.a.desired_replicas();
+    let mut by_node: BTreeMap<Id, Vec<u32>> = BTreeMap::new();
+    for (rep, node) in one.placed.outcome.bindings.of_agent(key).take_while(|(rep, _)| *rep < desired) {
+        by_node.entry(node.clone()).or_default().push(rep);
+    }
+    sync_nodes(r, &by_node, one.snap.now);
+    let mut order: Vec<(&str, &Id)> = by_node.keys().map(|n| (one.memo.name(n), n)).collect();
+    order.sort();
+    let mut g = Gathered { slots: Vec::new(), who: Vec::new(), counts: BTreeMap::new(), due: None };
+    let min_ready = r.policy.min_ready_seconds as i64 * 1000;
+    let deadline = r.policy.progress_deadline_seconds as i64 * 1000;
+    let target = r.target.id();
+    for (_, node) in order {
+        let reps = &by_node[node];
+        g.counts.insert(node.clone(), reps.len() as u32);
+        let online = one.memo.node(node).is_some_and(|f| f.online);
+        let reports: Vec<Option<&Seen>> = reps
+            .iter()
+            .map(|rep| {
+                let n = one.st.node(node)?;
+                n.info.replicas.iter().find(|p| p.agent_key == *key && p.replica == *rep)
+            })
+            .collect();
+        let i = r.nodes.binary_search_by(|s| s.node.cmp(node)).expect("synced above");
+        let step = &mut r.nodes[i];
+        let slot = if step.on == target {
+            updated_slot(step, &reports, online, target, one.snap.now, min_ready, deadline, &mut g.due)
+        } else {
+            old_slot(&reports, online)
+        };
+        g.slots.push(slot);
+        g.who.push((node.clone(), reps[0]));
+    }
+    g
+}
+
+/// The rollout's nodes as the bindings stand: a node new to the agent is handed what a new
+/// replica gets (the target, or while halted the last template that completed).
+fn sync_nodes(r: &mut Rollout, by_node: &BTreeMap<Id, Vec<u32>>, now: i64) {
+    r.nodes.retain(|s| by_node.contains_key(&s.node));
+    for node in by_node.keys() {
+        if let Err(at) = r.nodes.binary_search_by(|s| s.node.cmp(node)) {
+            let on = r.template_on(node).id();
+            r.nodes.insert(at, NodeStep { node: node.clone(), on, stepped_ms: now, ready_since_ms: 0, restarts: 0 });
+        }
+    }
+}
+
+/// Replicas on a template older than the target: ready while running on an online node.
+fn old_slot(reports: &[Option<&Seen>], online: bool) -> Slot {
+    let running = reports.iter().flatten().filter(|p| p.state == ReplicaState::Running).count() as u32;
+    Slot { replicas: reports.len() as u32, on_target: false, ready: if online { running } else { 0 }, failure: None }
+}
+
+/// Replicas handed the target: ready once every one has run it `min_ready` without a
+/// restart; failed when one crash-loops on it, is refused or blocked, or the deadline passes.
+#[allow(clippy::too_many_arguments)]
+fn updated_slot(
+    step: &mut NodeStep,
+    reports: &[Option<&Seen>],
+    online: bool,
+    target: SpecId,
+    now: i64,
+    min_ready: i64,
+    deadline: i64,
+    due: &mut Option<i64>,
+) -> Slot {
+    let replicas = reports.len() as u32;
+    let on_it = |p: &Seen| p.spec == target.0 || p.spec == 0;
+    let failure = reports.iter().flatten().find_map(|p| failure_of(p, on_it(p)));
+    let all_running = online
+        && reports.iter().all(|p| {
+            p.is_some_and(|p| p.state == ReplicaState::Running && on_it(p) && !is_blocked(p))
+        });
+    let restarts: u32 = reports.iter().flatten().map(|p| p.restarts).sum();
+    if !all_running {
+        step.ready_since_ms = 0;
+    } else if step.ready_since_ms == 0 || restarts > step.restarts {
+        step.ready_since_ms = now;
+        step.restarts = restarts;
+    }
+    let ready = step.ready_since_ms > 0 && now - step.ready_since_ms >= min_ready;
+    let mut soonest = |at: i64| *due = Some(due.map_or(at, |d: i64| d.min(at)));
+    let failure = failure.or_else(|| {
+        let late = !ready && step.stepped_ms > 0 && now - step.stepped_ms > deadline;
+        late.then(|| format!("not ready within progressDeadlineSeconds ({} s)", deadline / 1000))
+    });
+    if !ready && failure.is_none() {
+        if step.ready_since_ms > 0 {
+            soonest(step.ready_since_ms + min_ready);
+        }
+        if step.stepped_ms > 0 {
+            soonest(step.stepped_ms + deadline + 1);
+        }
+    }
+    Slot { replicas, on_target: true, ready: if ready { replicas } else { 0 }, failure }
+}
+
+fn is_blocked(p: &Seen) -> bool {
+    p.message.as_deref().is_some_and(|m| refusal::code_of(m) == Some(refusal::UPDATE_BLOCKED))
+}
+
+/// Why a replica handed the target failed, if it did.
+fn failure_of(p: &Seen, on_target: bool) -> Option<String> {
+    let message = p.message.as_deref();
+    if is_blocked(p) {
+        return message.map(str::to_string);
+    }
+    match p.state {
+        ReplicaState::Crashloop if on_target => {
+            Some(format!("crashloop ({})", message.unwrap_or("exited with a failure")))
+        }
+        // A refusal, or a create that failed (`start failed: No such image: …`).
+        ReplicaState::Stopped | ReplicaState::Starting => {
+            message.filter(|m| refusal::code_of(m).is_some()).map(str::to_string)
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,169 @@
+//! The step rule of a rollout (docs/behaviour.md#rolling-out-a-change): from where an
+//! agent's replicas stand — node by node, which template each runs, how many are ready, which
+//! failed — to what happens this pass: nothing, a halt, the end, or the nodes that get the
+//! new template now. Pure: the pass gathers the slots, this decides, the pass applies.
+
+pub use fleet_api::rollout::RolloutDefaults as Defaults;
+use fleet_api::rollout::{MaxUnavailable, OnFailure, RolloutPolicy};
+use serde_json::Value;
+
+/// One node's share of an agent: its replicas there move together (one desired entry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slot {
+    pub replicas: u32,
+    /// Handed the rollout's target template.
+    pub on_target: bool,
+    /// Replicas ready now (running long enough on the template they were handed).
+    pub ready: u32,
+    /// On the target and failed: crash-looping, refused, blocked or past its deadline.
+    pub failure: Option<String>,
+}
+
+/// An agent's rollout as the step rule sees it. `slots` are in node-name order.
+#[derive(Debug, Clone)]
+pub struct Input<'a> {
+    pub slots: &'a [Slot],
+    pub desired: u32,
+    pub budget: u32,
+    pub canary: u32,
+    /// Steps may be taken (not paused, halted or reverted).
+    pub stepping: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Every slot runs the target and is ready.
+    Complete,
+    /// An updated slot failed: no further step (the first failure, by slot order).
+    Halt { slot: usize, reason: String },
+    /// These slots get the target now.
+    Step(Vec<usize>),
+    Wait,
+}
+
+pub fn decide(input: &Input) -> Decision {
+    let slots = input.slots;
+    if let Some((i, reason)) =
+        slots.iter().enumerate().find_map(|(i, s)| s.on_target.then_some(s.failure.as_ref()?).map(|r| (i, r.clone())))
+    {
+        return Decision::Halt { slot: i, reason };
+    }
+    if slots.iter().all(|s| s.on_target && s.ready >= s.replicas) {
+        return Decision::Complete;
+    }
+    if !input.stepping {
+        return Decision::Wait;
+    }
+    let ready: u32 = slots.iter().map(|s| s.ready).sum();
+    let old = || slots.iter().enumerate().filter(|(_, s)| !s.on_target).map(|(i, _)| i);
+    // No replica ready: there is nothing to protect, and waiting would only hold the old
+    // template on replicas that do not run either.
+    if ready == 0 {
+        return Decision::Step(old().collect());
+    }
+    if let Some(d) = canary(input) {
+        return d;
+    }
+    let mut unavailable = input.desired.saturating_sub(ready);
+    let mut steps = Vec::new();
+    for i in old() {
+        let s = &slots[i];
+        if unavailable + s.replicas <= input.budget {
+            steps.push(i);
+            unavailable += s.ready;
+        } else {
+            // A node holding more than the budget is taken alone, when nothing else is down.
+            if steps.is_empty() && unavailable == 0 && s.replicas > input.budget {
+                steps.push(i);
+            }
+            break;
+        }
+    }
+    if steps.is_empty() {
+        Decision::Wait
+    } else {
+        Decision::Step(steps)
+    }
+}
+
+/// The canary phase: the first step takes whole nodes until it holds `canary` replicas, and
+/// nothing more moves until all of them are ready. `None` once past it (or without one).
+fn canary(input: &Input) -> Option<Decision> {
+    if input.canary == 0 {
+        return None;
+    }
+    let slots = input.slots;
+    // How many whole nodes, in order, the canary takes.
+    let mut cover = 0;
+    let mut taken = 0;
+    for s in slots {
+        if taken >= input.canary {
+            break;
+        }
+        cover += 1;
+        taken += s.replicas;
+    }
+    let updated = slots.iter().filter(|s| s.on_target).count();
+    if updated == 0 {
+        let old = slots.iter().enumerate().filter(|(_, s)| !s.on_target).map(|(i, _)| i);
+        return Some(Decision::Step(old.take(cover).collect()));
+    }
+    let all_ready = slots.iter().filter(|s| s.on_target).all(|s| s.ready >= s.replicas);
+    (updated <= cover && !all_ready).then_some(Decision::Wait)
+}
+
+/// The policy of `placement.rollout`, each field its default where absent or invalid; and the
+/// first invalid field, named with what was wrong (`policyError`).
+pub fn policy(raw: Option<&Value>, d: &Defaults) -> (RolloutPolicy, Option<String>) {
+    let mut p = RolloutPolicy {
+        max_unavailable: d.max_unavailable,
+        min_ready_seconds: d.min_ready_seconds,
+        progress_deadline_seconds: d.progress_deadline_seconds,
+        canary: 0,
+        on_failure: OnFailure::Halt,
+    };
+    let Some(raw) = raw else { return (p, None) };
+    let Some(obj) = raw.as_object() else {
+        return (p, Some(format!("placement.rollout: {raw} is not an object; the defaults apply")));
+    };
+    let mut error = None;
+    let mut bad = |field: &str, v: &Value, want: &str| {
+        error.get_or_insert_with(|| format!("placement.rollout.{field}: {v} is not {want}; its default applies"));
+    };
+    if let Some(v) = obj.get("maxUnavailable") {
+        match MaxUnavailable::parse(v) {
+            Some(m) => p.max_unavailable = m,
+            None => bad("maxUnavailable", v, "an integer ≥ 0 or a percentage up to 100%"),
+        }
+    }
+    let seconds = |v: &Value| v.as_u64().filter(|s| *s <= 86_400 * 7);
+    if let Some(v) = obj.get("minReadySeconds") {
+        match seconds(v) {
+            Some(s) => p.min_ready_seconds = s,
+            None => bad("minReadySeconds", v, "a number of seconds from 0 to 604800"),
+        }
+    }
+    if let Some(v) = obj.get("progressDeadlineSeconds") {
+        match seconds(v).filter(|s| *s > 0) {
+            Some(s) => p.progress_deadline_seconds = s,
+            None => bad("progressDeadlineSeconds", v, "a number of seconds from 1 to 604800"),
+        }
+    }
+    if let Some(v) = obj.get("canary") {
+        match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+            Some(n) => p.canary = n,
+            None => bad("canary", v, "an integer ≥ 0"),
+        }
+    }
+    if let Some(v) = obj.get("onFailure") {
+        match v.as_str() {
+            Some("halt") => p.on_failure = OnFailure::Halt,
+            Some("revert") => p.on_failure = OnFailure::Revert,
+            _ => bad("onFailure", v, "\"halt\" or \"revert\""),
+        }
+    }
+    (p, error)
+}
+
+#[cfg(test)]
+mod tests;

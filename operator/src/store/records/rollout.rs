@@ -1,0 +1,206 @@
+//! An agent's rollout as the store keeps it (docs/behaviour.md#rolling-out-a-change): the
+//! target and previous templates, which template each node was handed and since when, the
+//! pause, the failure and the counts the view shows. Kept in memory only while it holds
+//! something the agent's own CP item does not say (a rollout under way, a restart stamp, an
+//! undone target); stored as JSON in the `kv` table under [`Rollout::key`] for as long as
+//! the agent is listed, so `undo` finds the previous template after a restart.
+
+use crate::clock;
+use crate::model::{Id, SpecId, Template};
+use fleet_api::rollout::{FailedReplica, RolloutPolicy, RolloutState, TemplateView};
+use fleet_api::RolloutView;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// One node's share of the agent under a rollout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStep {
+    pub node: Id,
+    /// The template the node was handed.
+    pub on: SpecId,
+    /// When it was handed it (ms).
+    pub stepped_ms: i64,
+    /// Since when every replica there has been seen running it without a restart (ms; 0:
+    /// not yet), and the restarts counted then.
+    #[serde(default)]
+    pub ready_since_ms: i64,
+    #[serde(default)]
+    pub restarts: u32,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Counts {
+    pub desired: u32,
+    pub updated: u32,
+    pub ready: u32,
+    pub unavailable: u32,
+    pub budget: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rollout {
+    pub agent: Id,
+    pub state: RolloutState,
+    pub target: Arc<Template>,
+    /// The last template that completed: `undo` brings it back, and replicas placed anew
+    /// while the rollout is halted get it.
+    pub previous: Option<Arc<Template>>,
+    /// Other templates nodes were handed and still run (a superseded target).
+    #[serde(default)]
+    pub older: Vec<Arc<Template>>,
+    /// By node id.
+    #[serde(default)]
+    pub nodes: Vec<NodeStep>,
+    /// Paused by an admin: no step is taken (the state shows `paused` while it would progress).
+    #[serde(default)]
+    pub paused: bool,
+    pub policy: RolloutPolicy,
+    #[serde(default)]
+    pub policy_error: Option<String>,
+    #[serde(default)]
+    pub failed: Vec<FailedReplica>,
+    #[serde(default)]
+    pub counts: Counts,
+    pub started_ms: i64,
+    pub changed_ms: i64,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+impl Rollout {
+    /// Its row's key in `kv`.
+    pub fn key(agent: &str) -> String {
+        format!("rollout/{agent}")
+    }
+
+    pub fn node(&self, node: &str) -> Option<&NodeStep> {
+        self.nodes.binary_search_by(|s| (*s.node).cmp(node)).ok().map(|i| &self.nodes[i])
+    }
+
+    /// The template of this id among those the rollout knows.
+    pub fn template(&self, id: SpecId) -> Option<&Arc<Template>> {
+        std::iter::once(&self.target).chain(self.previous.iter()).chain(self.older.iter()).find(|t| t.id() == id)
+    }
+
+    /// What a node is sent: the template it was handed, else (a node new to the agent) the
+    /// target — or, while the rollout is halted or reverted, the last one that completed.
+    pub fn template_on(&self, node: &str) -> &Arc<Template> {
+        if let Some(t) = self.node(node).and_then(|s| self.template(s.on)) {
+            return t;
+        }
+        match (self.state, &self.previous) {
+            (RolloutState::Halted | RolloutState::Reverted, Some(p)) => p,
+            _ => &self.target,
+        }
+    }
+
+    /// Whether it still holds anything the agent's own item (`own`) does not say.
+    pub fn worth_keeping(&self, own: &Template) -> bool {
+        self.state != RolloutState::Complete || self.paused || !self.target.same(own)
+    }
+
+    /// The view of `GET /api/v1/agents/{key}/rollout`; `nodes` names node ids.
+    pub fn view(&self, node_name: impl Fn(&str) -> String) -> RolloutView {
+        let t = |t: &Template| TemplateView { spec_id: t.id().to_string(), revision: t.revision, image: t.executor.image.clone() };
+        let shown_state = match self.state {
+            RolloutState::Progressing if self.paused => RolloutState::Paused,
+            s => s,
+        };
+        let failed = self
+            .failed
+            .iter()
+            .map(|f| FailedReplica { replica: f.replica, node: node_name(&f.node), reason: f.reason.clone() })
+            .collect();
+        RolloutView {
+            agent_key: self.agent.to_string(),
+            state: shown_state,
+            policy: self.policy.clone(),
+            policy_error: self.policy_error.clone(),
+            target: t(&self.target),
+            previous: self.previous.as_deref().map(t),
+            desired_replicas: self.counts.desired,
+            updated_replicas: self.counts.updated,
+            ready_replicas: self.counts.ready,
+            unavailable_replicas: self.counts.unavailable,
+            budget: self.counts.budget,
+            failed,
+            started_at: (self.started_ms > 0).then(|| clock::rfc3339_ms(self.started_ms)),
+            changed_at: (self.changed_ms > 0).then(|| clock::rfc3339_ms(self.changed_ms)),
+            message: self.message.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleet_api::rollout::{MaxUnavailable, OnFailure};
+    use fleet_api::Executor;
+
+    fn template(image: &str) -> Arc<Template> {
+        Arc::new(Template {
+            executor: Executor { kind: "k".into(), image: Some(image.into()) },
+            secrets: vec![],
+            resources: Default::default(),
+            restart: 0,
+            revision: 1,
+        })
+    }
+
+    fn rollout() -> Rollout {
+        let (old, new) = (template("a:1"), template("a:2"));
+        Rollout {
+            agent: "coder".into(),
+            state: RolloutState::Progressing,
+            target: new.clone(),
+            previous: Some(old.clone()),
+            older: vec![],
+            nodes: vec![
+                NodeStep { node: "n1".into(), on: new.id(), stepped_ms: 5, ready_since_ms: 0, restarts: 0 },
+                NodeStep { node: "n2".into(), on: old.id(), stepped_ms: 0, ready_since_ms: 0, restarts: 0 },
+            ],
+            paused: false,
+            policy: RolloutPolicy {
+                max_unavailable: MaxUnavailable::Count(1),
+                min_ready_seconds: 5,
+                progress_deadline_seconds: 600,
+                canary: 0,
+                on_failure: OnFailure::Halt,
+            },
+            policy_error: None,
+            failed: vec![],
+            counts: Counts::default(),
+            started_ms: 1,
+            changed_ms: 2,
+            message: None,
+        }
+    }
+
+    #[test]
+    fn a_node_is_sent_what_it_was_handed_and_a_new_one_the_target_unless_halted() {
+        let mut r = rollout();
+        assert_eq!(r.template_on("n1").executor.image.as_deref(), Some("a:2"));
+        assert_eq!(r.template_on("n2").executor.image.as_deref(), Some("a:1"));
+        assert_eq!(r.template_on("n3").executor.image.as_deref(), Some("a:2"));
+        r.state = RolloutState::Halted;
+        assert_eq!(r.template_on("n3").executor.image.as_deref(), Some("a:1"));
+        let back: Rollout = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn a_paused_rollout_shows_paused_and_a_complete_one_with_the_items_template_is_let_go() {
+        let mut r = rollout();
+        r.paused = true;
+        assert_eq!(r.view(|n| n.to_string()).state, RolloutState::Paused);
+        r.state = RolloutState::Complete;
+        assert!(!r.worth_keeping(&r.target.clone()));
+        let mut restarted = (*r.target).clone();
+        restarted.restart = 1;
+        r.target = Arc::new(restarted);
+        assert!(r.worth_keeping(&template("a:2")));
+    }
+}

@@ -1,0 +1,388 @@
+//! Progressive delivery through the API (docs/behaviour.md#rolling-out-a-change), with nodes
+//! that follow the node protocol as fleet-node does: each applies its desired state, takes a
+//! moment to start a container of a new template, reports it running with the template's
+//! `specId` — or crash-looping, for an image the test calls bad. The Docker end-to-end suite
+//! (`e2e/tests/rollout.rs`) runs the same rollouts on real containers.
+
+mod support;
+
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+use support::*;
+
+/// What a simulated node runs: (agent, replica) → (specId, image, state, revision).
+type Running = Arc<Mutex<BTreeMap<(String, u32), (String, String, String, u64)>>>;
+
+/// A node that applies its desired states like fleet-node: a replica whose template changed is
+/// `starting` for `START` and then `running` (or `crashloop` when its image is bad).
+struct SimNode {
+    running: Running,
+    task: tokio::task::JoinHandle<()>,
+}
+
+const START: Duration = Duration::from_millis(300);
+
+impl SimNode {
+    fn start(node: TestNode, bad: Arc<Mutex<HashSet<String>>>) -> SimNode {
+        let running: Running = Default::default();
+        let r = running.clone();
+        let task = tokio::spawn(async move {
+            let mut generation = None;
+            let mut desired = Value::Null;
+            loop {
+                let (s, v) = node.desired(generation, 0).await;
+                if s == 200 && v["generation"].is_u64() {
+                    generation = v["generation"].as_u64();
+                    desired = v;
+                }
+                let bad_now = bad.lock().clone();
+                apply(&r, &desired, &bad_now).await;
+                let replicas: Vec<Value> = r
+                    .lock()
+                    .iter()
+                    .map(|((a, i), (spec, _, state, rev))| {
+                        json!({"agentKey": a, "replica": i, "state": state, "revision": rev, "restarts": 0,
+                               "specId": spec, "message": if state == "crashloop" { json!("exited with code 1") } else { Value::Null }})
+                    })
+                    .collect();
+                let mut body = node.report_body(&[]);
+                body["replicas"] = json!(replicas);
+                let _ = tokio::time::timeout(Duration::from_secs(2), node.put_observed(&body)).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        SimNode { running, task }
+    }
+
+    /// Replicas not running now.
+    fn down(&self) -> usize {
+        self.running.lock().values().filter(|v| v.2 != "running").count()
+    }
+
+    fn images(&self) -> Vec<String> {
+        self.running.lock().values().map(|v| v.1.clone()).collect()
+    }
+}
+
+impl Drop for SimNode {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// One step of a node's replicas toward its desired state.
+async fn apply(running: &Running, desired: &Value, bad: &HashSet<String>) {
+    let Some(agents) = desired["agents"].as_array() else { return };
+    let mut wanted = HashSet::new();
+    let mut starting = Vec::new();
+    {
+        let mut r = running.lock();
+        for a in agents {
+            let key = a["agentKey"].as_str().unwrap().to_string();
+            let spec = a["specId"].as_str().unwrap_or_default().to_string();
+            let image = a["executor"]["image"].as_str().unwrap_or_default().to_string();
+            let rev = a["revision"].as_u64().unwrap();
+            for i in a["replicaIndexes"].as_array().unwrap() {
+                let i = i.as_u64().unwrap() as u32;
+                wanted.insert((key.clone(), i));
+                let e = r.entry((key.clone(), i)).or_insert_with(|| (String::new(), String::new(), "starting".into(), rev));
+                e.3 = rev;
+                if e.0 != spec {
+                    *e = (spec.clone(), image.clone(), "starting".into(), rev);
+                    starting.push((key.clone(), i, image.clone()));
+                }
+            }
+        }
+        r.retain(|k, _| wanted.contains(k));
+    }
+    if starting.is_empty() {
+        return;
+    }
+    tokio::time::sleep(START).await;
+    let mut r = running.lock();
+    for (key, i, image) in starting {
+        if let Some(e) = r.get_mut(&(key, i)) {
+            e.2 = if bad.contains(&image) { "crashloop".into() } else { "running".into() };
+        }
+    }
+}
+
+struct Fleet {
+    admin: Admin,
+    nodes: Vec<SimNode>,
+    joined: Vec<TestNode>,
+    bad: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Fleet {
+    fn down(&self) -> usize {
+        self.nodes.iter().map(SimNode::down).sum()
+    }
+
+    fn images(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.nodes.iter().flat_map(SimNode::images).collect();
+        v.sort();
+        v
+    }
+
+    async fn rollout(&self, agent: &str) -> Value {
+        let (s, v) = self.admin.get(&format!("/api/v1/agents/{agent}/rollout")).await;
+        assert_eq!(s, 200, "{v}");
+        v
+    }
+
+    /// Samples the nodes every 50 ms until `done` says so, returning the most replicas seen
+    /// down at once.
+    async fn watch_until(&self, secs: u64, what: &str, done: impl Fn(&Value) -> bool, agent: &str) -> usize {
+        let until = std::time::Instant::now() + Duration::from_secs(secs);
+        let mut worst = 0;
+        loop {
+            worst = worst.max(self.down());
+            let v = self.rollout(agent).await;
+            if done(&v) {
+                return worst;
+            }
+            assert!(std::time::Instant::now() < until, "timed out waiting for {what}: {v}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Four nodes, one agent of four replicas (one per node), its policy as given.
+async fn fleet(dk: &fleet_devkit::Devkit, url: &str, policy: Value) -> Fleet {
+    let admin = Admin::new(url, dk.mint("fleet", &["fleet:admin"], 3600));
+    let bad: Arc<Mutex<HashSet<String>>> = Default::default();
+    let announce = json!({"executorKinds": ["k"], "executorImages": {"k": ["agent:*"]}, "capacity": {"slots": 1}});
+    let (mut nodes, mut joined) = (Vec::new(), Vec::new());
+    for i in 0..4 {
+        let mut n = TestNode::new(url, &format!("n-{i}"), announce.clone());
+        n.join(&admin.join_key().await).await;
+        joined.push(n.clone());
+        nodes.push(SimNode::start(n, bad.clone()));
+    }
+    let a = with(agent("coder", "k", 4), |a| {
+        a["executor"]["image"] = json!("agent:1");
+        a["placement"]["rollout"] = policy;
+    });
+    dk.put_agent(a);
+    let f = Fleet { admin, nodes, joined, bad };
+    eventually(30, "four replicas running agent:1", || async {
+        (f.images() == vec!["agent:1"; 4] && f.down() == 0).then_some(())
+    })
+    .await;
+    f
+}
+
+/// The agent's rollout events, once the history has `last` (events are written each second).
+async fn kinds_until(admin: &Admin, last: &str) -> Vec<String> {
+    eventually(10, &format!("a {last} event"), || async {
+        let k = kinds(admin).await;
+        k.iter().any(|k| k == last).then_some(k)
+    })
+    .await
+}
+
+async fn kinds(admin: &Admin) -> Vec<String> {
+    let (s, v) = admin.get("/api/v1/events?agent=coder").await;
+    assert_eq!(s, 200, "{v}");
+    v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_string())
+        .filter(|k| k.starts_with("rollout_"))
+        .collect()
+}
+
+/// Show 1 on the node protocol: a new image reaches the four replicas one at a time, never
+/// more than one down, and the rollout completes with its events in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_image_reaches_replicas_one_budget_at_a_time() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let f = fleet(&dk, &url, json!({"maxUnavailable": 1, "minReadySeconds": 1})).await;
+    let v = f.rollout("coder").await;
+    assert_eq!(v["state"], "complete", "{v}");
+    assert_eq!(v["previous"], Value::Null, "{v}");
+
+    dk.edit_agent("coder", |a| {
+        a["executor"]["image"] = json!("agent:2");
+        a["revision"] = json!(2);
+    });
+    let worst = f.watch_until(60, "the rollout to complete", |v| v["state"] == "complete" && v["target"]["image"] == "agent:2", "coder").await;
+    assert!(worst <= 1, "{worst} replicas were down at once with maxUnavailable 1");
+    assert_eq!(f.images(), vec!["agent:2"; 4]);
+    let v = f.rollout("coder").await;
+    assert_eq!((v["updatedReplicas"].as_u64(), v["readyReplicas"].as_u64()), (Some(4), Some(4)), "{v}");
+    assert_eq!(v["previous"]["image"], "agent:1", "{v}");
+    assert_eq!(v["budget"], 1);
+    let k = kinds_until(&f.admin, "rollout_completed").await;
+    let steps = k.iter().filter(|k| *k == "rollout_step").count();
+    assert_eq!(k.first().map(String::as_str), Some("rollout_started"), "{k:?}");
+    assert_eq!(k.last().map(String::as_str), Some("rollout_completed"), "{k:?}");
+    assert_eq!(steps, 4, "one step a node: {k:?}");
+    let (s, list) = f.admin.get("/api/v1/rollouts").await;
+    assert_eq!((s.as_u16(), list["items"].as_array().map(Vec::len)), (200, Some(0)), "{list}");
+    drop(f);
+    running.shutdown().await;
+}
+
+/// Show 2 on the node protocol: an image that crash-loops halts the rollout at its first
+/// replica; undo brings that one back; with `onFailure: revert` the same happens by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashing_image_halts_at_the_first_replica_and_undo_or_revert_brings_it_back() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let f = fleet(&dk, &url, json!({"maxUnavailable": 1, "minReadySeconds": 1})).await;
+    f.bad.lock().insert("agent:bad".into());
+    dk.edit_agent("coder", |a| a["executor"]["image"] = json!("agent:bad"));
+    f.watch_until(60, "the rollout to halt", |v| v["state"] == "halted", "coder").await;
+    let v = f.rollout("coder").await;
+    assert_eq!(v["failed"][0]["node"], "n-0", "{v}");
+    assert!(v["failed"][0]["reason"].as_str().unwrap().starts_with("crashloop"), "{v}");
+    assert_eq!(v["updatedReplicas"], 1, "{v}");
+    let mut images = f.images();
+    images.dedup();
+    assert_eq!(f.images(), vec!["agent:1", "agent:1", "agent:1", "agent:bad"]);
+    let (s, list) = f.admin.get("/api/v1/rollouts").await;
+    assert_eq!((s.as_u16(), list["items"][0]["state"].as_str()), (200, Some("halted")), "{list}");
+
+    let (s, v) = f.admin.post("/api/v1/agents/coder/rollout:undo", json!({})).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["target"]["image"], "agent:1", "{v}");
+    f.watch_until(60, "the undo to complete", |v| v["state"] == "complete", "coder").await;
+    assert_eq!(f.images(), vec!["agent:1"; 4]);
+    kinds_until(&f.admin, "rollout_halted").await;
+
+    // The same with onFailure: revert, and no command (another bad image: the CP must send
+    // another template for the undone target to give way).
+    f.bad.lock().insert("agent:bad2".into());
+    dk.edit_agent("coder", |a| {
+        a["placement"]["rollout"]["onFailure"] = json!("revert");
+        a["executor"]["image"] = json!("agent:bad2");
+        a["revision"] = json!(7);
+    });
+    f.watch_until(60, "the rollout to revert", |v| v["state"] == "reverted", "coder").await;
+    eventually(30, "the failed replica back on agent:1", || async {
+        (f.images() == vec!["agent:1"; 4] && f.down() == 0).then_some(())
+    })
+    .await;
+    kinds_until(&f.admin, "rollout_reverted").await;
+    drop(f);
+    running.shutdown().await;
+}
+
+/// Pause holds the steps taken; resume goes on; restart recreates every replica in steps;
+/// undo without a previous template is `409 no_previous_template`; an invalid policy field
+/// falls back with `policyError`; an unknown agent is `404`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_resume_restart_and_the_orders_errors() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let f = fleet(&dk, &url, json!({"maxUnavailable": 1, "minReadySeconds": 1, "canary": -2})).await;
+    let (s, v) = f.admin.post("/api/v1/agents/coder/rollout:undo", json!({})).await;
+    assert_eq!((s.as_u16(), v["error"].as_str()), (409, Some("no_previous_template")), "{v}");
+    let (s, v) = f.admin.post("/api/v1/agents/nobody/rollout:pause", json!({})).await;
+    assert_eq!(s, 404, "{v}");
+    let (s, v) = f.admin.post("/api/v1/agents/coder/rollout:explode", json!({})).await;
+    assert_eq!(s, 404, "{v}");
+
+    let (s, v) = f.admin.post("/api/v1/agents/coder/rollout:pause", json!({})).await;
+    assert_eq!((s.as_u16(), v["state"].as_str()), (200, Some("complete")), "{v}");
+    dk.edit_agent("coder", |a| a["executor"]["image"] = json!("agent:3"));
+    let v = eventually(20, "a paused rollout", || async {
+        let v = f.rollout("coder").await;
+        (v["state"] == "paused" && v["target"]["image"] == "agent:3").then_some(v)
+    })
+    .await;
+    assert!(v["policyError"].as_str().unwrap().contains("placement.rollout.canary"), "{v}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(f.images(), vec!["agent:1"; 4], "paused: no step");
+    let (s, v) = f.admin.post("/api/v1/agents/coder/rollout:resume", json!({})).await;
+    assert_eq!((s.as_u16(), v["state"].as_str()), (200, Some("progressing")), "{v}");
+    let worst = f.watch_until(60, "the resumed rollout", |v| v["state"] == "complete", "coder").await;
+    assert!(worst <= 1, "{worst}");
+    assert_eq!(f.images(), vec!["agent:3"; 4]);
+
+    let before = f.nodes.iter().flat_map(|n| n.running.lock().values().map(|v| v.0.clone()).collect::<Vec<_>>()).collect::<Vec<_>>();
+    let (s, v) = f.admin.post("/api/v1/agents/coder/rollout:restart", json!({})).await;
+    assert_eq!((s.as_u16(), v["state"].as_str()), (200, Some("progressing")), "{v}");
+    let worst = f.watch_until(60, "the restart", |v| v["state"] == "complete", "coder").await;
+    assert!(worst <= 1, "{worst}");
+    let after = f.nodes.iter().flat_map(|n| n.running.lock().values().map(|v| v.0.clone()).collect::<Vec<_>>()).collect::<Vec<_>>();
+    assert!(before.iter().zip(&after).all(|(b, a)| a != b), "every replica has a new template: {before:?} {after:?}");
+    assert_eq!(f.images(), vec!["agent:3"; 4], "nothing else changed");
+    let k = kinds_until(&f.admin, "rollout_completed").await;
+    for kind in ["rollout_paused", "rollout_resumed", "rollout_started", "rollout_completed"] {
+        assert!(k.contains(&kind.to_string()), "{kind} in {k:?}");
+    }
+    drop(f);
+    running.shutdown().await;
+}
+
+/// Show 6 (SQLite): a rollout in progress survives a restart of the controller: it resumes
+/// where it stood, and no replica is updated twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_in_progress_survives_a_restart() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = in_process_config(&dk, dir.path());
+    let running = fleet_controller::server::start(cfg.clone()).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let f = fleet(&dk, &url, json!({"maxUnavailable": 1, "minReadySeconds": 3})).await;
+    dk.edit_agent("coder", |a| a["executor"]["image"] = json!("agent:2"));
+    let two = |v: &Value| v["target"]["image"] == "agent:2" && v["updatedReplicas"].as_u64() >= Some(2);
+    f.watch_until(30, "two replicas updated", two, "coder").await;
+    kinds_until(&f.admin, "rollout_step").await;
+    for n in &f.nodes {
+        n.task.abort();
+    }
+    running.shutdown().await;
+
+    let mut cfg2 = cfg.clone();
+    cfg2.listen = "127.0.0.1:0".parse().unwrap();
+    let running = fleet_controller::server::start(cfg2).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let admin = Admin::new(&url, f.admin.token.clone());
+    let (s, v) = admin.get("/api/v1/agents/coder/rollout").await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!((v["state"].as_str(), v["target"]["image"].as_str()), (Some("progressing"), Some("agent:2")), "{v}");
+    assert!(v["updatedReplicas"].as_u64() >= Some(2), "the steps taken stand: {v}");
+    // The nodes come back (their containers still run) and the rollout goes on to the end.
+    let nodes: Vec<SimNode> = f
+        .joined
+        .iter()
+        .zip(&f.nodes)
+        .map(|(n, sim)| {
+            let again = SimNode::start(TestNode { url: url.clone(), ..n.clone() }, f.bad.clone());
+            *again.running.lock() = sim.running.lock().clone();
+            again
+        })
+        .collect();
+    let f = Fleet { admin, nodes, joined: f.joined.clone(), bad: f.bad.clone() };
+    f.watch_until(60, "the rollout to complete after the restart", |v| v["state"] == "complete", "coder").await;
+    assert_eq!(f.images(), vec!["agent:2"; 4]);
+    kinds_until(&f.admin, "rollout_completed").await;
+    let (s, v) = f.admin.get("/api/v1/events?agent=coder").await;
+    assert_eq!(s, 200);
+    let mut stepped: Vec<&str> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "rollout_step")
+        .map(|e| e["node"].as_str().unwrap())
+        .collect();
+    stepped.sort();
+    assert_eq!(stepped, vec!["n-0", "n-1", "n-2", "n-3"], "each node stepped once, across the restart");
+    drop(f);
+    running.shutdown().await;
+}
