@@ -104,6 +104,8 @@ impl Harness {
                     expires_at: "2030-01-01T00:00:00Z".into(),
                 },
             },
+            spec_id: None,
+            restart: 0,
         }
     }
 
@@ -314,6 +316,34 @@ async fn scenarios(via: Via, tag: &str) {
     assert_eq!(c["Config"]["User"], "65534:65534");
     drop(h);
 
+    // checkBeforeStop (docs/behaviour.md#rolling-out-a-change): a new template whose image the
+    // engine does not have stops nothing; the replica says why in Docker's own words.
+    let prefix = format!("fte{tag}g");
+    let mut h = Harness::with_yaml(&via, &prefix, "checkBeforeStop: true\n").await;
+    h.sup = Supervisor::new(DockerRuntime::connect(&h.cfg.docker_url, &h.cfg.name).unwrap()).checking_before_stop(true);
+    let mut a = h.agent("careful", Some(&image("sleep")), &[], "c");
+    a.spec_id = Some("0000000a".into());
+    let d = state(vec![a.clone()]);
+    h.until(&d, 30, "running", |r| r.state == ReplicaState::Running).await;
+    let before = doc(&format!("{prefix}-careful-0"));
+    assert_eq!(before["Config"]["Labels"]["fleet.spec-id"], "0000000a");
+    let missing = format!("{}-missing", image("sleep"));
+    let d = state(vec![DesiredAgent {
+        executor: Executor { kind: "k".into(), image: Some(missing.clone()) },
+        spec_id: Some("0000000b".into()),
+        ..a
+    }]);
+    for _ in 0..3 {
+        h.tick(&d).await;
+    }
+    let r = h.tick(&d).await.remove(0);
+    assert_eq!(r.state, ReplicaState::Running, "{r:?}");
+    assert_eq!(r.message, Some(format!("update_blocked: No such image: {missing}")), "{r:?}");
+    assert_eq!(r.spec_id.as_deref(), Some("0000000a"));
+    let after = doc(&format!("{prefix}-careful-0"));
+    assert_eq!((after["Id"].clone(), after["State"]["Running"].clone()), (before["Id"].clone(), true.into()));
+    drop(h);
+
     // A network that does not exist: Docker's message names it.
     let prefix = format!("fte{tag}f");
     let mut h = Harness::with_yaml(&via, &prefix, &format!("network: {prefix}-no-such-net\n")).await;
@@ -345,7 +375,11 @@ fn allowed(path: &str) -> bool {
         },
         None => p,
     };
-    p == "/_ping" || p == "/version" || p.starts_with("/containers/") || p.starts_with("/volumes")
+    p == "/_ping"
+        || p == "/version"
+        || p.starts_with("/containers/")
+        || p.starts_with("/volumes")
+        || (p.starts_with("/images/") && p.ends_with("/json"))
 }
 
 /// A TCP→unix proxy that admits only the allowed endpoints; refusals are recorded.

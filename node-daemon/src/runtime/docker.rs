@@ -163,7 +163,9 @@ impl Runtime for DockerRuntime {
 
     async fn image_present(&self, image: &str) -> Result<(), RtError> {
         self.negotiate().await?;
-        timed_as(self.client().inspect_image(image), map_start).await.map(|_| ())
+        // A 404 is the image missing: the supervisor says so as `create` would
+        // (`No such image: …`), where inspect's own text varies between engine versions.
+        timed(self.client().inspect_image(image)).await.map(|_| ())
     }
 
     async fn remove(&self, id: &str) -> Result<(), RtError> {

@@ -102,7 +102,7 @@ impl Runtime for FakeRuntime {
     async fn image_present(&self, image: &str) -> Result<(), RtError> {
         self.check(format!("image {image}"))?;
         match self.state.lock().missing_images.iter().any(|m| m == image) {
-            true => Err(RtError::Failed(format!("No such image: {image}"))),
+            true => Err(RtError::NotFound),
             false => Ok(()),
         }
     }
