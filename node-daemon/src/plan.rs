@@ -122,7 +122,14 @@ pub fn plan(desired: &DesiredState, cfg: &NodeConfig, state: &StateDir, secret_k
                 Err(msg) => Plan::Refuse(msg.clone()),
             };
             let spec_id = a.spec_id.clone().filter(|s| fleet_api::validate::is_spec_id(s));
-            out.wanted.push(Wanted { agent: a.agent_key.clone(), replica: r, revision: a.revision, drain, plan, spec_id });
+            out.wanted.push(Wanted {
+                agent: a.agent_key.clone(),
+                replica: r,
+                revision: a.revision,
+                drain,
+                plan,
+                spec_id,
+            });
         }
     }
     out

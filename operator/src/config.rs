@@ -478,13 +478,14 @@ impl Reader<'_> {
         let d = fleet_api::rollout::RolloutDefaults::default();
         let max_unavailable = match self.opt("FLEET_ROLLOUT_MAX_UNAVAILABLE") {
             None => d.max_unavailable,
-            Some(v) => fleet_api::rollout::MaxUnavailable::parse(&serde_json::Value::String(v.clone()))
-                .unwrap_or_else(|| {
+            Some(v) => {
+                fleet_api::rollout::MaxUnavailable::parse(&serde_json::Value::String(v.clone())).unwrap_or_else(|| {
                     self.problems.push(format!(
                         "FLEET_ROLLOUT_MAX_UNAVAILABLE={v:?} must be a number of replicas or a percentage up to 100%"
                     ));
                     d.max_unavailable
-                }),
+                })
+            }
         };
         let week = 7 * 86_400;
         let min_ready_seconds = self.seconds("FLEET_ROLLOUT_MIN_READY_SECONDS", d.min_ready_seconds, 0, week);

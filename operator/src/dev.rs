@@ -204,7 +204,8 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
          stateDir: {dir}/node-state\n\
          secretsDir: {dir}/secrets\n\
          joinKeyFile: {key}\n\
-         observeSeconds: 5\n",
+         observeSeconds: 5\n\
+         checkBeforeStop: true\n",
         addr = controller.addr,
         node = args.node_name,
         kind = args.executor_kind,

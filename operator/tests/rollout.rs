@@ -88,7 +88,8 @@ async fn apply(running: &Running, desired: &Value, bad: &HashSet<String>) {
             for i in a["replicaIndexes"].as_array().unwrap() {
                 let i = i.as_u64().unwrap() as u32;
                 wanted.insert((key.clone(), i));
-                let e = r.entry((key.clone(), i)).or_insert_with(|| (String::new(), String::new(), "starting".into(), rev));
+                let e =
+                    r.entry((key.clone(), i)).or_insert_with(|| (String::new(), String::new(), "starting".into(), rev));
                 e.3 = rev;
                 if e.0 != spec {
                     *e = (spec.clone(), image.clone(), "starting".into(), rev);
@@ -214,7 +215,14 @@ async fn a_new_image_reaches_replicas_one_budget_at_a_time() {
         a["executor"]["image"] = json!("agent:2");
         a["revision"] = json!(2);
     });
-    let worst = f.watch_until(60, "the rollout to complete", |v| v["state"] == "complete" && v["target"]["image"] == "agent:2", "coder").await;
+    let worst = f
+        .watch_until(
+            60,
+            "the rollout to complete",
+            |v| v["state"] == "complete" && v["target"]["image"] == "agent:2",
+            "coder",
+        )
+        .await;
     assert!(worst <= 1, "{worst} replicas were down at once with maxUnavailable 1");
     assert_eq!(f.images(), vec!["agent:2"; 4]);
     let v = f.rollout("coder").await;
@@ -313,12 +321,20 @@ async fn pause_resume_restart_and_the_orders_errors() {
     assert!(worst <= 1, "{worst}");
     assert_eq!(f.images(), vec!["agent:3"; 4]);
 
-    let before = f.nodes.iter().flat_map(|n| n.running.lock().values().map(|v| v.0.clone()).collect::<Vec<_>>()).collect::<Vec<_>>();
+    let before = f
+        .nodes
+        .iter()
+        .flat_map(|n| n.running.lock().values().map(|v| v.0.clone()).collect::<Vec<_>>())
+        .collect::<Vec<_>>();
     let (s, v) = f.admin.post("/api/v1/agents/coder/rollout:restart", json!({})).await;
     assert_eq!((s.as_u16(), v["state"].as_str()), (200, Some("progressing")), "{v}");
     let worst = f.watch_until(60, "the restart", |v| v["state"] == "complete", "coder").await;
     assert!(worst <= 1, "{worst}");
-    let after = f.nodes.iter().flat_map(|n| n.running.lock().values().map(|v| v.0.clone()).collect::<Vec<_>>()).collect::<Vec<_>>();
+    let after = f
+        .nodes
+        .iter()
+        .flat_map(|n| n.running.lock().values().map(|v| v.0.clone()).collect::<Vec<_>>())
+        .collect::<Vec<_>>();
     assert!(before.iter().zip(&after).all(|(b, a)| a != b), "every replica has a new template: {before:?} {after:?}");
     assert_eq!(f.images(), vec!["agent:3"; 4], "nothing else changed");
     let k = kinds_until(&f.admin, "rollout_completed").await;

@@ -18,9 +18,9 @@ pub mod limits;
 pub mod node;
 pub mod openapi;
 pub mod ops;
-pub mod rollout;
 pub mod page;
 pub mod peers;
+pub mod rollout;
 pub mod serve;
 pub mod signed;
 #[cfg(test)]
@@ -58,7 +58,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/v1/placements", get(admin::list_placements))
         .route("/api/v1/agents/{key}/placement", get(ops::explain))
         .route("/api/v1/agents/{key}/rollout", get(rollout::get_rollout))
-        .route("/api/v1/agents/{key}/{action}", post(rollout::act))
+        .route("/api/v1/agents/{key}/rollout:{action}", post(rollout::act))
         .route("/api/v1/rollouts", get(rollout::list_rollouts))
         .route("/api/v1/events", get(ops::events))
         .route("/api/v1/summary", get(ops::summary))

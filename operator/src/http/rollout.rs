@@ -70,7 +70,10 @@ fn running_replicas(st: &Registry, a: &Agent) -> u32 {
         .take_while(|(r, _)| *r < desired)
         .filter(|(r, node)| {
             st.node(node).is_some_and(|n| {
-                n.info.replicas.iter().any(|p| p.agent_key == a.key && p.replica == *r && p.state == ReplicaState::Running)
+                n.info
+                    .replicas
+                    .iter()
+                    .any(|p| p.agent_key == a.key && p.replica == *r && p.state == ReplicaState::Running)
             })
         })
         .count() as u32
@@ -122,13 +125,10 @@ pub async fn list_rollouts(State(app): State<Arc<App>>, _: CanRead) -> Json<List
     responses((status = 200, body = RolloutView), (status = 404, description = "not_found", body = ErrorBody), (status = 409, description = "no_previous_template", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured or not_ready", body = ErrorBody)))]
 pub async fn act(
     State(app): State<Arc<App>>,
-    Path((key, target)): Path<(String, String)>,
+    Path((key, action)): Path<(String, String)>,
     admin: CanAdmin,
 ) -> Result<Json<RolloutView>, ApiError> {
-    let action = target.strip_prefix("rollout:").ok_or_else(|| {
-        ApiError::not_found(format!("POST /api/v1/agents/{key}/{} is not a route", super::error::cut(&target)))
-    })?;
-    let command = match action {
+    let command = match action.as_str() {
         "pause" => Command::Pause,
         "resume" => Command::Resume,
         "restart" => Command::Restart,

@@ -71,7 +71,13 @@ pub enum Placement {
 
 impl Default for Placement {
     fn default() -> Self {
-        Placement::Spec(PlacementSpec { replicas: 1, requires: vec![], secrets: vec![], resources: None, rollout: None })
+        Placement::Spec(PlacementSpec {
+            replicas: 1,
+            requires: vec![],
+            secrets: vec![],
+            resources: None,
+            rollout: None,
+        })
     }
 }
 

@@ -6,7 +6,7 @@ mod read;
 mod template;
 
 pub use agent::*;
-pub use template::{SpecId, Template};
 #[cfg(test)]
 pub use read::raw_items;
 pub use read::{parse_agents, FieldWarning, Read, SkippedAgent};
+pub use template::{SpecId, Template};

@@ -126,7 +126,7 @@ async fn a_generation_is_served_before_it_is_announced() {
     let desired = vec![(node.clone(), records::DesiredRec::new(before + 1, "[]"))];
     let commit = {
         let store = store.clone();
-        tokio::spawn(async move { store.commit_pass(&db::PassWrite::default(), desired, vec![]).await })
+        tokio::spawn(async move { store.commit_pass(&db::PassWrite::default(), desired, vec![], vec![]).await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     let announced = rx.has_changed().unwrap();
@@ -174,6 +174,7 @@ async fn a_report_on(store: &Store) {
         restarts: 0,
         last_exit_code: None,
         message: None,
+        spec_id: None,
     };
     // Ten replicas in room for sixteen, as parsing leaves them: kept at their length.
     r.replicas = Vec::with_capacity(16);

@@ -63,10 +63,13 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
         }
     }
     for f in &facts {
-        let entries: Vec<Entry> =
-            entries_of(&per_node, &f.id, |k| st.agent(k), |p| creds.get(p).map(|&c| Arc::clone(c)), |a, n| {
-                look_of(a, n, st.rollout(&a.key), None)
-            });
+        let entries: Vec<Entry> = entries_of(
+            &per_node,
+            &f.id,
+            |k| st.agent(k),
+            |p| creds.get(p).map(|&c| Arc::clone(c)),
+            |a, n| look_of(a, n, st.rollout(&a.key), None),
+        );
         let json = desired_json(&entries, &ctx.cfg.iam_tenant, boxes);
         if !st.desired(&f.id).is_some_and(|d| d.same_agents(&json)) {
             diffs.push(format!("desired state of node {} is stale", f.name));

@@ -5,9 +5,9 @@
 use super::memo::Memo;
 use super::place::Placed;
 use super::plan::{Plan, VANISHED_DRAIN};
+use super::rollout::Rolled;
 use super::snapshot::Snapshot;
 use crate::model::{Agent, Id, IdentityKind};
-use super::rollout::Rolled;
 use crate::reconcile::rules::derive::{agent_status, entries_of, is_placed, look_of, Lookup};
 use crate::reconcile::rules::desired::{input_hash, missing_box, stored_boxes, write_agents, Boxes, Entry};
 use crate::reconcile::rules::views::agent_views;

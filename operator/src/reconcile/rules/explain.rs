@@ -430,6 +430,7 @@ mod tests {
                 restarts: 0,
                 last_exit_code: None,
                 message: Some(message.clone()),
+                spec_id: None,
             };
             let a = node("a", true, |n| n.info.replicas = vec![crate::store::Seen::of(report, |_| None)]);
             let mut st = state(vec![a], agent("x", json!({"replicas": 1})));

@@ -35,7 +35,10 @@ pub enum Decision {
     /// Every slot runs the target and is ready.
     Complete,
     /// An updated slot failed: no further step (the first failure, by slot order).
-    Halt { slot: usize, reason: String },
+    Halt {
+        slot: usize,
+        reason: String,
+    },
     /// These slots get the target now.
     Step(Vec<usize>),
     Wait,

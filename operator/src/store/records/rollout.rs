@@ -104,7 +104,11 @@ impl Rollout {
 
     /// The view of `GET /api/v1/agents/{key}/rollout`; `nodes` names node ids.
     pub fn view(&self, node_name: impl Fn(&str) -> String) -> RolloutView {
-        let t = |t: &Template| TemplateView { spec_id: t.id().to_string(), revision: t.revision, image: t.executor.image.clone() };
+        let t = |t: &Template| TemplateView {
+            spec_id: t.id().to_string(),
+            revision: t.revision,
+            image: t.executor.image.clone(),
+        };
         let shown_state = match self.state {
             RolloutState::Progressing if self.paused => RolloutState::Paused,
             s => s,

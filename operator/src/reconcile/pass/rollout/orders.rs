@@ -2,7 +2,7 @@
 //! pause and resume, undo (the previous template becomes the target, as a new rollout) and
 //! restart (a new restart stamp: every container recreated, in steps).
 
-use super::One;
+use super::one::One;
 use crate::model::Template;
 use crate::store::events::Kind;
 use crate::store::rollouts::{Command, Order};
@@ -11,7 +11,7 @@ use fleet_api::rollout::RolloutState;
 use std::sync::Arc;
 
 impl One<'_> {
-    pub(super) fn order(&mut self, r: &mut Option<Rollout>, order: Order) {
+    pub fn order(&mut self, r: &mut Option<Rollout>, order: Order) {
         let by = order.by;
         match order.command {
             Command::Pause => {

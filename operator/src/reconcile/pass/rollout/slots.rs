@@ -4,10 +4,11 @@
 //! here: a node the agent left is dropped, a node it came to is added on the template a new
 //! replica gets.
 
-use super::One;
-use crate::model::{Id, SpecId};
+use crate::model::{Agent, Id, SpecId};
+use crate::reconcile::pass::memo::Memo;
+use crate::reconcile::rules::placement::Outcome;
 use crate::reconcile::rules::rollout::Slot;
-use crate::store::{NodeStep, Rollout, Seen};
+use crate::store::{NodeStep, Rollout, Seen, State};
 use fleet_api::codes::refusal;
 use fleet_api::ReplicaState;
 use std::collections::BTreeMap;
@@ -29,14 +30,23 @@ impl Gathered {
     }
 }
 
-pub fn gather(one: &One, r: &mut Rollout) -> Gathered {
+/// What the slots are read from.
+pub struct Sources<'a> {
+    pub a: &'a Agent,
+    pub memo: &'a Memo,
+    pub st: &'a State,
+    pub outcome: &'a Outcome,
+    pub now: i64,
+}
+
+pub fn gather(one: &Sources, r: &mut Rollout) -> Gathered {
     let key = &one.a.key;
     let desired = one.a.desired_replicas();
     let mut by_node: BTreeMap<Id, Vec<u32>> = BTreeMap::new();
-    for (rep, node) in one.placed.outcome.bindings.of_agent(key).take_while(|(rep, _)| *rep < desired) {
+    for (rep, node) in one.outcome.bindings.of_agent(key).take_while(|(rep, _)| *rep < desired) {
         by_node.entry(node.clone()).or_default().push(rep);
     }
-    sync_nodes(r, &by_node, one.snap.now);
+    sync_nodes(r, &by_node, one.now);
     let mut order: Vec<(&str, &Id)> = by_node.keys().map(|n| (one.memo.name(n), n)).collect();
     order.sort();
     let mut g = Gathered { slots: Vec::new(), who: Vec::new(), counts: BTreeMap::new(), due: None };
@@ -57,7 +67,7 @@ pub fn gather(one: &One, r: &mut Rollout) -> Gathered {
         let i = r.nodes.binary_search_by(|s| s.node.cmp(node)).expect("synced above");
         let step = &mut r.nodes[i];
         let slot = if step.on == target {
-            updated_slot(step, &reports, online, target, one.snap.now, min_ready, deadline, &mut g.due)
+            updated_slot(step, &reports, online, target, one.now, min_ready, deadline, &mut g.due)
         } else {
             old_slot(&reports, online)
         };
@@ -102,9 +112,7 @@ fn updated_slot(
     let on_it = |p: &Seen| p.spec == target.0 || p.spec == 0;
     let failure = reports.iter().flatten().find_map(|p| failure_of(p, on_it(p)));
     let all_running = online
-        && reports.iter().all(|p| {
-            p.is_some_and(|p| p.state == ReplicaState::Running && on_it(p) && !is_blocked(p))
-        });
+        && reports.iter().all(|p| p.is_some_and(|p| p.state == ReplicaState::Running && on_it(p) && !is_blocked(p)));
     let restarts: u32 = reports.iter().flatten().map(|p| p.restarts).sum();
     if !all_running {
         step.ready_since_ms = 0;

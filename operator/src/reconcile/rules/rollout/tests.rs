@@ -155,7 +155,8 @@ proptest! {
         slots[at].failure = Some("crashloop".into());
         let desired: u32 = slots.iter().map(|s| s.replicas).sum();
         let d = run(&slots, desired, budget);
-        prop_assert!(matches!(d, Decision::Halt { slot, .. } if slot <= at));
+        let halted = matches!(d, Decision::Halt { slot, .. } if slot <= at);
+        prop_assert!(halted, "{:?}", d);
     }
 
     /// A template superseding the target makes every slot old again: the count restarts, and

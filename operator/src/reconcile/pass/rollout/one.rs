@@ -1,0 +1,218 @@
+//! One agent's share of the rollout phase: a template change from the CP, the step rule's
+//! decision applied (steps, the halt or revert, the end), and the events that say so.
+
+use super::rolled::Rolled;
+use super::slots::{self, Sources};
+use crate::model::{find_agent, Agent, Id, SpecId, Template};
+use crate::reconcile::pass::memo::Memo;
+use crate::reconcile::pass::place::Placed;
+use crate::reconcile::pass::snapshot::Snapshot;
+use crate::reconcile::rules::rollout::{self as rule, Decision};
+use crate::reconcile::work::Ctx;
+use crate::store::events::{Event, Kind};
+use crate::store::{NodeStep, Rollout, State};
+use fleet_api::rollout::{FailedReplica, OnFailure, RolloutState};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// One agent's share of the phase.
+pub struct One<'a> {
+    pub ctx: &'a Ctx,
+    pub memo: &'a Memo,
+    pub snap: &'a Snapshot,
+    pub placed: &'a Placed,
+    pub a: &'a Agent,
+    pub events: Vec<Event>,
+    pub out: &'a mut Rolled,
+    pub st: &'a State,
+}
+
+impl One<'_> {
+    pub fn event(&mut self, kind: Kind, message: String) {
+        tracing::info!(agent = %self.a.key, event = kind.as_str(), "{message}");
+        self.events.push(Event::new(kind, message).agent(&self.a.key));
+    }
+
+    /// A change of the template in the CP item starts a rollout (a change of `revision`
+    /// alone only renames the target's revision).
+    pub fn cp_change(&mut self, r: &mut Option<Rollout>) {
+        let Some(old) = self.snap.old_agents.as_ref().and_then(|l| find_agent(l, &self.a.key)) else { return };
+        let restart = r.as_ref().map_or(0, |r| r.target.restart);
+        let (was, now) = (Template::of(old, restart), Template::of(self.a, restart));
+        if !was.same(&now) {
+            let image = now.executor.image.clone().unwrap_or_else(|| "the kind's image".into());
+            self.start(r, was, now);
+            self.event(
+                Kind::RolloutStarted,
+                format!("the CP changed the template (image {image}, revision {})", self.a.revision),
+            );
+        } else if let Some(r) = r.as_mut().filter(|r| r.target.same(&now) && r.target.revision != now.revision) {
+            Arc::make_mut(&mut r.target).revision = now.revision;
+        }
+    }
+
+    /// Makes `to` the target: a new rollout from `from` (the template the replicas run), or
+    /// one superseding the rollout under way.
+    pub fn start(&mut self, r: &mut Option<Rollout>, from: Template, to: Template) {
+        let now = self.snap.now;
+        let (policy, policy_error) = rule::policy(self.a.rollout(), &self.ctx.cfg.rollout);
+        if let Some(e) = &policy_error {
+            tracing::warn!(agent = %self.a.key, problem = %e, "invalid rollout policy");
+        }
+        let to = Arc::new(to);
+        match r {
+            Some(x) if x.state != RolloutState::Complete => {
+                let old = std::mem::replace(&mut x.target, to);
+                let known = x.previous.iter().chain(x.older.iter()).any(|t| t.same(&old));
+                if !known && x.nodes.iter().any(|s| s.on == old.id()) {
+                    x.older.push(old);
+                }
+            }
+            Some(x) => {
+                let old = std::mem::replace(&mut x.target, to);
+                x.nodes = self.seed(old.id());
+                x.previous = Some(old);
+                x.older.clear();
+            }
+            None => {
+                let from = Arc::new(from);
+                *r = Some(Rollout {
+                    agent: self.a.key.clone(),
+                    state: RolloutState::Progressing,
+                    target: to,
+                    nodes: self.seed(from.id()),
+                    previous: Some(from),
+                    older: Vec::new(),
+                    paused: false,
+                    policy: policy.clone(),
+                    policy_error: None,
+                    failed: Vec::new(),
+                    counts: Default::default(),
+                    started_ms: now,
+                    changed_ms: now,
+                    message: None,
+                });
+            }
+        }
+        let x = r.as_mut().expect("set above");
+        x.state = RolloutState::Progressing;
+        x.policy = policy;
+        x.policy_error = policy_error;
+        x.failed.clear();
+        x.started_ms = now;
+        x.changed_ms = now;
+        x.message = None;
+    }
+
+    /// Every node the agent is bound to, on template `on`.
+    fn seed(&self, on: SpecId) -> Vec<NodeStep> {
+        let nodes: BTreeSet<&Id> = self.placed.outcome.bindings.of_agent(&self.a.key).map(|(_, n)| n).collect();
+        nodes
+            .into_iter()
+            .map(|n| NodeStep { node: n.clone(), on, stepped_ms: 0, ready_since_ms: 0, restarts: 0 })
+            .collect()
+    }
+
+    /// One look at a rollout that is not complete: its slots, the step rule, and what it
+    /// decided applied.
+    pub fn evaluate(&mut self, r: &mut Rollout) {
+        if r.state == RolloutState::Complete {
+            return;
+        }
+        let now = self.snap.now;
+        let sources = Sources { a: self.a, memo: self.memo, st: self.st, outcome: &self.placed.outcome, now };
+        let gathered = slots::gather(&sources, r);
+        let desired = self.a.desired_replicas();
+        let budget = r.policy.max_unavailable.budget(desired);
+        let input = rule::Input {
+            slots: &gathered.slots,
+            desired,
+            budget,
+            canary: r.policy.canary,
+            stepping: r.state == RolloutState::Progressing && !r.paused,
+        };
+        let decision = rule::decide(&input);
+        let target = r.target.id();
+        match decision {
+            Decision::Halt { slot, reason } if matches!(r.state, RolloutState::Progressing) => {
+                let (node, replica) = gathered.who[slot].clone();
+                self.halt(r, node, replica, reason);
+            }
+            Decision::Complete => {
+                r.state = RolloutState::Complete;
+                r.nodes.clear();
+                r.older.clear();
+                r.failed.clear();
+                r.changed_ms = now;
+                let image = r.target.executor.image.clone().unwrap_or_default();
+                self.event(
+                    Kind::RolloutCompleted,
+                    format!("every replica runs template {target} ({image}) and is ready"),
+                );
+            }
+            Decision::Step(steps) => {
+                for i in steps {
+                    let (node, _) = gathered.who[i].clone();
+                    self.step(r, &node, target);
+                }
+                r.changed_ms = now;
+            }
+            _ => {}
+        }
+        let updated = match r.state {
+            RolloutState::Complete => gathered.slots.iter().map(|s| s.replicas).sum(),
+            _ => r.nodes.iter().filter(|s| s.on == target).map(|s| gathered.replicas_on(&s.node)).sum(),
+        };
+        let ready: u32 = gathered.slots.iter().map(|s| s.ready).sum();
+        r.counts = crate::store::records::rollout::Counts {
+            desired,
+            updated,
+            ready,
+            unavailable: desired.saturating_sub(ready),
+            budget,
+        };
+        if let Some(due) = gathered.due {
+            self.out.due(due);
+        }
+    }
+
+    fn step(&mut self, r: &mut Rollout, node: &Id, target: SpecId) {
+        let now = self.snap.now;
+        if let Ok(i) = r.nodes.binary_search_by(|s| s.node.cmp(node)) {
+            r.nodes[i] = NodeStep { node: node.clone(), on: target, stepped_ms: now, ready_since_ms: 0, restarts: 0 };
+        }
+        self.out.nodes.insert(node.clone());
+        let reps: Vec<u32> =
+            self.placed.outcome.bindings.of_agent(&self.a.key).filter(|(_, n)| *n == node).map(|(r, _)| r).collect();
+        let name = self.memo.name_id(node);
+        let msg = format!("node {name}: replicas {reps:?} get template {target}");
+        tracing::info!(agent = %self.a.key, event = "rollout_step", "{msg}");
+        self.events.push(Event::new(Kind::RolloutStep, msg).agent(&self.a.key).node(node, &name));
+    }
+
+    /// The first failure: no further step; with `onFailure: revert` the updated replicas get
+    /// the previous template back.
+    fn halt(&mut self, r: &mut Rollout, node: Id, replica: u32, reason: String) {
+        let now = self.snap.now;
+        let name = self.memo.name_id(&node);
+        r.failed = vec![FailedReplica { replica, node: node.to_string(), reason: reason.clone() }];
+        r.changed_ms = now;
+        let target = r.target.id();
+        let revert = r.policy.on_failure == OnFailure::Revert && r.previous.is_some();
+        let what = format!("replica {replica} on node {name} failed: {reason}");
+        if revert {
+            let back = r.previous.as_ref().expect("checked").id();
+            for s in r.nodes.iter_mut().filter(|s| s.on == target) {
+                *s = NodeStep { node: s.node.clone(), on: back, stepped_ms: now, ready_since_ms: 0, restarts: 0 };
+                self.out.nodes.insert(s.node.clone());
+            }
+            r.state = RolloutState::Reverted;
+            r.message = Some(format!("{what}; the updated replicas got template {back} back"));
+            self.event(Kind::RolloutReverted, r.message.clone().unwrap_or_default());
+        } else {
+            r.state = RolloutState::Halted;
+            r.message = Some(format!("{what}; no further replica gets template {target}"));
+            self.event(Kind::RolloutHalted, r.message.clone().unwrap_or_default());
+        }
+    }
+}
