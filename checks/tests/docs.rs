@@ -492,7 +492,9 @@ fn reference_names_every_subcommand_and_flag() {
         assert!(!flags.is_empty(), "{program}: the scan of {dir} found no flags");
         let part = section(&doc, title);
         for s in &subcommands {
-            if !has_word(part, &format!("{program} {s}")) {
+            // A nested subcommand is named after its parent (`fleetctl rollout pause`).
+            let nested = subcommands.iter().any(|p| has_word(part, &format!("{program} {p} {s}")));
+            if !has_word(part, &format!("{program} {s}")) && !nested {
                 problems.push(format!("{program} {s}"));
             }
         }

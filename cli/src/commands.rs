@@ -17,7 +17,7 @@ fn now() -> time::OffsetDateTime {
     time::OffsetDateTime::now_utc()
 }
 
-fn print_json<T: Serialize>(v: &T) {
+pub fn print_json<T: Serialize>(v: &T) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
 
@@ -42,7 +42,7 @@ async fn all<T: DeserializeOwned>(c: &Client, path: &str) -> Result<Vec<T>> {
 
 /// Percent-encodes a path segment or query value (node names and agent keys are plain, but
 /// what an admin types may not be).
-fn enc(s: &str) -> String {
+pub fn enc(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),

@@ -6,6 +6,7 @@ mod access;
 mod clean;
 mod client;
 mod commands;
+mod rollout;
 mod table;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -16,7 +17,7 @@ use std::time::Duration;
 #[command(
     name = "fleetctl",
     version,
-    about = "Look at and operate a Fleet: nodes, placements, why an agent waits, events, cordon, drain, delete, what a node may claim, join keys",
+    about = "Look at and operate a Fleet: nodes, placements, why an agent waits, events, cordon, drain, delete, what a node may claim, rollouts, join keys",
     after_help = "Start a dev fleet with `fleet-controller dev`: it prints the FLEET_URL and FLEET_TOKEN to use."
 )]
 struct Cli {
@@ -115,6 +116,13 @@ enum Command {
         #[arg(short, long)]
         yes: bool,
     },
+    /// An agent's rollout: its status, or an order (pause, resume, undo, restart).
+    Rollout {
+        #[command(subcommand)]
+        command: RolloutCommand,
+    },
+    /// Every rollout not complete: progressing, paused, halted or reverted.
+    Rollouts,
     /// Issue a one-time join key for a new node.
     JoinKey {
         /// Validity in seconds (60…604800, default 3600).
@@ -131,6 +139,28 @@ enum Command {
         #[arg(long = "allow-kind", value_name = "KIND")]
         allow_kind: Vec<String>,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum RolloutCommand {
+    /// The rollout's state and progress; exits 1 when it halted or reverted.
+    Status {
+        agent: String,
+        /// Show a progress line until the rollout completes (exit 0) or halts (exit 1).
+        #[arg(short, long)]
+        watch: bool,
+        /// With --watch: give up after this many seconds.
+        #[arg(long, default_value_t = 1800)]
+        timeout: u64,
+    },
+    /// Take no further step; the steps taken stay.
+    Pause { agent: String },
+    /// Undo a pause, or retry a halted or reverted rollout from where it stopped.
+    Resume { agent: String },
+    /// Make the previous template the target again, as a new rollout.
+    Undo { agent: String },
+    /// Recreate every replica, in steps, with nothing else changed.
+    Restart { agent: String },
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -171,6 +201,16 @@ async fn main() {
             commands::drain(&c, out, node, o).await
         }
         Command::Delete { node, yes } => commands::delete(&c, node, *yes).await,
+        Command::Rollout { command } => match command {
+            RolloutCommand::Status { agent, watch, timeout } => {
+                rollout::status(&c, out, agent, *watch, Duration::from_secs(*timeout)).await
+            }
+            RolloutCommand::Pause { agent } => rollout::action(&c, out, agent, "pause").await,
+            RolloutCommand::Resume { agent } => rollout::action(&c, out, agent, "resume").await,
+            RolloutCommand::Undo { agent } => rollout::action(&c, out, agent, "undo").await,
+            RolloutCommand::Restart { agent } => rollout::action(&c, out, agent, "restart").await,
+        },
+        Command::Rollouts => rollout::list(&c, out).await,
         Command::JoinKey { ttl, note, allow_label, allow_kind } => {
             commands::join_key(&c, out, *ttl, note.as_deref(), allow_label, allow_kind).await
         }

@@ -219,3 +219,76 @@ async fn join_key_allowances_limit_what_the_node_may_claim() {
     let e = ctl.fails(Some(&ctl.token), &["join-key", "--allow-label", "Zone=*"]);
     assert!(e.contains("allowedLabels[0]") && e.contains("invalid_request"), "{e}");
 }
+
+/// docs/reference.md#fleetctl, rollouts: `rollout status --watch` follows a rollout to its end
+/// (exit 0) or to its halt (exit 1, saying what to do); `rollouts` lists the halted one; `undo`,
+/// `pause` and `resume` answer with the view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_status_watch_follows_a_rollout_and_fails_on_a_halt() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fleet, ctl) = dev_fleet(dir.path()).await;
+    let key2 = ctl.ok(&["join-key"]);
+    let _a = following_node(&ctl.url, &fleet.join_key, "node-a", 2).await;
+    let _b = following_node(&ctl.url, key2.trim(), "node-b", 2).await;
+    let set = |image: &str| {
+        let image = image.to_string();
+        fleet.devkit.edit_agent("reviewer", move |a| {
+            a["executor"]["image"] = serde_json::json!(image);
+            a["placement"]["rollout"] = serde_json::json!({"maxUnavailable": 1, "minReadySeconds": 1});
+            a["revision"] = serde_json::json!(a["revision"].as_u64().unwrap_or(1) + 1);
+        })
+    };
+    assert!(set("fleet-agent:1"));
+    let c = &ctl;
+    eventually("reviewer placed on fleet-agent:1", || {
+        c.ok(&["rollout", "status", "reviewer"]).contains("complete 2/2 updated, 2/2 ready")
+            && c.ok(&["rollout", "status", "reviewer"]).contains("fleet-agent:1")
+    })
+    .await;
+
+    assert!(set("fleet-agent:2"));
+    // The controller reads the CP's list every few seconds: the watch follows the rollout once
+    // the new template is its target.
+    let target = |image: &'static str| {
+        move || text(&c.run(&["rollout", "status", "reviewer", "-o", "json"]).stdout).contains(image)
+    };
+    eventually("the new target", target("fleet-agent:2")).await;
+    let watch = ctl.run(&["rollout", "status", "reviewer", "--watch", "--timeout", "60"]);
+    let (out, err) = (text(&watch.stdout), text(&watch.stderr));
+    assert!(watch.status.success(), "{out}{err}");
+    assert!(out.starts_with("reviewer: complete 2/2 updated, 2/2 ready") && out.contains("fleet-agent:2"), "{out}");
+    assert!(out.contains("previous: ") && out.contains("(fleet-agent:1)"), "{out}");
+    assert!(err.lines().any(|l| l.starts_with("reviewer: ")), "a progress line: {err}");
+    assert_eq!(ctl.ok(&["rollouts"]), "no rollout in progress\n");
+
+    assert!(set("fleet-agent:bad"));
+    eventually("the bad target", target("fleet-agent:bad")).await;
+    let watch = ctl.run(&["rollout", "status", "reviewer", "--watch", "--timeout", "60"]);
+    let (out, err) = (text(&watch.stdout), text(&watch.stderr));
+    assert_eq!(watch.status.code(), Some(1), "{out}{err}");
+    assert!(out.starts_with("reviewer: halted 1/2 updated"), "{out}");
+    assert!(out.contains("failed: crashloop (exited with code 1)"), "{out}");
+    assert!(
+        err.contains("the rollout of reviewer is halted") && err.contains("fleetctl rollout undo reviewer"),
+        "{err}"
+    );
+    let list = ctl.ok(&["rollouts"]);
+    assert!(
+        list.starts_with("AGENT")
+            && list.lines().nth(1).is_some_and(|l| l.starts_with("reviewer") && l.contains("halted")),
+        "{list}"
+    );
+    let j: Value = serde_json::from_str(&ctl.ok(&["rollouts", "-o", "json"])).unwrap();
+    assert_eq!(j["items"][0]["state"], "halted");
+
+    let undo = ctl.ok(&["rollout", "undo", "reviewer"]);
+    assert!(undo.starts_with("rollout of reviewer: undo applied\nreviewer: "), "{undo}");
+    let watch = ctl.run(&["rollout", "status", "reviewer", "--watch", "--timeout", "60"]);
+    assert!(watch.status.success(), "{}{}", text(&watch.stdout), text(&watch.stderr));
+    assert!(text(&watch.stdout).contains("fleet-agent:2"), "{}", text(&watch.stdout));
+    let paused = ctl.ok(&["rollout", "pause", "reviewer"]);
+    assert!(paused.contains("pause applied"), "{paused}");
+    assert!(ctl.ok(&["rollout", "resume", "reviewer"]).contains("resume applied"));
+    let e = ctl.fails(Some(&ctl.token), &["rollout", "undo", "coder"]);
+    assert!(e.contains("no previous template") && e.contains("no_previous_template"), "{e}");
+}

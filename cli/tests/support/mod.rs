@@ -111,3 +111,49 @@ pub async fn dev_fleet(dir: &std::path::Path) -> (DevFleet, Ctl) {
     let ctl = Ctl { url: format!("http://{}", fleet.controller.addr), token: fleet.admin_token.clone() };
     (fleet, ctl)
 }
+
+/// A node joined over HTTP that follows its desired state as fleet-node would: every replica
+/// it is given reports `running` on the template it was sent, or `crashloop` when the image's
+/// tag is `bad`. Reports every 300 ms.
+pub async fn following_node(url: &str, key: &str, name: &str, slots: u32) -> tokio::task::JoinHandle<()> {
+    let http = reqwest::Client::new();
+    let (_, pk) = fleet_api::seal::generate_keypair();
+    let announce = json!({"labels": [], "executorKinds": ["claude-code"], "capacity": {"slots": slots}, "secrets": [],
+                          "executorImages": {"claude-code": ["fleet-agent:*"]}});
+    let mut body = announce.clone();
+    body["joinKey"] = json!(key);
+    body["name"] = json!(name);
+    body["publicKey"] = json!(base64::engine::general_purpose::STANDARD.encode(pk));
+    body["version"] = json!("0.1.0");
+    let r = http.post(format!("{url}/api/v1/nodes:join")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    let token = r.json::<Value>().await.unwrap()["nodeToken"].as_str().unwrap().to_string();
+    let url = url.to_string();
+    tokio::spawn(async move {
+        for seq in 1.. {
+            let desired: Value =
+                match http.get(format!("{url}/api/v1/nodes/me/desired")).bearer_auth(&token).send().await {
+                    Ok(r) => r.json().await.unwrap_or(Value::Null),
+                    Err(_) => Value::Null,
+                };
+            let mut replicas = Vec::new();
+            for a in desired["agents"].as_array().into_iter().flatten() {
+                let bad = a["executor"]["image"].as_str().is_some_and(|i| i.ends_with(":bad"));
+                for r in a["replicaIndexes"].as_array().into_iter().flatten() {
+                    replicas.push(json!({"agentKey": a["agentKey"], "replica": r, "revision": a["revision"],
+                        "state": if bad { "crashloop" } else { "running" }, "restarts": 0, "specId": a["specId"],
+                        "message": if bad { json!("exited with code 1") } else { Value::Null }}));
+                }
+            }
+            let mut report = announce.clone();
+            report["appliedGeneration"] = desired["generation"].as_u64().map_or(json!(0), |g| json!(g));
+            report["health"] = json!("ok");
+            report["replicas"] = json!(replicas);
+            report["version"] = json!("0.1.0");
+            report["bootId"] = json!("b");
+            report["seq"] = json!(seq);
+            let _ = http.put(format!("{url}/api/v1/nodes/me/observed")).bearer_auth(&token).json(&report).send().await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+}
