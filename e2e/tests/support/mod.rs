@@ -277,6 +277,11 @@ impl Fleet {
     /// A node directory with node.yaml; not started.
     /// `short` becomes the fleet-unique node name `<prefix>-<short>`.
     pub async fn node(&self, short: &str, extra: &str) -> NodeDir {
+        self.node_sized(short, 4, extra).await
+    }
+
+    /// [`Fleet::node`] with `slots` slots.
+    pub async fn node_sized(&self, short: &str, slots: u32, extra: &str) -> NodeDir {
         let name = format!("{}-{short}", self.prefix);
         let name = name.as_str();
         let root = self.dir.path().join(short);
@@ -284,7 +289,7 @@ impl Fleet {
         let key = self.join_key().await;
         std::fs::write(root.join("join-key"), &key).unwrap();
         let yaml = format!(
-            "controllerUrl: {url}\nname: {name}\ncapacity: {{slots: 4}}\n\
+            "controllerUrl: {url}\nname: {name}\ncapacity: {{slots: {slots}}}\n\
              executors:\n  k: {{image: \"{img}\", dataPath: /data, images: [\"fleet-test-agent:*\"]}}\n\
              stateDir: {root}/state\nsecretsDir: {root}/secrets\njoinKeyFile: {root}/join-key\n\
              observeSeconds: 5\ncontainerPrefix: {name}\n{ca}{extra}",

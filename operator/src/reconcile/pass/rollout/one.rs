@@ -132,6 +132,7 @@ impl One<'_> {
             stepping: r.state == RolloutState::Progressing && !r.paused,
         };
         let decision = rule::decide(&input);
+        tracing::debug!(agent = %self.a.key, slots = ?gathered.slots, ?decision, "rollout step rule");
         let target = r.target.id();
         match decision {
             Decision::Halt { slot, reason } if matches!(r.state, RolloutState::Progressing) => {
