@@ -40,11 +40,11 @@ impl One<'_> {
         let restart = r.as_ref().map_or(0, |r| r.target.restart);
         let (was, now) = (Template::of(old, restart), Template::of(self.a, restart));
         if !was.same(&now) {
-            let image = now.executor.image.clone().unwrap_or_else(|| "the kind's image".into());
+            let image = now.executor.image.clone().map_or_else(|| "the kind's image".into(), |i| format!("image {i}"));
             self.start(r, was, now);
             self.event(
                 Kind::RolloutStarted,
-                format!("the CP changed the template (image {image}, revision {})", self.a.revision),
+                format!("the CP changed the template ({image}, revision {})", self.a.revision),
             );
         } else if let Some(r) = r.as_mut().filter(|r| r.target.same(&now) && r.target.revision != now.revision) {
             Arc::make_mut(&mut r.target).revision = now.revision;
@@ -132,6 +132,7 @@ impl One<'_> {
             stepping: r.state == RolloutState::Progressing && !r.paused,
         };
         let decision = rule::decide(&input);
+        let mut recreated = 0;
         tracing::debug!(agent = %self.a.key, slots = ?gathered.slots, ?decision, "rollout step rule");
         let target = r.target.id();
         match decision {
@@ -145,7 +146,7 @@ impl One<'_> {
                 r.older.clear();
                 r.failed.clear();
                 r.changed_ms = now;
-                let image = r.target.executor.image.clone().unwrap_or_default();
+                let image = r.target.executor.image.clone().unwrap_or_else(|| "the kind's image".into());
                 self.event(
                     Kind::RolloutCompleted,
                     format!("every replica runs template {target} ({image}) and is ready"),
@@ -155,6 +156,8 @@ impl One<'_> {
                 for i in steps {
                     let (node, _) = gathered.who[i].clone();
                     self.step(r, &node, target);
+                    // Being recreated now: not ready, whatever the last report said.
+                    recreated += gathered.slots[i].ready;
                 }
                 r.changed_ms = now;
             }
@@ -164,7 +167,7 @@ impl One<'_> {
             RolloutState::Complete => gathered.slots.iter().map(|s| s.replicas).sum(),
             _ => r.nodes.iter().filter(|s| s.on == target).map(|s| gathered.replicas_on(&s.node)).sum(),
         };
-        let ready: u32 = gathered.slots.iter().map(|s| s.ready).sum();
+        let ready: u32 = gathered.slots.iter().map(|s| s.ready).sum::<u32>() - recreated;
         r.counts = crate::store::records::rollout::Counts {
             desired,
             updated,
