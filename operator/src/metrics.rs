@@ -37,6 +37,11 @@ pub struct OutcomeLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub state: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EventLabels {
     pub event: &'static str,
 }
@@ -73,6 +78,9 @@ pub struct Metrics {
     pub node_requests: Family<RouteLabels, Counter>,
     pub platform_calls: Family<CallLabels, Counter>,
     pub pats: Family<EventLabels, Counter>,
+    /// Rollouts by state (docs/behaviour.md#rolling-out-a-change); complete ones are not held.
+    pub rollouts: Family<StateLabels, Gauge>,
+    pub rollout_replicas_updated: Counter,
     pub queue_depth: Gauge,
     pub work_retries: Counter,
     pub work_seconds: Family<WorkLabels, Histogram>,
@@ -112,6 +120,8 @@ impl Default for Metrics {
             node_requests: Family::default(),
             platform_calls: Family::default(),
             pats: Family::default(),
+            rollouts: Family::default(),
+            rollout_replicas_updated: Counter::default(),
             queue_depth: Gauge::default(),
             work_retries: Counter::default(),
             work_seconds: Family::new_with_constructor(work_histogram),
@@ -146,6 +156,12 @@ impl Default for Metrics {
         );
         registry.register("platform_calls", "CP and IAM calls by service, call and outcome", m.platform_calls.clone());
         registry.register("pats", "PATs issued, rotated, revoked and failed", m.pats.clone());
+        registry.register("rollouts", "Rollouts not complete, by state", m.rollouts.clone());
+        registry.register(
+            "rollout_replicas_updated",
+            "Replicas handed a new template by a rollout step",
+            m.rollout_replicas_updated.clone(),
+        );
         registry.register("work_queue_depth", "Work items waiting", m.queue_depth.clone());
         registry.register("work_retries", "Work items retried after a failure", m.work_retries.clone());
         registry.register("work_duration_seconds", "Duration of a work item by kind", m.work_seconds.clone());

@@ -261,6 +261,9 @@ async fn a_crashing_image_halts_at_the_first_replica_and_undo_or_revert_brings_i
     assert_eq!(f.images(), vec!["agent:1", "agent:1", "agent:1", "agent:bad"]);
     let (s, list) = f.admin.get("/api/v1/rollouts").await;
     assert_eq!((s.as_u16(), list["items"][0]["state"].as_str()), (200, Some("halted")), "{list}");
+    let m = reqwest::get(format!("http://{}/metrics", running.metrics_addr)).await.unwrap().text().await.unwrap();
+    assert!(m.contains("fleet_rollouts{state=\"halted\"} 1"), "{m}");
+    assert!(m.contains("fleet_rollout_replicas_updated_total 1"), "{m}");
 
     let (s, v) = f.admin.post("/api/v1/agents/coder/rollout:undo", json!({})).await;
     assert_eq!(s, 200, "{v}");

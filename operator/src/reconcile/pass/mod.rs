@@ -134,8 +134,12 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     decide::items(memo, &snap, &placed, &mut plan);
     let rows = std::mem::take(&mut plan.rows);
     let (desired, hashes) = (std::mem::take(&mut plan.desired), std::mem::take(&mut plan.desired_hashes));
+    let rollouts_changed = !rolled.changed.is_empty() || snap.full;
     let rollouts = rolled.changed.into_iter().collect();
     ctx.store.commit_pass(&rows, desired, hashes, rollouts).await?;
+    if rollouts_changed {
+        count_rollouts(ctx);
+    }
     phases.mark("persist");
     let drained = publish(ctx, memo, &snap, placed, plan);
     count_nodes(ctx, memo, &snap);
@@ -207,6 +211,25 @@ fn queue_work(ctx: &Ctx, work: Vec<WorkKey>) {
     }
     pats.sort_unstable();
     ctx.work.rotations.want_now(pats.into_iter().map(|(node, agent)| WorkKey::Pat(agent, node)));
+}
+
+/// The rollouts gauge, from the rollouts held (those not complete, and a few complete ones
+/// that hold a restart stamp or an undone target).
+fn count_rollouts(ctx: &Ctx) {
+    use fleet_api::rollout::RolloutState as S;
+    let mut counts = [0i64; 4];
+    for r in ctx.store.read().rollouts() {
+        match (r.state, r.paused) {
+            (S::Progressing, true) => counts[1] += 1,
+            (S::Progressing, false) => counts[0] += 1,
+            (S::Halted, _) => counts[2] += 1,
+            (S::Reverted, _) => counts[3] += 1,
+            (S::Complete | S::Paused, _) => {}
+        }
+    }
+    for (state, n) in ["progressing", "paused", "halted", "reverted"].into_iter().zip(counts) {
+        ctx.metrics.rollouts.get_or_create(&crate::metrics::StateLabels { state }).set(n);
+    }
 }
 
 /// Moves the nodes this pass looked at to their current (status, health) in the nodes gauge.

@@ -188,6 +188,7 @@ impl One<'_> {
         self.out.nodes.insert(node.clone());
         let reps: Vec<u32> =
             self.placed.outcome.bindings.of_agent(&self.a.key).filter(|(_, n)| *n == node).map(|(r, _)| r).collect();
+        self.ctx.metrics.rollout_replicas_updated.inc_by(reps.len() as u64);
         let name = self.memo.name_id(node);
         let msg = format!("node {name}: replicas {reps:?} get template {target}");
         tracing::info!(agent = %self.a.key, event = "rollout_step", "{msg}");
