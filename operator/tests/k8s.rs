@@ -70,7 +70,7 @@ fn crds_declare_names_scope_status_and_printer_columns() {
         assert_eq!(v["subresources"]["status"], json!({}));
     }
     assert_eq!(cols(&docs[0]), ["Status", "Health", "Scheduling", "Slots", "Version", "Last Seen", "Age"]);
-    assert_eq!(cols(&docs[1]), ["Agent", "Node", "Replicas", "Status", "Reason", "Age"]);
+    assert_eq!(cols(&docs[1]), ["Agent", "Node", "Replicas", "Status", "Reason", "Rollout", "Age"]);
 }
 
 #[derive(Default)]

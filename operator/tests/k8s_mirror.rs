@@ -139,7 +139,7 @@ fn pending(agent: &str, replicas: u32, reason: &str) -> PlacementView {
 }
 
 fn wanted(nodes: Vec<NodeView>, views: Vec<PlacementView>) -> Wanted {
-    desired::wanted_from(&nodes, || views.iter().cloned())
+    desired::wanted_from(&nodes, || views.iter().cloned(), &Default::default())
 }
 
 const T0: &str = "2026-11-30T10:00:00.000Z";
@@ -417,4 +417,28 @@ fn names_follow_the_spec() {
     assert!(names[0].starts_with("node-") && names[1] == "ok.host", "{names:?}");
     let p: Vec<_> = w.placements.iter().map(|n| n.name.as_str()).collect();
     assert_eq!(p, ["coder.ok.host", "old.stopped"]);
+}
+
+/// docs/behaviour.md#kubernetes-mirror: a FleetPlacement carries its agent's rollout while it is
+/// not complete (the `Rollout` printer column), and a change of it is a status write.
+#[tokio::test]
+async fn a_placement_shows_its_agents_rollout_while_it_is_not_complete() {
+    let (mut m, server) = mirror();
+    let nodes = vec![node("n-1", "gpu-1", 4, T0)];
+    let views = vec![placed("coder", "n-1", 2), placed("reviewer", "n-1", 1)];
+    let rollouts: rustc_hash::FxHashMap<String, &'static str> = [("coder".to_string(), "halted")].into_iter().collect();
+    let w = desired::wanted_from(&nodes, || views.iter().cloned(), &rollouts);
+    m.sync(&w).await;
+    let calls = take(&server);
+    let status = |name: &str| {
+        calls
+            .iter()
+            .find(|c| c.short() == format!("PATCH fleetplacements/{name}/status"))
+            .map(|c| c.body["status"].clone())
+    };
+    assert_eq!(status("coder.gpu-1").unwrap()["rollout"], "halted");
+    assert!(status("reviewer.gpu-1").unwrap().get("rollout").is_none());
+    let w = desired::wanted_from(&nodes, || views.iter().cloned(), &Default::default());
+    m.sync(&w).await;
+    assert_eq!(shorts(&take(&server)), ["PATCH fleetplacements/coder.gpu-1/status"], "the rollout ended");
 }

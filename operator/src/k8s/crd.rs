@@ -125,6 +125,12 @@ pub struct MirrorCapacity {
         json_path = ".status.reason",
         description = "why replicas wait (the reason codes of docs/behaviour.md#placement)"
     ),
+    printcolumn(
+        name = "Rollout",
+        type_ = "string",
+        json_path = ".status.rollout",
+        description = "the agent's rollout when not complete: progressing, paused, halted or reverted"
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -148,6 +154,10 @@ pub struct FleetPlacementStatus {
     pub status: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The agent's rollout when one is not complete: `progressing`, `paused`, `halted` or
+    /// `reverted` (docs/behaviour.md#rolling-out-a-change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<String>,
 }
 
 /// The CRD YAML for both resources, as `fleet-controller crds` prints it and `crds/` holds it.

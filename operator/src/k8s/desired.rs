@@ -68,23 +68,34 @@ pub fn canonical<T: serde::de::DeserializeOwned + Serialize>(v: Option<&Value>) 
 pub struct Snapshot {
     pub nodes: Vec<NodeView>,
     pub views: Placements,
+    /// The state of each rollout not complete, by agent.
+    pub rollouts: FxHashMap<String, &'static str>,
 }
 
 pub fn snapshot(st: &State, now_ms: i64, offline_after: Duration) -> Snapshot {
     Snapshot {
         nodes: st.nodes().map(|n| st.node_view(n, now_ms, offline_after)).collect(),
         views: st.placements().clone(),
+        rollouts: st
+            .rollouts()
+            .map(|r| (r.agent.to_string(), r.view_state().as_str()))
+            .filter(|r| r.1 != "complete")
+            .collect(),
     }
 }
 
 pub fn wanted(snap: Snapshot) -> Wanted {
-    let Snapshot { nodes, views } = snap;
-    wanted_from(&nodes, || views.iter())
+    let Snapshot { nodes, views, rollouts } = snap;
+    wanted_from(&nodes, || views.iter(), &rollouts)
 }
 
 /// The mirrors of these nodes and placement items; `views` lists the items (it is walked
 /// twice, and the items are built as it reaches them).
-pub fn wanted_from<I: Iterator<Item = PlacementView>>(node_views: &[NodeView], views: impl Fn() -> I) -> Wanted {
+pub fn wanted_from<I: Iterator<Item = PlacementView>>(
+    node_views: &[NodeView],
+    views: impl Fn() -> I,
+    rollouts: &FxHashMap<String, &'static str>,
+) -> Wanted {
     let names: FxHashMap<&str, &str> = node_views.iter().map(|n| (n.id.as_str(), n.name.as_str())).collect();
     let mut placed: FxHashMap<String, u32> = FxHashMap::default();
     for v in views() {
@@ -133,6 +144,7 @@ pub fn wanted_from<I: Iterator<Item = PlacementView>>(node_views: &[NodeView], v
                 replicas: v.replicas,
                 status: status_word,
                 reason: v.reason.clone(),
+                rollout: rollouts.get(&v.agent_key).map(|s| s.to_string()),
             };
             want(
                 names::placement_object(&v.agent_key, &where_),

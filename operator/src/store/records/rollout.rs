@@ -102,6 +102,14 @@ impl Rollout {
         self.state != RolloutState::Complete || self.paused || !self.target.same(own)
     }
 
+    /// The state as shown: a progressing rollout an admin paused is `paused`.
+    pub fn view_state(&self) -> RolloutState {
+        match self.state {
+            RolloutState::Progressing if self.paused => RolloutState::Paused,
+            s => s,
+        }
+    }
+
     /// The view of `GET /api/v1/agents/{key}/rollout`; `nodes` names node ids.
     pub fn view(&self, node_name: impl Fn(&str) -> String) -> RolloutView {
         let t = |t: &Template| TemplateView {
@@ -109,10 +117,7 @@ impl Rollout {
             revision: t.revision,
             image: t.executor.image.clone(),
         };
-        let shown_state = match self.state {
-            RolloutState::Progressing if self.paused => RolloutState::Paused,
-            s => s,
-        };
+        let shown_state = self.view_state();
         let failed = self
             .failed
             .iter()
