@@ -162,3 +162,53 @@ async fn nodes_page_at_ten_thousand_nodes() {
 async fn join_once(url: String, key: String, name: String) {
     join(&reqwest::Client::new(), &url, &key, &name, 12).await;
 }
+
+/// docs/behaviour.md#web-view: the agent page shows the agent's rollout — state, progress
+/// against the budget, target and previous templates, the failed replica — and follows it
+/// without a reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_page_shows_its_rollout() {
+    let Some((driver, chromium)) = browser_paths() else {
+        let msg = "chromium and chromium-driver are not installed: apt-get install chromium chromium-driver";
+        assert!(std::env::var("FLEET_E2E").as_deref() != Ok("1"), "{msg}");
+        eprintln!("SKIPPED the browser test: {msg}");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (fleet, ctl) = dev_fleet(dir.path()).await;
+    let key2 = ctl.ok(&["join-key"]);
+    let _a = following_node(&ctl.url, &fleet.join_key, "node-a", 2).await;
+    let _b = following_node(&ctl.url, key2.trim(), "node-b", 2).await;
+    let set = |image: &str| {
+        let image = image.to_string();
+        fleet.devkit.edit_agent("reviewer", move |a| {
+            a["executor"]["image"] = json!(image);
+            a["placement"]["rollout"] = json!({"maxUnavailable": 1, "minReadySeconds": 1});
+            a["revision"] = json!(a["revision"].as_u64().unwrap_or(1) + 1);
+        })
+    };
+    assert!(set("fleet-agent:1"));
+    let c = &ctl;
+    eventually("reviewer complete on fleet-agent:1", || {
+        let s = text(&c.run(&["rollout", "status", "reviewer"]).stdout);
+        s.contains("complete 2/2 updated, 2/2 ready") && s.contains("fleet-agent:1")
+    })
+    .await;
+
+    let b = Browser::start(&driver, &chromium).await;
+    b.goto(&format!("{}/ui", ctl.url)).await;
+    b.wait_text("main", &["Admin token"], 20).await;
+    b.type_into("#token", &ctl.token).await;
+    b.click("#login-form button[type=submit]").await;
+    b.wait_text("main", &["Overview"], 20).await;
+    b.goto(&format!("{}/ui#/agents/reviewer", ctl.url)).await;
+    let page = b.wait_text("#rollout", &["Rollout", "complete", "2/2 updated", "fleet-agent:1"], 20).await;
+    assert!(page.contains("budget 1"), "{page}");
+
+    // A crashing image: the open page shows the halt and the failed replica at its refresh.
+    assert!(set("fleet-agent:bad"));
+    let page = b.wait_text("#rollout", &["halted", "fleet-agent:bad", "crashloop", "Previous"], 30).await;
+    assert!(page.contains("1/2 updated"), "{page}");
+    assert!(page.contains("fleet-agent:1"), "the previous template: {page}");
+    b.screenshot(&shots().join("agent-rollout.png")).await;
+}

@@ -148,9 +148,32 @@
     return table(caption, ['Seq', 'At', 'Kind', 'Agent', 'Node', 'Replica', 'Message'], rows, [0]);
   }
 
+  // The agent's rollout (docs/behaviour.md#rolling-out-a-change): state, progress against the
+  // budget, target and previous templates, the failed replica.
+  function rolloutPanel(r) {
+    const d = r.desiredReplicas || 0;
+    const pct = d ? Math.round((100 * r.updatedReplicas) / d) : 100;
+    const tpl = (t) => (t ? `${t.specId} (${t.image || "the kind's image"}, revision ${t.revision})` : '–');
+    const failed = (r.failed || []).map((f) => `replica ${f.replica} on ${f.node}: ${f.reason}`).join('; ');
+    return h('section', { id: 'rollout' },
+      h('h2', {}, 'Rollout'),
+      h('dl', { class: 'facts' },
+        h('dt', {}, 'State'), h('dd', { id: 'rollout-state' }, badge(r.state, rolloutTone[r.state] || 'muted')),
+        h('dt', {}, 'Progress'), h('dd', { id: 'rollout-progress' },
+          h('progress', { max: 100, value: pct }), ` ${r.updatedReplicas}/${d} updated, ${r.readyReplicas}/${d} ready, ` +
+          `${r.unavailableReplicas} unavailable (budget ${r.budget})`),
+        h('dt', {}, 'Target'), h('dd', { id: 'rollout-target' }, tpl(r.target)),
+        h('dt', {}, 'Previous'), h('dd', {}, tpl(r.previous)),
+        h('dt', {}, 'Failed'), h('dd', { id: 'rollout-failed' }, failed || '–'),
+        r.policyError ? [h('dt', {}, 'Policy'), h('dd', {}, r.policyError)] : null),
+      r.message ? h('p', { class: 'hint' }, r.message) : null);
+  }
+  const rolloutTone = { complete: 'ok', progressing: 'warn', paused: 'warn', halted: 'bad', reverted: 'bad' };
+
   async function agent(key) {
-    const [e, ev] = await Promise.all([get(`/api/v1/agents/${enc(key)}/placement?nodes=true`),
-      get('/api/v1/events?order=desc&limit=200&agent=' + enc(key))]);
+    const [e, ev, ro] = await Promise.all([get(`/api/v1/agents/${enc(key)}/placement?nodes=true`),
+      get('/api/v1/events?order=desc&limit=200&agent=' + enc(key)),
+      get(`/api/v1/agents/${enc(key)}/rollout`)]);
     const verdicts = (e.nodes || []).slice().sort((a, b) => Number(a.fits) - Number(b.fits));
     const shown = verdicts.slice(0, 200);
     return [h('h1', {}, 'Agent ' + e.agentKey),
@@ -160,6 +183,7 @@
         h('dt', {}, 'Revision'), h('dd', {}, e.revision),
         h('dt', {}, 'Replicas'), h('dd', {}, `${e.replicas.filter((r) => r.state === 'running').length}/${e.desiredReplicas} running`)),
       e.hint ? h('p', { class: 'hint', id: 'hint' }, h('strong', {}, 'What to do: '), e.hint) : null,
+      rolloutPanel(ro),
       table('Where each replica is', ['Replica', 'Node', 'State', 'Message'],
         e.replicas.map((r) => [r.replica, r.node ? link('#/nodes/' + enc(r.node), r.node) : '–', badge(r.state, tone(r.state)), dash(r.message)]), [0]),
       table('Placement filters, in order', ['Filter', 'Nodes before', 'Excluded', 'Detail'],
