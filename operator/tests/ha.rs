@@ -668,3 +668,112 @@ async fn takeover_time_over_ten_kills() {
     );
     assert!(a.2 < Duration::from_secs(60), "every takeover placed the waiting agent within a minute");
 }
+
+/// docs/behaviour.md#rolling-out-a-change on PostgreSQL: a rollout in progress survives a
+/// change of leader — orders taken by followers are applied by the leader; after the leader's
+/// `SIGKILL` the new one resumes where the rollout stood, holds the budget, and no node is
+/// stepped twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_survives_a_change_of_leader() {
+    use support::sim::SimNode;
+    let Some(pg) = fleet_devkit::postgres::shared_or_skip("the HA tests") else { return };
+    let db = pg.database().unwrap();
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let _logs = LogsOnFailure(dir.path().to_path_buf());
+    let mut replicas = Vec::new();
+    for name in ["r0", "r1", "r2"] {
+        replicas.push(Replica::spawn(&dk, dir.path(), &db, name).await);
+    }
+    let first = the_leader(&replicas.iter().collect::<Vec<_>>(), 20).await;
+    let followers: Vec<String> = replicas.iter().filter(|r| r.name != first).map(|r| r.proc.url.clone()).collect();
+    let token = dk.mint("fleet", &["fleet:admin"], 3600);
+    let (a1, a2) = (Admin::new(&followers[0], token.clone()), Admin::new(&followers[1], token.clone()));
+    let bad: Arc<parking_lot::Mutex<std::collections::HashSet<String>>> = Default::default();
+    let announce = json!({"executorKinds": ["k"], "executorImages": {"k": ["agent:*"]}, "capacity": {"slots": 1}});
+    let mut sims = Vec::new();
+    for i in 0..4 {
+        // Each node talks to one follower: the one that survives the leader's kill either way.
+        let url = &followers[i % 2];
+        let mut n = TestNode::new(url, &format!("n-{i}"), announce.clone());
+        n.join(&Admin::new(url, token.clone()).join_key().await).await;
+        sims.push(SimNode::start(n, bad.clone()));
+    }
+    let mut a = agent("coder", "k", 4);
+    a["executor"]["image"] = json!("agent:1");
+    a["placement"]["rollout"] = json!({"maxUnavailable": 1, "minReadySeconds": 2});
+    dk.put_agent(a);
+    let images = |sims: &[SimNode]| {
+        let mut v: Vec<String> = sims.iter().flat_map(SimNode::images).collect();
+        v.sort();
+        v
+    };
+    let view = |admin: &Admin| {
+        let admin = admin.clone();
+        async move {
+            let (s, v) = admin.get("/api/v1/agents/coder/rollout").await;
+            (s == 200).then_some(v)
+        }
+    };
+    eventually(60, "four replicas running agent:1, known to the leader", || async {
+        let v = view(&a1).await?;
+        (images(&sims) == vec!["agent:1"; 4] && v["readyReplicas"] == 4).then_some(())
+    })
+    .await;
+
+    dk.edit_agent("coder", |a| a["executor"]["image"] = json!("agent:2"));
+    eventually(60, "two replicas updated", || async {
+        let v = view(&a1).await?;
+        (v["target"]["image"] == "agent:2" && v["updatedReplicas"].as_u64() >= Some(2)).then_some(())
+    })
+    .await;
+    // An order taken by a follower, applied by the leader.
+    let (s, v) = a1.post("/api/v1/agents/coder/rollout:pause", json!({})).await;
+    assert_eq!((s.as_u16(), v["state"].as_str()), (200, Some("paused")), "{v}");
+    // The live view (a follower forwards reads to the leader), once no step is under way.
+    let updated = eventually(30, "the paused rollout's steps ready", || async {
+        let v = view(&a1).await?;
+        (v["state"] == "paused" && v["readyReplicas"] == 4).then(|| v["updatedReplicas"].as_u64()).flatten()
+    })
+    .await;
+    let leader = replicas.iter_mut().find(|r| r.name == first).unwrap();
+    leader.proc.kill9();
+    let rest: Vec<&Replica> = replicas.iter().filter(|r| r.name != first).collect();
+    let second = the_leader(&rest, 30).await;
+    assert_ne!(second, first);
+    let v = eventually(30, "the new leader's view of the rollout", || async {
+        view(&a2).await.filter(|v| v["state"] == "paused")
+    })
+    .await;
+    assert_eq!(v["updatedReplicas"].as_u64(), Some(updated), "the steps taken stand: {v}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(images(&sims).iter().filter(|i| *i == "agent:2").count() as u64, updated, "paused: no step");
+
+    let (s, v) = a2.post("/api/v1/agents/coder/rollout:resume", json!({})).await;
+    assert_eq!((s.as_u16(), v["state"].as_str()), (200, Some("progressing")), "{v}");
+    let until = std::time::Instant::now() + Duration::from_secs(90);
+    let mut worst = 0;
+    loop {
+        worst = worst.max(sims.iter().map(SimNode::down).sum::<usize>());
+        if view(&a2).await.is_some_and(|v| v["state"] == "complete" && v["target"]["image"] == "agent:2") {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "the rollout did not complete under the new leader");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(worst <= 1, "{worst} replicas down at once across the change of leader");
+    assert_eq!(images(&sims), vec!["agent:2"; 4]);
+    let stepped = eventually(15, "every step in the history", || async {
+        let (_, v) = a2.get("/api/v1/events?agent=coder").await;
+        let mut nodes: Vec<String> = v["items"]
+            .as_array()?
+            .iter()
+            .filter(|e| e["kind"] == "rollout_step")
+            .filter_map(|e| e["node"].as_str().map(str::to_string))
+            .collect();
+        nodes.sort();
+        (nodes.len() >= 4).then_some(nodes)
+    })
+    .await;
+    assert_eq!(stepped, ["n-0", "n-1", "n-2", "n-3"], "each node stepped once, across the change of leader");
+}

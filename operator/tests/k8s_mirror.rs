@@ -425,7 +425,7 @@ fn names_follow_the_spec() {
 async fn a_placement_shows_its_agents_rollout_while_it_is_not_complete() {
     let (mut m, server) = mirror();
     let nodes = vec![node("n-1", "gpu-1", 4, T0)];
-    let views = vec![placed("coder", "n-1", 2), placed("reviewer", "n-1", 1)];
+    let views = [placed("coder", "n-1", 2), placed("reviewer", "n-1", 1)];
     let rollouts: rustc_hash::FxHashMap<String, &'static str> = [("coder".to_string(), "halted")].into_iter().collect();
     let w = desired::wanted_from(&nodes, || views.iter().cloned(), &rollouts);
     m.sync(&w).await;

@@ -8,108 +8,11 @@ mod support;
 
 use parking_lot::Mutex;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
+use support::sim::SimNode;
 use support::*;
-
-/// What a simulated node runs: (agent, replica) → (specId, image, state, revision).
-type Running = Arc<Mutex<BTreeMap<(String, u32), (String, String, String, u64)>>>;
-
-/// A node that applies its desired states like fleet-node: a replica whose template changed is
-/// `starting` for `START` and then `running` (or `crashloop` when its image is bad).
-struct SimNode {
-    running: Running,
-    task: tokio::task::JoinHandle<()>,
-}
-
-const START: Duration = Duration::from_millis(300);
-
-impl SimNode {
-    fn start(node: TestNode, bad: Arc<Mutex<HashSet<String>>>) -> SimNode {
-        let running: Running = Default::default();
-        let r = running.clone();
-        let task = tokio::spawn(async move {
-            let mut generation = None;
-            let mut desired = Value::Null;
-            loop {
-                let (s, v) = node.desired(generation, 0).await;
-                if s == 200 && v["generation"].is_u64() {
-                    generation = v["generation"].as_u64();
-                    desired = v;
-                }
-                let bad_now = bad.lock().clone();
-                apply(&r, &desired, &bad_now).await;
-                let replicas: Vec<Value> = r
-                    .lock()
-                    .iter()
-                    .map(|((a, i), (spec, _, state, rev))| {
-                        json!({"agentKey": a, "replica": i, "state": state, "revision": rev, "restarts": 0,
-                               "specId": spec, "message": if state == "crashloop" { json!("exited with code 1") } else { Value::Null }})
-                    })
-                    .collect();
-                let mut body = node.report_body(&[]);
-                body["replicas"] = json!(replicas);
-                let _ = tokio::time::timeout(Duration::from_secs(2), node.put_observed(&body)).await;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        });
-        SimNode { running, task }
-    }
-
-    /// Replicas not running now.
-    fn down(&self) -> usize {
-        self.running.lock().values().filter(|v| v.2 != "running").count()
-    }
-
-    fn images(&self) -> Vec<String> {
-        self.running.lock().values().map(|v| v.1.clone()).collect()
-    }
-}
-
-impl Drop for SimNode {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// One step of a node's replicas toward its desired state.
-async fn apply(running: &Running, desired: &Value, bad: &HashSet<String>) {
-    let Some(agents) = desired["agents"].as_array() else { return };
-    let mut wanted = HashSet::new();
-    let mut starting = Vec::new();
-    {
-        let mut r = running.lock();
-        for a in agents {
-            let key = a["agentKey"].as_str().unwrap().to_string();
-            let spec = a["specId"].as_str().unwrap_or_default().to_string();
-            let image = a["executor"]["image"].as_str().unwrap_or_default().to_string();
-            let rev = a["revision"].as_u64().unwrap();
-            for i in a["replicaIndexes"].as_array().unwrap() {
-                let i = i.as_u64().unwrap() as u32;
-                wanted.insert((key.clone(), i));
-                let e =
-                    r.entry((key.clone(), i)).or_insert_with(|| (String::new(), String::new(), "starting".into(), rev));
-                e.3 = rev;
-                if e.0 != spec {
-                    *e = (spec.clone(), image.clone(), "starting".into(), rev);
-                    starting.push((key.clone(), i, image.clone()));
-                }
-            }
-        }
-        r.retain(|k, _| wanted.contains(k));
-    }
-    if starting.is_empty() {
-        return;
-    }
-    tokio::time::sleep(START).await;
-    let mut r = running.lock();
-    for (key, i, image) in starting {
-        if let Some(e) = r.get_mut(&(key, i)) {
-            e.2 = if bad.contains(&image) { "crashloop".into() } else { "running".into() };
-        }
-    }
-}
 
 struct Fleet {
     admin: Admin,

@@ -140,7 +140,9 @@ pub async fn act(
             )))
         }
     };
-    if app.store.read().agent(&key).is_none() {
+    // A follower does not hold the agent list: the leader's pass judges the order there.
+    let leading = app.reconciler.as_ref().is_none_or(|r| r.role.leading());
+    if leading && app.store.read().agent(&key).is_none() {
         return Err(unknown_agent(&key));
     }
     let value = app.store.order_rollout(&key, command, admin.sub()).await?;
@@ -155,14 +157,23 @@ pub async fn act(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    view_of(&app, &key).await.map(Json)
+    if leading {
+        return view_of(&app, &key).await.map(Json);
+    }
+    // As the leader stored it with the order's effect; `GET` shows the live counts.
+    let stored = app.store.stored_rollout(&key).await?.ok_or_else(|| unknown_agent(&key))?;
+    let st = app.store.read();
+    Ok(Json(stored.view(|id| st.node(id).map_or_else(|| id.to_string(), |n| n.name.to_string()))))
 }
 
 /// The template `undo` brings back: the rollout's previous one.
 async fn previous_template(app: &App, key: &str) -> Result<Template, ApiError> {
     let held = {
         let st = app.store.read();
-        st.agent(key).ok_or_else(|| unknown_agent(key))?;
+        let leading = app.reconciler.as_ref().is_none_or(|r| r.role.leading());
+        if leading && st.agent(key).is_none() {
+            return Err(unknown_agent(key));
+        }
         st.rollout(key).map(|r| r.previous.clone())
     };
     let previous = match held {

@@ -2,6 +2,8 @@
 //! process (so it can be `SIGKILL`ed), and nodes as plain HTTP clients of the node protocol.
 #![allow(dead_code)]
 
+pub mod sim;
+
 use fleet_devkit::{Devkit, DevkitConfig};
 use reqwest::StatusCode;
 use serde_json::{json, Value};

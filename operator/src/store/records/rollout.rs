@@ -97,6 +97,22 @@ impl Rollout {
         }
     }
 
+    /// Equal but for what changes with every report (the counts, each node's readiness).
+    pub fn same_stored(&self, other: &Rollout) -> bool {
+        let steps = |r: &Rollout| r.nodes.iter().map(|s| (s.node.clone(), s.on, s.stepped_ms)).collect::<Vec<_>>();
+        self.state == other.state
+            && self.target == other.target
+            && self.previous == other.previous
+            && self.older == other.older
+            && self.paused == other.paused
+            && self.policy == other.policy
+            && self.policy_error == other.policy_error
+            && self.failed == other.failed
+            && self.started_ms == other.started_ms
+            && self.message == other.message
+            && steps(self) == steps(other)
+    }
+
     /// Whether it still holds anything the agent's own item (`own`) does not say.
     pub fn worth_keeping(&self, own: &Template) -> bool {
         self.state != RolloutState::Complete || self.paused || !self.target.same(own)
@@ -206,6 +222,8 @@ mod tests {
         r.paused = true;
         assert_eq!(r.view(|n| n.to_string()).state, RolloutState::Paused);
         r.state = RolloutState::Complete;
+        assert!(r.worth_keeping(&r.target.clone()), "a pause is kept for the next rollout");
+        r.paused = false;
         assert!(!r.worth_keeping(&r.target.clone()));
         let mut restarted = (*r.target).clone();
         restarted.restart = 1;

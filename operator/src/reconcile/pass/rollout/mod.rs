@@ -80,12 +80,16 @@ pub fn roll(
             continue;
         }
         let Some(r) = r else { continue };
-        match serde_json::to_string(&r) {
-            Ok(row) => plan.rows.kv.push((Rollout::key(&key), row)),
-            Err(e) => tracing::error!(agent = %key, error = %e, "cannot store the rollout"),
-        }
-        for (_, node) in placed.outcome.bindings.of_agent(&key) {
-            out.nodes.insert(node.clone());
+        // Counts and readiness change with every report; they are stored with the next
+        // change that matters (a restart recomputes them from the reports).
+        if before.as_ref().is_none_or(|b| !b.same_stored(&r)) {
+            match serde_json::to_string(&r) {
+                Ok(row) => plan.rows.kv.push((Rollout::key(&key), row)),
+                Err(e) => tracing::error!(agent = %key, error = %e, "cannot store the rollout"),
+            }
+            for (_, node) in placed.outcome.bindings.of_agent(&key) {
+                out.nodes.insert(node.clone());
+            }
         }
         let keep = r.worth_keeping(&Template::of(a, 0));
         out.changed.insert(key, keep.then(|| Arc::new(r)));
