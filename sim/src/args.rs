@@ -77,6 +77,17 @@ pub struct Args {
     /// phases: `fleet-sim --nodes 1000 --agents 2000 --hostile`.
     #[arg(long)]
     pub hostile: bool,
+    /// After cold convergence, a window at rest, then every agent's template changes at once
+    /// and a share of them crash (docs/behaviour.md#rolling-out-a-change), instead of the
+    /// steady, burst and recovery phases: `fleet-sim --rollout`.
+    #[arg(long, conflicts_with = "hostile")]
+    pub rollout: bool,
+    /// With --rollout: the percentage of agents whose new template crash-loops.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rollout_failing_percent: u32,
+    /// With --rollout: the agents' `placement.rollout.minReadySeconds`.
+    #[arg(long, default_value_t = 10)]
+    pub rollout_min_ready_seconds: u64,
     /// Hostile connections that connect and send nothing.
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub hostile_idle: u32,

@@ -55,6 +55,10 @@ async fn main() -> anyhow::Result<()> {
         Sim { args: &args, dk: &dk, http: &http, replicas: &replicas, admin: &admin, shared: &shared, nodes: &nodes };
 
     let cold = phases::cold::converge(&sim, keys).await?;
+    if args.rollout {
+        let results = phases::rollout::measure(&sim).await?;
+        return results::emit(&results, phases::rollout::print_table, args.json.as_deref());
+    }
     if args.hostile {
         let results = phases::hostile::measure(&sim).await?;
         return results::emit(&results, attack_phase::print_table, args.json.as_deref());

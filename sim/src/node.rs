@@ -75,9 +75,23 @@ impl Shared {
 #[derive(Default)]
 struct Desired {
     generation: u64,
-    /// (agentKey, revision, replica indexes)
-    agents: Vec<(String, u64, Vec<u64>)>,
+    agents: Vec<DesiredAgent>,
 }
+
+/// What a node keeps of one desired agent.
+struct DesiredAgent {
+    key: String,
+    revision: u64,
+    replicas: Vec<u64>,
+    /// The template's name, reported back on each replica.
+    spec: Option<String>,
+    /// A template the rollout phase made to crash ([`CRASHING_CPUS`]).
+    crashes: bool,
+}
+
+/// `resources.cpus` of a template that crash-loops on the simulated nodes: the rollout
+/// phase gives it to the agents it means to fail.
+pub const CRASHING_CPUS: f64 = 0.25;
 
 pub struct SimNode {
     pub index: usize,
@@ -115,7 +129,7 @@ impl SimNode {
 
     /// Replicas this node was given.
     pub fn replica_count(&self) -> usize {
-        self.desired.lock().agents.iter().map(|a| a.2.len()).sum()
+        self.desired.lock().agents.iter().map(|a| a.replicas.len()).sum()
     }
 
     fn announce(&self) -> Value {
@@ -188,27 +202,27 @@ async fn poll(node: Arc<SimNode>, sh: Arc<Shared>) {
 /// Records a desired state the node received.
 fn take_desired(node: &SimNode, sh: &Shared, v: &Value) {
     let now = Instant::now();
-    let agents: Vec<(String, u64, Vec<u64>)> = v["agents"]
+    let agents: Vec<DesiredAgent> = v["agents"]
         .as_array()
         .map(|a| {
             a.iter()
-                .map(|a| {
-                    (
-                        a["agentKey"].as_str().unwrap_or_default().to_string(),
-                        a["revision"].as_u64().unwrap_or(0),
-                        a["replicaIndexes"]
-                            .as_array()
-                            .map(|i| i.iter().filter_map(Value::as_u64).collect())
-                            .unwrap_or_default(),
-                    )
+                .map(|a| DesiredAgent {
+                    key: a["agentKey"].as_str().unwrap_or_default().to_string(),
+                    revision: a["revision"].as_u64().unwrap_or(0),
+                    replicas: a["replicaIndexes"]
+                        .as_array()
+                        .map(|i| i.iter().filter_map(Value::as_u64).collect())
+                        .unwrap_or_default(),
+                    spec: a["specId"].as_str().map(str::to_string),
+                    crashes: a["resources"]["cpus"].as_f64() == Some(CRASHING_CPUS),
                 })
                 .collect()
         })
         .unwrap_or_default();
     {
         let mut seen = sh.received.lock();
-        for (k, rev, _) in &agents {
-            seen.entry((k.clone(), *rev)).or_insert(now);
+        for a in &agents {
+            seen.entry((a.key.clone(), a.revision)).or_insert(now);
         }
     }
     *node.desired.lock() = Desired { generation: v["generation"].as_u64().unwrap_or(0), agents };
@@ -365,16 +379,19 @@ impl ReportConn {
     }
 }
 
-/// What a node reports: every replica it was given, `running` at its revision.
+/// What a node reports: every replica it was given, `running` at its revision on the
+/// template it was sent — `crashloop` for a template the rollout phase made to crash.
 fn report_body(node: &SimNode, sh: &Shared, boot: &str) -> Value {
     let d = node.desired.lock();
     let replicas: Vec<Value> = d
         .agents
         .iter()
-        .flat_map(|(k, rev, idx)| {
-            idx.iter().map(move |i| {
-                json!({"agentKey": k, "replica": i, "state": "running", "revision": rev,
-                       "restarts": 0, "lastExitCode": null, "message": null})
+        .flat_map(|a| {
+            let (state, message) =
+                if a.crashes { ("crashloop", json!("exited with code 1")) } else { ("running", Value::Null) };
+            a.replicas.iter().map(move |i| {
+                json!({"agentKey": a.key, "replica": i, "state": state, "revision": a.revision,
+                       "restarts": 0, "lastExitCode": null, "message": message, "specId": a.spec})
             })
         })
         .collect();

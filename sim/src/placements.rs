@@ -25,6 +25,8 @@ pub struct Placements {
     pub by_node: HashMap<String, u64>,
     /// Pending replicas by reason code.
     pub reasons: std::collections::BTreeMap<String, u64>,
+    /// The most replicas of each agent on one node.
+    pub most_on_a_node: HashMap<String, u64>,
 }
 
 impl Placements {
@@ -39,6 +41,8 @@ pub async fn placements(http: &reqwest::Client, url: &str, token: &str) -> anyho
     #[derive(serde::Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Item {
+        #[serde(default)]
+        agent_key: String,
         #[serde(default)]
         replicas: u64,
         #[serde(default)]
@@ -59,6 +63,8 @@ pub async fn placements(http: &reqwest::Client, url: &str, token: &str) -> anyho
             "placed" => {
                 p.placed += it.replicas;
                 *p.by_node.entry(it.node_id.unwrap_or_default()).or_default() += it.replicas;
+                let most = p.most_on_a_node.entry(it.agent_key).or_default();
+                *most = (*most).max(it.replicas);
             }
             "pending" => {
                 p.pending += it.replicas;

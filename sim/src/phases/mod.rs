@@ -7,6 +7,7 @@ pub mod burst;
 pub mod cold;
 pub mod hostile;
 pub mod recovery;
+pub mod rollout;
 pub mod steady;
 pub mod wake_latency;
 

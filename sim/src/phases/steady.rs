@@ -36,7 +36,7 @@ pub async fn measure(sim: &Sim<'_>) -> Steady {
 }
 
 /// The leader's `fleet_pass_duration_seconds` histogram so far.
-async fn pass_durations(sim: &Sim<'_>) -> Option<Histogram> {
+pub async fn pass_durations(sim: &Sim<'_>) -> Option<Histogram> {
     let text = sim.http.get(&sim.leader().metrics_url).send().await.ok()?.text().await.ok()?;
     Some(Histogram::parse(&text, "fleet_pass_duration_seconds"))
 }
