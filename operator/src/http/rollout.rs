@@ -6,7 +6,7 @@
 use super::app::App;
 use super::caller::{CanAdmin, CanRead};
 use super::error::ApiError;
-use crate::model::{Agent, Template};
+use crate::model::{Agent, SpecId, Template};
 use crate::store::rollouts::{Command, ORDER_WAIT};
 use crate::store::{Rollout, State as Registry};
 use axum::extract::{Path, State};
@@ -35,7 +35,11 @@ fn at_rest(st: &Registry, a: &Agent, stored: Option<Rollout>) -> RolloutView {
                 state: RolloutState::Complete,
                 policy,
                 policy_error,
-                target: TemplateView { spec_id: own.id().to_string(), revision: a.revision, image: own.executor.image },
+                target: TemplateView {
+                    spec_id: own.id().to_string(),
+                    revision: a.revision,
+                    image: own.executor.image.clone(),
+                },
                 previous: None,
                 desired_replicas: 0,
                 updated_replicas: 0,
@@ -52,31 +56,36 @@ fn at_rest(st: &Registry, a: &Agent, stored: Option<Rollout>) -> RolloutView {
     view.state = RolloutState::Complete;
     view.target.revision = a.revision;
     let desired = a.desired_replicas();
-    let ready = running_replicas(st, a);
+    let (ready, elsewhere) = running_replicas(st, a, own.id());
+    // Replicas on another template with no rollout held: the controller has read a new
+    // template and its pass has not started the rollout yet (a moment).
+    if elsewhere > 0 {
+        view.state = RolloutState::Progressing;
+        view.message = Some("the pass has not taken this template yet".into());
+    }
     view.desired_replicas = desired;
-    view.updated_replicas = desired;
+    view.updated_replicas = desired - elsewhere.min(desired);
     view.ready_replicas = ready;
     view.unavailable_replicas = desired.saturating_sub(ready);
     view.budget = view.policy.max_unavailable.budget(desired);
     view
 }
 
-/// The agent's replicas reported running where they are bound.
-fn running_replicas(st: &Registry, a: &Agent) -> u32 {
+/// The agent's replicas reported running where they are bound, and those reported on a
+/// template other than `own`.
+fn running_replicas(st: &Registry, a: &Agent, own: SpecId) -> (u32, u32) {
     let desired = a.desired_replicas();
-    st.outcome()
-        .bindings
-        .of_agent(&a.key)
-        .take_while(|(r, _)| *r < desired)
-        .filter(|(r, node)| {
-            st.node(node).is_some_and(|n| {
-                n.info
-                    .replicas
-                    .iter()
-                    .any(|p| p.agent_key == a.key && p.replica == *r && p.state == ReplicaState::Running)
-            })
-        })
-        .count() as u32
+    let (mut running, mut elsewhere) = (0, 0);
+    for (r, node) in st.outcome().bindings.of_agent(&a.key).take_while(|(r, _)| *r < desired) {
+        let Some(p) =
+            st.node(node).and_then(|n| n.info.replicas.iter().find(|p| p.agent_key == a.key && p.replica == r))
+        else {
+            continue;
+        };
+        running += u32::from(p.state == ReplicaState::Running);
+        elsewhere += u32::from(p.spec != 0 && p.spec != own.0);
+    }
+    (running, elsewhere)
 }
 
 async fn view_of(app: &App, key: &str) -> Result<RolloutView, ApiError> {

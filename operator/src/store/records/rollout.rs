@@ -27,6 +27,9 @@ pub struct NodeStep {
     pub ready_since_ms: i64,
     #[serde(default)]
     pub restarts: u32,
+    /// The agent's replicas on the node, as the last pass saw them bound.
+    #[serde(default)]
+    pub replicas: u32,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,7 +102,8 @@ impl Rollout {
 
     /// Equal but for what changes with every report (the counts, each node's readiness).
     pub fn same_stored(&self, other: &Rollout) -> bool {
-        let steps = |r: &Rollout| r.nodes.iter().map(|s| (s.node.clone(), s.on, s.stepped_ms)).collect::<Vec<_>>();
+        let steps =
+            |r: &Rollout| r.nodes.iter().map(|s| (s.node.clone(), s.on, s.stepped_ms, s.replicas)).collect::<Vec<_>>();
         self.state == other.state
             && self.target == other.target
             && self.previous == other.previous
@@ -116,6 +120,18 @@ impl Rollout {
     /// Whether it still holds anything the agent's own item (`own`) does not say.
     pub fn worth_keeping(&self, own: &Template) -> bool {
         self.state != RolloutState::Complete || self.paused || !self.target.same(own)
+    }
+
+    /// Replicas handed the target: from the node list while a rollout is under way (so a
+    /// record read back from the database says it as stored), every one once complete.
+    pub fn updated(&self) -> u32 {
+        match self.state {
+            RolloutState::Complete => self.counts.updated,
+            _ => {
+                let target = self.target.id();
+                self.nodes.iter().filter(|s| s.on == target).map(|s| s.replicas).sum()
+            }
+        }
     }
 
     /// The state as shown: a progressing rollout an admin paused is `paused`.
@@ -147,7 +163,7 @@ impl Rollout {
             target: t(&self.target),
             previous: self.previous.as_deref().map(t),
             desired_replicas: self.counts.desired,
-            updated_replicas: self.counts.updated,
+            updated_replicas: self.updated(),
             ready_replicas: self.counts.ready,
             unavailable_replicas: self.counts.unavailable,
             budget: self.counts.budget,
@@ -184,8 +200,22 @@ mod tests {
             previous: Some(old.clone()),
             older: vec![],
             nodes: vec![
-                NodeStep { node: "n1".into(), on: new.id(), stepped_ms: 5, ready_since_ms: 0, restarts: 0 },
-                NodeStep { node: "n2".into(), on: old.id(), stepped_ms: 0, ready_since_ms: 0, restarts: 0 },
+                NodeStep {
+                    node: "n1".into(),
+                    on: new.id(),
+                    stepped_ms: 5,
+                    ready_since_ms: 0,
+                    restarts: 0,
+                    replicas: 1,
+                },
+                NodeStep {
+                    node: "n2".into(),
+                    on: old.id(),
+                    stepped_ms: 0,
+                    ready_since_ms: 0,
+                    restarts: 0,
+                    replicas: 1,
+                },
             ],
             paused: false,
             policy: RolloutPolicy {

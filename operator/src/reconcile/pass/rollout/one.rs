@@ -109,7 +109,7 @@ impl One<'_> {
         let nodes: BTreeSet<&Id> = self.placed.outcome.bindings.of_agent(&self.a.key).map(|(_, n)| n).collect();
         nodes
             .into_iter()
-            .map(|n| NodeStep { node: n.clone(), on, stepped_ms: 0, ready_since_ms: 0, restarts: 0 })
+            .map(|n| NodeStep { node: n.clone(), on, stepped_ms: 0, ready_since_ms: 0, restarts: 0, replicas: 0 })
             .collect()
     }
 
@@ -165,7 +165,7 @@ impl One<'_> {
         }
         let updated = match r.state {
             RolloutState::Complete => gathered.slots.iter().map(|s| s.replicas).sum(),
-            _ => r.nodes.iter().filter(|s| s.on == target).map(|s| gathered.replicas_on(&s.node)).sum(),
+            _ => r.updated(),
         };
         let ready: u32 = gathered.slots.iter().map(|s| s.ready).sum::<u32>() - recreated;
         r.counts = crate::store::records::rollout::Counts {
@@ -183,7 +183,7 @@ impl One<'_> {
     fn step(&mut self, r: &mut Rollout, node: &Id, target: SpecId) {
         let now = self.snap.now;
         if let Ok(i) = r.nodes.binary_search_by(|s| s.node.cmp(node)) {
-            r.nodes[i] = NodeStep { node: node.clone(), on: target, stepped_ms: now, ready_since_ms: 0, restarts: 0 };
+            r.nodes[i] = NodeStep { on: target, stepped_ms: now, ready_since_ms: 0, restarts: 0, ..r.nodes[i].clone() };
         }
         self.out.nodes.insert(node.clone());
         let reps: Vec<u32> =
@@ -208,7 +208,7 @@ impl One<'_> {
         if revert {
             let back = r.previous.as_ref().expect("checked").id();
             for s in r.nodes.iter_mut().filter(|s| s.on == target) {
-                *s = NodeStep { node: s.node.clone(), on: back, stepped_ms: now, ready_since_ms: 0, restarts: 0 };
+                *s = NodeStep { on: back, stepped_ms: now, ready_since_ms: 0, restarts: 0, ..s.clone() };
                 self.out.nodes.insert(s.node.clone());
             }
             r.state = RolloutState::Reverted;

@@ -18,16 +18,8 @@ pub struct Gathered {
     pub slots: Vec<Slot>,
     /// Each slot's node and its first replica (for the failure's report).
     pub who: Vec<(Id, u32)>,
-    /// Replicas bound to each node.
-    counts: BTreeMap<Id, u32>,
     /// When the next readiness or deadline runs out (ms).
     pub due: Option<i64>,
-}
-
-impl Gathered {
-    pub fn replicas_on(&self, node: &Id) -> u32 {
-        self.counts.get(node).copied().unwrap_or(0)
-    }
 }
 
 /// What the slots are read from.
@@ -49,13 +41,12 @@ pub fn gather(one: &Sources, r: &mut Rollout) -> Gathered {
     sync_nodes(r, &by_node, one.now);
     let mut order: Vec<(&str, &Id)> = by_node.keys().map(|n| (one.memo.name(n), n)).collect();
     order.sort();
-    let mut g = Gathered { slots: Vec::new(), who: Vec::new(), counts: BTreeMap::new(), due: None };
+    let mut g = Gathered { slots: Vec::new(), who: Vec::new(), due: None };
     let min_ready = r.policy.min_ready_seconds as i64 * 1000;
     let deadline = r.policy.progress_deadline_seconds as i64 * 1000;
     let target = r.target.id();
     for (_, node) in order {
         let reps = &by_node[node];
-        g.counts.insert(node.clone(), reps.len() as u32);
         let online = one.memo.node(node).is_some_and(|f| f.online);
         let reports: Vec<Option<&Seen>> = reps
             .iter()
@@ -66,6 +57,7 @@ pub fn gather(one: &Sources, r: &mut Rollout) -> Gathered {
             .collect();
         let i = r.nodes.binary_search_by(|s| s.node.cmp(node)).expect("synced above");
         let step = &mut r.nodes[i];
+        step.replicas = reps.len() as u32;
         let slot = if step.on == target {
             updated_slot(step, &reports, online, target, one.now, min_ready, deadline, &mut g.due)
         } else {
@@ -84,7 +76,10 @@ fn sync_nodes(r: &mut Rollout, by_node: &BTreeMap<Id, Vec<u32>>, now: i64) {
     for node in by_node.keys() {
         if let Err(at) = r.nodes.binary_search_by(|s| s.node.cmp(node)) {
             let on = r.template_on(node).id();
-            r.nodes.insert(at, NodeStep { node: node.clone(), on, stepped_ms: now, ready_since_ms: 0, restarts: 0 });
+            r.nodes.insert(
+                at,
+                NodeStep { node: node.clone(), on, stepped_ms: now, ready_since_ms: 0, restarts: 0, replicas: 0 },
+            );
         }
     }
 }
