@@ -87,9 +87,6 @@ pub fn roll(
                 Ok(row) => plan.rows.kv.push((Rollout::key(&key), row)),
                 Err(e) => tracing::error!(agent = %key, error = %e, "cannot store the rollout"),
             }
-            for (_, node) in placed.outcome.bindings.of_agent(&key) {
-                out.nodes.insert(node.clone());
-            }
         }
         let keep = r.worth_keeping(&Template::of(a, 0));
         out.changed.insert(key, keep.then(|| Arc::new(r)));
