@@ -230,14 +230,7 @@ async fn rollout_status_watch_follows_a_rollout_and_fails_on_a_halt() {
     let key2 = ctl.ok(&["join-key"]);
     let _a = following_node(&ctl.url, &fleet.join_key, "node-a", 2).await;
     let _b = following_node(&ctl.url, key2.trim(), "node-b", 2).await;
-    let set = |image: &str| {
-        let image = image.to_string();
-        fleet.devkit.edit_agent("reviewer", move |a| {
-            a["executor"]["image"] = serde_json::json!(image);
-            a["placement"]["rollout"] = serde_json::json!({"maxUnavailable": 1, "minReadySeconds": 1});
-            a["revision"] = serde_json::json!(a["revision"].as_u64().unwrap_or(1) + 1);
-        })
-    };
+    let set = |image: &str| set_reviewer_image(&fleet, image);
     assert!(set("fleet-agent:1"));
     let c = &ctl;
     eventually("reviewer placed on fleet-agent:1", || {

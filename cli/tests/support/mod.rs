@@ -66,8 +66,13 @@ pub fn text(b: &[u8]) -> String {
 /// A node joined over HTTP that reports every 500 ms (no containers: enough to be online).
 /// Joins a node (a fresh key pair) over HTTP; returns its token and what it announced.
 pub async fn join(http: &reqwest::Client, url: &str, key: &str, name: &str, slots: u32) -> (String, Value) {
-    let (_, pk) = fleet_api::seal::generate_keypair();
     let announce = json!({"labels": ["zone=eu"], "executorKinds": ["claude-code"], "capacity": {"slots": slots}, "secrets": [], "executorImages": {}});
+    join_announcing(http, url, key, name, announce).await
+}
+
+/// Joins a node announcing `announce`; returns its token and `announce`.
+async fn join_announcing(http: &reqwest::Client, url: &str, key: &str, name: &str, announce: Value) -> (String, Value) {
+    let (_, pk) = fleet_api::seal::generate_keypair();
     let mut body = announce.clone();
     body["joinKey"] = json!(key);
     body["name"] = json!(name);
@@ -117,17 +122,9 @@ pub async fn dev_fleet(dir: &std::path::Path) -> (DevFleet, Ctl) {
 /// tag is `bad`. Reports every 300 ms.
 pub async fn following_node(url: &str, key: &str, name: &str, slots: u32) -> tokio::task::JoinHandle<()> {
     let http = reqwest::Client::new();
-    let (_, pk) = fleet_api::seal::generate_keypair();
     let announce = json!({"labels": [], "executorKinds": ["claude-code"], "capacity": {"slots": slots}, "secrets": [],
                           "executorImages": {"claude-code": ["fleet-agent:*"]}});
-    let mut body = announce.clone();
-    body["joinKey"] = json!(key);
-    body["name"] = json!(name);
-    body["publicKey"] = json!(base64::engine::general_purpose::STANDARD.encode(pk));
-    body["version"] = json!("0.1.0");
-    let r = http.post(format!("{url}/api/v1/nodes:join")).json(&body).send().await.unwrap();
-    assert_eq!(r.status(), 201);
-    let token = r.json::<Value>().await.unwrap()["nodeToken"].as_str().unwrap().to_string();
+    let (token, announce) = join_announcing(&http, url, key, name, announce).await;
     let url = url.to_string();
     tokio::spawn(async move {
         for seq in 1.. {
@@ -155,5 +152,16 @@ pub async fn following_node(url: &str, key: &str, name: &str, slots: u32) -> tok
             let _ = http.put(format!("{url}/api/v1/nodes/me/observed")).bearer_auth(&token).json(&report).send().await;
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
+    })
+}
+
+/// Gives the dev agent `reviewer` the image `image` (a new template) and a policy of one
+/// replica at a time, ready after a second; `false` when there is no such agent.
+pub fn set_reviewer_image(fleet: &DevFleet, image: &str) -> bool {
+    let image = image.to_string();
+    fleet.devkit.edit_agent("reviewer", move |a| {
+        a["executor"]["image"] = json!(image);
+        a["placement"]["rollout"] = json!({"maxUnavailable": 1, "minReadySeconds": 1});
+        a["revision"] = json!(a["revision"].as_u64().unwrap_or(1) + 1);
     })
 }
