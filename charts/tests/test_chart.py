@@ -266,7 +266,8 @@ class Render(unittest.TestCase):
         self.assertEqual(rule["metadata"]["labels"]["release"], "prom")
         alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
         self.assertEqual(sorted(alerts), ["FleetLeaderFlapping", "FleetNoLeader", "FleetNodesOffline",
-                                          "FleetPassStalled", "FleetPatIssuanceFailing", "FleetWorkBacklog"])
+                                          "FleetPassStalled", "FleetPatIssuanceFailing", "FleetRolloutHalted",
+                                          "FleetWorkBacklog"])
         self.assertIn("increase(fleet_passes_total[180s])", alerts["FleetPassStalled"]["expr"], "three periods")
         self.assertIn("> 0.1", alerts["FleetNodesOffline"]["expr"])
         self.assertIn("{{ $value | humanizePercentage }}", alerts["FleetNodesOffline"]["annotations"]["summary"],
