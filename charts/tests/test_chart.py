@@ -105,9 +105,11 @@ class Render(unittest.TestCase):
             "FLEET_IAM_ISSUER", "FLEET_IAM_TENANT", "FLEET_JWKS_URL", "FLEET_CLIENT_ID", "FLEET_CLIENT_SECRET",
             "FLEET_AUDIENCE", "FLEET_TOKEN_AUDIENCES", "FLEET_TOKEN_SCOPES", "FLEET_TOKEN_TTL_SECONDS",
             "FLEET_RECONCILE_SECONDS", "FLEET_NODE_OFFLINE_SECONDS", "FLEET_NODE_GC_SECONDS", "FLEET_TOKEN_REVOKE_GRACE_SECONDS",
-            "FLEET_KUBERNETES_MIRROR", "FLEET_LOG_FORMAT", "RUST_LOG",
+            "FLEET_KUBERNETES_MIRROR", "FLEET_LOG_FORMAT", "RUST_LOG", "FLEET_ROLLOUT_MAX_UNAVAILABLE",
+            "FLEET_ROLLOUT_MIN_READY_SECONDS", "FLEET_ROLLOUT_PROGRESS_DEADLINE_SECONDS",
         ]:
             self.assertIn(name, env)
+        self.assertEqual(env["FLEET_ROLLOUT_MAX_UNAVAILABLE"]["value"], "25%")
         self.assertEqual(env["FLEET_CONTROL_PLANE_URL"]["value"], "https://cp.example.com")
         self.assertEqual(env["FLEET_TOKEN_TTL_SECONDS"]["value"], "604800")
         self.assertEqual(env["FLEET_KUBERNETES_MIRROR"]["value"], "false")
@@ -344,6 +346,8 @@ class Schema(unittest.TestCase):
         self.refused({"replicas": 0}, "replicas")
         self.refused({"database": {"url": "mysql://db/fleet"}}, "url")
         self.refused({"leaderLeaseSeconds": 1}, "leaderLeaseSeconds")
+        self.refused({"rollout": {"maxUnavailable": "150%"}}, "maxUnavailable")
+        self.refused({"rollout": {"progressDeadlineSeconds": 0}}, "progressDeadlineSeconds")
 
 
 class Crds(unittest.TestCase):
