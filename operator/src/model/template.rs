@@ -46,39 +46,72 @@ impl TryFrom<String> for SpecId {
     }
 }
 
-/// What a replica runs, apart from its identity and PAT.
+/// What a replica runs, apart from its identity and PAT. Its id is computed once, when it is
+/// built (`new`, `of`, `restarted`, read back): a pass compares and sends ids of every node's
+/// entries, and a SHA-256 of the JSON each time would be most of a rollout pass's desired
+/// states. So the fields the id covers are never changed in place; `revision` may be.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", from = "Fields")]
 pub struct Template {
     pub executor: Executor,
-    #[serde(default)]
     pub secrets: Vec<String>,
-    #[serde(default)]
     pub resources: Resources,
-    #[serde(default)]
     pub restart: u64,
     /// The revision of the CP item this template was last seen in: a node still on it is sent
     /// that revision, so `observedRevision` shows how far a rollout got. Not part of the id.
     pub revision: u64,
+    #[serde(skip)]
+    id: SpecId,
+}
+
+/// The stored form: the fields without the id, which is computed from them.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Fields {
+    executor: Executor,
+    #[serde(default)]
+    secrets: Vec<String>,
+    #[serde(default)]
+    resources: Resources,
+    #[serde(default)]
+    restart: u64,
+    revision: u64,
+}
+
+impl From<Fields> for Template {
+    fn from(f: Fields) -> Template {
+        Template::new(f.executor, f.secrets, f.resources, f.restart, f.revision)
+    }
 }
 
 impl Template {
+    pub fn new(
+        executor: Executor,
+        secrets: Vec<String>,
+        resources: Resources,
+        restart: u64,
+        revision: u64,
+    ) -> Template {
+        let id = id_of(&executor, &secrets, &resources, restart);
+        Template { executor, secrets, resources, restart, revision, id }
+    }
+
+    /// The same template under the next restart stamp: every container recreated.
+    pub fn restarted(&self) -> Template {
+        let t = self.clone();
+        Template::new(t.executor, t.secrets, t.resources, t.restart + 1, t.revision)
+    }
+
     /// The agent's template as the CP describes it now, with the restart stamp given.
     pub fn of(a: &Agent, restart: u64) -> Template {
         let mut secrets = a.placed_spec().map(|s| s.secrets.clone()).unwrap_or_default();
         secrets.sort();
         secrets.dedup();
-        Template { executor: a.executor.clone(), secrets, resources: a.resources(), restart, revision: a.revision }
+        Template::new(a.executor.clone(), secrets, a.resources(), restart, a.revision)
     }
 
     pub fn id(&self) -> SpecId {
-        let mut h = Sha256::new();
-        // Serialising plain data cannot fail.
-        let fields = (&self.executor, &self.secrets, &self.resources, self.restart);
-        h.update(serde_json::to_vec(&fields).unwrap_or_default());
-        let d = h.finalize();
-        let n = u32::from_be_bytes([d[0], d[1], d[2], d[3]]);
-        SpecId(n.max(1))
+        self.id
     }
 
     /// Whether the two run the same containers (the revision aside).
@@ -90,18 +123,22 @@ impl Template {
     }
 }
 
+/// 32 bits of a SHA-256 of what the id covers, never 0.
+fn id_of(executor: &Executor, secrets: &[String], resources: &Resources, restart: u64) -> SpecId {
+    let mut h = Sha256::new();
+    // Serialising plain data cannot fail.
+    h.update(serde_json::to_vec(&(executor, secrets, resources, restart)).unwrap_or_default());
+    let d = h.finalize();
+    SpecId(u32::from_be_bytes([d[0], d[1], d[2], d[3]]).max(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn t(image: &str, restart: u64, revision: u64) -> Template {
-        Template {
-            executor: Executor { kind: "k".into(), image: Some(image.into()) },
-            secrets: vec!["gh".into()],
-            resources: Resources { cpus: Some(0.5), memory_mb: None },
-            restart,
-            revision,
-        }
+        let executor = Executor { kind: "k".into(), image: Some(image.into()) };
+        Template::new(executor, vec!["gh".into()], Resources { cpus: Some(0.5), memory_mb: None }, restart, revision)
     }
 
     #[test]
@@ -116,5 +153,9 @@ mod tests {
         assert_eq!(SpecId::parse("00000000"), None);
         assert_eq!(SpecId::parse("ABCDEF12"), None);
         assert_eq!(SpecId::parse("abc"), None);
+        assert_eq!(t("a:1", 0, 1).restarted().id(), t("a:1", 1, 1).id());
+        // Read back, the id is computed again from the fields.
+        let back: Template = serde_json::from_str(&serde_json::to_string(&t("a:1", 2, 3)).unwrap()).unwrap();
+        assert_eq!((back.id(), back), (t("a:1", 2, 3).id(), t("a:1", 2, 3)));
     }
 }

@@ -74,6 +74,33 @@ pub struct Rollout {
 }
 
 impl Rollout {
+    /// A complete rollout of `target` with nothing under way (what a pause of an agent at rest
+    /// holds, and what a new rollout is built from).
+    pub fn at_rest(
+        agent: Id,
+        target: Arc<Template>,
+        policy: RolloutPolicy,
+        policy_error: Option<String>,
+        now: i64,
+    ) -> Rollout {
+        Rollout {
+            agent,
+            state: RolloutState::Complete,
+            target,
+            previous: None,
+            older: Vec::new(),
+            nodes: Vec::new(),
+            paused: false,
+            policy,
+            policy_error,
+            failed: Vec::new(),
+            counts: Counts::default(),
+            started_ms: 0,
+            changed_ms: now,
+            message: None,
+        }
+    }
+
     /// Its row's key in `kv`.
     pub fn key(agent: &str) -> String {
         format!("rollout/{agent}")
@@ -182,13 +209,8 @@ mod tests {
     use fleet_api::Executor;
 
     fn template(image: &str) -> Arc<Template> {
-        Arc::new(Template {
-            executor: Executor { kind: "k".into(), image: Some(image.into()) },
-            secrets: vec![],
-            resources: Default::default(),
-            restart: 0,
-            revision: 1,
-        })
+        let executor = Executor { kind: "k".into(), image: Some(image.into()) };
+        Arc::new(Template::new(executor, vec![], Default::default(), 0, 1))
     }
 
     fn rollout() -> Rollout {
@@ -255,9 +277,7 @@ mod tests {
         assert!(r.worth_keeping(&r.target.clone()), "a pause is kept for the next rollout");
         r.paused = false;
         assert!(!r.worth_keeping(&r.target.clone()));
-        let mut restarted = (*r.target).clone();
-        restarted.restart = 1;
-        r.target = Arc::new(restarted);
+        r.target = Arc::new(r.target.restarted());
         assert!(r.worth_keeping(&template("a:2")));
     }
 }

@@ -76,22 +76,10 @@ impl One<'_> {
             }
             None => {
                 let from = Arc::new(from);
-                *r = Some(Rollout {
-                    agent: self.a.key.clone(),
-                    state: RolloutState::Progressing,
-                    target: to,
-                    nodes: self.seed(from.id()),
-                    previous: Some(from),
-                    older: Vec::new(),
-                    paused: false,
-                    policy: policy.clone(),
-                    policy_error: None,
-                    failed: Vec::new(),
-                    counts: Default::default(),
-                    started_ms: now,
-                    changed_ms: now,
-                    message: None,
-                });
+                let mut x = Rollout::at_rest(self.a.key.clone(), to, policy.clone(), None, now);
+                x.nodes = self.seed(from.id());
+                x.previous = Some(from);
+                *r = Some(x);
             }
         }
         let x = r.as_mut().expect("set above");

@@ -46,8 +46,7 @@ impl One<'_> {
             }
             Command::Restart => {
                 let from = self.current(r);
-                let mut to = from.clone();
-                to.restart += 1;
+                let to = from.restarted();
                 let id = to.id();
                 self.start(r, from, to);
                 self.event(Kind::RolloutStarted, format!("restart by {by}: template {id} recreates every replica"));
@@ -69,22 +68,7 @@ impl One<'_> {
         r.get_or_insert_with(|| {
             let (policy, policy_error) =
                 crate::reconcile::rules::rollout::policy(self.a.rollout(), &self.ctx.cfg.rollout);
-            Rollout {
-                agent: self.a.key.clone(),
-                state: RolloutState::Complete,
-                target: Arc::new(Template::of(self.a, 0)),
-                previous: None,
-                older: Vec::new(),
-                nodes: Vec::new(),
-                paused: false,
-                policy,
-                policy_error,
-                failed: Vec::new(),
-                counts: Default::default(),
-                started_ms: 0,
-                changed_ms: self.snap.now,
-                message: None,
-            }
+            Rollout::at_rest(self.a.key.clone(), Arc::new(Template::of(self.a, 0)), policy, policy_error, self.snap.now)
         })
     }
 }
