@@ -12,10 +12,15 @@ use crate::store::{Rollout, State as Registry};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use fleet_api::rollout::{RolloutState, TemplateView};
+use fleet_api::rollout::RolloutState;
 use fleet_api::{codes, ErrorBody, List, ReplicaState, RolloutView};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// A node's name by its id, for the views (the id itself for a node that is gone).
+fn node_name(st: &Registry) -> impl Fn(&str) -> String + '_ {
+    |id| st.node(id).map_or_else(|| id.to_string(), |n| n.name.to_string())
+}
 
 fn unknown_agent(key: &str) -> ApiError {
     ApiError::not_found(format!("no agent {:?} in the active list", super::error::cut(key)))
@@ -24,33 +29,13 @@ fn unknown_agent(key: &str) -> ApiError {
 /// The view of an agent with no rollout in memory: the stored one (complete), else its own
 /// template, complete.
 fn at_rest(st: &Registry, a: &Agent, stored: Option<Rollout>) -> RolloutView {
-    let name = |id: &str| st.node(id).map_or_else(|| id.to_string(), |n| n.name.to_string());
+    let name = node_name(st);
     let own = Template::of(a, 0);
     let mut view = match stored.filter(|r| r.target.same(&own)) {
-        Some(r) => r.view(name),
+        Some(r) => r.view(&name),
         None => {
             let (policy, policy_error) = crate::reconcile::rules::rollout::policy(a.rollout(), &Default::default());
-            RolloutView {
-                agent_key: a.key.to_string(),
-                state: RolloutState::Complete,
-                policy,
-                policy_error,
-                target: TemplateView {
-                    spec_id: own.id().to_string(),
-                    revision: a.revision,
-                    image: own.executor.image.clone(),
-                },
-                previous: None,
-                desired_replicas: 0,
-                updated_replicas: 0,
-                ready_replicas: 0,
-                unavailable_replicas: 0,
-                budget: 0,
-                failed: vec![],
-                started_at: None,
-                changed_at: None,
-                message: None,
-            }
+            Rollout::at_rest(a.key.clone(), Arc::new(own.clone()), policy, policy_error, 0).view(&name)
         }
     };
     view.state = RolloutState::Complete;
@@ -77,9 +62,7 @@ fn running_replicas(st: &Registry, a: &Agent, own: SpecId) -> (u32, u32) {
     let desired = a.desired_replicas();
     let (mut running, mut elsewhere) = (0, 0);
     for (r, node) in st.outcome().bindings.of_agent(&a.key).take_while(|(r, _)| *r < desired) {
-        let Some(p) =
-            st.node(node).and_then(|n| n.info.replicas.iter().find(|p| p.agent_key == a.key && p.replica == r))
-        else {
+        let Some(p) = st.node(node).and_then(|n| n.info.replica(&a.key, r)) else {
             continue;
         };
         running += u32::from(p.state == ReplicaState::Running);
@@ -93,7 +76,7 @@ async fn view_of(app: &App, key: &str) -> Result<RolloutView, ApiError> {
         let st = app.store.read();
         let a = st.agent(key).ok_or_else(|| unknown_agent(key))?;
         if let Some(r) = st.rollout(key) {
-            return Ok(r.view(|id| st.node(id).map_or_else(|| id.to_string(), |n| n.name.to_string())));
+            return Ok(r.view(node_name(&st)));
         }
         a.placed_spec().is_some()
     };
@@ -120,9 +103,9 @@ pub async fn get_rollout(
     responses((status = 200, body = List<RolloutView>), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn list_rollouts(State(app): State<Arc<App>>, _: CanRead) -> Json<List<RolloutView>> {
     let st = app.store.read();
-    let name = |id: &str| st.node(id).map_or_else(|| id.to_string(), |n| n.name.to_string());
+    let name = node_name(&st);
     let mut items: Vec<RolloutView> =
-        st.rollouts().map(|r| r.view(name)).filter(|v| v.state != RolloutState::Complete).collect();
+        st.rollouts().map(|r| r.view(&name)).filter(|v| v.state != RolloutState::Complete).collect();
     items.sort_by(|a, b| a.agent_key.cmp(&b.agent_key));
     Json(List::all(items))
 }
@@ -172,7 +155,7 @@ pub async fn act(
     // As the leader stored it with the order's effect; `GET` shows the live counts.
     let stored = app.store.stored_rollout(&key).await?.ok_or_else(|| unknown_agent(&key))?;
     let st = app.store.read();
-    Ok(Json(stored.view(|id| st.node(id).map_or_else(|| id.to_string(), |n| n.name.to_string()))))
+    Ok(Json(stored.view(node_name(&st))))
 }
 
 /// The template `undo` brings back: the rollout's previous one.

@@ -111,9 +111,7 @@ pub fn agent_status(a: &Agent, outcome: &Outcome, st: &State, lookup: &Lookup) -
     }
     for (r, bound) in (0..desired).zip(bound_to) {
         let node = bound.map(|n| (lookup.node)(n).unwrap_or(("?", false)));
-        let report = bound
-            .and_then(|n| st.node(n))
-            .and_then(|n| n.info.replicas.iter().find(|p| p.agent_key == a.key && p.replica == r));
+        let report = bound.and_then(|n| st.node(n)).and_then(|n| n.info.replica(&a.key, r));
         if let Some(n) = bound {
             if pending_pat.is_none() && !(lookup.has_cred)(&(key.clone(), n.clone())) {
                 let name = (lookup.node)(n).map(|x| x.0).unwrap_or("?");

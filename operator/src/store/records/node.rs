@@ -42,6 +42,13 @@ pub struct NodeInfo {
     pub seq: Option<u64>,
 }
 
+impl NodeInfo {
+    /// What the node last reported of one replica of `agent`.
+    pub fn replica(&self, agent: &str, replica: u32) -> Option<&Seen> {
+        self.replicas.iter().find(|p| *p.agent_key == *agent && p.replica == replica)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct NodeRec {
     pub id: Id,

@@ -52,7 +52,7 @@ pub fn gather(one: &Sources, r: &mut Rollout) -> Gathered {
             .iter()
             .map(|rep| {
                 let n = one.st.node(node)?;
-                n.info.replicas.iter().find(|p| p.agent_key == *key && p.replica == *rep)
+                n.info.replica(key, *rep)
             })
             .collect();
         let i = r.nodes.binary_search_by(|s| s.node.cmp(node)).expect("synced above");
