@@ -7,7 +7,7 @@ mod support;
 
 use serde_json::json;
 use std::path::PathBuf;
-use support::webdriver::{browser_paths, Browser};
+use support::webdriver::{browser_or_skip, browser_paths, Browser};
 use support::*;
 
 fn shots() -> PathBuf {
@@ -18,12 +18,7 @@ fn shots() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_reads_the_fleet_and_watches_a_drain() {
-    let Some((driver, chromium)) = browser_paths() else {
-        let msg = "chromium and chromium-driver are not installed: apt-get install chromium chromium-driver";
-        assert!(std::env::var("FLEET_E2E").as_deref() != Ok("1"), "{msg}");
-        eprintln!("SKIPPED the browser test: {msg}");
-        return;
-    };
+    let Some((driver, chromium)) = browser_or_skip() else { return };
     let dir = tempfile::tempdir().unwrap();
     let (fleet, ctl) = dev_fleet(dir.path()).await;
     let _a = join_node(&ctl.url, &fleet.join_key, "node-a", 4).await;
@@ -168,25 +163,10 @@ async fn join_once(url: String, key: String, name: String) {
 /// without a reload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_page_shows_its_rollout() {
-    let Some((driver, chromium)) = browser_paths() else {
-        let msg = "chromium and chromium-driver are not installed: apt-get install chromium chromium-driver";
-        assert!(std::env::var("FLEET_E2E").as_deref() != Ok("1"), "{msg}");
-        eprintln!("SKIPPED the browser test: {msg}");
-        return;
-    };
+    let Some((driver, chromium)) = browser_or_skip() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let (fleet, ctl) = dev_fleet(dir.path()).await;
-    let key2 = ctl.ok(&["join-key"]);
-    let _a = following_node(&ctl.url, &fleet.join_key, "node-a", 2).await;
-    let _b = following_node(&ctl.url, key2.trim(), "node-b", 2).await;
+    let (fleet, ctl, _nodes) = reviewer_rolled_out(dir.path()).await;
     let set = |image: &str| set_reviewer_image(&fleet, image);
-    assert!(set("fleet-agent:1"));
-    let c = &ctl;
-    eventually("reviewer complete on fleet-agent:1", || {
-        let s = text(&c.run(&["rollout", "status", "reviewer"]).stdout);
-        s.contains("complete 2/2 updated, 2/2 ready") && s.contains("fleet-agent:1")
-    })
-    .await;
 
     let b = Browser::start(&driver, &chromium).await;
     b.goto(&format!("{}/ui", ctl.url)).await;

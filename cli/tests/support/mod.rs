@@ -165,3 +165,23 @@ pub fn set_reviewer_image(fleet: &DevFleet, image: &str) -> bool {
         a["revision"] = json!(a["revision"].as_u64().unwrap_or(1) + 1);
     })
 }
+
+/// A dev controller with two nodes that follow their desired states, and the dev agent
+/// `reviewer` rolled out to `fleet-agent:1` (complete, both replicas ready): the start of the
+/// rollout tests. The nodes run while their handles are kept.
+pub async fn reviewer_rolled_out(dir: &std::path::Path) -> (DevFleet, Ctl, Vec<tokio::task::JoinHandle<()>>) {
+    let (fleet, ctl) = dev_fleet(dir).await;
+    let key2 = ctl.ok(&["join-key"]);
+    let nodes = vec![
+        following_node(&ctl.url, &fleet.join_key, "node-a", 2).await,
+        following_node(&ctl.url, key2.trim(), "node-b", 2).await,
+    ];
+    assert!(set_reviewer_image(&fleet, "fleet-agent:1"));
+    let c = &ctl;
+    eventually("reviewer complete on fleet-agent:1", || {
+        let s = c.ok(&["rollout", "status", "reviewer"]);
+        s.contains("complete 2/2 updated, 2/2 ready") && s.contains("fleet-agent:1")
+    })
+    .await;
+    (fleet, ctl, nodes)
+}

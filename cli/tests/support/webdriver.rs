@@ -16,6 +16,18 @@ pub fn browser_paths() -> Option<(String, String)> {
     Some((find(&["chromedriver"])?, find(&["chromium", "chromium-browser", "google-chrome"])?))
 }
 
+/// [`browser_paths`], or `None` after saying the test is skipped; with `FLEET_E2E=1` a
+/// missing browser fails the test instead.
+pub fn browser_or_skip() -> Option<(String, String)> {
+    let found = browser_paths();
+    if found.is_none() {
+        let msg = "chromium and chromium-driver are not installed: apt-get install chromium chromium-driver";
+        assert!(std::env::var("FLEET_E2E").as_deref() != Ok("1"), "{msg}");
+        eprintln!("SKIPPED the browser test: {msg}");
+    }
+    found
+}
+
 pub struct Browser {
     driver: Child,
     http: reqwest::Client,
