@@ -21,7 +21,8 @@ pub struct DrainView {
     pub started_at: String,
     /// Replicas still bound to the node.
     pub remaining: u32,
-    /// Replicas that stay because no other node fits them.
+    /// Replicas that stay: no other node fits them, or their agent's disruption budget is
+    /// spent for now.
     pub blocked: Vec<BlockedReplica>,
     pub force: bool,
 }
@@ -31,6 +32,11 @@ pub struct DrainView {
 pub struct BlockedReplica {
     pub agent_key: String,
     pub replica: u32,
+    /// `no_other_node`: no other node fits it (it stays until one does, or a forced drain
+    /// unbinds it); `budget`: its agent has as many replicas unavailable as its rollout
+    /// policy allows, and it moves once another is ready.
+    #[serde(default)]
+    pub reason: String,
 }
 
 /// One event of `GET /api/v1/events` (docs/behaviour.md#events).

@@ -115,7 +115,11 @@ pub async fn node(c: &Client, out: Output, node: &str) -> Result<()> {
     }
     if let Some(drain) = &n.drain {
         for b in &drain.blocked {
-            println!("Blocked:    {} replica {} has nowhere else to go", b.agent_key, b.replica);
+            let why = match b.reason.as_str() {
+                "budget" => "waits for its agent's disruption budget (another replica is not ready yet)",
+                _ => "has nowhere else to go",
+            };
+            println!("Blocked:    {} replica {} {why}", b.agent_key, b.replica);
         }
     }
     let mut t = Table::new(&["AGENT", "REPLICA", "STATE", "RESTARTS", "MESSAGE"]);
@@ -393,9 +397,11 @@ pub async fn drain(c: &Client, out: Output, node: &str, o: DrainOptions) -> Resu
             if tty {
                 eprintln!();
             }
-            let blocked = n.drain.as_ref().map(|d| d.blocked.len()).unwrap_or(0);
-            let hint = if blocked > 0 {
+            let blocked = n.drain.as_ref().map(|d| d.blocked.as_slice()).unwrap_or_default();
+            let hint = if blocked.iter().any(|b| b.reason != "budget") {
                 " (blocked replicas have nowhere else to go: add room, or drain --force)"
+            } else if !blocked.is_empty() {
+                " (replicas wait for their agent's disruption budget: see `fleetctl rollout status`, or drain --force)"
             } else {
                 ""
             };
@@ -410,7 +416,16 @@ fn progress(n: &NodeView) -> String {
     match &n.drain {
         Some(d) if d.remaining == 0 => "no replica left".into(),
         Some(d) if !d.blocked.is_empty() => {
-            format!("{} replicas left, {} blocked (nowhere else to go)", d.remaining, d.blocked.len())
+            let budget = d.blocked.iter().filter(|b| b.reason == "budget").count();
+            let nowhere = d.blocked.len() - budget;
+            let mut parts = Vec::new();
+            if nowhere > 0 {
+                parts.push(format!("{nowhere} blocked (nowhere else to go)"));
+            }
+            if budget > 0 {
+                parts.push(format!("{budget} waiting for the budget"));
+            }
+            format!("{} replicas left, {}", d.remaining, parts.join(", "))
         }
         Some(d) => format!("{} replicas left", d.remaining),
         None => "not draining".into(),

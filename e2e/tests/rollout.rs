@@ -235,3 +235,110 @@ async fn an_image_missing_on_the_engine_halts_with_or_without_check_before_stop(
         drop(f);
     }
 }
+
+/// The engine's `kill` events of one container since `since` (unix seconds): (ns, signal).
+fn kills(id: &str, since: i64) -> Vec<(i64, String)> {
+    let out = Command::new("docker")
+        .args(["events", "--since", &since.to_string(), "--until", &(now_s() + 1).to_string()])
+        .args(["--filter", &format!("container={id}"), "--filter", "event=kill"])
+        .args(["--format", "{{.TimeNano}} {{index .Actor.Attributes \"signal\"}}"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (t, sig) = l.split_once(' ')?;
+            Some((t.parse().ok()?, sig.to_string()))
+        })
+        .collect()
+}
+
+fn now_s() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+/// Show 4: two nodes drained at once with `maxUnavailable: 1` → the replicas move one at a
+/// time (the one waiting listed as blocked with `reason: budget`), each new container runs
+/// before its old one stops (the engine never shows fewer than four running), and the old
+/// container — an agent that ignores SIGTERM — is stopped with the agent's `drainSeconds`
+/// (4 s between the engine's TERM and KILL, not the 30 s of an agent gone from the node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_moves_one_replica_at_a_time_make_before_break_on_the_engine() {
+    if !docker_available() {
+        return;
+    }
+    ensure_test_images();
+    let f = Fleet::start("e2edr").await;
+    let mut nodes = Vec::new();
+    for i in 0..4 {
+        let mut n = f.node_sized(&format!("n{i}"), 1, "").await;
+        n.start();
+        nodes.push(n);
+    }
+    let mut a = agent("drn", 4);
+    a["executor"]["image"] = json!(image("ignore-term"));
+    a["drainSeconds"] = json!(4);
+    a["placement"]["rollout"] = json!({"maxUnavailable": 1});
+    f.devkit.put_agents(vec![a]);
+    let running = |f: &Fleet| containers(&f.prefix, "drn").into_iter().filter(|c| c.1).count();
+    eventually(90, "four replicas reported running", || async {
+        (running(&f) == 4 && rollout(&f, "drn").await["readyReplicas"] == 4).then_some(())
+    })
+    .await;
+    for i in 4..6 {
+        let mut n = f.node_sized(&format!("n{i}"), 2, "").await;
+        n.start();
+        nodes.push(n);
+    }
+    eventually(30, "the new nodes online", || async {
+        let (a, b) = (f.node_view(&nodes[4].name).await?, f.node_view(&nodes[5].name).await?);
+        (a["status"] == "online" && b["status"] == "online").then_some(())
+    })
+    .await;
+    let old: Vec<String> = containers(&f.prefix, "drn")
+        .into_iter()
+        .filter(|c| {
+            c.0.starts_with(&format!("{}-", nodes[0].prefix)) || c.0.starts_with(&format!("{}-", nodes[1].prefix))
+        })
+        .map(|c| c.3)
+        .collect();
+    assert_eq!(old.len(), 2, "one replica on each node to drain");
+    let since = now_s();
+    for n in &nodes[..2] {
+        let out = fleetctl(&f, &["drain", &n.name]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let (mut fewest, mut saw_budget) = (usize::MAX, false);
+    let until = Instant::now() + Duration::from_secs(120);
+    loop {
+        fewest = fewest.min(running(&f));
+        let (a, b) = (f.node_view(&nodes[0].name).await.unwrap(), f.node_view(&nodes[1].name).await.unwrap());
+        for v in [&a, &b] {
+            saw_budget |= v["drain"]["blocked"].as_array().into_iter().flatten().any(|x| x["reason"] == "budget");
+        }
+        let gone = containers(&f.prefix, "drn").iter().all(|c| !old.contains(&c.3));
+        if a["drain"]["remaining"] == 0 && b["drain"]["remaining"] == 0 && gone {
+            break;
+        }
+        assert!(Instant::now() < until, "the drains did not finish: {a} {b}\n{}", f.controller_log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(saw_budget, "the replica waiting for the budget was listed with reason budget");
+    assert!(fewest >= 4, "an old container stopped before its replica ran elsewhere: {fewest} running at one point");
+    let on_new = containers(&f.prefix, "drn")
+        .into_iter()
+        .filter(|c| c.1 && nodes[4..].iter().any(|n| c.0.starts_with(&format!("{}-", n.prefix))))
+        .count();
+    assert_eq!(on_new, 2, "the two moved replicas run on the new nodes");
+    for id in &old {
+        let k = kills(id, since);
+        let term = k.iter().find(|x| x.1 == "15").map(|x| x.0);
+        let kill = k.iter().find(|x| x.1 == "9").map(|x| x.0);
+        let (Some(term), Some(kill)) = (term, kill) else { panic!("TERM then KILL for {id}: {k:?}") };
+        let waited = Duration::from_nanos((kill - term) as u64);
+        assert!(
+            waited >= Duration::from_millis(3500) && waited < Duration::from_secs(20),
+            "the old container was stopped with {waited:?}, not the agent's 4 s"
+        );
+    }
+}

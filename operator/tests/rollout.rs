@@ -308,3 +308,101 @@ async fn a_rollout_in_progress_survives_a_restart() {
     drop(f);
     running.shutdown().await;
 }
+
+/// Show 4 on the node protocol: two nodes drained at once with `maxUnavailable: 1` → the
+/// replicas move one at a time (the one waiting is listed as blocked with `reason: budget`),
+/// and each keeps running on its draining node until its new node runs it: the agent never
+/// has fewer than its four replicas running. (The old container's stop with the agent's
+/// `drainSeconds` is the node's: `plan::tests::the_drain_labels_the_container…`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_moves_replicas_within_the_budget_make_before_break() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let mut f = fleet(&dk, &url, json!({"maxUnavailable": 1})).await;
+    // Room to move to: two empty nodes.
+    let announce = json!({"executorKinds": ["k"], "executorImages": {"k": ["agent:*"]}, "capacity": {"slots": 2}});
+    for i in 4..6 {
+        let mut n = TestNode::new(&url, &format!("n-{i}"), announce.clone());
+        n.join(&f.admin.join_key().await).await;
+        f.joined.push(n.clone());
+        f.nodes.push(SimNode::start(n, f.bad.clone()));
+    }
+    let running_now = |f: &Fleet| -> usize {
+        f.nodes.iter().map(|n| n.running.lock().values().filter(|v| v.2 == "running").count()).sum()
+    };
+    for name in ["n-0", "n-1"] {
+        let (s, v) = f.admin.post(&format!("/api/v1/nodes/{name}:drain"), json!({})).await;
+        assert_eq!(s, 202, "{v}");
+    }
+    let (mut fewest, mut most_down, mut saw_budget) = (usize::MAX, 0, false);
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        fewest = fewest.min(running_now(&f));
+        most_down = most_down.max(f.down());
+        let (a, b) = (node_view(&f.admin, "n-0").await, node_view(&f.admin, "n-1").await);
+        let blocked: Vec<&Value> =
+            [&a, &b].iter().flat_map(|v| v["drain"]["blocked"].as_array().unwrap().iter()).collect();
+        saw_budget |= blocked.iter().any(|x| x["reason"] == "budget" && x["agentKey"] == "coder");
+        if a["drain"]["remaining"] == 0 && b["drain"]["remaining"] == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "the drains did not finish: {a} {b}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(saw_budget, "the replica waiting for the budget was listed with reason budget");
+    assert!(most_down <= 1, "{most_down} new replicas were starting at once with maxUnavailable 1");
+    assert!(fewest >= 4, "a replica stopped before its new node ran it: {fewest} running at one point");
+    eventually(10, "the old replicas let go on n-0 and n-1", || async {
+        (f.nodes[0].running.lock().is_empty() && f.nodes[1].running.lock().is_empty()).then_some(())
+    })
+    .await;
+    let on_new: usize = f.nodes[4..].iter().map(|n| n.running.lock().len()).sum();
+    assert_eq!(on_new, 2, "the two moved replicas run on the new nodes");
+    let ctx = running.ctx.clone().expect("the leader's context");
+    eventually(20, "a clean audit", || async {
+        let diffs = fleet_controller::reconcile::pass::audit::audit(&ctx).await.unwrap();
+        diffs.is_empty().then_some(())
+    })
+    .await;
+    drop(f);
+    running.shutdown().await;
+}
+
+async fn node_view(admin: &Admin, name: &str) -> Value {
+    let (s, v) = admin.get(&format!("/api/v1/nodes/{name}")).await;
+    assert_eq!(s, 200, "{v}");
+    v
+}
+
+/// docs/behaviour.md#rolling-out-a-change: a PAT rotation recreates the container, so it is a
+/// step in the budget. IAM grants 45 s PATs here, so the four nodes' PATs, issued together,
+/// fall due together (30 s after their issue); with `maxUnavailable: 1` no more than one
+/// replica is ever recreated at once, and every node still gets its new PAT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pat_rotations_are_steps_in_the_budget() {
+    let dk = devkit().await;
+    dk.set_faults(fleet_devkit::Faults { pat_lifetime_seconds: Some(45), ..Default::default() });
+    let dir = tempfile::tempdir().unwrap();
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let f = fleet(&dk, &url, json!({"maxUnavailable": 1, "minReadySeconds": 0})).await;
+    let creds = |f: &Fleet| -> Vec<String> {
+        f.nodes.iter().flat_map(|n| n.running.lock().values().map(|v| v.0.clone()).collect::<Vec<_>>()).collect()
+    };
+    let mut seen: Vec<HashSet<String>> = vec![HashSet::new(); 4];
+    let mut worst = 0;
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < until && !seen.iter().all(|s| s.len() >= 2) {
+        worst = worst.max(f.down());
+        for (i, c) in creds(&f).into_iter().enumerate().take(4) {
+            seen[i].insert(c);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(seen.iter().all(|s| s.len() >= 2), "every node's PAT rotated: {seen:?}");
+    assert!(worst <= 1, "{worst} replicas were recreated at once for their PATs with maxUnavailable 1");
+    drop(f);
+    running.shutdown().await;
+}

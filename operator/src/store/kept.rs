@@ -22,6 +22,9 @@ pub struct Outcome {
     pub stuck: BTreeSet<(Arc<str>, u32)>,
     /// Replicas left on a draining node because no other node fits them (docs/behaviour.md#node-lifecycle).
     pub blocked: BTreeSet<(Arc<str>, u32)>,
+    /// Replicas left on a draining node because their agent's disruption budget is spent
+    /// (docs/behaviour.md#rolling-out-a-change): they move as others become ready.
+    pub held: BTreeSet<(Arc<str>, u32)>,
     /// Agents with unplaced replicas: how many, and the first filter that left no node.
     pub waiting: BTreeMap<Arc<str>, (u32, &'static str)>,
     /// What each node has left after this placement, in the order of the bindings' node

@@ -33,8 +33,8 @@ pub use crate::model::Id;
 pub use db::lease;
 pub use join::JoinError;
 pub use records::{
-    Action, Cred, Deleted, DesiredRec, DrainProgress, IdentityRec, Lifecycle, MaybeMs, NodeInfo, NodeRec, NodeStep,
-    PairRec, RetiringCred, Rollout, Sealed, Seen,
+    Action, Cred, Deleted, DesiredRec, DrainProgress, IdentityRec, Lifecycle, Linger, MaybeMs, NodeInfo, NodeRec,
+    NodeStep, PairRec, RetiringCred, Rollout, Sealed, Seen,
 };
 pub use registry::{same_keys, AgentIndex, Changes, Reader, ReportOutcome, State};
 pub use report::FLUSH_CHUNK;
@@ -289,8 +289,9 @@ impl Store {
         desired: Vec<(Id, DesiredRec)>,
         hashes: Vec<(Id, u64)>,
         rollouts: Vec<(Id, Option<Arc<Rollout>>)>,
+        lingering: Vec<((Id, u32), Option<Linger>)>,
     ) -> Result<(), DbError> {
-        self.parts.commit_pass(rows, desired, hashes, rollouts).await
+        self.parts.commit_pass(rows, desired, hashes, rollouts, lingering).await
     }
 
     /// Publishes the rest of a committed pass; returns the agents whose wanted status

@@ -126,7 +126,7 @@ async fn a_generation_is_served_before_it_is_announced() {
     let desired = vec![(node.clone(), records::DesiredRec::new(before + 1, "[]"))];
     let commit = {
         let store = store.clone();
-        tokio::spawn(async move { store.commit_pass(&db::PassWrite::default(), desired, vec![], vec![]).await })
+        tokio::spawn(async move { store.commit_pass(&db::PassWrite::default(), desired, vec![], vec![], vec![]).await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     let announced = rx.has_changed().unwrap();

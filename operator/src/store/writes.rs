@@ -7,7 +7,7 @@ use super::db::{CredRow, DbError, PassWrite};
 use super::events::{Event, Kind};
 use super::kept::{Outcome, Placements, Sent, StatusBody};
 use super::parts::Parts;
-use super::records::{Cred, DesiredRec, DrainProgress, IdentityRec, RetiringCred, Rollout};
+use super::records::{Cred, DesiredRec, DrainProgress, IdentityRec, Linger, RetiringCred, Rollout};
 use crate::model::Id;
 use std::sync::Arc;
 
@@ -138,6 +138,7 @@ impl Parts {
         desired: Vec<(Id, DesiredRec)>,
         hashes: Vec<(Id, u64)>,
         rollouts: Vec<(Id, Option<Arc<Rollout>>)>,
+        lingering: Vec<((Id, u32), Option<Linger>)>,
     ) -> Result<(), DbError> {
         self.db.apply_pass(rows).await?;
         let mut desired = desired;
@@ -146,6 +147,7 @@ impl Parts {
             let mut st = self.registry.write();
             st.put_desired(&mut desired, hashes);
             st.put_rollouts(rollouts);
+            st.put_lingering(lingering);
         }
         for (node, generation) in &announced {
             self.hub.publish(node, *generation);

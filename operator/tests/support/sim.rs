@@ -1,6 +1,7 @@
 //! Nodes that apply their desired states as fleet-node does, over the node protocol: a
-//! replica whose template changed is `starting` for [`START`], then `running` on it — or
-//! `crashloop` when its image is one the test calls bad — each reported with its `specId`.
+//! replica whose template or PAT changed is recreated — `starting` for [`START`], then
+//! `running` — or `crashloop` when its image is one the test calls bad, each reported with its
+//! `specId`.
 
 use super::TestNode;
 use parking_lot::Mutex;
@@ -9,7 +10,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// What a simulated node runs: (agent, replica) → (specId, image, state, revision).
+/// What a simulated node runs: (agent, replica) → (`specId#credentialId`, image, state,
+/// revision).
 pub type Running = Arc<Mutex<BTreeMap<(String, u32), (String, String, String, u64)>>>;
 
 /// A node that applies its desired states like fleet-node: a replica whose template changed is
@@ -40,12 +42,14 @@ impl SimNode {
                     .lock()
                     .iter()
                     .map(|((a, i), (spec, _, state, rev))| {
+                        let spec = spec.split('#').next().unwrap_or_default();
                         json!({"agentKey": a, "replica": i, "state": state, "revision": rev, "restarts": 0,
                                "specId": spec, "message": if state == "crashloop" { json!("exited with code 1") } else { Value::Null }})
                     })
                     .collect();
                 let mut body = node.report_body(&[]);
                 body["replicas"] = json!(replicas);
+                body["appliedGeneration"] = json!(generation.unwrap_or(0));
                 let _ = tokio::time::timeout(Duration::from_secs(2), node.put_observed(&body)).await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -78,7 +82,9 @@ async fn apply(running: &Running, desired: &Value, bad: &HashSet<String>) {
         let mut r = running.lock();
         for a in agents {
             let key = a["agentKey"].as_str().unwrap().to_string();
-            let spec = a["specId"].as_str().unwrap_or_default().to_string();
+            let cred = a["identity"]["credential"]["credentialId"].as_str().unwrap_or_default();
+            // What recreates the container: its template, or a new PAT.
+            let spec = format!("{}#{cred}", a["specId"].as_str().unwrap_or_default());
             let image = a["executor"]["image"].as_str().unwrap_or_default().to_string();
             let rev = a["revision"].as_u64().unwrap();
             for i in a["replicaIndexes"].as_array().unwrap() {

@@ -3,8 +3,11 @@
 use super::gauges::Gauges;
 use crate::clock;
 use crate::metrics::{NodeLabels, PlacementLabels};
-use crate::reconcile::rules::derive::{agent_status, demand, entries_of, facts_of, look_of, per_node_of, Lookup};
+use crate::reconcile::rules::derive::{
+    agent_status, demand, entries_of, facts_of, look_of, per_node_lingering, Lookup, PerNode,
+};
 use crate::reconcile::rules::desired::{desired_json, Boxes, Entry};
+use crate::reconcile::rules::move_budget::{move_budget, Sources};
 use crate::reconcile::rules::placement::{self, NodeFacts};
 use crate::reconcile::rules::views::agent_views;
 use crate::reconcile::work::rotation::due_second;
@@ -33,12 +36,12 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
     let st = ctx.store.read();
     let facts: Vec<NodeFacts> = st.nodes().map(|n| facts_of(n, n.online(now, ctx.cfg.node_offline_after))).collect();
     let by_id: HashMap<&str, &NodeFacts> = facts.iter().map(|f| (&*f.id, f)).collect();
-    let outcome = placement::place(st.agents().iter().filter_map(demand), &facts, &st.outcome().bindings);
-    if outcome != **st.outcome() {
+    let per_node = per_node_lingering(st.outcome(), st.lingering());
+    if fresh_placement(ctx, &st, &facts, &per_node) != **st.outcome() {
         diffs.push("placement: a fresh placement differs from the published outcome".to_string());
     }
-    let per_node = per_node_of(st.outcome());
-    let pairs: HashSet<(Id, Id)> = st.outcome().bindings.iter().map(|(a, _, n)| (a.clone(), n.clone())).collect();
+    let mut pairs: HashSet<(Id, Id)> = st.outcome().bindings.iter().map(|(a, _, n)| (a.clone(), n.clone())).collect();
+    pairs.extend(st.lingering().iter().map(|((a, _), l)| (a.clone(), l.from.clone())));
     let creds: HashMap<(Id, Id), &Arc<Cred>> = st.live_creds().map(|(a, n, c)| ((a.clone(), n.clone()), c)).collect();
     for pair in creds.keys() {
         if !pairs.contains(pair) {
@@ -114,6 +117,24 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
         }
     }
     diffs
+}
+
+/// Placement from scratch over the published bindings, with the drain moves the agents'
+/// budgets allow as the pass computes them.
+fn fresh_placement(ctx: &Ctx, st: &crate::store::State, facts: &[NodeFacts], per_node: &PerNode) -> placement::Outcome {
+    let agent = |k: &str| st.agent(k);
+    let by_id: HashMap<&str, bool> = facts.iter().map(|f| (&*f.id, f.online)).collect();
+    let online = |id: &Id| by_id.get(&**id).copied().unwrap_or(false);
+    let budget = move_budget(&Sources {
+        draining: facts.iter().filter(|f| f.draining == Some(false) && f.online).map(|f| &f.id).collect(),
+        per_node,
+        bindings: &st.outcome().bindings,
+        agent: &agent,
+        online: &online,
+        st,
+        defaults: &ctx.cfg.rollout,
+    });
+    placement::place_within(st.agents().iter().filter_map(demand), facts, &st.outcome().bindings, budget)
 }
 
 /// The placement items of the registry's agents and outcome, built afresh.

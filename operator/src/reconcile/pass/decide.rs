@@ -127,6 +127,11 @@ pub async fn desired_states(
         let Some(agents) = rec.agents_bytes() else { continue };
         if !current.as_ref().is_some_and(|d| d.same_agents(&agents)) {
             tracing::info!(node = %memo.name(node), generation, agents = entries.len(), "desired state changed");
+            if !ctx.work.rotating.is_empty() {
+                for (a, _, c, _) in &entries {
+                    ctx.work.rotating.published(&a.key, node, c.issued_ms, generation);
+                }
+            }
             plan.rows.desired.push((node.to_string(), generation, agents));
             plan.desired.push((node.clone(), rec.carrying(boxes_to_let_go(memo, node, &entries))));
         }

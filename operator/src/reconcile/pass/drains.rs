@@ -9,6 +9,11 @@ use crate::store::events::{Batch, Event, Kind};
 use crate::store::DrainProgress;
 use rustc_hash::FxHashMap as HashMap;
 
+/// Why a replica stays on its draining node: no other node fits it.
+pub const NO_OTHER_NODE: &str = "no_other_node";
+/// Why a replica stays on its draining node: its agent's disruption budget is spent.
+pub const BUDGET: &str = "budget";
+
 /// Every draining node's progress. Costs one look at each node's facts; only draining nodes
 /// do more.
 pub fn progress(memo: &Memo, outcome: &Outcome) -> HashMap<Id, DrainProgress> {
@@ -17,17 +22,26 @@ pub fn progress(memo: &Memo, outcome: &Outcome) -> HashMap<Id, DrainProgress> {
         .iter()
         .filter(|f| f.draining.is_some())
         .map(|f| {
-            let remaining = memo.per_node.get(&f.id).map(|m| m.values().map(|r| r.len() as u32).sum()).unwrap_or(0);
+            // Bound there: a moved replica that still runs there until its new node runs it
+            // is listed in the memo's bindings but no longer bound.
+            let bound = |(agent, reps): (&Id, &crate::reconcile::rules::node_agents::Reps)| {
+                reps.iter().filter(|&&r| outcome.bindings.get(agent, r) == Some(&f.id)).count() as u32
+            };
+            let remaining = memo.per_node.get(&f.id).map(|m| m.iter().map(bound).sum()).unwrap_or(0);
             (f.id.clone(), DrainProgress { remaining, blocked: Vec::new() })
         })
         .collect();
     if out.is_empty() {
         return out;
     }
-    for key in &outcome.blocked {
+    let blocked = outcome.blocked.iter().map(|k| (k, NO_OTHER_NODE));
+    for (key, why) in blocked.chain(outcome.held.iter().map(|k| (k, BUDGET))) {
         if let Some(p) = outcome.bindings.get(&key.0, key.1).and_then(|node| out.get_mut(node)) {
-            p.blocked.push(key.clone());
+            p.blocked.push((key.0.clone(), key.1, why));
         }
+    }
+    for p in out.values_mut() {
+        p.blocked.sort_unstable();
     }
     out
 }

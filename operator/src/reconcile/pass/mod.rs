@@ -23,6 +23,7 @@ pub mod audit;
 mod decide;
 mod drains;
 pub mod gauges;
+mod linger;
 pub mod liveness;
 pub mod memo;
 mod place;
@@ -117,10 +118,11 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
         ctx.work.queue.add(WorkKey::Revoke(id.into()));
     }
     phases.mark("snapshot");
-    let mut placed = place::place(memo, &mut snap, &mut plan.rows);
+    let mut placed = place::place(ctx, memo, &mut snap, &mut plan.rows);
     drains::flip_events(memo, &snap.flips, snap.full, &mut placed.events);
+    let lingered = linger::track(ctx, memo, &snap, &mut placed, &mut plan);
     phases.mark("place");
-    let rolled = rollout::roll(ctx, memo, &snap, &mut placed, orders, &mut plan);
+    let rolled = rollout::roll(ctx, memo, &snap, &mut placed, orders, &lingered.from, &mut plan);
     phases.mark("rollouts");
     decide::identity_work(ctx, memo, &snap, &mut plan);
     decide::pat_work(ctx, memo, &snap, &placed, &mut plan);
@@ -136,7 +138,7 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     let (desired, hashes) = (std::mem::take(&mut plan.desired), std::mem::take(&mut plan.desired_hashes));
     let rollouts_changed = !rolled.changed.is_empty() || snap.full;
     let rollouts = rolled.changed.into_iter().collect();
-    ctx.store.commit_pass(&rows, desired, hashes, rollouts).await?;
+    ctx.store.commit_pass(&rows, desired, hashes, rollouts, lingered.changed).await?;
     if rollouts_changed {
         count_rollouts(ctx);
     }
@@ -151,10 +153,7 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     drop(snap.old_agents.take());
     phases.mark("publish");
     phases.log(snap.full);
-    let due = match (snap.next_offline, rolled.next_due) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
+    let due = [snap.next_offline, rolled.next_due, lingered.next_due].into_iter().flatten().min();
     Ok(due)
 }
 

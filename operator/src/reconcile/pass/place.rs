@@ -5,8 +5,10 @@
 use super::memo::Memo;
 use super::snapshot::Snapshot;
 use crate::model::Id;
-use crate::reconcile::rules::derive::{demand, is_placed, per_node_of};
-use crate::reconcile::rules::placement::{self, Bindings, Outcome};
+use crate::reconcile::rules::derive::{demand, is_placed, per_node_lingering, per_node_of};
+use crate::reconcile::rules::move_budget::{move_budget, Sources};
+use crate::reconcile::rules::placement::{self, Bindings, MoveBudget, Outcome};
+use crate::reconcile::work::Ctx;
 use crate::store::db::PassWrite;
 use crate::store::events::{Batch, Event, Kind};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -26,13 +28,17 @@ pub struct Placed {
     pub touched_nodes: HashSet<Id>,
     /// Pairs whose presence may have changed, with whether they were placed before.
     pub touched_pairs: HashMap<(Id, Id), bool>,
+    /// Replicas that moved from one node to another: (agent, replica, from, to).
+    pub relocated: Vec<(Id, u32, Id, Id)>,
     /// What moved, for the event history.
     pub events: Batch,
 }
 
-pub fn place(memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWrite) -> Placed {
+pub fn place(ctx: &Ctx, memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWrite) -> Placed {
     let previous = snap.previous.take().unwrap_or_default();
-    let replaced = snap.full || snap.demand_changed || !snap.changes.facts.is_empty() || !snap.flips.is_empty();
+    // Replicas a drain holds move as others become ready: a report may free their budget.
+    let held = !previous.held.is_empty() && !snap.changes.reports.is_empty();
+    let replaced = snap.full || snap.demand_changed || !snap.changes.facts.is_empty() || !snap.flips.is_empty() || held;
     let mut placed = Placed {
         replaced,
         outcome: previous.clone(),
@@ -40,6 +46,7 @@ pub fn place(memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWrite) -> Plac
         touched_agents: HashSet::default(),
         touched_nodes: HashSet::default(),
         touched_pairs: HashMap::default(),
+        relocated: Vec::new(),
         events: Batch::default(),
     };
     if !replaced {
@@ -47,8 +54,11 @@ pub fn place(memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWrite) -> Plac
     }
     // The demands borrow the agents and are taken one by one, not collected.
     let demands = snap.agents.iter().filter_map(demand);
-    placed.outcome = Arc::new(placement::place(demands, &memo.facts, &previous.bindings));
+    let budget = budget(ctx, memo, &previous, snap.full);
+    placed.outcome = Arc::new(placement::place_within(demands, &memo.facts, &previous.bindings, budget));
     let moves = diff_bindings(&previous.bindings, &placed.outcome, memo, rows, &mut placed.events);
+    placed.relocated =
+        moves.iter().filter_map(|(a, r, from, to)| Some((a.clone(), *r, from.clone()?, to.clone()?))).collect();
     waiting_events(&previous, &placed.outcome, &mut placed.events);
     if snap.full {
         memo.per_node = per_node_of(&placed.outcome);
@@ -57,6 +67,29 @@ pub fn place(memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWrite) -> Plac
         touched_by_waiting(&previous, &mut placed);
     }
     placed
+}
+
+/// The drain moves each agent may take in this run: none to compute unless a node drains.
+fn budget(ctx: &Ctx, memo: &Memo, previous: &Outcome, full: bool) -> MoveBudget {
+    let draining: Vec<&Id> =
+        memo.facts.iter().filter(|f| f.draining == Some(false) && f.online).map(|f| &f.id).collect();
+    if draining.is_empty() {
+        return MoveBudget::default();
+    }
+    let st = ctx.store.read();
+    // A full pass has no bindings by node yet: they are derived as the last pass left them.
+    let derived = full.then(|| per_node_lingering(previous, st.lingering()));
+    let agent = |k: &str| memo.agent(k);
+    let online = |id: &Id| memo.node(id).is_some_and(|f| f.online);
+    move_budget(&Sources {
+        draining,
+        per_node: derived.as_ref().unwrap_or(&memo.per_node),
+        bindings: &previous.bindings,
+        agent: &agent,
+        online: &online,
+        st: &st,
+        defaults: &ctx.cfg.rollout,
+    })
 }
 
 /// A replica's move between two passes: (agent, replica, from, to).
@@ -103,6 +136,9 @@ fn touched_by_waiting(previous: &Outcome, placed: &mut Placed) {
         placed.touched_agents.insert(k.0.clone());
     }
     for k in previous.blocked.symmetric_difference(&outcome.blocked) {
+        placed.touched_agents.insert(k.0.clone());
+    }
+    for k in previous.held.symmetric_difference(&outcome.held) {
         placed.touched_agents.insert(k.0.clone());
     }
 }

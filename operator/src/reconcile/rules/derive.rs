@@ -7,7 +7,7 @@ use super::node_agents::NodeAgents;
 use super::placement::{Demand, NodeFacts, Outcome};
 use super::status::{self, ReplicaInput, StatusBody, StatusInput};
 use crate::model::{Agent, AgentState, Id, SpecId, Template};
-use crate::store::{Cred, NodeRec, Rollout, State};
+use crate::store::{Cred, Linger, NodeRec, Rollout, State};
 use rustc_hash::FxHashMap as HashMap;
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -55,6 +55,20 @@ pub fn per_node_of(outcome: &Outcome) -> PerNode {
         per_node.entry(node.clone()).or_default().entry(agent).push(r);
     }
     per_node.values_mut().for_each(NodeAgents::shrink_to_fit);
+    per_node
+}
+
+/// The bindings by node, with every replica a drain moved that still runs on its old node
+/// listed there too, and the agent of one being stopped there listed with no replica
+/// (docs/behaviour.md#rolling-out-a-change).
+pub fn per_node_lingering(outcome: &Outcome, lingering: &std::collections::BTreeMap<(Id, u32), Linger>) -> PerNode {
+    let mut per_node = per_node_of(outcome);
+    for ((agent, r), l) in lingering {
+        let reps = per_node.entry(l.from.clone()).or_default().entry(agent);
+        if let (Err(at), None) = (reps.binary_search(r), l.released_ms) {
+            reps.insert(at, *r);
+        }
+    }
     per_node
 }
 

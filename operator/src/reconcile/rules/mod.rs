@@ -4,6 +4,7 @@ pub mod ceiling;
 pub mod derive;
 pub mod desired;
 pub mod explain;
+pub mod move_budget;
 pub mod node_agents;
 pub mod placement;
 pub mod rollout;

@@ -210,12 +210,49 @@ pub fn place<'a, D: Into<Demand<'a>>>(
     nodes: &[NodeFacts],
     previous: &Bindings,
 ) -> Outcome {
+    place_within(demands, nodes, previous, MoveBudget::default())
+}
+
+/// Drain moves the agents' disruption budgets allow this run (docs/behaviour.md#rolling-out-a-change):
+/// a ready replica on a draining node (not forced, online) moves only while its agent has
+/// budget left, and stays there, held, otherwise. Agents not listed move freely; a replica
+/// not ready costs nothing to move.
+#[derive(Debug, Clone, Default)]
+pub struct MoveBudget {
+    /// Agent → moves of ready replicas it may take.
+    pub left: HashMap<Arc<str>, u32>,
+    /// The ready replicas on draining nodes, sorted.
+    pub ready: Vec<(Arc<str>, u32)>,
+}
+
+impl MoveBudget {
+    /// Whether replica `r` of `key` may leave its draining node now; takes one move if so.
+    fn take(&mut self, key: &Arc<str>, r: u32) -> bool {
+        let Some(left) = self.left.get_mut(key) else { return true };
+        if self.ready.binary_search_by(|(k, x)| (&**k, *x).cmp(&(&**key, r))).is_err() {
+            return true;
+        }
+        if *left == 0 {
+            return false;
+        }
+        *left -= 1;
+        true
+    }
+}
+
+/// [`place`] with the drain moves limited by `budget`.
+pub fn place_within<'a, D: Into<Demand<'a>>>(
+    demands: impl IntoIterator<Item = D>,
+    nodes: &[NodeFacts],
+    previous: &Bindings,
+    mut budget: MoveBudget,
+) -> Outcome {
     let (mut ds, sigs) = signatures(demands.into_iter().map(Into::into));
     ds.sort_by(|a, b| a.key.cmp(&b.key)); // stable, and linear when in key order (a pass's)
     let mut p = Placer::new(ds, sigs, nodes);
     let mut out = Outcome::default();
     let unbound = p.sticky(previous);
-    p.place_new(unbound, &mut out);
+    p.place_new(unbound, &mut budget, &mut out);
     let (table, position) = p.node_table();
     out.free = p.free(&position);
     out.bindings = p.bindings(table, &position);
@@ -389,9 +426,17 @@ impl<'a> Placer<'a> {
 
     /// Step 2: new (and moving) replicas, in order of agent key then index: each to the fitting
     /// node with the most free slots, else stuck on its offline node, else waiting.
-    fn place_new(&mut self, unbound: Vec<Unbound>, out: &mut Outcome) {
+    fn place_new(&mut self, unbound: Vec<Unbound>, budget: &mut MoveBudget, out: &mut Outcome) {
         let mut states: HashMap<usize, SigState> = HashMap::default();
         for (di, r, prev) in unbound {
+            if let Some(ni) = prev.filter(|&ni| self.drain_moves(ni)) {
+                if !budget.take(&self.ds[di].key, r) {
+                    // Its agent's budget is spent: it stays, held, until another is ready.
+                    self.bind(di, r, ni);
+                    out.held.insert((self.ds[di].key.clone(), r));
+                    continue;
+                }
+            }
             let sig = self.ds[di].sig as usize;
             let need = self.need(sig);
             let st = states.entry(sig).or_insert_with(|| self.sig_state(sig, &need));
@@ -415,6 +460,13 @@ impl<'a> Placer<'a> {
                 },
             }
         }
+    }
+
+    /// Whether replicas leave node `ni` by a drain the budgets pace: draining without force,
+    /// and online (a replica on an offline node is unavailable already).
+    fn drain_moves(&self, ni: u32) -> bool {
+        let n = &self.nodes[ni as usize];
+        n.draining == Some(false) && n.online
     }
 
     /// A signature's candidates as a heap, and the reason when the static filters leave none.

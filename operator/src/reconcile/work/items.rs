@@ -136,9 +136,22 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
         if now < due {
             return rotate_at(ctx, node, due);
         }
+        // A rotation recreates the container: a step in the agent's budget — unless half the
+        // time from its due point to its expiry has gone waiting: an expired PAT stops the
+        // agent for sure.
+        let pair = (agent.clone(), node.clone());
+        let urgent = now >= due + (c.expires_ms - due) / 2;
+        let rotating = &ctx.work.rotating;
+        if urgent {
+            rotating.started(pair.clone(), now);
+        } else if !rotating.may_rotate(&ctx.store.read(), &ctx.cfg.rollout, ctx.cfg.node_offline_after, &pair, now) {
+            tracing::debug!(agent = %agent, node = %node_name, "PAT rotation due; waiting for the agent's disruption budget");
+            return rotate_at(ctx, node, now + super::rotating::WAIT.as_millis() as i64);
+        }
     }
     let Some(principal) = principal else {
         // The identity item runs first; come back when it has had its chance.
+        ctx.work.rotating.abandoned(&(agent.clone(), node.clone()));
         ctx.work.queue.add(WorkKey::Identity(agent.clone()));
         return Outcome::Failed;
     };
@@ -164,6 +177,7 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
             ctx.metrics.call("iam", "issue_pat", e.outcome());
             ctx.metrics.pat("failed");
             note_error(ctx, agent, format!("issuing the PAT for node {node_name}: {}", describe(&e)));
+            ctx.work.rotating.abandoned(&(agent.clone(), node.clone()));
             return Outcome::Failed;
         }
     };
@@ -184,9 +198,11 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
     let (id, due) = (Id::from(cred.id()), first_rotation_ms(&cred, ttl_ms));
     if let Err(e) = ctx.store.credential_stored(&(agent.clone(), node.clone()), cred, retire.clone()).await {
         tracing::error!(error = %e, "cannot store credential; the retry replays it");
+        ctx.work.rotating.abandoned(&(agent.clone(), node.clone()));
         return Outcome::Failed;
     }
     if let Some((old, _)) = retire {
+        ctx.work.rotating.started((agent.clone(), node.clone()), now);
         ctx.metrics.pat("rotated");
         tracing::info!(node_name = %node_name, credential = %id, old = %old, "PAT rotated; the old one is revoked after the grace");
         ctx.work.queue.add_after(WorkKey::Revoke(old), grace);

@@ -9,6 +9,7 @@ pub mod items;
 pub mod key;
 pub mod queue;
 pub mod queues;
+pub mod rotating;
 pub mod rotation;
 
 pub use items::{worker, WORKERS};

@@ -4,6 +4,7 @@
 
 use super::key::WorkKey;
 use super::queue::{Backoff, WorkQueue};
+use super::rotating::Rotating;
 use super::rotation::Rotations;
 use std::time::Duration;
 
@@ -15,6 +16,8 @@ pub struct Work {
     pub queue: WorkQueue<WorkKey>,
     /// When each live PAT is rotated (its work is queued then).
     pub rotations: Rotations,
+    /// PAT rotations under way, each a step in its agent's disruption budget.
+    pub rotating: Rotating,
 }
 
 impl Default for Work {
@@ -22,6 +25,7 @@ impl Default for Work {
         Work {
             queue: WorkQueue::new(Backoff { base: Duration::from_secs(1), max: Duration::from_secs(300) }),
             rotations: Rotations::default(),
+            rotating: Rotating::default(),
         }
     }
 }

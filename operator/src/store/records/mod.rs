@@ -7,6 +7,7 @@ pub mod claims;
 pub mod cred;
 pub mod desired;
 pub mod event;
+pub mod linger;
 pub mod node;
 pub mod rollout;
 pub mod sealed;
@@ -14,6 +15,7 @@ pub mod seen;
 
 pub use cred::{Cred, IdentityRec, MaybeMs, PairRec, RetiringCred};
 pub use desired::DesiredRec;
+pub use linger::Linger;
 pub use node::{Action, Deleted, DrainProgress, Lifecycle, NodeInfo, NodeRec};
 pub use rollout::{NodeStep, Rollout};
 pub use sealed::Sealed;

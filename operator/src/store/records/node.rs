@@ -163,8 +163,8 @@ pub enum Action {
 pub struct DrainProgress {
     /// Replicas still bound to the node.
     pub remaining: u32,
-    /// Those with nowhere else to go.
-    pub blocked: Vec<(Id, u32)>,
+    /// Those that stay: (agent, replica, why: `budget` or `no_other_node`).
+    pub blocked: Vec<(Id, u32, &'static str)>,
 }
 
 /// A deleted node, and the credentials to revoke now.

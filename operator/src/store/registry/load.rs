@@ -5,7 +5,7 @@ use super::state::State;
 use crate::model::{Agent, Id, Template};
 use crate::store::db::{CredRow, NodeRow, Snapshot};
 use crate::store::kept::{self, Outcome, Placements, StatusBody};
-use crate::store::records::{Cred, DesiredRec, IdentityRec, NodeInfo, NodeRec, RetiringCred, Rollout, Sealed};
+use crate::store::records::{Cred, DesiredRec, IdentityRec, Linger, NodeInfo, NodeRec, RetiringCred, Rollout, Sealed};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -54,6 +54,8 @@ impl State {
                 st.agents_etag = Some(v);
             } else if let Some(agent) = k.strip_prefix("rollout/") {
                 st.load_rollout(agent, &v);
+            } else if k.starts_with(crate::store::records::linger::PREFIX) {
+                st.load_linger(&k, &v);
             }
         }
         st
@@ -73,6 +75,16 @@ impl State {
         let Some(a) = self.agent(agent) else { return };
         if r.worth_keeping(&Template::of(a, r.target.restart)) {
             self.rollouts.insert(a.key.clone(), Arc::new(r));
+        }
+    }
+}
+
+impl State {
+    /// A stored lingering replica (a pass ends one whose agent or node has gone).
+    fn load_linger(&mut self, key: &str, row: &str) {
+        match (Linger::parse_key(key), serde_json::from_str::<Linger>(row)) {
+            (Some((agent, replica)), Ok(l)) => drop(self.lingering.insert((Id::from(agent), replica), l)),
+            _ => tracing::error!(key, "a stored lingering replica does not parse; its old container is let go"),
         }
     }
 }

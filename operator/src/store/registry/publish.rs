@@ -5,7 +5,7 @@
 use super::state::State;
 use crate::model::{AgentList, Id};
 use crate::store::kept::{Outcome, Placements, Sent};
-use crate::store::records::{DesiredRec, DrainProgress, Rollout};
+use crate::store::records::{DesiredRec, DrainProgress, Linger, Rollout};
 use std::sync::Arc;
 
 impl State {
@@ -83,6 +83,16 @@ impl State {
             match r {
                 Some(r) => drop(self.rollouts.insert(agent, r)),
                 None => drop(self.rollouts.remove(&agent)),
+            }
+        }
+    }
+
+    /// The lingering replicas a pass started (`Some`) or ended (`None`).
+    pub(in crate::store) fn put_lingering(&mut self, changed: Vec<((Id, u32), Option<Linger>)>) {
+        for (key, l) in changed {
+            match l {
+                Some(l) => drop(self.lingering.insert(key, l)),
+                None => drop(self.lingering.remove(&key)),
             }
         }
     }

@@ -8,10 +8,12 @@ use crate::clock;
 use crate::model::{Agent, AgentList, Id};
 use crate::store::kept::{Outcome, Placements, Sent};
 use crate::store::records::Lifecycle;
-use crate::store::records::{Cred, DesiredRec, DrainProgress, IdentityRec, NodeRec, PairRec, RetiringCred, Rollout};
+use crate::store::records::{
+    Cred, DesiredRec, DrainProgress, IdentityRec, Linger, NodeRec, PairRec, RetiringCred, Rollout,
+};
 use crate::store::secret::hash;
 use fleet_api::NodeView;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,6 +60,9 @@ pub struct State {
     /// The rollouts that hold something the agents' own items do not say, by agent
     /// (docs/behaviour.md#rolling-out-a-change); written by the pass only.
     pub(super) rollouts: HashMap<Id, Arc<Rollout>>,
+    /// Replicas a drain moved that still run on their old node, by (agent, replica); written
+    /// by the pass only.
+    pub(super) lingering: BTreeMap<(Id, u32), Linger>,
     /// What changed since the pass last looked, recorded with each change under the same
     /// lock: the pass recomputes only what these touch.
     pub(super) changes: Changes,
@@ -170,6 +175,11 @@ impl State {
         self.rollouts.values()
     }
 
+    /// Replicas a drain moved that still run on their old node (make-before-break).
+    pub fn lingering(&self) -> &BTreeMap<(Id, u32), Linger> {
+        &self.lingering
+    }
+
     pub fn identity(&self, agent: &str) -> Option<&IdentityRec> {
         self.identities.get(agent)
     }
@@ -262,7 +272,11 @@ impl State {
                 blocked: p
                     .blocked
                     .iter()
-                    .map(|(a, r)| fleet_api::BlockedReplica { agent_key: a.to_string(), replica: *r })
+                    .map(|(a, r, why)| fleet_api::BlockedReplica {
+                        agent_key: a.to_string(),
+                        replica: *r,
+                        reason: why.to_string(),
+                    })
                     .collect(),
                 force,
             });

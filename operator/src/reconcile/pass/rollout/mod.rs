@@ -33,6 +33,7 @@ pub fn roll(
     snap: &Snapshot,
     placed: &mut Placed,
     orders: Vec<Pending>,
+    lingering: &[(Id, Id)],
     plan: &mut Plan,
 ) -> Rolled {
     let mut out = Rolled::default();
@@ -63,7 +64,8 @@ pub fn roll(
             }
             continue;
         };
-        let mut one = One { ctx, memo, snap, placed: &*placed, a, events: Vec::new(), out: &mut out, st: &st };
+        let mut one =
+            One { ctx, memo, snap, placed: &*placed, a, lingering, events: Vec::new(), out: &mut out, st: &st };
         let mut r = before.clone();
         one.cp_change(&mut r);
         for (_, _, order) in agent_orders {

@@ -22,6 +22,8 @@ pub struct One<'a> {
     pub snap: &'a Snapshot,
     pub placed: &'a Placed,
     pub a: &'a Agent,
+    /// (agent, node) of every replica a drain moved that still runs on its old node.
+    pub lingering: &'a [(Id, Id)],
     pub events: Vec<Event>,
     pub out: &'a mut Rolled,
     pub st: &'a State,
@@ -108,7 +110,9 @@ impl One<'_> {
             return;
         }
         let now = self.snap.now;
-        let sources = Sources { a: self.a, memo: self.memo, st: self.st, outcome: &self.placed.outcome, now };
+        let lingering: Vec<&Id> = self.lingering.iter().filter(|(k, _)| *k == self.a.key).map(|(_, n)| n).collect();
+        let sources =
+            Sources { a: self.a, memo: self.memo, st: self.st, outcome: &self.placed.outcome, lingering, now };
         let gathered = slots::gather(&sources, r);
         let desired = self.a.desired_replicas();
         let budget = r.policy.max_unavailable.budget(desired);

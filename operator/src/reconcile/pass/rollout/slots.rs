@@ -28,6 +28,8 @@ pub struct Sources<'a> {
     pub memo: &'a Memo,
     pub st: &'a State,
     pub outcome: &'a Outcome,
+    /// The nodes a moved replica of the agent still runs on: they keep their template.
+    pub lingering: Vec<&'a Id>,
     pub now: i64,
 }
 
@@ -38,7 +40,7 @@ pub fn gather(one: &Sources, r: &mut Rollout) -> Gathered {
     for (rep, node) in one.outcome.bindings.of_agent(key).take_while(|(rep, _)| *rep < desired) {
         by_node.entry(node.clone()).or_default().push(rep);
     }
-    sync_nodes(r, &by_node, one.now);
+    sync_nodes(r, &by_node, &one.lingering, one.now);
     let mut order: Vec<(&str, &Id)> = by_node.keys().map(|n| (one.memo.name(n), n)).collect();
     order.sort();
     let mut g = Gathered { slots: Vec::new(), who: Vec::new(), due: None };
@@ -70,9 +72,11 @@ pub fn gather(one: &Sources, r: &mut Rollout) -> Gathered {
 }
 
 /// The rollout's nodes as the bindings stand: a node new to the agent is handed what a new
-/// replica gets (the target, or while halted the last template that completed).
-fn sync_nodes(r: &mut Rollout, by_node: &BTreeMap<Id, Vec<u32>>, now: i64) {
-    r.nodes.retain(|s| by_node.contains_key(&s.node));
+/// replica gets (the target, or while halted the last template that completed). A node a
+/// moved replica still runs on keeps its step until the replica is let go there: what it
+/// runs must not change under it.
+fn sync_nodes(r: &mut Rollout, by_node: &BTreeMap<Id, Vec<u32>>, lingering: &[&Id], now: i64) {
+    r.nodes.retain(|s| by_node.contains_key(&s.node) || lingering.contains(&&s.node));
     for node in by_node.keys() {
         if let Err(at) = r.nodes.binary_search_by(|s| s.node.cmp(node)) {
             let on = r.template_on(node).id();

@@ -125,6 +125,47 @@ fn cordon_keeps_drain_moves_blocked_stay_and_force_unbinds() {
     assert_eq!(out.waiting.get("y"), Some(&(1, codes::NO_CAPACITY)));
 }
 
+/// docs/behaviour.md#rolling-out-a-change: a drain moves a ready replica only while its
+/// agent has budget left; the rest stay held on the draining node. A replica that is not
+/// ready costs nothing to move, agents with no budget listed move freely, and a forced drain
+/// or an offline node is not paced.
+#[test]
+fn a_drain_moves_ready_replicas_within_the_budget_and_holds_the_rest() {
+    let mut a = node("a", 4);
+    a.schedulable = false;
+    a.draining = Some(false);
+    let b = node("b", 4);
+    let prev = bound(&[("x", 0, "id-a"), ("x", 1, "id-a"), ("x", 2, "id-a"), ("y", 0, "id-a")]);
+    let demands = [agent("x", 3), agent("y", 1)];
+    let budget = |left: u32, ready: &[u32]| MoveBudget {
+        left: [(Arc::from("x"), left)].into_iter().collect(),
+        ready: ready.iter().map(|&r| (Arc::from("x"), r)).collect(),
+    };
+    let out = place_within(&demands, &[a.clone(), b.clone()], &prev, budget(1, &[0, 1, 2]));
+    assert_eq!(on(&out, "x", 0).as_deref(), Some("id-b"), "the first ready replica takes the budget");
+    assert_eq!(on(&out, "x", 1).as_deref(), Some("id-a"), "held");
+    assert_eq!(on(&out, "x", 2).as_deref(), Some("id-a"), "held");
+    assert_eq!(on(&out, "y", 0).as_deref(), Some("id-b"), "y has no budget listed: it moves");
+    assert_eq!(out.held.iter().cloned().collect::<Vec<_>>(), vec![(Arc::from("x"), 1), (Arc::from("x"), 2)]);
+    assert!(out.blocked.is_empty() && out.waiting.is_empty());
+
+    let out = place_within(&demands, &[a.clone(), b.clone()], &prev, budget(0, &[0, 2]));
+    assert_eq!(on(&out, "x", 1).as_deref(), Some("id-b"), "not ready: moving it costs nothing");
+    assert_eq!(out.held.len(), 2, "no budget left: the ready ones stay");
+
+    let held = place_within(&demands, &[a.clone(), b.clone()], &prev, budget(0, &[0, 1, 2]));
+    let again = place_within(&demands, &[a.clone(), b.clone()], &held.bindings, budget(0, &[0, 1, 2]));
+    assert_eq!(held, again, "held replicas are a fixed point while the budget is spent");
+
+    let mut forced = a.clone();
+    forced.draining = Some(true);
+    let out = place_within(&demands, &[forced, b.clone()], &prev, budget(0, &[0, 1, 2]));
+    assert!(out.held.is_empty(), "force ignores the budget");
+    a.online = false;
+    let out = place_within(&demands, &[a, b], &prev, budget(0, &[0, 1, 2]));
+    assert!(out.held.is_empty(), "an offline node's replicas are unavailable already");
+}
+
 #[test]
 fn every_online_node_cordoned_is_no_schedulable_node() {
     let mut a = node("a", 3);

@@ -1,0 +1,199 @@
+//! Make-before-break for drains (docs/behaviour.md#rolling-out-a-change), right after
+//! placement. A running replica that a drain moved *lingers* on its draining node:
+//!
+//! 1. it keeps running there — the node keeps it in its desired state, with its PAT — until
+//!    its new node reports it running, or its agent's `progressDeadlineSeconds` passes;
+//! 2. then it is *released*: the node's desired state keeps the agent with no replica for the
+//!    agent's `drainSeconds` and [`RELEASE_SLACK`], so the node stops the old container with
+//!    that drain (a node stops a container whose agent left its desired state with 30 s);
+//! 3. then the agent leaves that node's desired state, and its PAT there is retired.
+//!
+//! The memo's per-node bindings list a lingering replica on its old node (so that node's
+//! desired state, its PAT and its retirement follow), and the store keeps it, so a restart
+//! or a new leader goes on where this one stood. A move that is not a drain's (the old node
+//! offline or deleted, the agent stopped or lowered) is never delayed, and a lingering
+//! replica ends at once when one of those happens.
+
+use super::memo::Memo;
+use super::place::Placed;
+use super::plan::Plan;
+use super::snapshot::Snapshot;
+use crate::model::Id;
+use crate::reconcile::rules::rollout::policy;
+use crate::reconcile::work::Ctx;
+use crate::store::{Linger, State};
+use fleet_api::ReplicaState;
+use std::collections::BTreeMap;
+
+/// How long past the agent's drain a released replica's agent stays on its old node: the
+/// node learns of the release within a long-poll's wake, and its stop then takes the drain.
+pub const RELEASE_SLACK_MS: i64 = 5_000;
+
+/// What the phase decided.
+#[derive(Default)]
+pub struct Lingered {
+    /// Started or changed (`Some`) or ended (`None`), to store and publish.
+    pub changed: Vec<((Id, u32), Option<Linger>)>,
+    /// The lingering replicas after this pass: (agent, their draining node).
+    pub from: Vec<(Id, Id)>,
+    /// When the next one needs another look (ms).
+    pub next_due: Option<i64>,
+}
+
+/// What becomes of one lingering replica in this pass.
+enum Fate {
+    Stays,
+    Released,
+    Ends(&'static str),
+}
+
+pub fn track(ctx: &Ctx, memo: &mut Memo, snap: &Snapshot, placed: &mut Placed, plan: &mut Plan) -> Lingered {
+    let st = ctx.store.read();
+    if st.lingering().is_empty() && placed.relocated.is_empty() {
+        return Lingered::default();
+    }
+    // (the replica, whether it is stored).
+    let mut current: BTreeMap<(Id, u32), (Linger, bool)> =
+        st.lingering().iter().map(|(k, l)| (k.clone(), (l.clone(), true))).collect();
+    for (agent, r, from, to) in std::mem::take(&mut placed.relocated) {
+        if drained_while_running(memo, &st, &agent, r, &from) {
+            let l = Linger { from, to, since_ms: snap.now, released_ms: None };
+            current.insert((agent, r), (l, false));
+        }
+    }
+    let mut out = Lingered::default();
+    for ((agent, r), (mut l, stored)) in current {
+        let fate = fate(ctx, memo, &st, placed, &agent, r, &l, snap.now);
+        let changed = match fate {
+            Fate::Ends(why) => {
+                if stored {
+                    tracing::info!(agent = %agent, replica = r, node = %memo.name(&l.from), reason = why, "moved replica's old node let go of it");
+                    unlist(memo, placed, &agent, r, &l.from);
+                    plan.rows.kv_delete.push((Linger::key(&agent, r), None));
+                    out.changed.push(((agent, r), None));
+                }
+                continue;
+            }
+            Fate::Released => {
+                tracing::info!(agent = %agent, replica = r, node = %memo.name(&l.from), "moved replica runs on its new node; its old container stops with the agent's drain");
+                l.released_ms = Some(snap.now);
+                if stored && !snap.full {
+                    release(memo, placed, &agent, r, &l.from);
+                }
+                true
+            }
+            Fate::Stays => !stored,
+        };
+        if !stored {
+            tracing::info!(agent = %agent, replica = r, from = %memo.name(&l.from), to = %memo.name(&l.to), "moved replica keeps running on its draining node until its new node runs it");
+        }
+        if !stored || snap.full {
+            list(memo, placed, &agent, r, &l);
+        }
+        if changed {
+            match serde_json::to_string(&l) {
+                Ok(row) => plan.rows.kv.push((Linger::key(&agent, r), row)),
+                Err(e) => tracing::error!(agent = %agent, error = %e, "cannot store a lingering replica"),
+            }
+            out.changed.push(((agent.clone(), r), Some(l.clone())));
+        }
+        let due = due(ctx, memo, &agent, &l);
+        out.next_due = Some(out.next_due.map_or(due, |d: i64| d.min(due)));
+        out.from.push((agent, l.from));
+    }
+    out
+}
+
+/// Whether a move is a drain's of a replica that was running: the old node drains without
+/// force and is online, and reported the replica running.
+fn drained_while_running(memo: &Memo, st: &State, agent: &str, r: u32, from: &Id) -> bool {
+    let draining = memo.node(from).is_some_and(|f| f.draining == Some(false) && f.online);
+    draining && st.node(from).and_then(|n| n.info.replica(agent, r)).is_some_and(|p| p.state == ReplicaState::Running)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn fate(ctx: &Ctx, memo: &Memo, st: &State, placed: &Placed, agent: &str, r: u32, l: &Linger, now: i64) -> Fate {
+    let Some(a) = memo.agent(agent).filter(|a| a.placed_spec().is_some()) else {
+        return Fate::Ends("agent no longer placed");
+    };
+    if !memo.node(&l.from).is_some_and(|f| f.online) {
+        return Fate::Ends("old node offline or deleted");
+    }
+    if let Some(at) = l.released_ms {
+        let stopped = now >= at + a.drain_seconds as i64 * 1000 + RELEASE_SLACK_MS;
+        return if stopped { Fate::Ends("its drain has passed") } else { Fate::Stays };
+    }
+    if r >= a.desired_replicas() {
+        return Fate::Ends("replicas lowered");
+    }
+    if placed.outcome.bindings.get(agent, r) != Some(&l.to) {
+        return Fate::Ends("moved again");
+    }
+    let running =
+        st.node(&l.to).and_then(|n| n.info.replica(agent, r)).is_some_and(|p| p.state == ReplicaState::Running);
+    let late = now - l.since_ms > deadline_ms(ctx, memo, agent);
+    if (running && memo.node(&l.to).is_some_and(|f| f.online)) || late {
+        return Fate::Released;
+    }
+    Fate::Stays
+}
+
+/// When a lingering replica needs another look without a change: its deadline, or the end
+/// of its release.
+fn due(ctx: &Ctx, memo: &Memo, agent: &str, l: &Linger) -> i64 {
+    match l.released_ms {
+        Some(at) => {
+            let drain = memo.agent(agent).map_or(0, |a| a.drain_seconds as i64 * 1000);
+            at + drain + RELEASE_SLACK_MS
+        }
+        None => l.since_ms + deadline_ms(ctx, memo, agent) + 1,
+    }
+}
+
+fn deadline_ms(ctx: &Ctx, memo: &Memo, agent: &str) -> i64 {
+    let raw = memo.agent(agent).and_then(|a| a.rollout());
+    policy(raw, &ctx.cfg.rollout).0.progress_deadline_seconds as i64 * 1000
+}
+
+/// Lists the lingering replica on its old node in the memo's bindings: the replica while it
+/// runs there, the agent alone once released.
+fn list(memo: &mut Memo, placed: &mut Placed, agent: &Id, r: u32, l: &Linger) {
+    let reps = memo.per_node.entry(l.from.clone()).or_default().entry(agent);
+    if let (Err(at), None) = (reps.binary_search(&r), l.released_ms) {
+        reps.insert(at, r);
+    }
+    touch(placed, agent, &l.from);
+}
+
+/// Takes replica `r` off its old node in the memo's bindings (unless it is bound there
+/// again); the agent stays listed there, with no replica if it has no other, while the old
+/// container stops.
+fn release(memo: &mut Memo, placed: &mut Placed, agent: &Id, r: u32, from: &Id) {
+    if placed.outcome.bindings.get(agent, r) != Some(from) {
+        let reps = memo.per_node.entry(from.clone()).or_default().entry(agent);
+        reps.retain(|x| *x != r);
+    }
+    touch(placed, agent, from);
+}
+
+/// Takes replica `r` off its old node in the memo's bindings (unless it is bound there
+/// again), and the agent with it when it has no other replica there.
+fn unlist(memo: &mut Memo, placed: &mut Placed, agent: &Id, r: u32, from: &Id) {
+    if let Some(m) = memo.per_node.get_mut(from) {
+        if let Some(reps) = m.get_mut(agent) {
+            if placed.outcome.bindings.get(agent, r) != Some(from) {
+                reps.retain(|x| *x != r);
+            }
+            if reps.is_empty() {
+                m.remove(agent);
+            }
+        }
+    }
+    touch(placed, agent, from);
+}
+
+fn touch(placed: &mut Placed, agent: &Id, node: &Id) {
+    placed.touched_agents.insert(agent.clone());
+    placed.touched_nodes.insert(node.clone());
+    placed.touched_pairs.entry((agent.clone(), node.clone())).or_insert(true);
+}

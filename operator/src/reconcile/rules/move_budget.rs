@@ -1,0 +1,73 @@
+//! How many ready replicas each agent may move off draining nodes in one placement run
+//! (docs/behaviour.md#rolling-out-a-change): a drain shares the agent's one disruption
+//! budget with its rollouts, so it moves a replica only while the agent's unavailable
+//! replicas stay within `maxUnavailable`. The pass and the audit derive it alike, from the
+//! bindings before the run and the nodes' reports.
+
+use super::derive::PerNode;
+use super::placement::{Bindings, MoveBudget};
+use super::rollout::{policy, Defaults};
+use crate::model::{Agent, Id};
+use crate::store::{Rollout, State};
+use fleet_api::ReplicaState;
+use std::sync::Arc;
+
+/// What the budget is read from.
+pub struct Sources<'a> {
+    /// The nodes draining without force that are online: only their replicas are paced.
+    pub draining: Vec<&'a Id>,
+    pub per_node: &'a PerNode,
+    pub bindings: &'a Bindings,
+    pub agent: &'a dyn Fn(&str) -> Option<&'a Agent>,
+    pub online: &'a dyn Fn(&Id) -> bool,
+    pub st: &'a State,
+    pub defaults: &'a Defaults,
+}
+
+/// The budget of every agent with a replica on a draining node. Costs nothing when no node
+/// drains.
+pub fn move_budget(s: &Sources) -> MoveBudget {
+    let mut out = MoveBudget::default();
+    for node in &s.draining {
+        let Some(agents) = s.per_node.get(*node) else { continue };
+        for (key, reps) in agents {
+            let Some(a) = (s.agent)(key) else { continue };
+            let rollout = s.st.rollout(key);
+            for &r in reps {
+                if ready(s, a, rollout, r, node) {
+                    out.ready.push((key.clone(), r));
+                }
+            }
+            if !out.left.contains_key(key) {
+                out.left.insert(key.clone(), left(s, a, rollout));
+            }
+        }
+    }
+    out.ready.sort_unstable();
+    out.ready.dedup();
+    out
+}
+
+/// The agent's budget less its replicas unavailable now.
+fn left(s: &Sources, a: &Agent, rollout: Option<&Arc<Rollout>>) -> u32 {
+    let desired = a.desired_replicas();
+    let budget = policy(a.rollout(), s.defaults).0.max_unavailable.budget(desired);
+    let ready = s
+        .bindings
+        .of_agent(&a.key)
+        .take_while(|(r, _)| *r < desired)
+        .filter(|(r, node)| ready(s, a, rollout, *r, node))
+        .count() as u32;
+    budget.saturating_sub(desired.saturating_sub(ready))
+}
+
+/// Ready for the budget: running on an online node, and on the template its rollout handed
+/// that node (one just handed a new template is about to be recreated).
+fn ready(s: &Sources, a: &Agent, rollout: Option<&Arc<Rollout>>, r: u32, node: &Id) -> bool {
+    if !(s.online)(node) {
+        return false;
+    }
+    let Some(p) = s.st.node(node).and_then(|n| n.info.replica(&a.key, r)) else { return false };
+    let handed = rollout.map(|ro| ro.template_on(node).id().0);
+    p.state == ReplicaState::Running && handed.is_none_or(|id| p.spec == id || p.spec == 0)
+}
