@@ -124,6 +124,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             cfg.replica_secret.as_ref().map(|s| s.0.as_slice()),
         ),
         replica: cfg.replica_name.clone(),
+        rollout_defaults: cfg.rollout.clone(),
     });
     let proxies = http::peers::TrustedProxies::new(cfg.trusted_proxies.clone());
     let strangers = http::strangers::Strangers::new(

@@ -468,3 +468,39 @@ async fn a_drain_in_flight_survives_a_restart() {
     drop(nodes);
     running.shutdown().await;
 }
+
+/// The view of an agent at rest shows the policy the controller would use: its own fields
+/// over the configured defaults (`FLEET_ROLLOUT_*`), not the built-in ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_view_at_rest_uses_the_configured_defaults() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = in_process_config(&dk, dir.path());
+    cfg.rollout.max_unavailable = fleet_api::rollout::MaxUnavailable::Count(3);
+    cfg.rollout.min_ready_seconds = 7;
+    let running = fleet_controller::server::start(cfg).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let admin = Admin::new(&url, dk.mint("fleet", &["fleet:admin"], 3600));
+    dk.put_agent(agent("plain", "k", 4));
+    dk.put_agent(with(agent("own", "k", 4), |a| a["placement"]["rollout"] = json!({"minReadySeconds": 1})));
+    let view = |key: &'static str| {
+        let admin = &admin;
+        async move {
+            eventually(20, "the agent listed", || async {
+                let (s, v) = admin.get(&format!("/api/v1/agents/{key}/rollout")).await;
+                (s == 200).then_some(v)
+            })
+            .await
+        }
+    };
+    let plain = view("plain").await;
+    assert_eq!(
+        (&plain["policy"]["maxUnavailable"], &plain["policy"]["minReadySeconds"]),
+        (&json!(3), &json!(7)),
+        "{plain}"
+    );
+    assert_eq!(plain["budget"], 3, "{plain}");
+    let own = view("own").await;
+    assert_eq!((&own["policy"]["maxUnavailable"], &own["policy"]["minReadySeconds"]), (&json!(3), &json!(1)), "{own}");
+    running.shutdown().await;
+}

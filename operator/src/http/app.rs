@@ -25,6 +25,8 @@ pub struct Reconciler {
     pub forward: Forwarder,
     /// This replica's name (`FLEET_REPLICA_NAME`).
     pub replica: String,
+    /// The rollout policy's defaults (`FLEET_ROLLOUT_*`), for the view of an agent at rest.
+    pub rollout_defaults: fleet_api::rollout::RolloutDefaults,
 }
 
 pub struct App {

@@ -12,7 +12,7 @@ use crate::store::{Rollout, State as Registry};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use fleet_api::rollout::RolloutState;
+use fleet_api::rollout::{RolloutDefaults, RolloutState};
 use fleet_api::{codes, ErrorBody, List, ReplicaState, RolloutView};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,13 +28,13 @@ fn unknown_agent(key: &str) -> ApiError {
 
 /// The view of an agent with no rollout in memory: the stored one (complete), else its own
 /// template, complete.
-fn at_rest(st: &Registry, a: &Agent, stored: Option<Rollout>) -> RolloutView {
+fn at_rest(st: &Registry, a: &Agent, stored: Option<Rollout>, defaults: &RolloutDefaults) -> RolloutView {
     let name = node_name(st);
     let own = Template::of(a, 0);
     let mut view = match stored.filter(|r| r.target.same(&own)) {
         Some(r) => r.view(&name),
         None => {
-            let (policy, policy_error) = crate::reconcile::rules::rollout::policy(a.rollout(), &Default::default());
+            let (policy, policy_error) = crate::reconcile::rules::rollout::policy(a.rollout(), defaults);
             Rollout::at_rest(a.key.clone(), Arc::new(own.clone()), policy, policy_error, 0).view(&name)
         }
     };
@@ -83,7 +83,8 @@ async fn view_of(app: &App, key: &str) -> Result<RolloutView, ApiError> {
     let row = if stored { app.store.stored_rollout(key).await? } else { None };
     let st = app.store.read();
     let a = st.agent(key).ok_or_else(|| unknown_agent(key))?;
-    Ok(at_rest(&st, a, row))
+    let defaults = app.reconciler.as_ref().map(|r| r.rollout_defaults.clone()).unwrap_or_default();
+    Ok(at_rest(&st, a, row, &defaults))
 }
 
 /// An agent's rollout: its state, policy, target and previous templates, progress and failure.
