@@ -13,6 +13,12 @@ pub fn requirement_met<S: AsRef<str>>(requirement: &str, labels: &[S]) -> bool {
     })
 }
 
+/// The value a node's labels give the label `name` (docs/behaviour.md#spread-and-priority):
+/// `v` of its `name=v`; `""` when it has only `name`, or not the label at all.
+pub fn value_of<'l, S: AsRef<str>>(labels: &'l [S], name: &str) -> &'l str {
+    labels.iter().find_map(|l| l.as_ref().strip_prefix(name)?.strip_prefix('=')).unwrap_or("")
+}
+
 /// Whether every requirement is met.
 pub fn all_met<R: AsRef<str>, S: AsRef<str>>(requirements: &[R], labels: &[S]) -> bool {
     requirements.iter().all(|r| requirement_met(r.as_ref(), labels))
@@ -42,5 +48,14 @@ mod tests {
         assert!(all_met::<&str, &str>(&[], &[]));
         assert!(all_met(&["repos", "gpu"], &labels));
         assert!(!all_met(&["repos", "ssd"], &labels));
+    }
+
+    #[test]
+    fn a_labels_value() {
+        let labels = ["repos", "zone=eu-1", "zoned=x", "gpu"];
+        assert_eq!(value_of(&labels, "zone"), "eu-1");
+        assert_eq!(value_of(&labels, "gpu"), "", "a plain label has the empty value");
+        assert_eq!(value_of(&labels, "rack"), "", "no label: the empty value");
+        assert_eq!(value_of(&labels, "zon"), "", "a prefix of a name is not the name");
     }
 }

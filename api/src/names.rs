@@ -42,6 +42,11 @@ pub fn is_label(s: &str) -> bool {
     }
 }
 
+/// A label's name alone (`placement.spread`): the part of [`is_label`] before any `=`.
+pub fn is_label_name(s: &str) -> bool {
+    !s.contains('=') && is_label(s)
+}
+
 /// Secret names a node announces: `^[a-z0-9][a-z0-9-]{0,62}$`, never `agent-pat`.
 pub fn is_secret_name(s: &str) -> bool {
     let b = s.as_bytes();

@@ -123,6 +123,21 @@ pub struct PlacementExplanation {
     pub hint: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nodes: Option<Vec<NodeVerdict>>,
+    /// With `placement.spread`: the label and the agent's bound replicas per value of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread: Option<SpreadView>,
+    /// What is wrong with the agent's `placement.spread` or `placement.priority` (each then
+    /// takes its default).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+}
+
+/// An agent's replicas over the values of its spread label (`""`: nodes without it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpreadView {
+    pub label: String,
+    pub counts: BTreeMap<String, u32>,
 }
 
 impl crate::NodeView {

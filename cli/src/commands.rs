@@ -189,6 +189,17 @@ pub async fn why(c: &Client, out: Output, agent: &str, nodes: bool) -> Result<()
     }
     let ready = e.replicas.iter().filter(|r| r.state == "running").count();
     println!("Replicas:   {ready}/{} running", e.desired_replicas);
+    if let Some(sp) = &e.spread {
+        let counts: Vec<String> = sp
+            .counts
+            .iter()
+            .map(|(v, n)| format!("{}={n}", if v.is_empty() { "(none)" } else { v.as_str() }))
+            .collect();
+        println!("Spread:     over {}: {}", sp.label, if counts.is_empty() { "-".into() } else { counts.join(", ") });
+    }
+    for p in &e.problems {
+        println!("Problem:    {p}");
+    }
     let mut t = Table::new(&["REPLICA", "NODE", "STATE", "MESSAGE"]);
     for r in &e.replicas {
         t.row(vec![r.replica.to_string(), or_dash(r.node.as_ref()), r.state.clone(), or_dash(r.message.as_ref())]);

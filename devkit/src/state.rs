@@ -188,7 +188,7 @@ pub fn example_agents(kind: &str) -> Vec<serde_json::Value> {
         json!({"key": "reviewer", "revision": 1, "state": "running",
                "identity": {"kind": "agent"},
                "executor": {"kind": kind, "image": null},
-               "placement": {"replicas": 2}, "drainSeconds": 10}),
+               "placement": {"replicas": 2, "spread": "zone"}, "drainSeconds": 10}),
         json!({"key": "notifier", "revision": 1, "state": "running",
                "identity": {"kind": "agent"}, "executor": {"kind": kind}, "placement": "none"}),
     ]

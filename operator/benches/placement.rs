@@ -60,6 +60,7 @@ pub fn demands(agents: usize, replicas: u32) -> Vec<Demand<'static>> {
                 secrets: if i % 7 == 0 { vec!["github-token".into()] } else { vec![] }.into(),
                 cpus: if i % 2 == 0 { Some(1.0) } else { None },
                 memory_mb: if i % 3 == 0 { Some(2048) } else { None },
+                spread: None,
             }
         })
         .collect()

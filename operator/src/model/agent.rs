@@ -55,6 +55,35 @@ pub struct PlacementSpec {
     /// field falls back to its default (docs/behaviour.md#rolling-out-a-change).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Box<serde_json::Value>>,
+    /// `spread` and `priority` as the CP wrote them, judged where they are used
+    /// (docs/behaviour.md#spread-and-priority): an invalid one takes its default there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread: Option<Box<serde_json::Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Box<serde_json::Value>>,
+}
+
+/// Lowest and highest `placement.priority`.
+pub const PRIORITY_RANGE: std::ops::RangeInclusive<i64> = -1000..=1000;
+
+/// What an agent's `spread` and `priority` say: the value used, and the problem with the
+/// field as written when it took its default instead.
+pub fn spread_of(raw: Option<&serde_json::Value>) -> (Option<&str>, Option<String>) {
+    match raw {
+        None | Some(serde_json::Value::Null) => (None, None),
+        Some(serde_json::Value::String(s)) if fleet_api::names::is_label_name(s) => (Some(s.as_str()), None),
+        Some(v) => (None, Some(format!("placement.spread: {v} is not a label name; the replicas are not spread"))),
+    }
+}
+
+pub fn priority_of(raw: Option<&serde_json::Value>) -> (i32, Option<String>) {
+    match raw {
+        None | Some(serde_json::Value::Null) => (0, None),
+        Some(v) => match v.as_i64().filter(|p| PRIORITY_RANGE.contains(p)) {
+            Some(p) => (p as i32, None),
+            None => (0, Some(format!("placement.priority: {v} is not an integer from -1000 to 1000; 0 applies"))),
+        },
+    }
 }
 
 fn one() -> u32 {
@@ -77,6 +106,8 @@ impl Default for Placement {
             secrets: vec![],
             resources: None,
             rollout: None,
+            spread: None,
+            priority: None,
         })
     }
 }
@@ -168,6 +199,22 @@ impl Agent {
             (Placement::Spec(s), AgentState::Running) => s.replicas,
             _ => 0,
         }
+    }
+
+    /// The label the agent's replicas spread over, if a valid one is given.
+    pub fn spread(&self) -> Option<&str> {
+        spread_of(self.placed_spec().and_then(|s| s.spread.as_deref())).0
+    }
+
+    /// The agent's placement priority (0 when none or invalid).
+    pub fn priority(&self) -> i32 {
+        priority_of(self.placed_spec().and_then(|s| s.priority.as_deref())).0
+    }
+
+    /// What is wrong with the agent's `spread` or `priority`, for the explanation.
+    pub fn placement_problems(&self) -> Vec<String> {
+        let Some(s) = self.placed_spec() else { return Vec::new() };
+        [spread_of(s.spread.as_deref()).1, priority_of(s.priority.as_deref()).1].into_iter().flatten().collect()
     }
 
     /// The rollout policy the CP item gives, if any.

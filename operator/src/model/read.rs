@@ -290,6 +290,8 @@ impl<'a> Warner<'a> {
             // Kept as written: its fields are judged when a rollout starts, each falling back
             // to its default alone.
             rollout: obj.get("rollout").filter(|v| v.is_object()).map(|v| Box::new(v.clone())),
+            spread: obj.get("spread").filter(|v| !v.is_null()).map(|v| Box::new(v.clone())),
+            priority: obj.get("priority").filter(|v| !v.is_null()).map(|v| Box::new(v.clone())),
         })
     }
 
@@ -351,6 +353,13 @@ impl<'a> Warner<'a> {
                 let (n, used) = instead(last_spec.map(|l| l.replicas), || 1);
                 self.warn("placement.replicas", format!("{}: above {MAX_REPLICAS}", s.replicas), used);
                 s.replicas = n;
+            }
+            // Kept as written, judged where used (a wrong one takes its default there).
+            if let Some(p) = super::agent::spread_of(s.spread.as_deref()).1 {
+                self.warn("placement.spread", p, "the default: not spread");
+            }
+            if let Some(p) = super::agent::priority_of(s.priority.as_deref()).1 {
+                self.warn("placement.priority", p, "the default: 0");
             }
             if let Some(c) = s.resources.as_ref().and_then(|r| r.cpus).filter(|c| !(c.is_finite() && *c > 0.0)) {
                 let (r, used) = instead(last_spec.map(|l| l.resources.clone()), || None::<Resources>);

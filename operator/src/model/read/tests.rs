@@ -221,3 +221,28 @@ proptest! {
         }
     }
 }
+
+/// docs/behaviour.md#spread-and-priority: `spread` and `priority` are read as written; an
+/// invalid one takes its default where it is used, with a warning naming the field, and the
+/// problem is there for the explanation.
+#[test]
+fn spread_and_priority_take_their_default_when_invalid() {
+    let one = |spread: Value, priority: Value| {
+        let mut it = item("coder");
+        it["placement"]["spread"] = spread;
+        it["placement"]["priority"] = priority;
+        let r = read(vec![it], &[]);
+        let a = &r.agents[0];
+        let warned: Vec<&str> = r.warnings.iter().map(|w| w.field).collect();
+        (a.spread().map(str::to_string), a.priority(), a.placement_problems().len(), warned)
+    };
+    assert_eq!(one(json!("zone"), json!(-1000)), (Some("zone".into()), -1000, 0, vec![]));
+    assert_eq!(one(Value::Null, Value::Null), (None, 0, 0, vec![]));
+    assert_eq!(
+        one(json!("zone=a"), json!(1001)),
+        (None, 0, 2, vec!["placement.spread", "placement.priority"]),
+        "a label with a value is no label name; 1001 is out of range"
+    );
+    assert_eq!(one(json!(3), json!("high")), (None, 0, 2, vec!["placement.spread", "placement.priority"]));
+    assert_eq!(one(json!("Zone"), json!(2.5)).3, vec!["placement.spread", "placement.priority"]);
+}

@@ -82,6 +82,9 @@ fn dirty_nodes(memo: &Memo, snap: &Snapshot, placed: &Placed, rolled: &Rolled) -
     set.into_iter().collect()
 }
 
+/// Nodes whose bodies are built with one read of their sealed boxes.
+const BOXES_NODES_AT_ONCE: usize = 500;
+
 /// Desired states of the dirty nodes: their inputs are hashed, and only those whose hash
 /// moved are serialised and compared; a node whose body changed gets the next generation.
 /// The sealed boxes the registry no longer holds (their nodes have them) are read back from
@@ -110,30 +113,36 @@ pub async fn desired_states(
             })
             .collect()
     };
-    let wanted: Vec<String> = changed.iter().flat_map(|(_, _, entries, _)| stored_boxes(entries)).collect();
-    let boxes: Boxes = ctx.store.db().ciphertexts(&wanted).await?.into_iter().collect();
-    for (node, h, entries, current) in changed {
-        if let Some(id) = missing_box(&entries, &boxes) {
-            // Only a deleted row does this, and a live PAT's row is deleted with its node;
-            // the node's desired state is left as it is and built again when it next changes.
-            tracing::error!(node = %memo.name(node), credential = %id, "a live PAT's sealed box is not in the database; desired state not rebuilt");
-            continue;
-        }
-        plan.desired_hashes.push((node.clone(), h));
-        // Built as the next generation in the buffer that is served and stored; dropped at
-        // once when its agents are what the node already has.
-        let generation = current.as_ref().map_or(0, |d| d.generation) + 1;
-        let rec = DesiredRec::build(generation, |out| write_agents(out, &entries, &ctx.cfg.iam_tenant, &boxes));
-        let Some(agents) = rec.agents_bytes() else { continue };
-        if !current.as_ref().is_some_and(|d| d.same_agents(&agents)) {
-            tracing::info!(node = %memo.name(node), generation, agents = entries.len(), "desired state changed");
-            if !ctx.work.rotating.is_empty() {
-                for (a, _, c, _) in &entries {
-                    ctx.work.rotating.published(&a.key, node, c.issued_ms, generation);
-                }
+    // The boxes are read back a chunk of nodes at a time: a fleet-wide change rebuilds every
+    // node's body, and all of their boxes at once would be ~30 MB.
+    let mut changed = changed.into_iter().peekable();
+    while changed.peek().is_some() {
+        let chunk: Vec<Changed> = changed.by_ref().take(BOXES_NODES_AT_ONCE).collect();
+        let wanted: Vec<String> = chunk.iter().flat_map(|(_, _, entries, _)| stored_boxes(entries)).collect();
+        let boxes: Boxes = ctx.store.db().ciphertexts(&wanted).await?.into_iter().collect();
+        for (node, h, entries, current) in chunk {
+            if let Some(id) = missing_box(&entries, &boxes) {
+                // Only a deleted row does this, and a live PAT's row is deleted with its node;
+                // the node's desired state is left as it is and built again when it next changes.
+                tracing::error!(node = %memo.name(node), credential = %id, "a live PAT's sealed box is not in the database; desired state not rebuilt");
+                continue;
             }
-            plan.rows.desired.push((node.to_string(), generation, agents));
-            plan.desired.push((node.clone(), rec.carrying(boxes_to_let_go(memo, node, &entries))));
+            plan.desired_hashes.push((node.clone(), h));
+            // Built as the next generation in the buffer that is served and stored; dropped at
+            // once when its agents are what the node already has.
+            let generation = current.as_ref().map_or(0, |d| d.generation) + 1;
+            let rec = DesiredRec::build(generation, |out| write_agents(out, &entries, &ctx.cfg.iam_tenant, &boxes));
+            let Some(agents) = rec.agents_bytes() else { continue };
+            if !current.as_ref().is_some_and(|d| d.same_agents(&agents)) {
+                tracing::info!(node = %memo.name(node), generation, agents = entries.len(), "desired state changed");
+                if !ctx.work.rotating.is_empty() {
+                    for (a, _, c, _) in &entries {
+                        ctx.work.rotating.published(&a.key, node, c.issued_ms, generation);
+                    }
+                }
+                plan.rows.desired.push((node.to_string(), generation, agents));
+                plan.desired.push((node.clone(), rec.carrying(boxes_to_let_go(memo, node, &entries))));
+            }
         }
     }
     Ok(())

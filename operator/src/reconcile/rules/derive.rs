@@ -25,6 +25,7 @@ pub fn demand(a: &Agent) -> Option<Demand<'_>> {
         secrets: Cow::Borrowed(&spec.secrets),
         cpus: res.cpus,
         memory_mb: res.memory_mb,
+        spread: a.spread().map(Cow::Borrowed),
     })
 }
 

@@ -7,7 +7,9 @@
 use super::derive::{demand, status_now};
 use super::placement::{Demand, Free};
 use crate::store::{NodeRec, State};
-use fleet_api::{codes, Exhausted, FilterCount, NodeVerdict, PlacementExplanation, ReasonView, ReplicaPlacement};
+use fleet_api::{
+    codes, Exhausted, FilterCount, NodeVerdict, PlacementExplanation, ReasonView, ReplicaPlacement, SpreadView,
+};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -56,6 +58,7 @@ pub fn explain(
         None => (Vec::new(), with_nodes.then(Vec::new)),
     };
     let hint = reason.as_ref().map(|r| hint(&r.code).to_string()).filter(|h| !h.is_empty());
+    let spread = agent.spread().map(|label| spread_view(st, key, label));
     Some(PlacementExplanation {
         agent_key: key.to_string(),
         revision: agent.revision,
@@ -66,7 +69,19 @@ pub fn explain(
         filters,
         hint,
         nodes,
+        spread,
+        problems: agent.placement_problems(),
     })
+}
+
+/// The agent's bound replicas per value of its spread label.
+fn spread_view(st: &State, key: &str, label: &str) -> SpreadView {
+    let mut counts = std::collections::BTreeMap::new();
+    for (_, node) in st.outcome().bindings.of_agent(key) {
+        let value = st.node(node).map_or("", |n| fleet_api::labels::value_of(&n.info.labels, label));
+        *counts.entry(value.to_string()).or_default() += 1;
+    }
+    SpreadView { label: label.to_string(), counts }
 }
 
 /// The first filter `n` fails for `d` (index into [`FILTERS`]) and a detail for the verdict.

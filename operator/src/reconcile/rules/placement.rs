@@ -50,6 +50,8 @@ pub struct Demand<'a> {
     pub secrets: Cow<'a, [String]>,
     pub cpus: Option<f64>,
     pub memory_mb: Option<u64>,
+    /// The label whose values the replicas spread over (docs/behaviour.md#spread-and-priority).
+    pub spread: Option<Cow<'a, str>>,
 }
 
 /// A view of a demand borrowing its requirements, so a list of demands can be placed without
@@ -65,6 +67,7 @@ impl<'a, 'b> From<&'a Demand<'b>> for Demand<'a> {
             secrets: Cow::Borrowed(&d.secrets),
             cpus: d.cpus,
             memory_mb: d.memory_mb,
+            spread: d.spread.as_deref().map(Cow::Borrowed),
         }
     }
 }
@@ -123,12 +126,13 @@ struct Signature<'a> {
     secrets: Vec<Cow<'a, str>>,
     cpus: Option<u64>,
     mem: Option<u64>,
+    spread: Option<Cow<'a, str>>,
 }
 
 impl<'a> Signature<'a> {
     /// A demand's signature, and what else of it a run keeps: its key and replica count.
     fn of(d: Demand<'a>) -> (Signature<'a>, Id, u32) {
-        let Demand { key, replicas, kind, image, requires, secrets, cpus, memory_mb } = d;
+        let Demand { key, replicas, kind, image, requires, secrets, cpus, memory_mb, spread } = d;
         let sig = Signature {
             kind,
             image,
@@ -136,6 +140,7 @@ impl<'a> Signature<'a> {
             secrets: set_of(secrets),
             cpus: cpus.map(milli),
             mem: memory_mb,
+            spread,
         };
         (sig, key, replicas)
     }
@@ -195,9 +200,15 @@ pub const REASONS: [&str; 7] = [
 ];
 const CAPACITY: usize = REASONS.len() - 1;
 
+/// Free slots and name rank of a candidate node: a lazy max-heap of them picks "most free
+/// slots, ties by name".
+type Candidates = BinaryHeap<(u32, Reverse<u32>)>;
+
 struct SigState {
     /// Statically fitting nodes, as a lazy max-heap of (free slots, name rank).
-    heap: BinaryHeap<(u32, Reverse<u32>)>,
+    heap: Candidates,
+    /// With a spread: the same nodes split by their value of the label, in value order.
+    by_value: Vec<(Box<str>, Candidates)>,
     /// Reason when the static filters leave no candidate (index into REASONS), else capacity.
     empty_reason: usize,
 }
@@ -428,6 +439,9 @@ impl<'a> Placer<'a> {
     /// node with the most free slots, else stuck on its offline node, else waiting.
     fn place_new(&mut self, unbound: Vec<Unbound>, budget: &mut MoveBudget, out: &mut Outcome) {
         let mut states: HashMap<usize, SigState> = HashMap::default();
+        // The spread agent being placed and its replicas per value of the label so far (the
+        // unbound come grouped by agent).
+        let mut spread_of: Option<(usize, HashMap<Box<str>, u32>)> = None;
         for (di, r, prev) in unbound {
             if let Some(ni) = prev.filter(|&ni| self.drain_moves(ni)) {
                 if !budget.take(&self.ds[di].key, r) {
@@ -440,7 +454,17 @@ impl<'a> Placer<'a> {
             let sig = self.ds[di].sig as usize;
             let need = self.need(sig);
             let st = states.entry(sig).or_insert_with(|| self.sig_state(sig, &need));
-            match pick(st, &mut self.room, &self.order, &need) {
+            let picked = match &self.sigs[sig].spread {
+                Some(label) => {
+                    if spread_of.as_ref().is_none_or(|(d, _)| *d != di) {
+                        spread_of = Some((di, self.counts_by_value(di, label)));
+                    }
+                    let counts = &mut spread_of.as_mut().expect("set above").1;
+                    pick_spread(st, &mut self.room, &self.order, &need, counts)
+                }
+                None => pick(&mut st.heap, &mut self.room, &self.order, &need),
+            };
+            match picked {
                 Some(ni) => self.bind(di, r, ni as u32),
                 // Nowhere to go and the old node is offline: stay bound, return with it.
                 None => match prev {
@@ -469,22 +493,43 @@ impl<'a> Placer<'a> {
         n.draining == Some(false) && n.online
     }
 
-    /// A signature's candidates as a heap, and the reason when the static filters leave none.
+    /// A signature's candidates as a heap (split by value with a spread), and the reason
+    /// when the static filters leave none.
     fn sig_state(&self, sig: usize, need: &Need) -> SigState {
         let mut deepest = 0usize;
         let mut heap = BinaryHeap::new();
+        let mut by_value: BTreeMap<&str, Candidates> = BTreeMap::new();
+        let spread = self.sigs[sig].spread.as_deref();
         for (i, n) in self.nodes.iter().enumerate() {
             match first_failure(&self.sigs[sig], n, true) {
                 None => {
                     deepest = CAPACITY;
                     if self.room[i].fits(need) {
-                        heap.push((self.room[i].slots, Reverse(self.rank[i])));
+                        let entry = (self.room[i].slots, Reverse(self.rank[i]));
+                        match spread {
+                            Some(label) => by_value.entry(labels::value_of(&n.labels, label)).or_default().push(entry),
+                            None => heap.push(entry),
+                        }
                     }
                 }
                 Some(f) => deepest = deepest.max(f),
             }
         }
-        SigState { heap, empty_reason: deepest }
+        let by_value = by_value.into_iter().map(|(v, h)| (Box::from(v), h)).collect();
+        SigState { heap, by_value, empty_reason: deepest }
+    }
+
+    /// Demand `di`'s replicas bound so far (sticky ones, and those placed before in this run)
+    /// per value of `label`.
+    fn counts_by_value(&self, di: usize, label: &str) -> HashMap<Box<str>, u32> {
+        let first = self.first[di];
+        let mut counts: HashMap<Box<str>, u32> = HashMap::default();
+        for &ni in &self.assigned[first..first + self.ds[di].replicas as usize] {
+            if ni != UNBOUND {
+                *counts.entry(Box::from(labels::value_of(&self.nodes[ni as usize].labels, label))).or_default() += 1;
+            }
+        }
+        counts
     }
 }
 
@@ -510,26 +555,60 @@ fn signatures<'a>(ds: impl Iterator<Item = Demand<'a>>) -> (Vec<Wanted>, Vec<Sig
     (wanted, sigs)
 }
 
-/// Takes a slot on the candidate with the most free slots (ties by name) from the
-/// signature's lazy heap: an entry is an upper bound of its node's free slots, so a stale one
-/// is pushed back with the true value.
-fn pick(st: &mut SigState, room: &mut [Room], order: &[u32], need: &Need) -> Option<usize> {
-    while let Some((slots, Reverse(rk))) = st.heap.pop() {
+/// Takes a slot on the candidate with the most free slots (ties by name) from a lazy heap.
+fn pick(heap: &mut Candidates, room: &mut [Room], order: &[u32], need: &Need) -> Option<usize> {
+    let (_, Reverse(rk)) = top(heap, room, order, need)?;
+    heap.pop();
+    let ni = order[rk as usize] as usize;
+    room[ni].take(need);
+    if room[ni].fits(need) {
+        heap.push((room[ni].slots, Reverse(rk)));
+    }
+    Some(ni)
+}
+
+/// The heap's best candidate that still fits, as it stands: an entry is an upper bound of its
+/// node's free slots (capacity only falls while placing), so a stale one is pushed back with
+/// the true value and one that no longer fits is dropped.
+fn top(heap: &mut Candidates, room: &[Room], order: &[u32], need: &Need) -> Option<(u32, Reverse<u32>)> {
+    while let Some(&(slots, Reverse(rk))) = heap.peek() {
         let ni = order[rk as usize] as usize;
         if !room[ni].fits(need) {
-            continue; // capacity only falls during this phase: never fits again
+            heap.pop();
+        } else if room[ni].slots != slots {
+            heap.pop();
+            heap.push((room[ni].slots, Reverse(rk)));
+        } else {
+            return Some((slots, Reverse(rk)));
         }
-        if room[ni].slots != slots {
-            st.heap.push((room[ni].slots, Reverse(rk)));
-            continue;
-        }
-        room[ni].take(need);
-        if room[ni].fits(need) {
-            st.heap.push((room[ni].slots, Reverse(rk)));
-        }
-        return Some(ni);
     }
     None
+}
+
+/// With a spread: a slot on the best candidate of the value holding the fewest of the agent's
+/// replicas (then most free slots, then name), counted in `counts`. Costs one look at each
+/// value's heap: the values of a label, not the nodes.
+fn pick_spread(
+    st: &mut SigState,
+    room: &mut [Room],
+    order: &[u32],
+    need: &Need,
+    counts: &mut HashMap<Box<str>, u32>,
+) -> Option<usize> {
+    // (replicas of the agent there, most free slots, name rank; the value's index).
+    let mut best: Option<(u32, Reverse<u32>, u32, usize)> = None;
+    for (vi, (value, heap)) in st.by_value.iter_mut().enumerate() {
+        let Some((slots, Reverse(rk))) = top(heap, room, order, need) else { continue };
+        let key = (counts.get(value).copied().unwrap_or(0), Reverse(slots), rk, vi);
+        if best.is_none_or(|b| key < b) {
+            best = Some(key);
+        }
+    }
+    let (_, _, _, vi) = best?;
+    let (value, heap) = &mut st.by_value[vi];
+    let ni = pick(heap, room, order, need)?;
+    *counts.entry(value.clone()).or_default() += 1;
+    Some(ni)
 }
 
 #[cfg(test)]

@@ -328,6 +328,7 @@ mod tests {
             retire: vec![],
             kv: vec![("agents_etag".into(), "\"v1\"".into()), ("agents_etag".into(), "\"v2\"".into())],
             kv_delete: vec![],
+            rollouts: vec![],
         };
         db.apply_pass(&w).await.unwrap();
         let s = db.load().await.unwrap();

@@ -2,7 +2,7 @@
 //! bottom of the database layer, with no SQL in it.
 
 use crate::model::{AgentList, Id};
-use crate::store::records::Lifecycle;
+use crate::store::records::{Lifecycle, Rollout};
 use std::collections::BTreeMap;
 
 /// The lease a leader holds (docs/behaviour.md#high-availability): its writes carry it, and are refused once it ends.
@@ -80,6 +80,10 @@ pub struct PassWrite {
     pub kv: Vec<(String, String)>,
     /// `kv` rows to delete: when the value is given, only while the row still holds it.
     pub kv_delete: Vec<(String, Option<String>)>,
+    /// Rollouts to store as `kv` rows (`rollout/<agent>`): the records the registry gets,
+    /// serialised a few hundred at a time as they are written — a fleet-wide change starts
+    /// 20,000 rollouts in one pass, ~40 MB as JSON at once.
+    pub rollouts: Vec<std::sync::Arc<Rollout>>,
 }
 
 impl PassWrite {
@@ -90,6 +94,7 @@ impl PassWrite {
             && self.retire.is_empty()
             && self.kv.is_empty()
             && self.kv_delete.is_empty()
+            && self.rollouts.is_empty()
     }
 }
 

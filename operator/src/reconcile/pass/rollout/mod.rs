@@ -84,14 +84,13 @@ pub fn roll(
         let Some(r) = r else { continue };
         // Counts and readiness change with every report; they are stored with the next
         // change that matters (a restart recomputes them from the reports).
-        if before.as_ref().is_none_or(|b| !b.same_stored(&r)) {
-            match serde_json::to_string(&r) {
-                Ok(row) => plan.rows.kv.push((Rollout::key(&key), row)),
-                Err(e) => tracing::error!(agent = %key, error = %e, "cannot store the rollout"),
-            }
-        }
+        let store = before.as_ref().is_none_or(|b| !b.same_stored(&r));
         let keep = r.worth_keeping(&Template::of(a, 0));
-        out.changed.insert(key, keep.then(|| Arc::new(r)));
+        let r = Arc::new(r);
+        if store {
+            plan.rows.rollouts.push(r.clone());
+        }
+        out.changed.insert(key, keep.then_some(r));
     }
     out
 }

@@ -3,6 +3,7 @@
 use super::*;
 use fleet_api::images::AllowList;
 use proptest::prelude::*;
+use std::collections::BTreeSet;
 
 fn node(name: &str, slots: u32) -> NodeFacts {
     NodeFacts {
@@ -30,6 +31,7 @@ fn agent(key: &str, replicas: u32) -> Demand<'static> {
         secrets: vec![].into(),
         cpus: None,
         memory_mb: None,
+        spread: None,
     }
 }
 
@@ -448,6 +450,163 @@ proptest! {
                 else if label.is_empty() { codes::NO_LABEL }
                 else { codes::NO_CAPACITY };
             prop_assert_eq!(*reason, expected);
+        }
+    }
+}
+
+fn zoned(name: &str, slots: u32, zone: &str) -> NodeFacts {
+    let mut n = node(name, slots);
+    if !zone.is_empty() {
+        n.labels = vec![format!("zone={zone}")];
+    }
+    n
+}
+
+fn spread(key: &str, replicas: u32, label: &str) -> Demand<'static> {
+    Demand { spread: Some(Cow::Owned(label.to_string())), ..agent(key, replicas) }
+}
+
+/// docs/behaviour.md#spread-and-priority: a new replica goes to the value holding the fewest
+/// of the agent's replicas, then by the seed's rule; a node without the label is the value
+/// `""`. The same fleet without `spread` packs by free slots.
+#[test]
+fn spread_replicas_take_the_value_with_the_fewest() {
+    let nodes = [zoned("a1", 9, "a"), zoned("a2", 9, "a"), zoned("b1", 2, "b"), zoned("c1", 2, "c"), zoned("x", 1, "")];
+    let out = place(&[spread("s", 4, "zone")], &nodes, &Bindings::new());
+    let zones: Vec<_> = (0..4).map(|r| on(&out, "s", r).unwrap()).collect();
+    assert_eq!(zones, ["id-a1", "id-b1", "id-c1", "id-x"], "each value once, the emptier nodes first");
+    let plain = place(&[agent("s", 4)], &nodes, &Bindings::new());
+    assert_eq!(on(&plain, "s", 0).as_deref(), Some("id-a1"));
+    assert_eq!(on(&plain, "s", 1).as_deref(), Some("id-a2"), "without spread: most free slots");
+    let out = place(&[spread("s", 7, "zone")], &nodes, &Bindings::new());
+    let mut per_zone: BTreeMap<&str, u32> = BTreeMap::new();
+    for (_, _, n) in out.bindings.iter() {
+        let f = nodes.iter().find(|x| x.id == *n).unwrap();
+        *per_zone.entry(labels::value_of(&f.labels, "zone")).or_default() += 1;
+    }
+    assert_eq!(per_zone, BTreeMap::from([("", 1), ("a", 2), ("b", 2), ("c", 2)]), "x is full: the others take turns");
+}
+
+/// Sticky replicas never hop to even the counts; a replica that must move goes to the value
+/// with the fewest.
+#[test]
+fn spread_never_moves_a_sticky_replica_and_a_moving_one_goes_to_the_fewest() {
+    let mut nodes = vec![zoned("a1", 4, "a"), zoned("a2", 4, "a"), zoned("b1", 4, "b"), zoned("c1", 4, "c")];
+    let prev = bound(&[("s", 0, "id-a1"), ("s", 1, "id-a2"), ("s", 2, "id-b1")]);
+    let out = place(&[spread("s", 3, "zone")], &nodes, &prev);
+    assert_eq!(out.bindings, prev, "two in zone a stay: no hop for spread alone");
+    nodes[1].online = false;
+    let out = place(&[spread("s", 3, "zone")], &nodes, &prev);
+    assert_eq!(on(&out, "s", 1).as_deref(), Some("id-c1"), "a2 offline: its replica goes to zone c, the one with none");
+    assert_eq!((on(&out, "s", 0).as_deref(), on(&out, "s", 2).as_deref()), (Some("id-a1"), Some("id-b1")));
+}
+
+/// The seed's placement written the plain way (every node looked at for every replica), for
+/// agents with neither `spread` nor `priority`: sticky replicas in key order where they still
+/// fit, then new ones to the most free slots (ties by name), stuck on an offline node when
+/// nowhere fits.
+fn seed_rules(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> Bindings {
+    let mut ds: Vec<&Demand> = demands.iter().collect();
+    ds.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut room: Vec<Room> = nodes
+        .iter()
+        .map(|n| Room { slots: n.capacity.slots, cpus: n.capacity.cpus.map(milli), mem: n.capacity.memory_mb })
+        .collect();
+    let fits_static = |d: &Demand, n: &NodeFacts| {
+        n.online
+            && n.kinds.iter().any(|k| *k == d.kind)
+            && labels::all_met(&d.requires, &n.labels)
+            && d.secrets.iter().all(|s| n.secrets.contains(s))
+    };
+    let need = |d: &Demand| Need { cpus: d.cpus.map(milli), mem: d.memory_mb };
+    let mut out: Vec<(Id, u32, Id)> = Vec::new();
+    let mut unbound = Vec::new();
+    for d in &ds {
+        for r in 0..d.replicas {
+            let prev = previous.get(&d.key, r).and_then(|id| nodes.iter().position(|n| n.id == *id));
+            match prev {
+                Some(i) if fits_static(d, &nodes[i]) && room[i].fits(&need(d)) => {
+                    room[i].take(&need(d));
+                    out.push((d.key.clone(), r, nodes[i].id.clone()));
+                }
+                _ => unbound.push((*d, r, prev)),
+            }
+        }
+    }
+    for (d, r, prev) in unbound {
+        let best = (0..nodes.len())
+            .filter(|&i| fits_static(d, &nodes[i]) && room[i].fits(&need(d)))
+            .max_by(|&a, &b| room[a].slots.cmp(&room[b].slots).then(nodes[b].name.cmp(&nodes[a].name)));
+        match (best, prev) {
+            (Some(i), _) => {
+                room[i].take(&need(d));
+                out.push((d.key.clone(), r, nodes[i].id.clone()));
+            }
+            (None, Some(i)) if !nodes[i].online => out.push((d.key.clone(), r, nodes[i].id.clone())),
+            _ => {}
+        }
+    }
+    out.into_iter().collect()
+}
+
+fn arb_zoned_nodes() -> impl Strategy<Value = Vec<NodeFacts>> {
+    prop::collection::vec((1u32..4, 0usize..4, any::<bool>()), 1..12).prop_map(|v| {
+        v.into_iter()
+            .enumerate()
+            .map(|(i, (slots, zone, online))| {
+                let mut n = zoned(&format!("n{i:02}"), slots, ["", "a", "b", "c"][zone]);
+                n.online = online || i % 4 == 0;
+                n
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Without `spread` (and `priority`) placement is the seed's: from scratch, and again after
+    /// nodes went offline.
+    #[test]
+    fn without_the_fields_placement_is_the_seeds(demands in arb_demands(), nodes in arb_nodes(), down in 0usize..8) {
+        let first = place(&demands, &nodes, &Bindings::new());
+        prop_assert_eq!(&first.bindings, &seed_rules(&demands, &nodes, &Bindings::new()));
+        let mut changed = nodes.clone();
+        if let Some(n) = changed.get_mut(down) {
+            n.online = false;
+        }
+        let second = place(&demands, &changed, &first.bindings);
+        prop_assert_eq!(&second.bindings, &seed_rules(&demands, &changed, &first.bindings));
+    }
+
+    /// With `spread`, placed from scratch: an agent's counts per value differ by more than one
+    /// only where the value with fewer has no fitting node with room left (room only falls
+    /// while placing, so it had none when the other value got its extra replica).
+    #[test]
+    fn spread_counts_differ_by_at_most_one_where_room_allows(
+        replicas in prop::collection::vec(0u32..7, 1..5),
+        nodes in arb_zoned_nodes(),
+    ) {
+        let demands: Vec<Demand> = replicas.iter().enumerate().map(|(i, &n)| spread(&format!("s{i}"), n, "zone")).collect();
+        let out = place(&demands, &nodes, &Bindings::new());
+        check_capacity(&demands, &nodes, &out)?;
+        let value = |id: &Id| labels::value_of(&nodes.iter().find(|n| n.id == *id).unwrap().labels, "zone").to_string();
+        let has_room = |v: &str| {
+            nodes.iter().any(|n| n.online && labels::value_of(&n.labels, "zone") == v && out.free_of(&n.id).is_none_or(|f| f.slots > 0))
+        };
+        let values: BTreeSet<String> = nodes.iter().filter(|n| n.online).map(|n| labels::value_of(&n.labels, "zone").to_string()).collect();
+        for d in &demands {
+            let mut counts: BTreeMap<String, u32> = values.iter().map(|v| (v.clone(), 0)).collect();
+            for (_, node) in out.bindings.of_agent(&d.key) {
+                *counts.entry(value(node)).or_default() += 1;
+            }
+            for (u, cu) in &counts {
+                for (v, cv) in &counts {
+                    if *cu > cv + 1 {
+                        prop_assert!(!has_room(v), "{}: {u}={cu} but {v}={cv} with room left in {v}: {counts:?}", d.key);
+                    }
+                }
+            }
         }
     }
 }

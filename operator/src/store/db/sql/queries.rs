@@ -194,6 +194,9 @@ pub async fn update_nodes(p: &Pool, rows: &[(String, i64, String)]) -> Result<()
     Ok(())
 }
 
+/// Rollouts serialised and written per statement.
+const ROLLOUTS_AT_ONCE: usize = 200;
+
 pub async fn apply_pass(p: &Pool, f: Option<&Fence>, w: &PassWrite) -> Result<(), DbError> {
     let mut tx = p.begin().await?;
     fence(&mut tx, f).await?;
@@ -252,6 +255,29 @@ pub async fn apply_pass(p: &Pool, f: Option<&Fence>, w: &PassWrite) -> Result<()
         },
     )
     .await?;
+    for chunk in w.rollouts.chunks(ROLLOUTS_AT_ONCE) {
+        let rows_of: Vec<(String, String)> = chunk
+            .iter()
+            .filter_map(|r| match serde_json::to_string(&**r) {
+                Ok(row) => Some((crate::store::records::Rollout::key(&r.agent), row)),
+                Err(e) => {
+                    tracing::error!(agent = %r.agent, error = %e, "cannot store the rollout");
+                    None
+                }
+            })
+            .collect();
+        rows(
+            &mut tx,
+            "INSERT INTO kv (key, value) ",
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            2,
+            &rows_of,
+            |b, (k, v)| {
+                b.push_bind(k).push_bind(v);
+            },
+        )
+        .await?;
+    }
     for (k, v) in &w.kv_delete {
         let q = match v {
             Some(v) => sqlx::query("DELETE FROM kv WHERE key = $1 AND value = $2").bind(k).bind(v),
