@@ -22,6 +22,7 @@ pub(crate) fn routes() -> Router<Devkit> {
         .route("/devkit/agents/{key}/replicas", post(dev_replicas))
         .route("/devkit/agents/{key}/template", post(dev_template))
         .route("/devkit/agents/{key}/rollout", put(dev_rollout))
+        .route("/devkit/agents/{key}/placement", put(dev_placement))
         .route("/devkit/agents/{key}/stop", post(dev_stop))
         .route("/devkit/agents/{key}/start", post(dev_start))
         .route("/devkit/statuses/{key}", get(dev_status))
@@ -223,6 +224,25 @@ async fn dev_rollout(State(dk): State<Devkit>, Path(key): Path<String>, Json(bod
     })
 }
 
+/// Merges the body's fields into the item's `placement` (`{"spread": "zone", "priority":
+/// 100}`); a field given as null is removed. Anything is taken: the controller judges it.
+async fn dev_placement(State(dk): State<Devkit>, Path(key): Path<String>, Json(body): Json<Value>) -> StatusCode {
+    let Some(fields) = body.as_object().cloned() else { return StatusCode::BAD_REQUEST };
+    edit(&dk, &key, |a| {
+        if !a["placement"].is_object() {
+            a["placement"] = json!({});
+        }
+        let placement = a["placement"].as_object_mut().expect("an object");
+        for (k, v) in fields {
+            if v.is_null() {
+                placement.remove(&k);
+            } else {
+                placement.insert(k, v);
+            }
+        }
+    })
+}
+
 async fn dev_stop(State(dk): State<Devkit>, Path(key): Path<String>) -> StatusCode {
     edit(&dk, &key, |a| a["state"] = json!("stopped"))
 }
@@ -257,4 +277,36 @@ async fn dev_admin_token(State(dk): State<Devkit>, Json(body): Json<Value>) -> J
     let ttl = body.get("ttlSeconds").and_then(|v| v.as_i64()).unwrap_or(86_400);
     let refs: Vec<&str> = scopes.iter().map(String::as_str).collect();
     Json(json!({"token": dk.mint(aud, &refs, ttl)}))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Devkit, DevkitConfig};
+    use serde_json::{json, Value};
+
+    /// `PUT /devkit/agents/{key}/placement` merges its fields into the item's placement (a
+    /// null removes one; anything is taken as written: the controller judges it), and an
+    /// unknown agent is `404`.
+    #[tokio::test]
+    async fn placement_fields_are_merged_into_the_item() {
+        let dk = Devkit::start(DevkitConfig::default(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+        dk.put_agent(json!({"key": "a", "revision": 1, "state": "running", "identity": {"kind": "agent"},
+                            "executor": {"kind": "k"}, "placement": {"replicas": 3}}));
+        let http = reqwest::Client::new();
+        let put = |key: &str, body: Value| {
+            let req = http.put(format!("http://{}/devkit/agents/{key}/placement", dk.addr)).json(&body);
+            async move { req.send().await.unwrap().status().as_u16() }
+        };
+        assert_eq!(put("a", json!({"spread": "zone", "priority": "high"})).await, 204);
+        let placement = || async {
+            let list: Value =
+                http.get(format!("http://{}/devkit/agents", dk.addr)).send().await.unwrap().json().await.unwrap();
+            let items = list.as_array().cloned().or_else(|| list["items"].as_array().cloned()).unwrap();
+            items.into_iter().find(|a| a["key"] == "a").unwrap()["placement"].clone()
+        };
+        assert_eq!(placement().await, json!({"replicas": 3, "spread": "zone", "priority": "high"}));
+        assert_eq!(put("a", json!({"priority": null})).await, 204);
+        assert_eq!(placement().await, json!({"replicas": 3, "spread": "zone"}));
+        assert_eq!(put("nope", json!({"spread": "zone"})).await, 404);
+    }
 }

@@ -157,3 +157,43 @@ async fn a_join_whose_answer_is_lost_ends_with_one_node() {
     assert!(n1.log().contains(&format!("joined the fleet as {id}")), "{}", n1.log());
     assert_eq!(f.admin_get("/api/v1/nodes").await["items"].as_array().unwrap().len(), 1);
 }
+
+/// docs/behaviour.md#spread-and-priority, Show 3 of the spread: three nodes labelled
+/// `zone=a|b|c` (zone c with the most room), an agent of three replicas with `spread: zone`
+/// → one replica in each zone (without the spread, two would go to zone c); the zone-a node
+/// stops → its replica moves to a zone with the fewest (b and c hold one each; c has the more
+/// room).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spread_replicas_take_one_zone_each_and_a_lost_zone_s_replica_goes_to_the_fewest() {
+    if !docker_available() {
+        return;
+    }
+    ensure_test_images();
+    let f = Fleet::start("e2esp").await;
+    let mut a = f.node_sized("za", 2, "labels: [zone=a]\n").await;
+    let mut b = f.node_sized("zb", 2, "labels: [zone=b]\n").await;
+    let mut c = f.node_sized("zc", 4, "labels: [zone=c]\n").await;
+    for n in [&mut a, &mut b, &mut c] {
+        n.start();
+    }
+    for n in [&a, &b, &c] {
+        eventually(30, "the node online", || async { f.node_view(&n.name).await.filter(|v| v["status"] == "online") })
+            .await;
+    }
+    let mut spr = agent("spr", 3);
+    spr["placement"]["spread"] = json!("zone");
+    f.devkit.put_agents(vec![spr]);
+    let on = |n: &NodeDir| -> usize { (0..3).filter(|r| running(&n.container("spr", *r))).count() };
+    eventually(90, "one replica running in each zone", || async {
+        (on(&a) == 1 && on(&b) == 1 && on(&c) == 1).then_some(())
+    })
+    .await;
+    let (s, e) = admin(&f, "GET", "/api/v1/agents/spr/placement", Value::Null).await;
+    assert_eq!(s, 200, "{e}");
+    assert_eq!(e["spread"], json!({"label": "zone", "counts": {"a": 1, "b": 1, "c": 1}}), "{e}");
+
+    a.kill9();
+    eventually(90, "zone a's replica running in zone c", || async { (on(&b) == 1 && on(&c) == 2).then_some(()) }).await;
+    let (_, e) = admin(&f, "GET", "/api/v1/agents/spr/placement", Value::Null).await;
+    assert_eq!(e["spread"]["counts"], json!({"b": 1, "c": 2}), "{e}");
+}
