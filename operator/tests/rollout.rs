@@ -6,6 +6,7 @@
 
 mod support;
 
+use fleet_controller::server::Running as Server;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -22,6 +23,46 @@ struct Fleet {
 }
 
 impl Fleet {
+    /// Joins one more node, of `slots` slots, crash-looping the images in `bad`.
+    async fn join(&mut self, url: &str, name: &str, slots: u32, bad: Arc<Mutex<HashSet<String>>>) {
+        let announce =
+            json!({"executorKinds": ["k"], "executorImages": {"k": ["agent:*"]}, "capacity": {"slots": slots}});
+        let mut n = TestNode::new(url, name, announce);
+        n.join(&self.admin.join_key().await).await;
+        self.joined.push(n.clone());
+        self.nodes.push(SimNode::start(n, bad));
+    }
+
+    /// Stops the nodes and the controller, starts the controller again on the same store, and
+    /// the nodes against it with the containers they had.
+    async fn restart(self, running: Server, cfg: &fleet_controller::config::Config) -> (Fleet, Server) {
+        for n in &self.nodes {
+            n.task.abort();
+        }
+        running.shutdown().await;
+        let mut cfg2 = cfg.clone();
+        cfg2.listen = "127.0.0.1:0".parse().unwrap();
+        let running = fleet_controller::server::start(cfg2).await.unwrap();
+        let url = format!("http://{}", running.addr);
+        let nodes: Vec<SimNode> = self
+            .joined
+            .iter()
+            .zip(&self.nodes)
+            .map(|(n, sim)| {
+                let again = SimNode::start(TestNode { url: url.clone(), ..n.clone() }, sim.bad.clone());
+                let mut had = sim.running.lock().clone();
+                // A container the node was starting when it stopped is started again.
+                for v in had.values_mut().filter(|v| v.2 == "starting") {
+                    v.0.clear();
+                }
+                *again.running.lock() = had;
+                again
+            })
+            .collect();
+        let admin = Admin::new(&url, self.admin.token.clone());
+        (Fleet { admin, nodes, joined: self.joined.clone(), bad: self.bad.clone() }, running)
+    }
+
     fn down(&self) -> usize {
         self.nodes.iter().map(SimNode::down).sum()
     }
@@ -265,32 +306,12 @@ async fn a_rollout_in_progress_survives_a_restart() {
     let two = |v: &Value| v["target"]["image"] == "agent:2" && v["updatedReplicas"].as_u64() >= Some(2);
     f.watch_until(30, "two replicas updated", two, "coder").await;
     kinds_until(&f.admin, "rollout_step").await;
-    for n in &f.nodes {
-        n.task.abort();
-    }
-    running.shutdown().await;
-
-    let mut cfg2 = cfg.clone();
-    cfg2.listen = "127.0.0.1:0".parse().unwrap();
-    let running = fleet_controller::server::start(cfg2).await.unwrap();
-    let url = format!("http://{}", running.addr);
-    let admin = Admin::new(&url, f.admin.token.clone());
-    let (s, v) = admin.get("/api/v1/agents/coder/rollout").await;
+    let (f, running) = f.restart(running, &cfg).await;
+    let (s, v) = f.admin.get("/api/v1/agents/coder/rollout").await;
     assert_eq!(s, 200, "{v}");
     assert_eq!((v["state"].as_str(), v["target"]["image"].as_str()), (Some("progressing"), Some("agent:2")), "{v}");
     assert!(v["updatedReplicas"].as_u64() >= Some(2), "the steps taken stand: {v}");
-    // The nodes come back (their containers still run) and the rollout goes on to the end.
-    let nodes: Vec<SimNode> = f
-        .joined
-        .iter()
-        .zip(&f.nodes)
-        .map(|(n, sim)| {
-            let again = SimNode::start(TestNode { url: url.clone(), ..n.clone() }, f.bad.clone());
-            *again.running.lock() = sim.running.lock().clone();
-            again
-        })
-        .collect();
-    let f = Fleet { admin, nodes, joined: f.joined.clone(), bad: f.bad.clone() };
+    // The nodes came back (their containers still run) and the rollout goes on to the end.
     f.watch_until(60, "the rollout to complete after the restart", |v| v["state"] == "complete", "coder").await;
     assert_eq!(f.images(), vec!["agent:2"; 4]);
     kinds_until(&f.admin, "rollout_completed").await;
@@ -322,12 +343,9 @@ async fn a_drain_moves_replicas_within_the_budget_make_before_break() {
     let url = format!("http://{}", running.addr);
     let mut f = fleet(&dk, &url, json!({"maxUnavailable": 1})).await;
     // Room to move to: two empty nodes.
-    let announce = json!({"executorKinds": ["k"], "executorImages": {"k": ["agent:*"]}, "capacity": {"slots": 2}});
     for i in 4..6 {
-        let mut n = TestNode::new(&url, &format!("n-{i}"), announce.clone());
-        n.join(&f.admin.join_key().await).await;
-        f.joined.push(n.clone());
-        f.nodes.push(SimNode::start(n, f.bad.clone()));
+        let bad = f.bad.clone();
+        f.join(&url, &format!("n-{i}"), 2, bad).await;
     }
     let running_now = |f: &Fleet| -> usize {
         f.nodes.iter().map(|n| n.running.lock().values().filter(|v| v.2 == "running").count()).sum()
@@ -421,11 +439,7 @@ async fn a_drain_in_flight_survives_a_restart() {
     let mut f = fleet(&dk, &url, json!({"maxUnavailable": 1})).await;
     // The node to move to crash-loops every image until the test lets it run them.
     let broken: Arc<Mutex<HashSet<String>>> = Arc::new(Mutex::new(["agent:1".to_string()].into()));
-    let announce = json!({"executorKinds": ["k"], "executorImages": {"k": ["agent:*"]}, "capacity": {"slots": 2}});
-    let mut n4 = TestNode::new(&url, "n-4", announce);
-    n4.join(&f.admin.join_key().await).await;
-    f.joined.push(n4.clone());
-    f.nodes.push(SimNode::start(n4, broken.clone()));
+    f.join(&url, "n-4", 2, broken.clone()).await;
     let (s, v) = f.admin.post("/api/v1/nodes/n-0:drain", json!({})).await;
     assert_eq!(s, 202, "{v}");
     eventually(20, "the replica on n-4, crash-looping", || async {
@@ -435,26 +449,8 @@ async fn a_drain_in_flight_survives_a_restart() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(f.nodes[0].running.lock().len(), 1, "the old replica keeps running on n-0");
 
-    for n in &f.nodes {
-        n.task.abort();
-    }
-    running.shutdown().await;
-    let mut cfg2 = cfg.clone();
-    cfg2.listen = "127.0.0.1:0".parse().unwrap();
-    let running = fleet_controller::server::start(cfg2).await.unwrap();
-    let url = format!("http://{}", running.addr);
-    let bads = [f.bad.clone(), f.bad.clone(), f.bad.clone(), f.bad.clone(), broken.clone()];
-    let nodes: Vec<SimNode> = f
-        .joined
-        .iter()
-        .zip(&f.nodes)
-        .zip(bads)
-        .map(|((n, sim), bad)| {
-            let again = SimNode::start(TestNode { url: url.clone(), ..n.clone() }, bad);
-            *again.running.lock() = sim.running.lock().clone();
-            again
-        })
-        .collect();
+    let (f, running) = f.restart(running, &cfg).await;
+    let nodes = &f.nodes;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(nodes[0].running.lock().len(), 1, "after the restart the old replica still runs on n-0");
 
@@ -465,7 +461,7 @@ async fn a_drain_in_flight_survives_a_restart() {
         v.2 = "running".into();
     }
     eventually(20, "n-0 lets the old replica go", || async { nodes[0].running.lock().is_empty().then_some(()) }).await;
-    drop(nodes);
+    drop(f);
     running.shutdown().await;
 }
 

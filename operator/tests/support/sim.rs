@@ -19,6 +19,8 @@ pub type Running = Arc<Mutex<BTreeMap<(String, u32), (String, String, String, u6
 pub struct SimNode {
     pub running: Running,
     pub task: tokio::task::JoinHandle<()>,
+    /// The images it crash-loops.
+    pub bad: Arc<Mutex<HashSet<String>>>,
 }
 
 pub const START: Duration = Duration::from_millis(300);
@@ -27,6 +29,7 @@ impl SimNode {
     pub fn start(node: TestNode, bad: Arc<Mutex<HashSet<String>>>) -> SimNode {
         let running: Running = Default::default();
         let r = running.clone();
+        let crashing = bad.clone();
         let task = tokio::spawn(async move {
             let mut generation = None;
             let mut desired = Value::Null;
@@ -54,7 +57,7 @@ impl SimNode {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         });
-        SimNode { running, task }
+        SimNode { running, task, bad: crashing }
     }
 
     /// Replicas not running now.
