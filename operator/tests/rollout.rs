@@ -500,3 +500,55 @@ async fn the_view_at_rest_uses_the_configured_defaults() {
     assert_eq!((&own["policy"]["maxUnavailable"], &own["policy"]["minReadySeconds"]), (&json!(3), &json!(1)), "{own}");
     running.shutdown().await;
 }
+
+/// A replica drained twice in a row (its first old node still stopping it when its second
+/// node drains): both old nodes let go of the agent once their drains are over, and the pass's
+/// memory stays what a pass from scratch would derive (the audit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_drained_twice_lets_go_of_both_old_nodes() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let mut f = fleet(&dk, &url, json!({"maxUnavailable": 1})).await;
+    for i in 4..6 {
+        let bad = f.bad.clone();
+        f.join(&url, &format!("n-{i}"), 1, bad).await;
+    }
+    let ctx = running.ctx.clone().expect("the leader's context");
+    let audited = |what: &'static str| {
+        let ctx = ctx.clone();
+        async move {
+            eventually(20, what, || async {
+                fleet_controller::reconcile::pass::audit::audit(&ctx).await.unwrap().is_empty().then_some(())
+            })
+            .await
+        }
+    };
+    let (s, v) = f.admin.post("/api/v1/nodes/n-0:drain", json!({})).await;
+    assert_eq!(s, 202, "{v}");
+    eventually(20, "the replica running on n-4", || async {
+        f.nodes[4].running.lock().values().any(|v| v.2 == "running").then_some(())
+    })
+    .await;
+    // n-0 is still stopping its old copy (the agent's drainSeconds): drain n-4 now.
+    let (s, v) = f.admin.post("/api/v1/nodes/n-4:drain", json!({})).await;
+    assert_eq!(s, 202, "{v}");
+    eventually(20, "the replica running on n-5", || async {
+        f.nodes[5].running.lock().values().any(|v| v.2 == "running").then_some(())
+    })
+    .await;
+    audited("a clean audit while both old nodes let go").await;
+    let holds = |i: usize| {
+        let n = f.joined[i].clone();
+        async move {
+            let (_, d) = n.desired(None, 0).await;
+            d["agents"].as_array().is_some_and(|a| !a.is_empty())
+        }
+    };
+    eventually(30, "n-0 and n-4 without the agent", || async { (!holds(0).await && !holds(4).await).then_some(()) })
+        .await;
+    audited("a clean audit at the end").await;
+    drop(f);
+    running.shutdown().await;
+}

@@ -97,6 +97,13 @@ pub async fn desired_states(
     rolled: &Rolled,
     plan: &mut Plan,
 ) -> Result<(), DbError> {
+    if !ctx.work.rotating.is_empty() {
+        let deadline = |key: &Id| {
+            let raw = memo.agent(key).and_then(|a| a.rollout());
+            crate::reconcile::rules::rollout::policy(raw, &ctx.cfg.rollout).0.progress_deadline_seconds as i64 * 1000
+        };
+        ctx.work.rotating.prune(&ctx.store.read(), snap.now, deadline);
+    }
     let dirty = dirty_nodes(memo, snap, placed, rolled);
     // (node, new hash, entries, the desired state it has now). The entries hold handles to
     // the credentials, so the lock goes before any body is built.

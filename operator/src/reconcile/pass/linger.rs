@@ -55,41 +55,43 @@ pub fn track(ctx: &Ctx, memo: &mut Memo, snap: &Snapshot, placed: &mut Placed, p
     // (the replica, whether it is stored).
     let mut current: BTreeMap<(Id, u32), (Linger, bool)> =
         st.lingering().iter().map(|(k, l)| (k.clone(), (l.clone(), true))).collect();
+    // Old nodes to let go of a replica: (agent, replica, node), done once every linger is
+    // looked at, so an agent leaves a node only when nothing of it remains there.
+    let mut let_go: Vec<(Id, u32, Id)> = Vec::new();
     for (agent, r, from, to) in std::mem::take(&mut placed.relocated) {
         if drained_while_running(memo, &st, &agent, r, &from) {
             let l = Linger { from, to, since_ms: snap.now, released_ms: None };
-            current.insert((agent, r), (l, false));
+            // A replica that lingered elsewhere and is drained again: its first old node
+            // lets go (the new row takes the stored one's key).
+            if let Some((old, true)) = current.insert((agent.clone(), r), (l, false)) {
+                let_go.push((agent, r, old.from));
+            }
         }
     }
     let mut out = Lingered::default();
     for ((agent, r), (mut l, stored)) in current {
-        let fate = fate(ctx, memo, &st, placed, &agent, r, &l, snap.now);
-        let changed = match fate {
+        let followed = follow(placed, &agent, r, &mut l);
+        let changed = match fate(ctx, memo, &st, placed, &agent, r, &l, snap.now) {
             Fate::Ends(why) => {
                 if stored {
                     tracing::info!(agent = %agent, replica = r, node = %memo.name(&l.from), reason = why, "moved replica's old node let go of it");
-                    unlist(memo, placed, &agent, r, &l.from);
                     plan.rows.kv_delete.push((Linger::key(&agent, r), None));
-                    out.changed.push(((agent, r), None));
+                    out.changed.push(((agent.clone(), r), None));
+                    let_go.push((agent, r, l.from));
                 }
                 continue;
             }
             Fate::Released => {
                 tracing::info!(agent = %agent, replica = r, node = %memo.name(&l.from), "moved replica runs on its new node; its old container stops with the agent's drain");
                 l.released_ms = Some(snap.now);
-                if stored && !snap.full {
-                    release(memo, placed, &agent, r, &l.from);
-                }
                 true
             }
-            Fate::Stays => !stored,
+            Fate::Stays => !stored || followed,
         };
         if !stored {
             tracing::info!(agent = %agent, replica = r, from = %memo.name(&l.from), to = %memo.name(&l.to), "moved replica keeps running on its draining node until its new node runs it");
         }
-        if !stored || snap.full {
-            list(memo, placed, &agent, r, &l);
-        }
+        list(memo, placed, &agent, r, &l);
         if changed {
             match serde_json::to_string(&l) {
                 Ok(row) => plan.rows.kv.push((Linger::key(&agent, r), row)),
@@ -101,7 +103,23 @@ pub fn track(ctx: &Ctx, memo: &mut Memo, snap: &Snapshot, placed: &mut Placed, p
         out.next_due = Some(out.next_due.map_or(due, |d: i64| d.min(due)));
         out.from.push((agent, l.from));
     }
+    for (agent, r, from) in let_go {
+        let keep_agent = out.from.iter().any(|(a, f)| *a == agent && *f == from);
+        unlist(memo, placed, &agent, r, &from, keep_agent);
+    }
     out
+}
+
+/// A lingering replica that moved on from its new node (that node lost, drained) before it
+/// ran there follows the move: its old copy keeps running until the next node runs it.
+fn follow(placed: &Placed, agent: &str, r: u32, l: &mut Linger) -> bool {
+    match placed.outcome.bindings.get(agent, r) {
+        Some(n) if l.released_ms.is_none() && *n != l.to && *n != l.from => {
+            l.to = n.clone();
+            true
+        }
+        _ => false,
+    }
 }
 
 /// Whether a move is a drain's of a replica that was running: the old node drains without
@@ -127,7 +145,7 @@ fn fate(ctx: &Ctx, memo: &Memo, st: &State, placed: &Placed, agent: &str, r: u32
         return Fate::Ends("replicas lowered");
     }
     if placed.outcome.bindings.get(agent, r) != Some(&l.to) {
-        return Fate::Ends("moved again");
+        return Fate::Ends("bound to its old node again, or unbound");
     }
     let running =
         st.node(&l.to).and_then(|n| n.info.replica(agent, r)).is_some_and(|p| p.state == ReplicaState::Running);
@@ -156,35 +174,39 @@ fn deadline_ms(ctx: &Ctx, memo: &Memo, agent: &str) -> i64 {
 }
 
 /// Lists the lingering replica on its old node in the memo's bindings: the replica while it
-/// runs there, the agent alone once released.
+/// runs there, the agent alone once released (the replica off the list unless bound there
+/// again). Touches what it changed.
 fn list(memo: &mut Memo, placed: &mut Placed, agent: &Id, r: u32, l: &Linger) {
-    let reps = memo.per_node.entry(l.from.clone()).or_default().entry(agent);
-    if let (Err(at), None) = (reps.binary_search(&r), l.released_ms) {
-        reps.insert(at, r);
+    let bound_there = placed.outcome.bindings.get(agent, r) == Some(&l.from);
+    let agents = memo.per_node.entry(l.from.clone()).or_default();
+    let mut changed = !agents.contains_key(agent);
+    let reps = agents.entry(agent);
+    match (reps.binary_search(&r), l.released_ms) {
+        (Err(at), None) => {
+            reps.insert(at, r);
+            changed = true;
+        }
+        (Ok(at), Some(_)) if !bound_there => {
+            reps.remove(at);
+            changed = true;
+        }
+        _ => {}
     }
-    touch(placed, agent, &l.from);
+    if changed {
+        touch(placed, agent, &l.from);
+    }
 }
 
 /// Takes replica `r` off its old node in the memo's bindings (unless it is bound there
-/// again); the agent stays listed there, with no replica if it has no other, while the old
-/// container stops.
-fn release(memo: &mut Memo, placed: &mut Placed, agent: &Id, r: u32, from: &Id) {
-    if placed.outcome.bindings.get(agent, r) != Some(from) {
-        let reps = memo.per_node.entry(from.clone()).or_default().entry(agent);
-        reps.retain(|x| *x != r);
-    }
-    touch(placed, agent, from);
-}
-
-/// Takes replica `r` off its old node in the memo's bindings (unless it is bound there
-/// again), and the agent with it when it has no other replica there.
-fn unlist(memo: &mut Memo, placed: &mut Placed, agent: &Id, r: u32, from: &Id) {
+/// again), and the agent with it when it has no other replica there and `keep_agent` is
+/// false (no other linger of it there).
+fn unlist(memo: &mut Memo, placed: &mut Placed, agent: &Id, r: u32, from: &Id, keep_agent: bool) {
     if let Some(m) = memo.per_node.get_mut(from) {
         if let Some(reps) = m.get_mut(agent) {
             if placed.outcome.bindings.get(agent, r) != Some(from) {
                 reps.retain(|x| *x != r);
             }
-            if reps.is_empty() {
+            if reps.is_empty() && !keep_agent {
                 m.remove(agent);
             }
         }

@@ -36,8 +36,9 @@ pub struct Placed {
 
 pub fn place(ctx: &Ctx, memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWrite) -> Placed {
     let previous = snap.previous.take().unwrap_or_default();
-    // Replicas a drain holds move as others become ready: a report may free their budget.
-    let held = !previous.held.is_empty() && !snap.changes.reports.is_empty();
+    // Replicas a drain holds move as others become ready: a report, or an agent's new
+    // policy, may free their budget.
+    let held = !previous.held.is_empty() && (!snap.changes.reports.is_empty() || !snap.changed_agents.is_empty());
     let replaced = snap.full || snap.demand_changed || !snap.changes.facts.is_empty() || !snap.flips.is_empty() || held;
     let mut placed = Placed {
         replaced,

@@ -33,7 +33,8 @@ pub fn move_budget(s: &Sources) -> MoveBudget {
         for (key, reps) in agents {
             let Some(a) = (s.agent)(key) else { continue };
             let rollout = s.st.rollout(key);
-            for &r in reps {
+            // Bound there: a replica a drain moved away may still be listed on its old node.
+            for &r in reps.iter().filter(|&&r| s.bindings.get(key, r) == Some(*node)) {
                 if ready(s, a, rollout, r, node) {
                     out.ready.push((key.clone(), r));
                 }

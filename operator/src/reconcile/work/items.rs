@@ -144,6 +144,7 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
         let rotating = &ctx.work.rotating;
         if urgent {
             rotating.started(pair.clone(), now);
+            tracing::warn!(agent = %agent, node = %node_name, "PAT rotation waited half its time to expiry for the disruption budget; rotating now");
         } else if !rotating.may_rotate(&ctx.store.read(), &ctx.cfg.rollout, ctx.cfg.node_offline_after, &pair, now) {
             tracing::debug!(agent = %agent, node = %node_name, "PAT rotation due; waiting for the agent's disruption budget");
             return rotate_at(ctx, node, now + super::rotating::WAIT.as_millis() as i64);
@@ -202,7 +203,6 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
         return Outcome::Failed;
     }
     if let Some((old, _)) = retire {
-        ctx.work.rotating.started((agent.clone(), node.clone()), now);
         ctx.metrics.pat("rotated");
         tracing::info!(node_name = %node_name, credential = %id, old = %old, "PAT rotated; the old one is revoked after the grace");
         ctx.work.queue.add_after(WorkKey::Revoke(old), grace);

@@ -38,9 +38,20 @@ impl Rotating {
         self.under_way.lock().is_empty()
     }
 
-    /// The rotated PAT of `pair` was stored at `issued_ms`.
+    /// The rotated PAT of `pair` was issued at `issued_ms` (a rotation that went without
+    /// the budget's leave; one [`Rotating::may_rotate`] let go is under way already, and a
+    /// pass may have published it since).
     pub fn started(&self, pair: (Id, Id), issued_ms: i64) {
-        self.under_way.lock().insert(pair, Flight { issued_ms, generation: None });
+        self.under_way.lock().entry(pair).or_insert(Flight { issued_ms, generation: None });
+    }
+
+    /// Forgets the rotations that are done (see [`done`]): those of an agent that rotates
+    /// nothing more would otherwise stay.
+    pub fn prune(&self, st: &State, now: i64, deadline_ms: impl Fn(&Id) -> i64) {
+        let mut m = self.under_way.lock();
+        if !m.is_empty() {
+            m.retain(|pair, f| !done(st, pair, *f, now, deadline_ms(&pair.0)));
+        }
     }
 
     /// The pass published `generation` of `node`'s desired state, carrying the PAT of `agent`

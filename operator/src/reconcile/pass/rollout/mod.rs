@@ -45,6 +45,10 @@ pub fn roll(
     let mut keys: BTreeSet<Id> =
         st.rollouts().filter(|r| r.state != RolloutState::Complete).map(|r| r.agent.clone()).collect();
     keys.extend(by_agent.keys().cloned());
+    let mut lingering_on: HashMap<&Id, Vec<&Id>> = HashMap::default();
+    for (agent, node) in lingering {
+        lingering_on.entry(agent).or_default().push(node);
+    }
     if snap.old_agents.is_some() {
         keys.extend(snap.changed_agents.iter().cloned());
     }
@@ -64,6 +68,7 @@ pub fn roll(
             }
             continue;
         };
+        let lingering = lingering_on.get(&key).cloned().unwrap_or_default();
         let mut one =
             One { ctx, memo, snap, placed: &*placed, a, lingering, events: Vec::new(), out: &mut out, st: &st };
         let mut r = before.clone();

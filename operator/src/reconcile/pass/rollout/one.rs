@@ -22,8 +22,8 @@ pub struct One<'a> {
     pub snap: &'a Snapshot,
     pub placed: &'a Placed,
     pub a: &'a Agent,
-    /// (agent, node) of every replica a drain moved that still runs on its old node.
-    pub lingering: &'a [(Id, Id)],
+    /// The nodes a replica of the agent that a drain moved still runs on.
+    pub lingering: Vec<&'a Id>,
     pub events: Vec<Event>,
     pub out: &'a mut Rolled,
     pub st: &'a State,
@@ -110,7 +110,7 @@ impl One<'_> {
             return;
         }
         let now = self.snap.now;
-        let lingering: Vec<&Id> = self.lingering.iter().filter(|(k, _)| *k == self.a.key).map(|(_, n)| n).collect();
+        let lingering = self.lingering.clone();
         let sources =
             Sources { a: self.a, memo: self.memo, st: self.st, outcome: &self.placed.outcome, lingering, now };
         let gathered = slots::gather(&sources, r);
