@@ -126,7 +126,7 @@ fn fresh_placement(ctx: &Ctx, st: &crate::store::State, facts: &[NodeFacts], per
     let by_id: HashMap<&str, bool> = facts.iter().map(|f| (&*f.id, f.online)).collect();
     let online = |id: &Id| by_id.get(&**id).copied().unwrap_or(false);
     let budget = move_budget(&Sources {
-        draining: facts.iter().filter(|f| f.draining == Some(false) && f.online).map(|f| &f.id).collect(),
+        draining: facts.iter().filter(|f| f.drain_paced()).map(|f| &f.id).collect(),
         per_node,
         bindings: &st.outcome().bindings,
         agent: &agent,

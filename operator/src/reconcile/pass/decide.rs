@@ -99,8 +99,10 @@ pub async fn desired_states(
 ) -> Result<(), DbError> {
     if !ctx.work.rotating.is_empty() {
         let deadline = |key: &Id| {
-            let raw = memo.agent(key).and_then(|a| a.rollout());
-            crate::reconcile::rules::rollout::policy(raw, &ctx.cfg.rollout).0.progress_deadline_seconds as i64 * 1000
+            crate::reconcile::rules::rollout::progress_deadline_ms(
+                memo.agent(key).and_then(|a| a.rollout()),
+                &ctx.cfg.rollout,
+            )
         };
         ctx.work.rotating.prune(&ctx.store.read(), snap.now, deadline);
     }

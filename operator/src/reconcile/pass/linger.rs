@@ -19,7 +19,7 @@ use super::place::Placed;
 use super::plan::Plan;
 use super::snapshot::Snapshot;
 use crate::model::Id;
-use crate::reconcile::rules::rollout::policy;
+use crate::reconcile::rules::rollout::progress_deadline_ms;
 use crate::reconcile::work::Ctx;
 use crate::store::{Linger, State};
 use fleet_api::ReplicaState;
@@ -125,8 +125,8 @@ fn follow(placed: &Placed, agent: &str, r: u32, l: &mut Linger) -> bool {
 /// Whether a move is a drain's of a replica that was running: the old node drains without
 /// force and is online, and reported the replica running.
 fn drained_while_running(memo: &Memo, st: &State, agent: &str, r: u32, from: &Id) -> bool {
-    let draining = memo.node(from).is_some_and(|f| f.draining == Some(false) && f.online);
-    draining && st.node(from).and_then(|n| n.info.replica(agent, r)).is_some_and(|p| p.state == ReplicaState::Running)
+    memo.node(from).is_some_and(|f| f.drain_paced())
+        && st.node(from).and_then(|n| n.info.replica(agent, r)).is_some_and(|p| p.state == ReplicaState::Running)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -169,8 +169,7 @@ fn due(ctx: &Ctx, memo: &Memo, agent: &str, l: &Linger) -> i64 {
 }
 
 fn deadline_ms(ctx: &Ctx, memo: &Memo, agent: &str) -> i64 {
-    let raw = memo.agent(agent).and_then(|a| a.rollout());
-    policy(raw, &ctx.cfg.rollout).0.progress_deadline_seconds as i64 * 1000
+    progress_deadline_ms(memo.agent(agent).and_then(|a| a.rollout()), &ctx.cfg.rollout)
 }
 
 /// Lists the lingering replica on its old node in the memo's bindings: the replica while it

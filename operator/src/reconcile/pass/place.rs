@@ -72,8 +72,7 @@ pub fn place(ctx: &Ctx, memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWri
 
 /// The drain moves each agent may take in this run: none to compute unless a node drains.
 fn budget(ctx: &Ctx, memo: &Memo, previous: &Outcome, full: bool) -> MoveBudget {
-    let draining: Vec<&Id> =
-        memo.facts.iter().filter(|f| f.draining == Some(false) && f.online).map(|f| &f.id).collect();
+    let draining: Vec<&Id> = memo.facts.iter().filter(|f| f.drain_paced()).map(|f| &f.id).collect();
     if draining.is_empty() {
         return MoveBudget::default();
     }

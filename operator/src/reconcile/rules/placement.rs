@@ -36,6 +36,14 @@ pub struct NodeFacts {
     pub capacity: Capacity,
 }
 
+impl NodeFacts {
+    /// Its replicas leave by a drain the agents' budgets pace: draining without force, and
+    /// online (a replica on an offline node is unavailable already).
+    pub fn drain_paced(&self) -> bool {
+        self.draining == Some(false) && self.online
+    }
+}
+
 /// One placed agent's demand. Its requirements borrow the agent's, and [`place`] takes the
 /// demands one by one, keeping of each only its key, replica count and signature: one for
 /// every agent, kept for the run, would be ~3 MB at 20,000 agents (152 bytes each), at the
@@ -443,7 +451,7 @@ impl<'a> Placer<'a> {
         // unbound come grouped by agent).
         let mut spread_of: Option<(usize, HashMap<Box<str>, u32>)> = None;
         for (di, r, prev) in unbound {
-            if let Some(ni) = prev.filter(|&ni| self.drain_moves(ni)) {
+            if let Some(ni) = prev.filter(|&ni| self.nodes[ni as usize].drain_paced()) {
                 if !budget.take(&self.ds[di].key, r) {
                     // Its agent's budget is spent: it stays, held, until another is ready.
                     self.bind(di, r, ni);
@@ -484,13 +492,6 @@ impl<'a> Placer<'a> {
                 },
             }
         }
-    }
-
-    /// Whether replicas leave node `ni` by a drain the budgets pace: draining without force,
-    /// and online (a replica on an offline node is unavailable already).
-    fn drain_moves(&self, ni: u32) -> bool {
-        let n = &self.nodes[ni as usize];
-        n.draining == Some(false) && n.online
     }
 
     /// A signature's candidates as a heap (split by value with a spread), and the reason

@@ -115,6 +115,12 @@ fn canary(input: &Input) -> Option<Decision> {
     (updated <= cover && !all_ready).then_some(Decision::Wait)
 }
 
+/// The policy's `progressDeadlineSeconds` in ms: how long a step, a drain's move or a PAT
+/// rotation is waited for.
+pub fn progress_deadline_ms(raw: Option<&Value>, d: &Defaults) -> i64 {
+    policy(raw, d).0.progress_deadline_seconds as i64 * 1000
+}
+
 /// The policy of `placement.rollout`, each field its default where absent or invalid; and the
 /// first invalid field, named with what was wrong (`policyError`).
 pub fn policy(raw: Option<&Value>, d: &Defaults) -> (RolloutPolicy, Option<String>) {

@@ -110,7 +110,7 @@ impl One<'_> {
             return;
         }
         let now = self.snap.now;
-        let lingering = self.lingering.clone();
+        let lingering = &self.lingering;
         let sources =
             Sources { a: self.a, memo: self.memo, st: self.st, outcome: &self.placed.outcome, lingering, now };
         let gathered = slots::gather(&sources, r);

@@ -29,7 +29,7 @@ pub struct Sources<'a> {
     pub st: &'a State,
     pub outcome: &'a Outcome,
     /// The nodes a moved replica of the agent still runs on: they keep their template.
-    pub lingering: Vec<&'a Id>,
+    pub lingering: &'a [&'a Id],
     pub now: i64,
 }
 
@@ -40,7 +40,7 @@ pub fn gather(one: &Sources, r: &mut Rollout) -> Gathered {
     for (rep, node) in one.outcome.bindings.of_agent(key).take_while(|(rep, _)| *rep < desired) {
         by_node.entry(node.clone()).or_default().push(rep);
     }
-    sync_nodes(r, &by_node, &one.lingering, one.now);
+    sync_nodes(r, &by_node, one.lingering, one.now);
     let mut order: Vec<(&str, &Id)> = by_node.keys().map(|n| (one.memo.name(n), n)).collect();
     order.sort();
     let mut g = Gathered { slots: Vec::new(), who: Vec::new(), due: None };

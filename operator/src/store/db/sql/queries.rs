@@ -243,20 +243,11 @@ pub async fn apply_pass(p: &Pool, f: Option<&Fence>, w: &PassWrite) -> Result<()
     .await?;
     let retire: Vec<(&str, i64)> = w.retire.iter().map(|(id, at)| (id.as_str(), *at)).collect();
     retire_credentials(&mut tx, &retire).await?;
-    let kv = last_per_key(&w.kv, |(k, _)| k.as_str());
-    rows(
-        &mut tx,
-        "INSERT INTO kv (key, value) ",
-        " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        2,
-        &kv,
-        |b, (k, v)| {
-            b.push_bind(k).push_bind(v);
-        },
-    )
-    .await?;
+    let kv: Vec<(&str, &str)> =
+        last_per_key(&w.kv, |(k, _)| k.as_str()).into_iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    upsert_kv(&mut tx, &kv).await?;
     for chunk in w.rollouts.chunks(ROLLOUTS_AT_ONCE) {
-        let rows_of: Vec<(String, String)> = chunk
+        let serialised: Vec<(String, String)> = chunk
             .iter()
             .filter_map(|r| match serde_json::to_string(&**r) {
                 Ok(row) => Some((crate::store::records::Rollout::key(&r.agent), row)),
@@ -266,17 +257,8 @@ pub async fn apply_pass(p: &Pool, f: Option<&Fence>, w: &PassWrite) -> Result<()
                 }
             })
             .collect();
-        rows(
-            &mut tx,
-            "INSERT INTO kv (key, value) ",
-            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            2,
-            &rows_of,
-            |b, (k, v)| {
-                b.push_bind(k).push_bind(v);
-            },
-        )
-        .await?;
+        let rows_of: Vec<(&str, &str)> = serialised.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        upsert_kv(&mut tx, &rows_of).await?;
     }
     for (k, v) in &w.kv_delete {
         let q = match v {
@@ -287,6 +269,16 @@ pub async fn apply_pass(p: &Pool, f: Option<&Fence>, w: &PassWrite) -> Result<()
     }
     tx.commit().await?;
     Ok(())
+}
+
+/// Inserts or replaces `kv` rows.
+async fn upsert_kv(c: &mut Conn, items: &[(&str, &str)]) -> Result<(), DbError> {
+    let head = "INSERT INTO kv (key, value) ";
+    let tail = " ON CONFLICT (key) DO UPDATE SET value = excluded.value";
+    rows(c, head, tail, 2, items, |b, (k, v)| {
+        b.push_bind(*k).push_bind(*v);
+    })
+    .await
 }
 
 /// Sets one `kv` row, unfenced: what any replica may write (an admin's order).
