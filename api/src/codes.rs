@@ -26,6 +26,8 @@ pub const IMAGE_NOT_ALLOWED: &str = "image_not_allowed";
 pub const NO_LABEL: &str = "no_label";
 pub const NO_SECRET: &str = "no_secret";
 pub const NO_CAPACITY: &str = "no_capacity";
+/// [ext] A replica of higher priority took the replica's room (docs/behaviour.md#spread-and-priority).
+pub const PREEMPTED: &str = "preempted";
 pub const NODE_UNAVAILABLE: &str = "node_unavailable";
 pub const IDENTITY_PENDING: &str = "identity_pending";
 

@@ -126,10 +126,17 @@ pub struct PlacementExplanation {
     /// With `placement.spread`: the label and the agent's bound replicas per value of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spread: Option<SpreadView>,
+    /// `placement.priority` as placement uses it (0: the default, not shown).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: i32,
     /// What is wrong with the agent's `placement.spread` or `placement.priority` (each then
     /// takes its default).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
+}
+
+fn is_zero(p: &i32) -> bool {
+    *p == 0
 }
 
 /// An agent's replicas over the values of its spread label (`""`: nodes without it).

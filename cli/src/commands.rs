@@ -197,6 +197,9 @@ pub async fn why(c: &Client, out: Output, agent: &str, nodes: bool) -> Result<()
             .collect();
         println!("Spread:     over {}: {}", sp.label, if counts.is_empty() { "-".into() } else { counts.join(", ") });
     }
+    if e.priority != 0 {
+        println!("Priority:   {}", e.priority);
+    }
     for p in &e.problems {
         println!("Problem:    {p}");
     }

@@ -183,7 +183,7 @@ pub fn example_agents(kind: &str) -> Vec<serde_json::Value> {
         json!({"key": "coder", "revision": 1, "state": "running",
                "identity": {"kind": "agent", "iam": {"audiences": ["notification-service"]}},
                "executor": {"kind": kind, "image": null},
-               "placement": {"replicas": 1, "requires": [], "secrets": []},
+               "placement": {"replicas": 1, "requires": [], "secrets": [], "priority": 10},
                "skills": {"audiences": []}, "drainSeconds": 10}),
         json!({"key": "reviewer", "revision": 1, "state": "running",
                "identity": {"kind": "agent"},

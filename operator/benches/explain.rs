@@ -57,7 +57,11 @@ fn fleet(nodes: usize, agents: usize) -> State {
     let agents: Vec<Agent> = (0..agents).map(agent).collect();
     let facts: Vec<_> = recs.iter().map(|n| facts_of(n, n.online(now, OFFLINE))).collect();
     let demands: Vec<_> = agents.iter().filter_map(demand).collect();
-    let st = State::default().with_outcome(Arc::new(place(&demands, &facts, &Default::default())));
+    let st = State::default().with_outcome(Arc::new(place(
+        &demands,
+        &facts,
+        &fleet_controller::reconcile::rules::placement::Bindings::new(),
+    )));
     recs.into_iter().fold(st, State::with_node).with_agents(Arc::new(agents))
 }
 

@@ -61,6 +61,7 @@ pub fn demands(agents: usize, replicas: u32) -> Vec<Demand<'static>> {
                 cpus: if i % 2 == 0 { Some(1.0) } else { None },
                 memory_mb: if i % 3 == 0 { Some(2048) } else { None },
                 spread: None,
+                priority: 0,
             }
         })
         .collect()

@@ -9,13 +9,21 @@ mod workload;
 fn main() {
     let nodes = workload::nodes(10_000);
     let demands = workload::demands(20_000, 5);
-    let cold = fleet_controller::reconcile::rules::placement::place(&demands, &nodes, &Default::default());
+    let cold = fleet_controller::reconcile::rules::placement::place(
+        &demands,
+        &nodes,
+        &fleet_controller::reconcile::rules::placement::Bindings::new(),
+    );
     let mode = std::env::args().nth(1).unwrap_or_default();
     // Iterations; callgrind runs it with 0 and N to take the set-up out of the count.
     let n: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(20);
     for _ in 0..n {
         let out = if mode == "cold" {
-            fleet_controller::reconcile::rules::placement::place(&demands, &nodes, &Default::default())
+            fleet_controller::reconcile::rules::placement::place(
+                &demands,
+                &nodes,
+                &fleet_controller::reconcile::rules::placement::Bindings::new(),
+            )
         } else {
             fleet_controller::reconcile::rules::placement::place(&demands, &nodes, &cold.bindings)
         };

@@ -317,3 +317,80 @@ async fn offline_nodes_are_collected_after_the_gc_period() {
     .await;
     running.shutdown().await;
 }
+
+/// docs/behaviour.md#spread-and-priority through the API, with nodes that follow the node
+/// protocol: a full fleet, an agent of higher priority arrives and takes the room of the
+/// lowest; the preempted agent waits as `pending`/`preempted`, an event names who took its
+/// room, the newcomer gets its own PAT and the preempted replica's PAT is revoked; fewer
+/// replicas of the newcomer give the room back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_higher_priority_agent_takes_the_room_of_the_lowest_and_gives_it_back() {
+    use support::sim::SimNode;
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let admin = Admin::new(&url, dk.mint("fleet", &["fleet:admin"], 3600));
+    let mut nodes = Vec::new();
+    for name in ["n-a", "n-b", "n-c"] {
+        let mut n = TestNode::new(&url, name, json!({"executorKinds": ["k"], "capacity": {"slots": 1}}));
+        n.join(&admin.join_key().await).await;
+        nodes.push(SimNode::start(n, Default::default()));
+    }
+    let prioritised = |key: &str, replicas: u32, priority: i64| {
+        with(agent(key, "k", replicas), |a| a["placement"]["priority"] = json!(priority))
+    };
+    dk.put_agents(vec![prioritised("batch", 1, -5), prioritised("steady", 2, 0)]);
+    let runs = |nodes: &[SimNode], key: &str| -> usize {
+        nodes.iter().map(|n| n.running.lock().iter().filter(|((a, _), v)| a == key && v.2 == "running").count()).sum()
+    };
+    eventually(30, "the fleet full: batch 1 and steady 2 running", || async {
+        (runs(&nodes, "batch") == 1 && runs(&nodes, "steady") == 2).then_some(())
+    })
+    .await;
+    let batch_pats = || dk.pats().into_iter().filter(|p| p.agent_key.as_deref() == Some("batch")).collect::<Vec<_>>();
+    assert_eq!(batch_pats().iter().filter(|p| !p.revoked).count(), 1);
+
+    dk.put_agent(prioritised("urgent", 1, 10));
+    eventually(30, "urgent running in batch's room", || async {
+        (runs(&nodes, "urgent") == 1 && runs(&nodes, "batch") == 0).then_some(())
+    })
+    .await;
+    assert_eq!(runs(&nodes, "steady"), 2, "a priority above the lowest's takes only the lowest's room");
+    let status = eventually(20, "batch pending, preempted", || async {
+        dk.status("batch").filter(|s| s["phase"] == "pending" && s["reason"]["code"] == "preempted")
+    })
+    .await;
+    assert_eq!(status["readyReplicas"], 0, "{status}");
+    let (s, events) = admin.get("/api/v1/events?agent=batch").await;
+    assert_eq!(s, 200);
+    let preempted: Vec<&Value> =
+        events["items"].as_array().unwrap().iter().filter(|e| e["kind"] == "replica_preempted").collect();
+    assert_eq!(preempted.len(), 1, "{events}");
+    let msg = preempted[0]["message"].as_str().unwrap();
+    assert!(msg.contains("urgent") && msg.contains("priority 10"), "the event names who took the room: {msg}");
+    let (_, why) = admin.get("/api/v1/agents/batch/placement").await;
+    assert_eq!(why["reason"]["code"], "preempted", "{why}");
+    assert!(why["hint"].as_str().unwrap().contains("higher-priority"), "{why}");
+    assert_eq!(why["priority"], -5, "{why}");
+    // No PAT shortcut: the newcomer has its own, and the preempted replica's is revoked after
+    // its drain window.
+    let urgent = dk.pats().into_iter().filter(|p| p.agent_key.as_deref() == Some("urgent")).collect::<Vec<_>>();
+    assert_eq!(urgent.len(), 1);
+    assert!(!urgent[0].revoked);
+    assert!(batch_pats().iter().all(|p| p.token != urgent[0].token));
+    eventually(60, "batch's PAT revoked", || async { batch_pats().iter().all(|p| p.revoked).then_some(()) }).await;
+
+    // Fewer replicas of the newcomer: the room comes back to the preempted agent.
+    dk.edit_agent("urgent", |a| a["placement"]["replicas"] = json!(0));
+    eventually(30, "batch running again", || async { (runs(&nodes, "batch") == 1).then_some(()) }).await;
+    eventually(20, "batch running in the CP", || async { dk.status("batch").filter(|s| s["phase"] == "running") })
+        .await;
+    let ctx = running.ctx.clone().expect("the leader's context");
+    eventually(20, "a clean audit", || async {
+        fleet_controller::reconcile::pass::audit::audit(&ctx).await.unwrap().is_empty().then_some(())
+    })
+    .await;
+    drop(nodes);
+    running.shutdown().await;
+}

@@ -27,6 +27,12 @@ pub struct Outcome {
     pub held: BTreeSet<(Arc<str>, u32)>,
     /// Agents with unplaced replicas: how many, and the first filter that left no node.
     pub waiting: BTreeMap<Arc<str>, (u32, &'static str)>,
+    /// Replicas a higher-priority replica took the room of, still waiting for room
+    /// (docs/behaviour.md#spread-and-priority): their agents wait with reason `preempted`.
+    pub preempted: BTreeSet<(Arc<str>, u32)>,
+    /// The preemptions of this run, for the events; a run that preempted is followed by
+    /// another, so the room it left over and the replicas it unbound are looked at again.
+    pub preemptions: Vec<Preemption>,
     /// What each node has left after this placement, in the order of the bindings' node
     /// table (empty before the first placement): the explanation's capacity filter (docs/behaviour.md#why-an-agent-is-where-it-is) reads it instead of summing every binding.
     pub free: Vec<Free>,
@@ -40,6 +46,19 @@ impl Outcome {
         }
         self.bindings.position(node).map(|at| &self.free[at])
     }
+}
+
+/// One replica unbound to make room for one of a higher priority.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preemption {
+    /// The replica that went, and its agent's priority.
+    pub victim: (Arc<str>, u32),
+    pub victim_priority: i32,
+    /// The node whose room was taken.
+    pub node: Id,
+    /// The replica that took it, and its agent's priority.
+    pub by: (Arc<str>, u32),
+    pub by_priority: i32,
 }
 
 /// A node's room left: slots, and cpus (thousandths) and memory where the node declares them.

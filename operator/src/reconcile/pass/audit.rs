@@ -134,7 +134,7 @@ fn fresh_placement(ctx: &Ctx, st: &crate::store::State, facts: &[NodeFacts], per
         st,
         defaults: &ctx.cfg.rollout,
     });
-    placement::place_within(st.agents().iter().filter_map(demand), facts, &st.outcome().bindings, budget)
+    placement::place_within(st.agents().iter().filter_map(demand), facts, &**st.outcome(), budget)
 }
 
 /// The placement items of the registry's agents and outcome, built afresh.

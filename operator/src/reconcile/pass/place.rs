@@ -39,7 +39,15 @@ pub fn place(ctx: &Ctx, memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWri
     // Replicas a drain holds move as others become ready: a report, or an agent's new
     // policy, may free their budget.
     let held = !previous.held.is_empty() && (!snap.changes.reports.is_empty() || !snap.changed_agents.is_empty());
-    let replaced = snap.full || snap.demand_changed || !snap.changes.facts.is_empty() || !snap.flips.is_empty() || held;
+    // A run that preempted is followed by another: the replicas it unbound may fit elsewhere
+    // or take lower ones' room in turn, and room it left over may fit a waiting replica.
+    let preempted = !previous.preemptions.is_empty();
+    let replaced = snap.full
+        || snap.demand_changed
+        || !snap.changes.facts.is_empty()
+        || !snap.flips.is_empty()
+        || held
+        || preempted;
     let mut placed = Placed {
         replaced,
         outcome: previous.clone(),
@@ -56,7 +64,8 @@ pub fn place(ctx: &Ctx, memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWri
     // The demands borrow the agents and are taken one by one, not collected.
     let demands = snap.agents.iter().filter_map(demand);
     let budget = budget(ctx, memo, &previous, snap.full);
-    placed.outcome = Arc::new(placement::place_within(demands, &memo.facts, &previous.bindings, budget));
+    placed.outcome = Arc::new(placement::place_within(demands, &memo.facts, &*previous, budget));
+    preemption_events(&placed.outcome, memo, &mut placed.events);
     let moves = diff_bindings(&previous.bindings, &placed.outcome, memo, rows, &mut placed.events);
     placed.relocated =
         moves.iter().filter_map(|(a, r, from, to)| Some((a.clone(), *r, from.clone()?, to.clone()?))).collect();
@@ -140,6 +149,24 @@ fn touched_by_waiting(previous: &Outcome, placed: &mut Placed) {
     }
     for k in previous.held.symmetric_difference(&outcome.held) {
         placed.touched_agents.insert(k.0.clone());
+    }
+    for k in previous.preempted.symmetric_difference(&outcome.preempted) {
+        placed.touched_agents.insert(k.0.clone());
+    }
+}
+
+/// Each preemption: one event on the replica that went, naming who took its room.
+fn preemption_events(next: &Outcome, memo: &Memo, events: &mut Batch) {
+    for p in &next.preemptions {
+        let name = memo.name_id(&p.node);
+        tracing::info!(agent = %p.victim.0, replica = p.victim.1, node = %name, by = %p.by.0, by_replica = p.by.1,
+            priority = p.victim_priority, by_priority = p.by_priority, "replica preempted");
+        let msg = format!(
+            "preempted on {name}: replica {} of {} (priority {}) took its room (priority {})",
+            p.by.1, p.by.0, p.by_priority, p.victim_priority
+        );
+        events
+            .push(Event::new(Kind::ReplicaPreempted, msg).agent(&p.victim.0).node(&p.node, &name).replica(p.victim.1));
     }
 }
 

@@ -26,6 +26,7 @@ pub fn demand(a: &Agent) -> Option<Demand<'_>> {
         cpus: res.cpus,
         memory_mb: res.memory_mb,
         spread: a.spread().map(Cow::Borrowed),
+        priority: a.priority(),
     })
 }
 

@@ -70,6 +70,7 @@ pub fn explain(
         hint,
         nodes,
         spread,
+        priority: agent.priority(),
         problems: agent.placement_problems(),
     })
 }
@@ -241,6 +242,9 @@ pub fn hint(code: &str) -> &'static str {
         codes::NO_CAPACITY => {
             "every fitting node is full: raise a node's capacity in node.yaml, lower the agent's resources, or join a node"
         }
+        codes::PREEMPTED => {
+            "a replica of a higher-priority agent took this one's room: it comes back when room appears (join a node, raise a node's capacity, lower the other agent's replicas, or raise this agent's placement.priority)"
+        }
         codes::NODE_UNAVAILABLE => "the agent's node is offline and no other node fits: bring the node back or join another",
         codes::IDENTITY_PENDING => {
             "the controller could not create the agent's identity or PAT: the message says why (IAM unreachable, scope, expiry)"
@@ -305,7 +309,8 @@ mod tests {
         let now = crate::clock::now_ms();
         let facts: Vec<_> = nodes.iter().map(|n| facts_of(n, n.online(now, OFFLINE))).collect();
         let demands: Vec<_> = crate::reconcile::rules::derive::demand(&a).into_iter().collect();
-        let st = State::default().with_outcome(Arc::new(place(&demands, &facts, &Default::default())));
+        let st =
+            State::default().with_outcome(Arc::new(place(&demands, &facts, &super::super::placement::Bindings::new())));
         nodes.into_iter().fold(st, State::with_node).with_agents(Arc::new(vec![a]))
     }
 
@@ -477,6 +482,7 @@ mod tests {
         let doc = include_str!("../../../../docs/troubleshooting.md");
         use codes::refusal;
         let others = [
+            codes::PREEMPTED,
             codes::NODE_UNAVAILABLE,
             codes::IDENTITY_PENDING,
             refusal::SECRET_MISSING,

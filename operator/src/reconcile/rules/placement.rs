@@ -12,7 +12,7 @@ use fleet_api::{codes, images::AllowList, labels, Capacity};
 use rustc_hash::FxHashMap as HashMap;
 use std::borrow::Cow;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::Arc;
 
 /// What placement needs to know about one node.
@@ -60,6 +60,9 @@ pub struct Demand<'a> {
     pub memory_mb: Option<u64>,
     /// The label whose values the replicas spread over (docs/behaviour.md#spread-and-priority).
     pub spread: Option<Cow<'a, str>>,
+    /// Placement order, highest first; a replica short only of room may take the room of
+    /// strictly lower ones (docs/behaviour.md#spread-and-priority).
+    pub priority: i32,
 }
 
 /// A view of a demand borrowing its requirements, so a list of demands can be placed without
@@ -76,51 +79,40 @@ impl<'a, 'b> From<&'a Demand<'b>> for Demand<'a> {
             cpus: d.cpus,
             memory_mb: d.memory_mb,
             spread: d.spread.as_deref().map(Cow::Borrowed),
+            priority: d.priority,
         }
     }
 }
 
-pub use crate::store::kept::{Bindings, Free, Outcome, ReplicaKey};
+pub use crate::store::kept::{Bindings, Free, Outcome, Preemption, ReplicaKey};
+
+pub use preempt::MAX_PREEMPTIONS;
+use preempt::{Bound, Ledger};
+use room::{Need, Room};
+
+/// What placement starts from: last run's bindings, and the replicas that were preempted and
+/// still wait (so they keep waiting as `preempted`).
+#[derive(Clone, Copy)]
+pub struct Before<'a> {
+    pub bindings: &'a Bindings,
+    pub preempted: Option<&'a BTreeSet<ReplicaKey>>,
+}
+
+impl<'a> From<&'a Bindings> for Before<'a> {
+    fn from(bindings: &'a Bindings) -> Self {
+        Before { bindings, preempted: None }
+    }
+}
+
+impl<'a> From<&'a Outcome> for Before<'a> {
+    fn from(o: &'a Outcome) -> Self {
+        Before { bindings: &o.bindings, preempted: Some(&o.preempted) }
+    }
+}
 
 /// Cpus as thousandths, the unit placement compares in.
 pub(crate) fn milli(c: f64) -> u64 {
     (c * 1000.0).round().max(0.0) as u64
-}
-
-struct Room {
-    slots: u32,
-    cpus: Option<u64>,
-    mem: Option<u64>,
-}
-
-impl Room {
-    fn fits(&self, d: &Need) -> bool {
-        self.slots > 0
-            && match (self.cpus, d.cpus) {
-                (Some(have), Some(need)) => have >= need,
-                _ => true,
-            }
-            && match (self.mem, d.mem) {
-                (Some(have), Some(need)) => have >= need,
-                _ => true,
-            }
-    }
-
-    fn take(&mut self, d: &Need) {
-        self.slots -= 1;
-        if let (Some(h), Some(n)) = (self.cpus.as_mut(), d.cpus) {
-            *h -= n;
-        }
-        if let (Some(h), Some(n)) = (self.mem.as_mut(), d.mem) {
-            *h -= n;
-        }
-    }
-}
-
-#[derive(Clone, Copy)]
-struct Need {
-    cpus: Option<u64>,
-    mem: Option<u64>,
 }
 
 /// Requirements that decide static fit; agents sharing them share a candidate set. Taken
@@ -138,9 +130,10 @@ struct Signature<'a> {
 }
 
 impl<'a> Signature<'a> {
-    /// A demand's signature, and what else of it a run keeps: its key and replica count.
-    fn of(d: Demand<'a>) -> (Signature<'a>, Id, u32) {
-        let Demand { key, replicas, kind, image, requires, secrets, cpus, memory_mb, spread } = d;
+    /// A demand's signature, and what else of it a run keeps: its key, replica count and
+    /// priority.
+    fn of(d: Demand<'a>) -> (Signature<'a>, Id, u32, i32) {
+        let Demand { key, replicas, kind, image, requires, secrets, cpus, memory_mb, spread, priority } = d;
         let sig = Signature {
             kind,
             image,
@@ -150,7 +143,7 @@ impl<'a> Signature<'a> {
             mem: memory_mb,
             spread,
         };
-        (sig, key, replicas)
+        (sig, key, replicas, priority)
     }
 }
 
@@ -224,10 +217,10 @@ struct SigState {
 /// Places `demands` (sorted or not) on `nodes` given last pass's `previous` bindings. Takes
 /// them one by one (owned, or `&demands` as borrowed views) and keeps of each only its key,
 /// replica count and signature.
-pub fn place<'a, D: Into<Demand<'a>>>(
+pub fn place<'a, 'b, D: Into<Demand<'a>>>(
     demands: impl IntoIterator<Item = D>,
     nodes: &[NodeFacts],
-    previous: &Bindings,
+    previous: impl Into<Before<'b>>,
 ) -> Outcome {
     place_within(demands, nodes, previous, MoveBudget::default())
 }
@@ -260,30 +253,32 @@ impl MoveBudget {
 }
 
 /// [`place`] with the drain moves limited by `budget`.
-pub fn place_within<'a, D: Into<Demand<'a>>>(
+pub fn place_within<'a, 'b, D: Into<Demand<'a>>>(
     demands: impl IntoIterator<Item = D>,
     nodes: &[NodeFacts],
-    previous: &Bindings,
+    previous: impl Into<Before<'b>>,
     mut budget: MoveBudget,
 ) -> Outcome {
+    let previous = previous.into();
     let (mut ds, sigs) = signatures(demands.into_iter().map(Into::into));
     ds.sort_by(|a, b| a.key.cmp(&b.key)); // stable, and linear when in key order (a pass's)
     let mut p = Placer::new(ds, sigs, nodes);
     let mut out = Outcome::default();
-    let unbound = p.sticky(previous);
-    p.place_new(unbound, &mut budget, &mut out);
+    let unbound = p.sticky(previous.bindings);
+    p.place_new(unbound, &mut budget, previous.preempted, &mut out);
     let (table, position) = p.node_table();
     out.free = p.free(&position);
     out.bindings = p.bindings(table, &position);
     out
 }
 
-/// What a placement run keeps of a demand: 24 bytes.
+/// What a placement run keeps of a demand: 32 bytes.
 struct Wanted {
     key: Id,
     replicas: u32,
     /// Its signature: an index into the run's list.
     sig: u32,
+    priority: i32,
 }
 
 /// No node: a replica not (yet) bound.
@@ -311,6 +306,10 @@ struct Placer<'a> {
     /// Static fit of (signature, node), memoised: dense when small enough, else computed.
     dense: bool,
     fit_memo: Vec<u8>,
+    /// The demands (indexes) in placement order: priority, highest first, then key.
+    by_priority: Vec<u32>,
+    /// Preemptions: what this run did and may still do.
+    ledger: Ledger,
 }
 
 impl<'a> Placer<'a> {
@@ -335,7 +334,11 @@ impl<'a> Placer<'a> {
         let assigned = vec![UNBOUND; wanted];
         let dense = sigs.len().saturating_mul(nodes.len()) <= 8_000_000;
         let fit_memo = if dense { vec![0; sigs.len() * nodes.len()] } else { Vec::new() };
-        Placer { nodes, ds, order, rank, by_id, room, first, assigned, sigs, dense, fit_memo }
+        let mut by_priority: Vec<u32> = (0..ds.len() as u32).collect();
+        // Stable: equal priorities keep key order (the demands are sorted by key).
+        by_priority.sort_by_key(|&di| Reverse(ds[di as usize].priority));
+        let ledger = Ledger::new(ds.iter().map(|d| d.priority));
+        Placer { nodes, ds, order, rank, by_id, room, first, assigned, sigs, dense, fit_memo, by_priority, ledger }
     }
 
     fn static_fit(&mut self, sig: usize, ni: u32) -> bool {
@@ -396,41 +399,24 @@ impl<'a> Placer<'a> {
 
     fn bind(&mut self, di: usize, r: u32, ni: u32) {
         self.assigned[self.first[di] + r as usize] = ni;
+        self.ledger.bound((di as u32, r), ni);
     }
 
     fn need(&self, sig: usize) -> Need {
         Need { cpus: self.sigs[sig].cpus, mem: self.sigs[sig].mem }
     }
 
-    /// Step 1: sticky replicas keep their node when it still fits after those before them;
-    /// returns the rest. `previous` and the demands are both ordered by agent key: walk
-    /// them together.
+    /// Step 1: sticky replicas keep their node when it still fits after those before them,
+    /// in placement order; returns the rest, in that order.
     fn sticky(&mut self, previous: &Bindings) -> Vec<Unbound> {
-        // The previous node table's positions as this run's node indexes, looked up once.
-        let now_at: Vec<Option<u32>> = previous.nodes().iter().map(|n| self.by_id.get(&**n).copied()).collect();
+        let prev_nodes = self.previous_nodes(previous);
         let mut unbound = Vec::new();
-        let mut prev_iter = previous.positions().peekable();
-        let mut prev_nodes: Vec<Option<u32>> = Vec::new();
-        for di in 0..self.ds.len() {
-            let d = &self.ds[di];
-            let (replicas, sig) = (d.replicas, d.sig as usize);
-            while prev_iter.peek().is_some_and(|(k, _, _)| ***k < *d.key) {
-                prev_iter.next();
-            }
-            prev_nodes.clear();
-            prev_nodes.resize(replicas as usize, None);
-            while let Some(&(k, r, at)) = prev_iter.peek() {
-                if **k != *d.key {
-                    break;
-                }
-                if (r as usize) < prev_nodes.len() {
-                    prev_nodes[r as usize] = now_at[at as usize];
-                }
-                prev_iter.next();
-            }
+        for at in 0..self.by_priority.len() {
+            let di = self.by_priority[at] as usize;
+            let (replicas, sig) = (self.ds[di].replicas, self.ds[di].sig as usize);
             let need = self.need(sig);
             for r in 0..replicas {
-                let prev = prev_nodes[r as usize];
+                let prev = Some(prev_nodes[self.first[di] + r as usize]).filter(|&ni| ni != UNBOUND);
                 match prev {
                     Some(ni) if self.may_stay(sig, ni) && self.room[ni as usize].fits(&need) => {
                         self.room[ni as usize].take(&need);
@@ -443,9 +429,42 @@ impl<'a> Placer<'a> {
         unbound
     }
 
-    /// Step 2: new (and moving) replicas, in order of agent key then index: each to the fitting
-    /// node with the most free slots, else stuck on its offline node, else waiting.
-    fn place_new(&mut self, unbound: Vec<Unbound>, budget: &mut MoveBudget, out: &mut Outcome) {
+    /// Each wanted replica's previous node (this run's index), [`UNBOUND`] if none, laid out
+    /// as `assigned`. `previous` and the demands are both ordered by agent key: walk them
+    /// together.
+    fn previous_nodes(&self, previous: &Bindings) -> Vec<u32> {
+        // The previous node table's positions as this run's node indexes, looked up once.
+        let now_at: Vec<u32> =
+            previous.nodes().iter().map(|n| self.by_id.get(&**n).copied().unwrap_or(UNBOUND)).collect();
+        let mut prev_nodes = vec![UNBOUND; self.assigned.len()];
+        let mut prev_iter = previous.positions().peekable();
+        for (di, d) in self.ds.iter().enumerate() {
+            while prev_iter.peek().is_some_and(|(k, _, _)| ***k < *d.key) {
+                prev_iter.next();
+            }
+            while let Some(&(k, r, at)) = prev_iter.peek() {
+                if **k != *d.key {
+                    break;
+                }
+                if r < d.replicas {
+                    prev_nodes[self.first[di] + r as usize] = now_at[at as usize];
+                }
+                prev_iter.next();
+            }
+        }
+        prev_nodes
+    }
+
+    /// Step 2: new (and moving) replicas, in placement order: each to the fitting node with
+    /// the most free slots, else to room taken from lower priorities, else stuck on its
+    /// offline node, else waiting.
+    fn place_new(
+        &mut self,
+        unbound: Vec<Unbound>,
+        budget: &mut MoveBudget,
+        preempted_before: Option<&BTreeSet<ReplicaKey>>,
+        out: &mut Outcome,
+    ) {
         let mut states: HashMap<usize, SigState> = HashMap::default();
         // The spread agent being placed and its replicas per value of the label so far (the
         // unbound come grouped by agent).
@@ -472,8 +491,13 @@ impl<'a> Placer<'a> {
                 }
                 None => pick(&mut st.heap, &mut self.room, &self.order, &need),
             };
+            let capacity_only = st.empty_reason == CAPACITY;
+            let picked = match picked {
+                None if capacity_only => self.preempt(di, r, &need, out),
+                found => found.map(|ni| ni as u32),
+            };
             match picked {
-                Some(ni) => self.bind(di, r, ni as u32),
+                Some(ni) => self.bind(di, r, ni),
                 // Nowhere to go and the old node is offline: stay bound, return with it.
                 None => match prev {
                     Some(ni) if !self.nodes[ni as usize].online => {
@@ -486,8 +510,15 @@ impl<'a> Placer<'a> {
                         out.blocked.insert((self.ds[di].key.clone(), r));
                     }
                     _ => {
-                        let e = out.waiting.entry(self.ds[di].key.clone()).or_insert((0, REASONS[st.empty_reason]));
-                        e.0 += 1;
+                        let key = (self.ds[di].key.clone(), r);
+                        let was_preempted = preempted_before.is_some_and(|p| p.contains(&key));
+                        let reason = if was_preempted && capacity_only {
+                            out.preempted.insert(key.clone());
+                            codes::PREEMPTED
+                        } else {
+                            REASONS[st.empty_reason]
+                        };
+                        wait(out, key.0, reason);
                     }
                 },
             }
@@ -534,6 +565,96 @@ impl<'a> Placer<'a> {
     }
 }
 
+/// Preemption (docs/behaviour.md#spread-and-priority): the placer's side of [`preempt`].
+impl Placer<'_> {
+    /// Room for replica `r` of demand `di` by unbinding lower-priority replicas on the
+    /// fitting node where the fewest must go (ties: their priorities, then node name); the
+    /// node, with the room taken, or `None` when nothing may go.
+    fn preempt(&mut self, di: usize, r: u32, need: &Need, out: &mut Outcome) -> Option<u32> {
+        let (sig, priority) = (self.ds[di].sig as usize, self.ds[di].priority);
+        if !self.ledger.may_try(sig, priority) {
+            return None;
+        }
+        if !self.ledger.indexed() {
+            let bound = self.bound_replicas();
+            self.ledger.index(self.nodes.len(), bound.into_iter());
+        }
+        let mut best: Option<((preempt::Cost, u32), u32, Vec<Bound>)> = None;
+        for ni in 0..self.nodes.len() as u32 {
+            if !self.static_fit(sig, ni) {
+                continue;
+            }
+            let below: Vec<Bound> =
+                self.ledger.on(ni).iter().map(|&at| self.weigh(at)).filter(|b| b.priority < priority).collect();
+            if let Some((cost, taken)) = preempt::victims(self.room[ni as usize], below, need) {
+                let rank = (cost, self.rank[ni as usize]);
+                if best.as_ref().is_none_or(|b| rank < b.0) {
+                    best = Some((rank, ni, taken));
+                }
+            }
+        }
+        let Some((_, ni, taken)) = best else {
+            self.ledger.found_none(sig, priority);
+            return None;
+        };
+        if !self.ledger.admit(taken.len()) {
+            return None;
+        }
+        for v in taken {
+            self.unbind_victim(v, ni, (di, r), out);
+        }
+        self.room[ni as usize].take(need);
+        Some(ni)
+    }
+
+    /// Every bound replica as (demand, replica, node), for the ledger's index (built once).
+    fn bound_replicas(&self) -> Vec<(u32, u32, u32)> {
+        let mut v = Vec::new();
+        for (di, d) in self.ds.iter().enumerate() {
+            let at = self.first[di];
+            for (r, &ni) in self.assigned[at..at + d.replicas as usize].iter().enumerate() {
+                if ni != UNBOUND {
+                    v.push((di as u32, r as u32, ni));
+                }
+            }
+        }
+        v
+    }
+
+    fn weigh(&self, (di, r): (u32, u32)) -> Bound {
+        let d = &self.ds[di as usize];
+        Bound { at: (di, r), priority: d.priority, need: self.need(d.sig as usize) }
+    }
+
+    /// Unbinds a victim from node `ni` for replica `by`: its room goes back, its agent waits
+    /// as `preempted`, and the run records who took the room.
+    fn unbind_victim(&mut self, v: Bound, ni: u32, by: (usize, u32), out: &mut Outcome) {
+        let (vdi, vr) = (v.at.0 as usize, v.at.1);
+        self.assigned[self.first[vdi] + vr as usize] = UNBOUND;
+        self.ledger.unbound(v.at, ni);
+        self.room[ni as usize].give(&v.need);
+        let victim = (self.ds[vdi].key.clone(), vr);
+        out.preempted.insert(victim.clone());
+        wait(out, victim.0.clone(), codes::PREEMPTED);
+        out.preemptions.push(Preemption {
+            victim,
+            victim_priority: v.priority,
+            node: self.nodes[ni as usize].id.clone(),
+            by: (self.ds[by.0].key.clone(), by.1),
+            by_priority: self.ds[by.0].priority,
+        });
+    }
+}
+
+/// One more replica of `key` waits; `preempted` wins over the agent's other reasons.
+fn wait(out: &mut Outcome, key: Arc<str>, reason: &'static str) {
+    let e = out.waiting.entry(key).or_insert((0, reason));
+    e.0 += 1;
+    if reason == codes::PREEMPTED {
+        e.1 = reason;
+    }
+}
+
 /// What the run keeps of each demand (in the order given), and the signatures, agents with
 /// the same requirements sharing one.
 fn signatures<'a>(ds: impl Iterator<Item = Demand<'a>>) -> (Vec<Wanted>, Vec<Signature<'a>>) {
@@ -542,7 +663,7 @@ fn signatures<'a>(ds: impl Iterator<Item = Demand<'a>>) -> (Vec<Wanted>, Vec<Sig
     let (fewest, most) = ds.size_hint();
     let mut wanted = Vec::with_capacity(most.unwrap_or(fewest));
     for d in ds {
-        let (s, key, replicas) = Signature::of(d);
+        let (s, key, replicas, priority) = Signature::of(d);
         let sig = match sig_of.get(&s) {
             Some(&at) => at,
             None => {
@@ -551,7 +672,7 @@ fn signatures<'a>(ds: impl Iterator<Item = Demand<'a>>) -> (Vec<Wanted>, Vec<Sig
                 sigs.len() as u32 - 1
             }
         };
-        wanted.push(Wanted { key, replicas, sig });
+        wanted.push(Wanted { key, replicas, sig, priority });
     }
     (wanted, sigs)
 }
@@ -612,5 +733,7 @@ fn pick_spread(
     Some(ni)
 }
 
+mod preempt;
+mod room;
 #[cfg(test)]
 mod tests;

@@ -38,6 +38,7 @@ pub fn waiting_message(code: &str) -> &'static str {
         codes::NO_LABEL => "no node has every required label",
         codes::NO_SECRET => "no node has every required secret",
         codes::NO_CAPACITY => "every fitting node is full",
+        codes::PREEMPTED => "a replica of higher priority took its room; it waits for room",
         _ => "waiting for a node",
     }
 }
@@ -78,7 +79,8 @@ pub fn derive(input: &StatusInput) -> StatusBody {
     if input.stopped || input.desired == 0 {
         return body(Phase::Stopped, None);
     }
-    if input.replicas.iter().all(|r| r.node.is_none()) {
+    // A preempted agent waits as `pending` (docs/behaviour.md#spread-and-priority), not for a node.
+    if input.replicas.iter().all(|r| r.node.is_none()) && input.waiting != Some(codes::PREEMPTED) {
         let code = input.waiting.unwrap_or(codes::NO_NODE);
         return body(Phase::WaitingForNode, reason(code, waiting_message(code)));
     }

@@ -32,6 +32,7 @@ fn agent(key: &str, replicas: u32) -> Demand<'static> {
         cpus: None,
         memory_mb: None,
         spread: None,
+        priority: 0,
     }
 }
 
@@ -608,5 +609,265 @@ proptest! {
                 }
             }
         }
+    }
+}
+
+// ---- priority and preemption ----
+
+fn prio(key: &str, replicas: u32, priority: i32) -> Demand<'static> {
+    Demand { priority, ..agent(key, replicas) }
+}
+
+#[test]
+fn higher_priorities_are_placed_first_and_sticky_first() {
+    let nodes = [node("a", 1), node("b", 1)];
+    // From scratch: z (priority 5) before x and y (0), whatever the keys say.
+    let out = place(&[prio("x", 1, 0), prio("y", 1, 0), prio("z", 1, 5)], &nodes, &Bindings::new());
+    assert_eq!(on(&out, "z", 0).as_deref(), Some("id-a"));
+    assert_eq!(on(&out, "x", 0).as_deref(), Some("id-b"));
+    assert_eq!(out.waiting.get("y"), Some(&(1, codes::NO_CAPACITY)), "equal priorities never preempt");
+    assert!(out.preemptions.is_empty());
+    // A node shrinks: the sticky replica of higher priority keeps its place.
+    let shrunk = [node("a", 1)];
+    let prev = bound(&[("p", 0, "id-a"), ("q", 0, "id-a")]);
+    let out = place(&[prio("p", 1, 0), prio("q", 1, 1)], &shrunk, &prev);
+    assert_eq!(on(&out, "q", 0).as_deref(), Some("id-a"));
+    assert_eq!(out.waiting.get("p"), Some(&(1, codes::NO_CAPACITY)), "sticky, but after the higher one");
+}
+
+#[test]
+fn a_full_fleet_gives_the_lowest_priorities_room_for_a_higher_one() {
+    let nodes = [node("a", 2), node("b", 2), node("c", 2)];
+    let prev = bound(&[
+        ("low", 0, "id-a"),
+        ("mid", 0, "id-a"),
+        ("mid", 1, "id-b"),
+        ("mid", 2, "id-b"),
+        ("peer", 0, "id-c"),
+        ("peer", 1, "id-c"),
+    ]);
+    let demands = [prio("low", 1, -5), prio("mid", 3, 0), prio("peer", 2, 10), prio("high", 2, 10)];
+    let out = place(&demands, &nodes, &prev);
+    // high 0: a needs one victim (low, -5), b one (mid, 0), c only equals: a, whose victim is lowest.
+    assert_eq!(on(&out, "high", 0).as_deref(), Some("id-a"));
+    // high 1: a has mid (0) left, b mid (0): one victim each, equal priorities: by name, a.
+    assert_eq!(on(&out, "high", 1).as_deref(), Some("id-a"));
+    assert_eq!(out.bindings.of_agent("peer").count(), 2, "an equal priority is never touched");
+    assert_eq!(on(&out, "low", 0), None);
+    assert_eq!(on(&out, "mid", 0), None);
+    assert_eq!((on(&out, "mid", 1).as_deref(), on(&out, "mid", 2).as_deref()), (Some("id-b"), Some("id-b")));
+    assert_eq!(out.waiting.get("low"), Some(&(1, codes::PREEMPTED)));
+    assert_eq!(out.waiting.get("mid"), Some(&(1, codes::PREEMPTED)));
+    let who: Vec<_> = out.preemptions.iter().map(|p| (&*p.victim.0, p.victim.1, &*p.node, &*p.by.0, p.by.1)).collect();
+    assert_eq!(who, vec![("low", 0, "id-a", "high", 0), ("mid", 0, "id-a", "high", 1)]);
+    check_capacity(&demands, &nodes, &out).unwrap();
+
+    // The next run keeps them waiting as preempted: nothing moves, nothing more is taken.
+    let again = place(&demands, &nodes, &out);
+    assert_eq!(again.bindings, out.bindings);
+    assert!(again.preemptions.is_empty());
+    assert_eq!(again.waiting.get("low"), Some(&(1, codes::PREEMPTED)));
+    assert_eq!(again.preempted, out.preempted);
+
+    // Fewer high replicas: the room comes back to the preempted ones, by priority.
+    let fewer = [prio("low", 1, -5), prio("mid", 3, 0), prio("peer", 2, 10), prio("high", 1, 10)];
+    let back = place(&fewer, &nodes, &again);
+    assert_eq!(on(&back, "mid", 0).as_deref(), Some("id-a"), "mid (0) before low (-5)");
+    assert_eq!(back.waiting.get("low"), Some(&(1, codes::PREEMPTED)));
+    let all = place(&[prio("low", 1, -5), prio("mid", 3, 0), prio("peer", 2, 10)], &nodes, &back);
+    assert_eq!(on(&all, "low", 0).as_deref(), Some("id-a"));
+    assert!(all.preempted.is_empty() && all.waiting.is_empty());
+}
+
+#[test]
+fn preemption_takes_the_node_needing_the_fewest_and_only_when_room_is_all_that_is_missing() {
+    let mut a = node("a", 3);
+    a.capacity.cpus = Some(2.0);
+    let mut b = node("b", 3);
+    b.capacity.cpus = Some(2.0);
+    let small = |k: &str| Demand { cpus: Some(1.0), ..prio(k, 1, 0) };
+    let big = Demand { cpus: Some(2.0), ..prio("big", 1, 0) };
+    let prev = bound(&[("s1", 0, "id-a"), ("s2", 0, "id-a"), ("big", 0, "id-b")]);
+    let high = Demand { cpus: Some(2.0), ..prio("high", 1, 1) };
+    let demands = [small("s1"), small("s2"), big, high];
+    let out = place(&demands, &[a, b], &prev);
+    assert_eq!(on(&out, "high", 0).as_deref(), Some("id-b"), "one victim on b beats two on a");
+    assert_eq!(out.preemptions.len(), 1);
+    assert_eq!(out.bindings.of_agent("s1").count() + out.bindings.of_agent("s2").count(), 2);
+
+    // A high replica no node fits statically (a label) takes nothing.
+    let nodes = [node("a", 1)];
+    let prev = bound(&[("low", 0, "id-a")]);
+    let picky = Demand { requires: vec!["gpu".into()].into(), ..prio("picky", 1, 100) };
+    let out = place(&[prio("low", 1, 0), picky], &nodes, &prev);
+    assert_eq!(on(&out, "low", 0).as_deref(), Some("id-a"));
+    assert_eq!(out.waiting.get("picky"), Some(&(1, codes::NO_LABEL)));
+    assert!(out.preemptions.is_empty());
+}
+
+#[test]
+fn at_most_a_hundred_replicas_are_preempted_per_run() {
+    let nodes: Vec<NodeFacts> = (0..150).map(|i| node(&format!("n{i:03}"), 1)).collect();
+    let rows: Vec<(String, u32, String)> = (0..150).map(|i| ("low".to_string(), i, format!("id-n{i:03}"))).collect();
+    let prev: Bindings = rows.iter().map(|(a, r, n)| (Id::from(a.as_str()), *r, Id::from(n.as_str()))).collect();
+    let demands = [prio("low", 150, 0), prio("high", 150, 1)];
+    let first = place(&demands, &nodes, &prev);
+    assert_eq!(first.preemptions.len(), MAX_PREEMPTIONS);
+    assert_eq!(first.bindings.of_agent("high").count(), 100);
+    assert_eq!(first.waiting.get("high"), Some(&(50, codes::NO_CAPACITY)));
+    assert_eq!(first.waiting.get("low"), Some(&(100, codes::PREEMPTED)));
+    let second = place(&demands, &nodes, &first);
+    assert_eq!(second.preemptions.len(), 50);
+    assert_eq!(second.bindings.of_agent("high").count(), 150);
+    assert_eq!(second.waiting.get("low"), Some(&(150, codes::PREEMPTED)));
+    check_capacity(&demands, &nodes, &second).unwrap();
+}
+
+/// Placement (docs/behaviour.md#placement) with priority (docs/behaviour.md#spread-and-priority) written the plain way: sticky replicas in placement order
+/// (priority, highest first, then key), then new ones in that order to the most free slots;
+/// one short only of room unbinds, on the fitting node needing the fewest, the strictly lower
+/// replicas there (lowest priority, then largest, then last key and index first; ties between
+/// nodes: the victims' priorities, highest compared first, then name); else stuck on an
+/// offline node. Returns the bindings and the preemptions as (victim, by).
+fn plain_rules(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> (Bindings, usize) {
+    let mut ds: Vec<&Demand> = demands.iter().collect();
+    ds.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.key.cmp(&b.key)));
+    let mut room: Vec<Room> = nodes
+        .iter()
+        .map(|n| Room { slots: n.capacity.slots, cpus: n.capacity.cpus.map(milli), mem: n.capacity.memory_mb })
+        .collect();
+    let fits_static = |d: &Demand, n: &NodeFacts| {
+        n.online
+            && n.kinds.iter().any(|k| *k == d.kind)
+            && labels::all_met(&d.requires, &n.labels)
+            && d.secrets.iter().all(|s| n.secrets.contains(s))
+    };
+    let need = |d: &Demand| Need { cpus: d.cpus.map(milli), mem: d.memory_mb };
+    // (demand, replica, node index)
+    let mut out: Vec<(&Demand, u32, usize)> = Vec::new();
+    let mut unbound = Vec::new();
+    for d in &ds {
+        for r in 0..d.replicas {
+            let prev = previous.get(&d.key, r).and_then(|id| nodes.iter().position(|n| n.id == *id));
+            match prev {
+                Some(i) if fits_static(d, &nodes[i]) && room[i].fits(&need(d)) => {
+                    room[i].take(&need(d));
+                    out.push((d, r, i));
+                }
+                _ => unbound.push((*d, r, prev)),
+            }
+        }
+    }
+    let mut preempted = 0;
+    for (d, r, prev) in unbound {
+        let best = (0..nodes.len())
+            .filter(|&i| fits_static(d, &nodes[i]) && room[i].fits(&need(d)))
+            .max_by(|&a, &b| room[a].slots.cmp(&room[b].slots).then(nodes[b].name.cmp(&nodes[a].name)));
+        if let Some(i) = best {
+            room[i].take(&need(d));
+            out.push((d, r, i));
+            continue;
+        }
+        type Choice<'n> = ((usize, Vec<i32>, &'n str), usize, Vec<(Arc<str>, u32)>);
+        let mut choice: Option<Choice> = None;
+        for i in (0..nodes.len()).filter(|&i| fits_static(d, &nodes[i])) {
+            let mut below: Vec<&(&Demand, u32, usize)> =
+                out.iter().filter(|(v, _, at)| *at == i && v.priority < d.priority).collect();
+            below.sort_by(|(x, xr, _), (y, yr, _)| {
+                (
+                    x.priority,
+                    Reverse(need(x).cpus.unwrap_or(0)),
+                    Reverse(need(x).mem.unwrap_or(0)),
+                    Reverse((&x.key, xr)),
+                )
+                    .cmp(&(
+                        y.priority,
+                        Reverse(need(y).cpus.unwrap_or(0)),
+                        Reverse(need(y).mem.unwrap_or(0)),
+                        Reverse((&y.key, yr)),
+                    ))
+            });
+            let mut left = Room { slots: room[i].slots, cpus: room[i].cpus, mem: room[i].mem };
+            let mut victims = Vec::new();
+            for (v, vr, _) in below {
+                if left.fits(&need(d)) {
+                    break;
+                }
+                left.give(&need(v));
+                victims.push((v.key.clone(), *vr, v.priority));
+            }
+            if victims.is_empty() || !left.fits(&need(d)) {
+                continue;
+            }
+            let mut ps: Vec<i32> = victims.iter().map(|v| v.2).collect();
+            ps.sort_by(|a, b| b.cmp(a));
+            let rank = (victims.len(), ps, &*nodes[i].name);
+            if choice.as_ref().is_none_or(|c| rank < c.0) {
+                choice = Some((rank, i, victims.into_iter().map(|v| (v.0, v.1)).collect()));
+            }
+        }
+        match (choice, prev) {
+            (Some((_, i, victims)), _)
+                if preempted + victims.len() <= MAX_PREEMPTIONS && preempted < MAX_PREEMPTIONS =>
+            {
+                for (k, vr) in &victims {
+                    let at = out.iter().position(|(v, x, _)| v.key == *k && x == vr).unwrap();
+                    let (v, _, _) = out.remove(at);
+                    room[i].give(&need(v));
+                }
+                preempted += victims.len();
+                room[i].take(&need(d));
+                out.push((d, r, i));
+            }
+            (_, Some(i)) if !nodes[i].online => out.push((d, r, i)),
+            _ => {}
+        }
+    }
+    (out.into_iter().map(|(d, r, i)| (d.key.clone(), r, nodes[i].id.clone())).collect(), preempted)
+}
+
+fn arb_prioritised() -> impl Strategy<Value = Vec<Demand<'static>>> {
+    (arb_demands(), prop::collection::vec(-2i32..3, 8)).prop_map(|(mut ds, ps)| {
+        for (d, p) in ds.iter_mut().zip(ps) {
+            d.priority = p;
+        }
+        ds
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// With priorities, placement is the plain rules': from scratch, again (a fixed point
+    /// unless the first run preempted), and after nodes went offline. No run exceeds
+    /// capacity, and every preemption takes from a strictly lower priority.
+    #[test]
+    fn with_priorities_placement_is_the_plain_rules(demands in arb_prioritised(), nodes in arb_nodes(), down in 0usize..8) {
+        let first = place(&demands, &nodes, &Bindings::new());
+        let (expected, taken) = plain_rules(&demands, &nodes, &Bindings::new());
+        prop_assert_eq!(&first.bindings, &expected);
+        prop_assert_eq!(first.preemptions.len(), taken);
+        check_capacity(&demands, &nodes, &first)?;
+        let mut changed = nodes.clone();
+        if let Some(n) = changed.get_mut(down) {
+            n.online = false;
+        }
+        let second = place(&demands, &changed, &first);
+        let (expected, taken) = plain_rules(&demands, &changed, &first.bindings);
+        prop_assert_eq!(&second.bindings, &expected);
+        prop_assert_eq!(second.preemptions.len(), taken);
+        check_capacity(&demands, &changed, &second)?;
+        let priority = |k: &str| demands.iter().find(|d| *d.key == *k).unwrap().priority;
+        for p in first.preemptions.iter().chain(&second.preemptions) {
+            prop_assert!(priority(&p.by.0) > priority(&p.victim.0), "{p:?}");
+        }
+        // Without faults, once a run preempts nothing the next changes nothing.
+        let mut settled = place(&demands, &nodes, &first);
+        for _ in 0..4 {
+            if settled.preemptions.is_empty() { break; }
+            settled = place(&demands, &nodes, &settled);
+        }
+        prop_assert!(settled.preemptions.is_empty());
+        prop_assert_eq!(&place(&demands, &nodes, &settled), &settled);
     }
 }
