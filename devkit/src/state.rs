@@ -157,8 +157,9 @@ impl DevState {
 }
 
 /// Agent `i` of the simulator's fleet, as the CP would list it: 10 % of another executor
-/// kind, 20 % require `gpu`, 12.5 % a zone label, 14 % the secret `github-token`. Used by
-/// `fleet-sim` and by the controller's profiling examples, so both measure the same list.
+/// kind, 20 % require `gpu`, 12.5 % one of ten zones (`zone=z0`…`z9`), 14 % the secret
+/// `github-token`. Used by `fleet-sim` and by the controller's profiling examples, so both
+/// measure the same list.
 pub fn synthetic_agent(i: usize, replicas: u32) -> serde_json::Value {
     let kind = if i % 10 == 9 { "observer" } else { "claude-code" };
     let mut requires = vec![];
@@ -166,7 +167,7 @@ pub fn synthetic_agent(i: usize, replicas: u32) -> serde_json::Value {
         requires.push("gpu".to_string());
     }
     if i.is_multiple_of(8) {
-        requires.push(format!("zone=z{}", i % 4));
+        requires.push(format!("zone=z{}", (i / 8) % 10));
     }
     let secrets: Vec<&str> = if i.is_multiple_of(7) { vec!["github-token"] } else { vec![] };
     serde_json::json!({"key": format!("agent-{i:05}"), "revision": 1, "state": "running",
@@ -174,6 +175,20 @@ pub fn synthetic_agent(i: usize, replicas: u32) -> serde_json::Value {
            "executor": {"kind": kind, "image": null},
            "placement": {"replicas": replicas, "requires": requires, "secrets": secrets},
            "drainSeconds": 10})
+}
+
+/// [`synthetic_agent`] with the placement fields of docs/behaviour.md#spread-and-priority:
+/// 10 % spread over `zone`, and every agent a priority from five levels (−100, −10, 0, 10,
+/// 100) drawn by a hash of `i`.
+pub fn synthetic_agent_with_fields(i: usize, replicas: u32) -> serde_json::Value {
+    const LEVELS: [i64; 5] = [-100, -10, 0, 10, 100];
+    let mut a = synthetic_agent(i, replicas);
+    if i % 10 == 3 {
+        a["placement"]["spread"] = serde_json::json!("zone");
+    }
+    let drawn = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+    a["placement"]["priority"] = serde_json::json!(LEVELS[drawn as usize % 5]);
+    a
 }
 
 /// Example agents for `fleet-controller dev`, as the CP would list them.

@@ -1,5 +1,7 @@
 //! Placement at the scale of the issues: 10,000 nodes × 100,000 replicas, cold (nothing
-//! placed yet) and steady (the same inputs with last pass's bindings).
+//! placed yet) and steady (the same inputs with last pass's bindings); and the same with the
+//! placement fields of docs/behaviour.md#spread-and-priority (10 % of the agents spread over
+//! the nodes' eight zones, priorities from five levels), whose cost is the difference.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use fleet_api::images::AllowList;
@@ -67,15 +69,33 @@ pub fn demands(agents: usize, replicas: u32) -> Vec<Demand<'static>> {
         .collect()
 }
 
+/// [`demands`] with the fields: every tenth agent spread over `zone`, priorities drawn by a
+/// hash of the index from five levels.
+pub fn demands_with_fields(agents: usize, replicas: u32) -> Vec<Demand<'static>> {
+    const LEVELS: [i32; 5] = [-100, -10, 0, 10, 100];
+    let mut ds = demands(agents, replicas);
+    for (i, d) in ds.iter_mut().enumerate() {
+        if i % 10 == 3 {
+            d.spread = Some("zone".into());
+        }
+        d.priority = LEVELS[(((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % 5) as usize];
+    }
+    ds
+}
+
 fn bench(c: &mut Criterion) {
     let nodes = nodes(10_000);
     let demands = demands(20_000, 5);
+    let fielded = demands_with_fields(20_000, 5);
+    let cold_fields = place(&fielded, &nodes, &Bindings::new());
     let cold = place(&demands, &nodes, &Bindings::new());
     eprintln!("placed {} replicas, {} agents waiting", cold.bindings.len(), cold.waiting.len());
     let mut g = c.benchmark_group("placement-10k-nodes-100k-replicas");
     g.sample_size(10).measurement_time(Duration::from_secs(20));
     g.bench_function("cold", |b| b.iter(|| place(&demands, &nodes, &Bindings::new())));
     g.bench_function("steady", |b| b.iter(|| place(&demands, &nodes, &cold.bindings)));
+    g.bench_function("cold-spread-priority", |b| b.iter(|| place(&fielded, &nodes, &Bindings::new())));
+    g.bench_function("steady-spread-priority", |b| b.iter(|| place(&fielded, &nodes, &cold_fields.bindings)));
     g.finish();
 }
 

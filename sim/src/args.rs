@@ -117,6 +117,35 @@ pub struct Args {
     /// when unset and there is one controller.
     #[arg(long)]
     pub database: Option<String>,
+    /// The agents' placement fields (docs/behaviour.md#spread-and-priority): `none`, or
+    /// `spread-priority` — 10 % of the agents spread over the nodes' ten zones, every agent a
+    /// priority from five levels.
+    #[arg(long, value_enum, default_value_t = AgentFields::None)]
+    pub agent_fields: AgentFields,
+    /// After cold convergence, only the steady window (no wake, burst or recovery phase).
+    #[arg(long, conflicts_with_all = ["hostile", "rollout"])]
+    pub cold_and_steady: bool,
+    /// Runs cold convergence and the steady window twice, each on a fresh controller and
+    /// fleet — the agents without placement fields, then with `spread-priority` — and prints
+    /// the two side by side: `fleet-sim --compare-fields`.
+    #[arg(long, conflicts_with_all = ["hostile", "rollout", "cold_and_steady"])]
+    pub compare_fields: bool,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentFields {
+    None,
+    SpreadPriority,
+}
+
+impl AgentFields {
+    /// Agent `i` of the simulated CP with these fields.
+    pub fn agent(self, i: usize, replicas: u32) -> serde_json::Value {
+        match self {
+            AgentFields::None => fleet_devkit::state::synthetic_agent(i, replicas),
+            AgentFields::SpreadPriority => fleet_devkit::state::synthetic_agent_with_fields(i, replicas),
+        }
+    }
 }
 
 impl Args {

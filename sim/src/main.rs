@@ -35,12 +35,15 @@ use std::sync::atomic::Ordering;
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     args.check()?;
+    if args.compare_fields {
+        return phases::compare::run(&args).await;
+    }
     let tmp = tempfile::tempdir()?;
     let dir = args.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     std::fs::create_dir_all(&dir)?;
 
     let dk = Devkit::start(DevkitConfig { page_size: 500, ..Default::default() }, "127.0.0.1:0".parse()?).await?;
-    dk.put_agents((0..args.agents).map(|i| fleet_devkit::state::synthetic_agent(i, args.replicas)).collect());
+    dk.put_agents((0..args.agents).map(|i| args.agent_fields.agent(i, args.replicas)).collect());
     let database = Database::for_run(&args)?;
     let http = reqwest::Client::builder().pool_max_idle_per_host(4096).build()?;
     let replicas = Replicas::start(&args, &dk, &dir, &database, &http).await?;
@@ -64,6 +67,10 @@ async fn main() -> anyhow::Result<()> {
         return results::emit(&results, attack_phase::print_table, args.json.as_deref());
     }
     let steady = phases::steady::measure(&sim).await;
+    if args.cold_and_steady {
+        let results = phases::compare::figures(&sim, &cold, &steady).await;
+        return results::emit(&results, phases::compare::print_one, args.json.as_deref());
+    }
     let wake = phases::wake_latency::measure(&sim).await?;
     let burst = phases::burst::measure(&sim).await;
     let recovery = phases::recovery::measure(&sim).await?;

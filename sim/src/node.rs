@@ -108,8 +108,9 @@ pub struct SimNode {
 
 impl SimNode {
     pub fn new(index: usize, slots: u32) -> SimNode {
-        let mut labels = vec![format!("zone=z{}", index % 4)];
-        if index.is_multiple_of(2) {
+        // Ten zones, half of each zone's nodes with `gpu`.
+        let mut labels = vec![format!("zone=z{}", index % 10)];
+        if (index / 10).is_multiple_of(2) {
             labels.push("gpu".into());
         }
         let secrets = if index.is_multiple_of(3) { vec!["github-token".to_string()] } else { vec![] };

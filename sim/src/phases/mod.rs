@@ -5,6 +5,7 @@
 
 pub mod burst;
 pub mod cold;
+pub mod compare;
 pub mod hostile;
 pub mod recovery;
 pub mod rollout;

@@ -66,6 +66,10 @@ pub fn place(ctx: &Ctx, memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWri
     let budget = budget(ctx, memo, &previous, snap.full);
     placed.outcome = Arc::new(placement::place_within(demands, &memo.facts, &*previous, budget));
     preemption_events(&placed.outcome, memo, &mut placed.events);
+    if !placed.outcome.preemptions.is_empty() {
+        // The run after a preemption places what it unbound: at once, not a period later.
+        ctx.kick();
+    }
     let moves = diff_bindings(&previous.bindings, &placed.outcome, memo, rows, &mut placed.events);
     placed.relocated =
         moves.iter().filter_map(|(a, r, from, to)| Some((a.clone(), *r, from.clone()?, to.clone()?))).collect();

@@ -399,7 +399,7 @@ impl<'a> Placer<'a> {
 
     fn bind(&mut self, di: usize, r: u32, ni: u32) {
         self.assigned[self.first[di] + r as usize] = ni;
-        self.ledger.bound((di as u32, r), ni);
+        self.ledger.bound((di as u32, r), ni, self.ds[di].priority);
     }
 
     fn need(&self, sig: usize) -> Need {
@@ -491,9 +491,18 @@ impl<'a> Placer<'a> {
                 }
                 None => pick(&mut st.heap, &mut self.room, &self.order, &need),
             };
-            let capacity_only = st.empty_reason == CAPACITY;
+            let empty_reason = st.empty_reason;
+            let capacity_only = empty_reason == CAPACITY;
             let picked = match picked {
-                None if capacity_only => self.preempt(di, r, &need, out),
+                None if capacity_only => {
+                    let label = self.sigs[sig].spread.clone();
+                    let counts = spread_of.as_mut().filter(|(d, _)| *d == di).map(|(_, c)| c);
+                    let taken = self.preempt(di, r, &need, label.as_deref().zip(counts), out);
+                    if let Some(ni) = taken {
+                        self.refresh(&mut states, ni);
+                    }
+                    taken
+                }
                 found => found.map(|ni| ni as u32),
             };
             match picked {
@@ -516,11 +525,33 @@ impl<'a> Placer<'a> {
                             out.preempted.insert(key.clone());
                             codes::PREEMPTED
                         } else {
-                            REASONS[st.empty_reason]
+                            REASONS[empty_reason]
                         };
                         wait(out, key.0, reason);
                     }
                 },
+            }
+        }
+    }
+
+    /// Room a preemption gave back on node `ni` (what the preemptor left of it) is seen by
+    /// the signatures placed so far: the heaps assume room only falls, so the node gets a
+    /// fresh entry wherever it fits.
+    fn refresh(&mut self, states: &mut HashMap<usize, SigState>, ni: u32) {
+        let entry = (self.room[ni as usize].slots, Reverse(self.rank[ni as usize]));
+        for (&sig, st) in states.iter_mut() {
+            if !self.static_fit(sig, ni) || !self.room[ni as usize].fits(&self.need(sig)) {
+                continue;
+            }
+            match self.sigs[sig].spread.as_deref() {
+                None => st.heap.push(entry),
+                Some(label) => {
+                    let value = labels::value_of(&self.nodes[ni as usize].labels, label);
+                    match st.by_value.binary_search_by(|(v, _)| (**v).cmp(value)) {
+                        Ok(at) => st.by_value[at].1.push(entry),
+                        Err(at) => st.by_value.insert(at, (Box::from(value), BinaryHeap::from([entry]))),
+                    }
+                }
             }
         }
     }
@@ -570,7 +601,9 @@ impl Placer<'_> {
     /// Room for replica `r` of demand `di` by unbinding lower-priority replicas on the
     /// fitting node where the fewest must go (ties: their priorities, then node name); the
     /// node, with the room taken, or `None` when nothing may go.
-    fn preempt(&mut self, di: usize, r: u32, need: &Need, out: &mut Outcome) -> Option<u32> {
+    /// With a spread (`spread`: the label and the agent's replicas per value so far), nodes
+    /// whose value holds fewer of the agent's replicas come first, as for a free node.
+    fn preempt(&mut self, di: usize, r: u32, need: &Need, mut spread: Spread, out: &mut Outcome) -> Option<u32> {
         let (sig, priority) = (self.ds[di].sig as usize, self.ds[di].priority);
         if !self.ledger.may_try(sig, priority) {
             return None;
@@ -579,15 +612,19 @@ impl Placer<'_> {
             let bound = self.bound_replicas();
             self.ledger.index(self.nodes.len(), bound.into_iter());
         }
-        let mut best: Option<((preempt::Cost, u32), u32, Vec<Bound>)> = None;
+        // ((the agent's replicas on the node's value, the victims' cost, name rank), node, victims)
+        type Choice = ((u32, preempt::Cost, u32), u32, Vec<Bound>);
+        let mut best: Option<Choice> = None;
         for ni in 0..self.nodes.len() as u32 {
-            if !self.static_fit(sig, ni) {
+            let has_room = self.room[ni as usize].fits(need);
+            if !(has_room || self.ledger.below_on(ni, priority)) || !self.static_fit(sig, ni) {
                 continue;
             }
             let below: Vec<Bound> =
                 self.ledger.on(ni).iter().map(|&at| self.weigh(at)).filter(|b| b.priority < priority).collect();
             if let Some((cost, taken)) = preempt::victims(self.room[ni as usize], below, need) {
-                let rank = (cost, self.rank[ni as usize]);
+                let there = spread.as_ref().map_or(0, |(label, counts)| self.count_at(ni, label, counts));
+                let rank = (there, cost, self.rank[ni as usize]);
                 if best.as_ref().is_none_or(|b| rank < b.0) {
                     best = Some((rank, ni, taken));
                 }
@@ -604,17 +641,27 @@ impl Placer<'_> {
             self.unbind_victim(v, ni, (di, r), out);
         }
         self.room[ni as usize].take(need);
+        if let Some((label, counts)) = spread.as_mut() {
+            let value = labels::value_of(&self.nodes[ni as usize].labels, label);
+            *counts.entry(Box::from(value)).or_default() += 1;
+        }
         Some(ni)
     }
 
-    /// Every bound replica as (demand, replica, node), for the ledger's index (built once).
-    fn bound_replicas(&self) -> Vec<(u32, u32, u32)> {
+    /// The agent's replicas on node `ni`'s value of `label`.
+    fn count_at(&self, ni: u32, label: &str, counts: &HashMap<Box<str>, u32>) -> u32 {
+        counts.get(labels::value_of(&self.nodes[ni as usize].labels, label)).copied().unwrap_or(0)
+    }
+
+    /// Every bound replica as (demand, replica, node, priority), for the ledger's index
+    /// (built once).
+    fn bound_replicas(&self) -> Vec<(u32, u32, u32, i32)> {
         let mut v = Vec::new();
         for (di, d) in self.ds.iter().enumerate() {
             let at = self.first[di];
             for (r, &ni) in self.assigned[at..at + d.replicas as usize].iter().enumerate() {
                 if ni != UNBOUND {
-                    v.push((di as u32, r as u32, ni));
+                    v.push((di as u32, r as u32, ni, d.priority));
                 }
             }
         }
@@ -645,6 +692,9 @@ impl Placer<'_> {
         });
     }
 }
+
+/// A spread agent's label and its replicas per value so far, for preemption.
+type Spread<'s> = Option<(&'s str, &'s mut HashMap<Box<str>, u32>)>;
 
 /// One more replica of `key` waits; `preempted` wins over the agent's other reasons.
 fn wait(out: &mut Outcome, key: Arc<str>, reason: &'static str) {

@@ -33,18 +33,20 @@ pub struct Ledger {
     none_below: HashMap<usize, i32>,
     /// Node → the replicas bound there (demand, replica); built at the first attempt.
     on_node: Option<Vec<Vec<(u32, u32)>>>,
+    /// Node → the lowest priority bound there (`i32::MAX`: none), kept with `on_node`: a
+    /// node with nothing below a priority is passed over at a glance.
+    lowest_on: Vec<i32>,
 }
 
 impl Ledger {
     pub fn new(priorities: impl Iterator<Item = i32>) -> Ledger {
-        Ledger { lowest: priorities.min().unwrap_or(0), done: 0, none_below: HashMap::default(), on_node: None }
+        let lowest = priorities.min().unwrap_or(0);
+        Ledger { lowest, done: 0, none_below: HashMap::default(), on_node: None, lowest_on: Vec::new() }
     }
 
     /// Whether a replica of `priority` and signature `sig` may look for room to take.
     pub fn may_try(&self, sig: usize, priority: i32) -> bool {
-        priority > self.lowest
-            && self.done < MAX_PREEMPTIONS
-            && self.none_below.get(&sig).is_none_or(|&p| priority > p)
+        priority > self.lowest && self.done < MAX_PREEMPTIONS && self.none_below.get(&sig).is_none_or(|&p| priority > p)
     }
 
     /// Nothing to take anywhere for `sig` at `priority`: not asked again this run.
@@ -66,13 +68,21 @@ impl Ledger {
         self.on_node.is_some()
     }
 
-    /// Indexes the bound replicas by node: `bound` yields (demand, replica, node).
-    pub fn index(&mut self, nodes: usize, bound: impl Iterator<Item = (u32, u32, u32)>) {
+    /// Indexes the bound replicas by node: `bound` yields (demand, replica, node, priority).
+    pub fn index(&mut self, nodes: usize, bound: impl Iterator<Item = (u32, u32, u32, i32)>) {
         let mut on = vec![Vec::new(); nodes];
-        for (di, r, ni) in bound {
+        self.lowest_on = vec![i32::MAX; nodes];
+        for (di, r, ni, priority) in bound {
             on[ni as usize].push((di, r));
+            self.lowest_on[ni as usize] = self.lowest_on[ni as usize].min(priority);
         }
         self.on_node = Some(on);
+    }
+
+    /// Whether anything below `priority` may be bound to node `ni` (after [`Ledger::index`];
+    /// a node that lost replicas may say yes when nothing is left below).
+    pub fn below_on(&self, ni: u32, priority: i32) -> bool {
+        self.lowest_on.get(ni as usize).is_some_and(|&p| p < priority)
     }
 
     /// The replicas bound to node `ni` (after [`Ledger::index`]).
@@ -81,9 +91,10 @@ impl Ledger {
     }
 
     /// Keeps the index current once it is built.
-    pub fn bound(&mut self, at: (u32, u32), ni: u32) {
+    pub fn bound(&mut self, at: (u32, u32), ni: u32, priority: i32) {
         if let Some(on) = self.on_node.as_mut() {
             on[ni as usize].push(at);
+            self.lowest_on[ni as usize] = self.lowest_on[ni as usize].min(priority);
         }
     }
 
@@ -101,7 +112,13 @@ pub type Cost = (usize, Vec<i32>);
 /// The fewest of `below` (replicas of lower priority on one node) whose room, given back to
 /// `room`, fits `need`: lowest priorities first, then the largest (cpus, then memory), then the
 /// newest (last demand, highest index). `None` when even all of them would not do.
+///
+/// A node with room already costs nothing: room a preemption gave back earlier in the run is
+/// taken before anything else goes.
 pub fn victims(room: Room, mut below: Vec<Bound>, need: &Need) -> Option<(Cost, Vec<Bound>)> {
+    if room.fits(need) {
+        return Some(((0, Vec::new()), Vec::new()));
+    }
     below.sort_by_key(|b| {
         (b.priority, Reverse(b.need.cpus.unwrap_or(0)), Reverse(b.need.mem.unwrap_or(0)), Reverse(b.at))
     });

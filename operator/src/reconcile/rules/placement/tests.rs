@@ -871,3 +871,30 @@ proptest! {
         prop_assert_eq!(&place(&demands, &nodes, &settled), &settled);
     }
 }
+
+#[test]
+fn room_a_preemption_leaves_over_is_taken_before_anything_else_goes() {
+    let mut a = node("a", 3);
+    a.capacity.cpus = Some(4.0);
+    let b = node("b", 1);
+    let l = Demand { cpus: Some(2.0), ..prio("l", 2, 0) };
+    let h = Demand { cpus: Some(1.0), ..prio("h", 2, 5) };
+    let prev = bound(&[("l", 0, "id-a"), ("l", 1, "id-a"), ("m", 0, "id-b")]);
+    let demands = [l, prio("m", 1, 0), h];
+    let out = place(&demands, &[a.clone(), b.clone()], &prev);
+    assert_eq!((on(&out, "h", 0).as_deref(), on(&out, "h", 1).as_deref()), (Some("id-a"), Some("id-a")));
+    assert_eq!(out.preemptions.len(), 1, "one of l's replicas made room for both: {:?}", out.preemptions);
+    assert_eq!(on(&out, "m", 0).as_deref(), Some("id-b"), "m was not needed");
+    assert_eq!(plain_rules(&demands, &[a, b], &prev).1, 1);
+}
+
+#[test]
+fn a_spread_agent_preempts_in_the_value_with_the_fewest() {
+    let nodes = [zoned("a1", 1, "a"), zoned("a2", 1, "a"), zoned("b1", 1, "b"), zoned("b2", 1, "b")];
+    let prev = bound(&[("f", 0, "id-a1"), ("f", 1, "id-a2"), ("f", 2, "id-b1"), ("f", 3, "id-b2")]);
+    let s = Demand { priority: 5, ..spread("s", 2, "zone") };
+    let out = place(&[prio("f", 4, 0), s], &nodes, &prev);
+    let zones: BTreeSet<Option<String>> = [on(&out, "s", 0), on(&out, "s", 1)].into_iter().collect();
+    assert_eq!(zones, BTreeSet::from([Some("id-a1".to_string()), Some("id-b1".to_string())]), "one per zone");
+    assert_eq!(out.preemptions.len(), 2);
+}
