@@ -165,6 +165,7 @@ enum RolloutCommand {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    quiet_on_a_closed_pipe();
     let cli = Cli::parse();
     let token = access::token(cli.token.as_deref(), cli.token_file.as_deref(), std::env::var("FLEET_TOKEN").ok())
         .and_then(|(token, warning)| {
@@ -219,4 +220,18 @@ async fn main() {
         eprintln!("error: {e}");
         std::process::exit(1);
     }
+}
+
+/// `fleetctl events | head` closes the pipe early: end as a tool killed by SIGPIPE does
+/// (status 141, no message), not with a panic's backtrace. Rust ignores SIGPIPE, so the print
+/// fails, and `println!` panics with std's own message on a failed write to stdout.
+fn quiet_on_a_closed_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info.payload().downcast_ref::<String>().map(String::as_str).unwrap_or_default();
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info)
+    }));
 }

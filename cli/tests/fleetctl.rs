@@ -53,6 +53,22 @@ async fn every_command_against_a_dev_controller() {
     assert!(why.contains("NODE     FITS"), "{why}");
     let wj: Value = serde_json::from_str(&ctl.ok(&["why", "reviewer", "-o", "json"])).unwrap();
     assert_eq!(wj["desiredReplicas"], 2);
+    // The dev example coder has a priority (docs/behaviour.md#spread-and-priority).
+    assert!(ctl.ok(&["why", "coder"]).contains("\nPriority:   10\n"));
+
+    // A reader that goes away (`fleetctl why … | head -1`): the end of a piped tool, no panic.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fleetctl"))
+        .env("FLEET_URL", &ctl.url)
+        .env("FLEET_TOKEN", &ctl.token)
+        .args(["why", "reviewer", "--nodes"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let closed = child.wait_with_output().unwrap();
+    assert_eq!(closed.status.code(), Some(141), "{}", text(&closed.stderr));
+    assert!(!text(&closed.stderr).contains("panicked"), "{}", text(&closed.stderr));
 
     // Lifecycle.
     assert_eq!(ctl.ok(&["cordon", "node-a"]), "node node-a cordoned\n");
