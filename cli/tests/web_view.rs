@@ -58,6 +58,12 @@ async fn an_admin_reads_the_fleet_and_watches_a_drain() {
     assert!(agent.contains("What to do: no online node has every label"), "{agent}");
     assert!(agent.contains("missing label gpu"), "{agent}");
     b.screenshot(&shots().join("agent.png")).await;
+    // The placement fields (docs/behaviour.md#spread-and-priority): coder's priority,
+    // reviewer's spread with its counts.
+    b.goto(&format!("{}/ui#/agents/coder", ctl.url)).await;
+    b.wait_text("#priority", &["10"], 20).await;
+    b.goto(&format!("{}/ui#/agents/reviewer", ctl.url)).await;
+    b.wait_text("main", &["Agent reviewer", "Spread over zone"], 20).await;
 
     // Drained through fleetctl: the open nodes page shows it at its next refresh.
     b.goto(&format!("{}/ui#/nodes", ctl.url)).await;
