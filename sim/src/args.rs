@@ -130,6 +130,11 @@ pub struct Args {
     /// the two side by side: `fleet-sim --compare-fields`.
     #[arg(long, conflicts_with_all = ["hostile", "rollout", "cold_and_steady"])]
     pub compare_fields: bool,
+    /// After cold convergence, this many times at steady state: `SIGKILL` of the leader and
+    /// a new agent in the CP at that moment, timed until another replica leads, has passed,
+    /// and a node holds the agent (docs/behaviour.md#high-availability). Needs `--controllers` ≥ 2.
+    #[arg(long, default_value_t = 0, conflicts_with_all = ["hostile", "rollout", "cold_and_steady", "compare_fields"])]
+    pub takeover_kills: u32,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,6 +168,9 @@ impl Args {
         }
         if self.hostile && self.controllers > 1 {
             bail!("--hostile measures one controller; leave --controllers at 1");
+        }
+        if self.takeover_kills > 0 && self.controllers < 2 {
+            bail!("--takeover-kills needs a replica to take over: --controllers 2 or more");
         }
         Ok(())
     }

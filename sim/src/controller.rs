@@ -16,12 +16,21 @@ pub struct Controller {
     pub url: String,
     pub metrics_url: String,
     pub log: PathBuf,
+    /// Its replica number and ports: a replica started again takes the same ones, so the
+    /// nodes that talked to it find it there.
+    index: u32,
+    ports: (u16, u16),
+    /// Killed and reaped: nothing left to stop.
+    gone: bool,
 }
 
 impl Drop for Controller {
     /// SIGTERM first (the controller flushes and exits; a profiler wrapping it writes its
     /// output), SIGKILL after 10 s.
     fn drop(&mut self) {
+        if self.gone {
+            return;
+        }
         let _ = std::process::Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         for _ in 0..100 {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -65,19 +74,24 @@ impl Database {
     }
 }
 
-/// Starts replica `i` of the controller; `database`: the shared PostgreSQL, if any.
+/// Starts replica `i` of the controller, on `ports` (API, metrics) when given, else on free
+/// ones; `database`: the shared PostgreSQL, if any.
 fn start_controller(
     args: &Args,
     dk: &Devkit,
     dir: &Path,
     i: u32,
     database: Option<&str>,
+    ports: Option<(u16, u16)>,
 ) -> anyhow::Result<Controller> {
     let bin = match &args.controller {
         Some(p) => p.clone(),
         None => std::env::current_exe()?.with_file_name("fleet-controller"),
     };
-    let (port, mport) = (free_port()?, free_port()?);
+    let (port, mport) = match ports {
+        Some(p) => p,
+        None => (free_port()?, free_port()?),
+    };
     let (dir, log) = match args.controllers {
         1 => (dir.to_path_buf(), dir.join("controller.log")),
         _ => (dir.join(format!("replica-{i}")), dir.join(format!("controller-{i}.log"))),
@@ -101,7 +115,7 @@ fn start_controller(
         .env("RUST_LOG", "warn")
         .envs(args.controller_env.iter().cloned())
         .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log)?)
+        .stderr(std::fs::OpenOptions::new().create(true).append(true).open(&log)?)
         .spawn()
         .with_context(|| {
             format!("cannot start {} (build it: cargo build --release -p fleet-controller)", bin.display())
@@ -111,6 +125,9 @@ fn start_controller(
         url: format!("http://127.0.0.1:{port}"),
         metrics_url: format!("http://127.0.0.1:{mport}/metrics"),
         log,
+        index: i,
+        ports: (port, mport),
+        gone: false,
     })
 }
 
@@ -153,7 +170,7 @@ impl Replicas {
     ) -> anyhow::Result<Replicas> {
         let mut all = Vec::new();
         for i in 0..args.controllers {
-            all.push(start_controller(args, dk, dir, i, database.url())?);
+            all.push(start_controller(args, dk, dir, i, database.url(), None)?);
         }
         for c in &all {
             measure::wait_until(Duration::from_secs(30), "the controller's /healthz", || {
@@ -168,6 +185,38 @@ impl Replicas {
     /// The replica that leads: the one whose passes, placements and metrics are read.
     pub fn leader(&self) -> &Controller {
         &self.all[self.leader]
+    }
+
+    pub fn leader_index(&self) -> usize {
+        self.leader
+    }
+
+    /// Now replica `i` leads.
+    pub fn set_leader(&mut self, i: usize) {
+        self.leader = i;
+    }
+
+    /// `SIGKILL` of replica `i`, reaped at once.
+    pub fn kill(&mut self, i: usize) -> anyhow::Result<()> {
+        let c = &mut self.all[i];
+        c.child.kill()?;
+        c.child.wait()?;
+        c.gone = true;
+        Ok(())
+    }
+
+    /// Starts replica `i` again (after [`Replicas::kill`]) on its ports and data directory.
+    pub fn restart(
+        &mut self,
+        i: usize,
+        args: &Args,
+        dk: &Devkit,
+        dir: &Path,
+        database: &Database,
+    ) -> anyhow::Result<()> {
+        let (index, ports) = (self.all[i].index, self.all[i].ports);
+        self.all[i] = start_controller(args, dk, dir, index, database.url(), Some(ports))?;
+        Ok(())
     }
 
     pub fn urls(&self) -> Vec<String> {

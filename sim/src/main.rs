@@ -46,7 +46,7 @@ async fn main() -> anyhow::Result<()> {
     dk.put_agents((0..args.agents).map(|i| args.agent_fields.agent(i, args.replicas)).collect());
     let database = Database::for_run(&args)?;
     let http = reqwest::Client::builder().pool_max_idle_per_host(4096).build()?;
-    let replicas = Replicas::start(&args, &dk, &dir, &database, &http).await?;
+    let mut replicas = Replicas::start(&args, &dk, &dir, &database, &http).await?;
     let admin = admin_token(&args, &dk)?;
     announce(&args, &replicas);
 
@@ -58,6 +58,19 @@ async fn main() -> anyhow::Result<()> {
         Sim { args: &args, dk: &dk, http: &http, replicas: &replicas, admin: &admin, shared: &shared, nodes: &nodes };
 
     let cold = phases::cold::converge(&sim, keys).await?;
+    if args.takeover_kills > 0 {
+        let mut ctl = phases::takeover::Ctl {
+            args: &args,
+            dk: &dk,
+            http: &http,
+            replicas: &mut replicas,
+            dir: &dir,
+            database: &database,
+            shared: &shared,
+        };
+        let results = phases::takeover::measure(&mut ctl).await?;
+        return results::emit(&results, phases::takeover::print_table, args.json.as_deref());
+    }
     if args.rollout {
         let results = phases::rollout::measure(&sim).await?;
         return results::emit(&results, phases::rollout::print_table, args.json.as_deref());

@@ -10,6 +10,7 @@ pub mod hostile;
 pub mod recovery;
 pub mod rollout;
 pub mod steady;
+pub mod takeover;
 pub mod wake_latency;
 
 use crate::args::Args;
