@@ -54,11 +54,13 @@ async fn node_ids(sim: &Sim<'_>) -> anyhow::Result<HashMap<String, String>> {
         .collect())
 }
 
-/// Silences every node whose index is a multiple of 100 / `--silent-percent`; their ids.
+/// Silences `--silent-percent` of the nodes: runs of ten consecutive ones (index / 10 a
+/// multiple of 100 / percent), so every zone (index mod 10) loses the same share and none is
+/// lost whole — the replicas that require a zone have somewhere to go. Their ids.
 fn silence(sim: &Sim<'_>, ids: &HashMap<String, String>) -> HashSet<String> {
     sim.nodes
         .iter()
-        .filter(|n| n.index.is_multiple_of(100 / sim.args.silent_percent.max(1)))
+        .filter(|n| (n.index / 10).is_multiple_of(100 / sim.args.silent_percent.max(1)))
         .filter_map(|n| {
             n.silent.store(true, Ordering::Relaxed);
             ids.get(&n.name).cloned()
