@@ -502,6 +502,29 @@ fn spread_never_moves_a_sticky_replica_and_a_moving_one_goes_to_the_fewest() {
     assert_eq!((on(&out, "s", 0).as_deref(), on(&out, "s", 2).as_deref()), (Some("id-a1"), Some("id-b1")));
 }
 
+/// What the plain implementations share: each node's room, a demand's static fit and need.
+mod plain {
+    use super::*;
+
+    pub fn rooms(nodes: &[NodeFacts]) -> Vec<Room> {
+        nodes
+            .iter()
+            .map(|n| Room { slots: n.capacity.slots, cpus: n.capacity.cpus.map(milli), mem: n.capacity.memory_mb })
+            .collect()
+    }
+
+    pub fn fits_static(d: &Demand, n: &NodeFacts) -> bool {
+        n.online
+            && n.kinds.iter().any(|k| *k == d.kind)
+            && labels::all_met(&d.requires, &n.labels)
+            && d.secrets.iter().all(|s| n.secrets.contains(s))
+    }
+
+    pub fn need(d: &Demand) -> Need {
+        Need { cpus: d.cpus.map(milli), mem: d.memory_mb }
+    }
+}
+
 /// The seed's placement written the plain way (every node looked at for every replica), for
 /// agents with neither `spread` nor `priority`: sticky replicas in key order where they still
 /// fit, then new ones to the most free slots (ties by name), stuck on an offline node when
@@ -509,17 +532,8 @@ fn spread_never_moves_a_sticky_replica_and_a_moving_one_goes_to_the_fewest() {
 fn seed_rules(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> Bindings {
     let mut ds: Vec<&Demand> = demands.iter().collect();
     ds.sort_by(|a, b| a.key.cmp(&b.key));
-    let mut room: Vec<Room> = nodes
-        .iter()
-        .map(|n| Room { slots: n.capacity.slots, cpus: n.capacity.cpus.map(milli), mem: n.capacity.memory_mb })
-        .collect();
-    let fits_static = |d: &Demand, n: &NodeFacts| {
-        n.online
-            && n.kinds.iter().any(|k| *k == d.kind)
-            && labels::all_met(&d.requires, &n.labels)
-            && d.secrets.iter().all(|s| n.secrets.contains(s))
-    };
-    let need = |d: &Demand| Need { cpus: d.cpus.map(milli), mem: d.memory_mb };
+    let mut room = plain::rooms(nodes);
+    let (fits_static, need) = (plain::fits_static, plain::need);
     let mut out: Vec<(Id, u32, Id)> = Vec::new();
     let mut unbound = Vec::new();
     for d in &ds {
@@ -732,17 +746,8 @@ fn at_most_a_hundred_replicas_are_preempted_per_run() {
 fn plain_rules(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> (Bindings, usize) {
     let mut ds: Vec<&Demand> = demands.iter().collect();
     ds.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.key.cmp(&b.key)));
-    let mut room: Vec<Room> = nodes
-        .iter()
-        .map(|n| Room { slots: n.capacity.slots, cpus: n.capacity.cpus.map(milli), mem: n.capacity.memory_mb })
-        .collect();
-    let fits_static = |d: &Demand, n: &NodeFacts| {
-        n.online
-            && n.kinds.iter().any(|k| *k == d.kind)
-            && labels::all_met(&d.requires, &n.labels)
-            && d.secrets.iter().all(|s| n.secrets.contains(s))
-    };
-    let need = |d: &Demand| Need { cpus: d.cpus.map(milli), mem: d.memory_mb };
+    let mut room = plain::rooms(nodes);
+    let (fits_static, need) = (plain::fits_static, plain::need);
     // (demand, replica, node index)
     let mut out: Vec<(&Demand, u32, usize)> = Vec::new();
     let mut unbound = Vec::new();
