@@ -157,17 +157,23 @@ impl DevState {
 }
 
 /// Agent `i` of the simulator's fleet, as the CP would list it: 10 % of another executor
-/// kind, 20 % require `gpu`, 12.5 % one of ten zones (`zone=z0`…`z9`), 14 % the secret
-/// `github-token`. Used by `fleet-sim` and by the controller's profiling examples, so both
-/// measure the same list.
+/// kind, 20 % require `gpu`, 12.5 % a zone label, 14 % the secret `github-token`. Used by
+/// `fleet-sim` and by the controller's profiling examples, so both measure the same list.
 pub fn synthetic_agent(i: usize, replicas: u32) -> serde_json::Value {
+    synthetic_agent_in(i, replicas, 4)
+}
+
+/// [`synthetic_agent`] on a fleet of `zones` zones: with four (the default fleet) the zone
+/// required is `z0`; with ten, one of them (`(i / 8) mod 10`).
+pub fn synthetic_agent_in(i: usize, replicas: u32, zones: usize) -> serde_json::Value {
     let kind = if i % 10 == 9 { "observer" } else { "claude-code" };
     let mut requires = vec![];
     if i.is_multiple_of(5) {
         requires.push("gpu".to_string());
     }
     if i.is_multiple_of(8) {
-        requires.push(format!("zone=z{}", (i / 8) % 10));
+        let zone = if zones == 4 { i % 4 } else { (i / 8) % zones };
+        requires.push(format!("zone=z{zone}"));
     }
     let secrets: Vec<&str> = if i.is_multiple_of(7) { vec!["github-token"] } else { vec![] };
     serde_json::json!({"key": format!("agent-{i:05}"), "revision": 1, "state": "running",
@@ -180,9 +186,9 @@ pub fn synthetic_agent(i: usize, replicas: u32) -> serde_json::Value {
 /// [`synthetic_agent`] with the placement fields of docs/behaviour.md#spread-and-priority:
 /// 10 % spread over `zone`, and every agent a priority from five levels (−100, −10, 0, 10,
 /// 100) drawn by a hash of `i`.
-pub fn synthetic_agent_with_fields(i: usize, replicas: u32) -> serde_json::Value {
+pub fn synthetic_agent_with_fields(i: usize, replicas: u32, zones: usize) -> serde_json::Value {
     const LEVELS: [i64; 5] = [-100, -10, 0, 10, 100];
-    let mut a = synthetic_agent(i, replicas);
+    let mut a = synthetic_agent_in(i, replicas, zones);
     if i % 10 == 3 {
         a["placement"]["spread"] = serde_json::json!("zone");
     }

@@ -122,6 +122,11 @@ pub struct Args {
     /// priority from five levels.
     #[arg(long, value_enum, default_value_t = AgentFields::None)]
     pub agent_fields: AgentFields,
+    /// Zones the nodes lie in (`zone=z0`…): 4, where the even nodes have `gpu` and zone-bound
+    /// agents require `z0`; or more (`--compare-fields` runs 10), where half of each zone's
+    /// nodes have `gpu` and zone-bound agents require one of them.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(2..=100))]
+    pub zones: u32,
     /// After cold convergence, only the steady window (no wake, burst or recovery phase).
     #[arg(long, conflicts_with_all = ["hostile", "rollout"])]
     pub cold_and_steady: bool,
@@ -144,11 +149,11 @@ pub enum AgentFields {
 }
 
 impl AgentFields {
-    /// Agent `i` of the simulated CP with these fields.
-    pub fn agent(self, i: usize, replicas: u32) -> serde_json::Value {
+    /// Agent `i` of the simulated CP with these fields, on a fleet of `zones` zones.
+    pub fn agent(self, i: usize, replicas: u32, zones: usize) -> serde_json::Value {
         match self {
-            AgentFields::None => fleet_devkit::state::synthetic_agent(i, replicas),
-            AgentFields::SpreadPriority => fleet_devkit::state::synthetic_agent_with_fields(i, replicas),
+            AgentFields::None => fleet_devkit::state::synthetic_agent_in(i, replicas, zones),
+            AgentFields::SpreadPriority => fleet_devkit::state::synthetic_agent_with_fields(i, replicas, zones),
         }
     }
 }

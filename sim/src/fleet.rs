@@ -102,5 +102,5 @@ pub fn shared(args: &Args, http: &reqwest::Client, replicas: &Replicas, conns: C
 
 /// The `--nodes` simulated nodes, not started yet.
 pub fn nodes(args: &Args) -> Vec<Arc<SimNode>> {
-    (0..args.nodes).map(|i| Arc::new(SimNode::new(i, args.slots))).collect()
+    (0..args.nodes).map(|i| Arc::new(SimNode::new(i, args.slots, args.zones as usize))).collect()
 }

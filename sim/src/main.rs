@@ -43,7 +43,7 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir)?;
 
     let dk = Devkit::start(DevkitConfig { page_size: 500, ..Default::default() }, "127.0.0.1:0".parse()?).await?;
-    dk.put_agents((0..args.agents).map(|i| args.agent_fields.agent(i, args.replicas)).collect());
+    dk.put_agents((0..args.agents).map(|i| args.agent_fields.agent(i, args.replicas, args.zones as usize)).collect());
     let database = Database::for_run(&args)?;
     let http = reqwest::Client::builder().pool_max_idle_per_host(4096).build()?;
     let mut replicas = Replicas::start(&args, &dk, &dir, &database, &http).await?;

@@ -107,10 +107,12 @@ pub struct SimNode {
 }
 
 impl SimNode {
-    pub fn new(index: usize, slots: u32) -> SimNode {
-        // Ten zones, half of each zone's nodes with `gpu`.
-        let mut labels = vec![format!("zone=z{}", index % 10)];
-        if (index / 10).is_multiple_of(2) {
+    /// Node `index` of a fleet in `zones` zones: with four, the even nodes have `gpu`; with
+    /// more, half of each zone's nodes.
+    pub fn new(index: usize, slots: u32, zones: usize) -> SimNode {
+        let mut labels = vec![format!("zone=z{}", index % zones)];
+        let gpu = if zones == 4 { index } else { index / zones };
+        if gpu.is_multiple_of(2) {
             labels.push("gpu".into());
         }
         let secrets = if index.is_multiple_of(3) { vec!["github-token".to_string()] } else { vec![] };

@@ -40,7 +40,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
 /// This program's arguments for one run: the caller's, without those `--compare-fields`
 /// decides, and those it sets.
 fn child_args(fields: &str, json_file: &Path, dir: &Path) -> Vec<String> {
-    const OWN: [&str; 5] = ["--json", "--dir", "--agent-fields", "--compare-fields", "--cold-and-steady"];
+    const OWN: [&str; 6] = ["--json", "--dir", "--agent-fields", "--compare-fields", "--cold-and-steady", "--zones"];
     let mut out = Vec::new();
     let mut skip_value = false;
     for a in std::env::args().skip(1) {
@@ -55,7 +55,10 @@ fn child_args(fields: &str, json_file: &Path, dir: &Path) -> Vec<String> {
         out.push(a);
     }
     let (json_file, dir) = (json_file.display().to_string(), dir.display().to_string());
-    out.extend(["--agent-fields", fields, "--cold-and-steady", "--json", &json_file, "--dir", &dir].map(String::from));
+    out.extend(
+        ["--agent-fields", fields, "--cold-and-steady", "--zones", "10", "--json", &json_file, "--dir", &dir]
+            .map(String::from),
+    );
     out
 }
 

@@ -54,13 +54,15 @@ async fn node_ids(sim: &Sim<'_>) -> anyhow::Result<HashMap<String, String>> {
         .collect())
 }
 
-/// Silences `--silent-percent` of the nodes: runs of ten consecutive ones (index / 10 a
-/// multiple of 100 / percent), so every zone (index mod 10) loses the same share and none is
-/// lost whole — the replicas that require a zone have somewhere to go. Their ids.
+/// Silences `--silent-percent` of the nodes: every (100 / percent)-th; with other than four
+/// zones, runs of ten consecutive ones instead, so no zone (index mod 10) is lost whole and the replicas
+/// that require it have somewhere to go. Their ids.
 fn silence(sim: &Sim<'_>, ids: &HashMap<String, String>) -> HashSet<String> {
+    let every = 100 / sim.args.silent_percent.max(1);
+    let runs = sim.args.zones != 4;
     sim.nodes
         .iter()
-        .filter(|n| (n.index / 10).is_multiple_of(100 / sim.args.silent_percent.max(1)))
+        .filter(|n| if runs { (n.index / 10).is_multiple_of(every) } else { n.index.is_multiple_of(every) })
         .filter_map(|n| {
             n.silent.store(true, Ordering::Relaxed);
             ids.get(&n.name).cloned()

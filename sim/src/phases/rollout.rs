@@ -34,7 +34,7 @@ pub async fn measure(sim: &Sim<'_>) -> anyhow::Result<Value> {
     sim.dk.put_agents(
         (0..args.agents)
             .map(|i| {
-                let mut a = args.agent_fields.agent(i, args.replicas);
+                let mut a = args.agent_fields.agent(i, args.replicas, args.zones as usize);
                 let cpus = if failing.contains(&keys[i]) { CRASHING_CPUS } else { 0.5 };
                 a["placement"]["resources"] = json!({"cpus": cpus});
                 a["placement"]["rollout"] = json!({"minReadySeconds": args.rollout_min_ready_seconds});
