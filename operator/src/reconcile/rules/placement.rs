@@ -386,15 +386,17 @@ impl<'a> Placer<'a> {
     fn bindings(&self, table: Vec<Id>, position: &[u32]) -> Bindings {
         let count = self.assigned.iter().filter(|&&n| n != UNBOUND).count();
         let mut rows = Vec::with_capacity(count);
-        for (di, d) in self.ds.iter().enumerate() {
-            let at = self.first[di];
-            for (r, &ni) in self.assigned[at..at + d.replicas as usize].iter().enumerate() {
-                if ni != UNBOUND {
-                    rows.push((d.key.clone(), r as u32, position[ni as usize]));
-                }
-            }
-        }
+        rows.extend(self.bound().map(|(di, r, ni)| (self.ds[di].key.clone(), r, position[ni as usize])));
         Bindings::from_sorted(table, rows.into_iter())
+    }
+
+    /// Every bound replica as (demand, replica, node), in (agent, replica) order.
+    fn bound(&self) -> impl Iterator<Item = (usize, u32, u32)> + '_ {
+        self.ds.iter().enumerate().flat_map(move |(di, d)| {
+            let at = self.first[di];
+            let nodes = &self.assigned[at..at + d.replicas as usize];
+            nodes.iter().enumerate().filter(|(_, &ni)| ni != UNBOUND).map(move |(r, &ni)| (di, r as u32, ni))
+        })
     }
 
     fn bind(&mut self, di: usize, r: u32, ni: u32) {
@@ -609,7 +611,8 @@ impl Placer<'_> {
             return None;
         }
         if !self.ledger.indexed() {
-            let bound = self.bound_replicas();
+            // Collected first: the ledger is written while the placer is read.
+            let bound: Vec<_> = self.bound().map(|(di, r, ni)| (di as u32, r, ni, self.ds[di].priority)).collect();
             self.ledger.index(self.nodes.len(), bound.into_iter());
         }
         // ((the agent's replicas on the node's value, the victims' cost, name rank), node, victims)
@@ -651,21 +654,6 @@ impl Placer<'_> {
     /// The agent's replicas on node `ni`'s value of `label`.
     fn count_at(&self, ni: u32, label: &str, counts: &HashMap<Box<str>, u32>) -> u32 {
         counts.get(labels::value_of(&self.nodes[ni as usize].labels, label)).copied().unwrap_or(0)
-    }
-
-    /// Every bound replica as (demand, replica, node, priority), for the ledger's index
-    /// (built once).
-    fn bound_replicas(&self) -> Vec<(u32, u32, u32, i32)> {
-        let mut v = Vec::new();
-        for (di, d) in self.ds.iter().enumerate() {
-            let at = self.first[di];
-            for (r, &ni) in self.assigned[at..at + d.replicas as usize].iter().enumerate() {
-                if ni != UNBOUND {
-                    v.push((di as u32, r as u32, ni, d.priority));
-                }
-            }
-        }
-        v
     }
 
     fn weigh(&self, (di, r): (u32, u32)) -> Bound {
