@@ -81,6 +81,11 @@ impl Devkit {
         self.state.lock().calls_from.get(replica).copied().unwrap_or(0)
     }
 
+    /// Every request a replica sent: when it arrived, and the replica it named.
+    pub fn call_log(&self) -> Vec<(std::time::SystemTime, String)> {
+        self.state.lock().call_log.iter().cloned().collect()
+    }
+
     /// The issuer admin tokens carry.
     pub fn issuer(&self) -> String {
         self.url.clone()
@@ -171,7 +176,13 @@ async fn count_replica(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     if let Some(r) = req.headers().get("x-fleet-replica").and_then(|v| v.to_str().ok()) {
-        *dk.state.lock().calls_from.entry(r.chars().take(64).collect()).or_default() += 1;
+        let name: String = r.chars().take(64).collect();
+        let mut s = dk.state.lock();
+        *s.calls_from.entry(name.clone()).or_default() += 1;
+        if s.call_log.len() == state::CALL_LOG_MAX {
+            s.call_log.pop_front();
+        }
+        s.call_log.push_back((std::time::SystemTime::now(), name));
     }
     next.run(req).await
 }

@@ -81,7 +81,13 @@ pub struct DevState {
     /// Count of requests by the replica that sent them (`x-fleet-replica`), for tests of
     /// which controller called when.
     pub calls_from: HashMap<String, u64>,
+    /// When each of those requests arrived and from which replica, the newest
+    /// [`CALL_LOG_MAX`], for the fault suite's check that only the leader calls out.
+    pub call_log: std::collections::VecDeque<(std::time::SystemTime, String)>,
 }
+
+/// The most requests [`DevState::call_log`] keeps.
+pub const CALL_LOG_MAX: usize = 1_000_000;
 
 impl DevState {
     pub fn new(c: &DevkitConfig) -> Self {
@@ -114,6 +120,7 @@ impl DevState {
             page_size: c.page_size.max(1),
             calls: HashMap::new(),
             calls_from: HashMap::new(),
+            call_log: Default::default(),
         }
     }
 

@@ -259,11 +259,12 @@ async fn try_lead(s: &Shared, pool: &sqlx::PgPool, lock_slot: &mut Option<PgConn
         let _ = lease::release(pool, &fence).await;
         return None;
     }
+    // Said before the gate opens, so every outside call of the term comes after the line.
+    tracing::info!(epoch = fence.epoch, replica = %s.cfg.replica_name, "became the leader (epoch {})", fence.epoch);
     s.gate.lock_seen(sent);
     s.gate.lease_runs_until(sent + s.cfg.leader_lease);
     s.role.set(true, None);
     s.metrics.leader.set(1);
-    tracing::info!(epoch = fence.epoch, replica = %s.cfg.replica_name, "became the leader (epoch {})", fence.epoch);
     Some(Term { fence, tasks, renewed: sent, lock })
 }
 

@@ -2,6 +2,7 @@
 //! process (so it can be `SIGKILL`ed), and nodes as plain HTTP clients of the node protocol.
 #![allow(dead_code)]
 
+pub mod ha;
 pub mod sim;
 
 use fleet_devkit::{Devkit, DevkitConfig};
@@ -236,6 +237,11 @@ impl TestNode {
 
     /// `GET desired`; returns (status, body or Null).
     pub async fn desired(&self, since: Option<u64>, wait: u64) -> (StatusCode, Value) {
+        self.try_desired(since, wait).await.expect("the desired state's request")
+    }
+
+    /// `None` when no answer came (a replica killed under it).
+    pub async fn try_desired(&self, since: Option<u64>, wait: u64) -> Option<(StatusCode, Value)> {
         let q = poll_query(since, wait);
         let r = self
             .http
@@ -245,9 +251,9 @@ impl TestNode {
             .timeout(Duration::from_secs(wait + 10))
             .send()
             .await
-            .unwrap();
+            .ok()?;
         let s = r.status();
-        (s, r.json().await.unwrap_or(Value::Null))
+        Some((s, r.json().await.unwrap_or(Value::Null)))
     }
 
     pub async fn generation(&self) -> u64 {
@@ -297,14 +303,13 @@ impl TestNode {
     }
 
     pub async fn put_observed(&self, body: &Value) -> StatusCode {
-        self.http
-            .put(format!("{}/api/v1/nodes/me/observed", self.url))
-            .bearer_auth(&self.token)
-            .json(body)
-            .send()
-            .await
-            .unwrap()
-            .status()
+        self.try_put_observed(body).await.expect("the observed report's request")
+    }
+
+    /// `None` when no answer came.
+    pub async fn try_put_observed(&self, body: &Value) -> Option<StatusCode> {
+        let put = self.http.put(format!("{}/api/v1/nodes/me/observed", self.url)).bearer_auth(&self.token).json(body);
+        Some(put.send().await.ok()?.status())
     }
 
     /// Opens the sealed PAT of `agent` in a desired state.

@@ -7,6 +7,7 @@ use super::TestNode;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,23 +22,36 @@ pub struct SimNode {
     pub task: tokio::task::JoinHandle<()>,
     /// The images it crash-loops.
     pub bad: Arc<Mutex<HashSet<String>>>,
+    /// Desired states it was served with a generation older than one it had: none may be.
+    pub backwards: Arc<AtomicU64>,
 }
 
 pub const START: Duration = Duration::from_millis(300);
 
 impl SimNode {
     pub fn start(node: TestNode, bad: Arc<Mutex<HashSet<String>>>) -> SimNode {
+        Self::start_paced(node, bad, Duration::from_millis(100))
+    }
+
+    /// Asking for its desired state and reporting every `period`; a request that takes more
+    /// than two seconds is given up, as fleet-node's would be.
+    pub fn start_paced(node: TestNode, bad: Arc<Mutex<HashSet<String>>>, period: Duration) -> SimNode {
         let running: Running = Default::default();
-        let r = running.clone();
-        let crashing = bad.clone();
+        let backwards = Arc::new(AtomicU64::new(0));
+        let (r, crashing, older) = (running.clone(), bad.clone(), backwards.clone());
         let task = tokio::spawn(async move {
             let mut generation = None;
             let mut desired = Value::Null;
             loop {
-                let (s, v) = node.desired(generation, 0).await;
-                if s == 200 && v["generation"].is_u64() {
-                    generation = v["generation"].as_u64();
-                    desired = v;
+                let asked = tokio::time::timeout(Duration::from_secs(2), node.try_desired(generation, 0)).await;
+                if let Ok(Some((s, v))) = asked {
+                    let g = v["generation"].as_u64();
+                    if s == 200 && g < generation {
+                        older.fetch_add(1, Ordering::Relaxed);
+                    } else if s == 200 && g.is_some() {
+                        generation = g;
+                        desired = v;
+                    }
                 }
                 let bad_now = bad.lock().clone();
                 apply(&r, &desired, &bad_now).await;
@@ -53,11 +67,11 @@ impl SimNode {
                 let mut body = node.report_body(&[]);
                 body["replicas"] = json!(replicas);
                 body["appliedGeneration"] = json!(generation.unwrap_or(0));
-                let _ = tokio::time::timeout(Duration::from_secs(2), node.put_observed(&body)).await;
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                let _ = tokio::time::timeout(Duration::from_secs(2), node.try_put_observed(&body)).await;
+                tokio::time::sleep(period).await;
             }
         });
-        SimNode { running, task, bad: crashing }
+        SimNode { running, task, bad: crashing, backwards }
     }
 
     /// Replicas not running now.
