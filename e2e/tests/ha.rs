@@ -1,5 +1,7 @@
 //! High availability end to end (docs/behaviour.md#high-availability, issue #20): three controller processes on one
-//! PostgreSQL behind a Service-like spreader, real `fleet-node`s on Docker. The leader is
+//! PostgreSQL behind a Service-like spreader, each with the environment the Helm chart renders
+//! for an operator's values (real Helm, charts/tests/render_env.py), real `fleet-node`s on
+//! Docker. The leader is
 //! `SIGKILL`ed while the fleet comes up and again in steady state; PostgreSQL is stopped for
 //! 30 s and started again; the leader's connection to PostgreSQL is cut so another replica
 //! takes over, and the old leader, back in touch and still believing it leads, calls nothing
@@ -67,27 +69,34 @@ struct Ha {
 }
 
 impl Ha {
-    async fn start(prefix: &str) -> Ha {
+    /// Three replicas (the chart's `replicas`) with the environment the chart renders for an
+    /// operator's values — the platform's addresses and credentials, the scope ceiling and a
+    /// database URL, everything else the chart's defaults (its lease, its generated replica
+    /// secret) — but for what a pod has of its own: addresses, data directory, name.
+    async fn start(prefix: &str) -> Option<Ha> {
         let pg = Postgres::start().unwrap();
         let db = pg.database().unwrap();
         let mut f = Fleet::new(prefix).await;
+        let (count, chart) = chart_env(&operator_values(&f.env, &db))?;
+        assert_eq!(count, 3, "the chart's HA replicas");
         let mut replicas = Vec::new();
-        for i in 0..3 {
+        for i in 0..count {
             let partition = Partition::start(format!("127.0.0.1:{}", pg.port())).await;
             let (port, mport) = (free_port(), free_port());
             let failpoints = f.dir.path().join(format!("fp-{i}"));
             std::fs::create_dir_all(&failpoints).unwrap();
-            let mut env = f.env.clone();
+            let name = format!("ctl-{i}");
+            let mut env = chart.clone();
+            env.remove("POD_IP");
             env.insert("FLEET_LISTEN".into(), format!("127.0.0.1:{port}"));
             env.insert("FLEET_METRICS_LISTEN".into(), format!("127.0.0.1:{mport}"));
-            env.insert("FLEET_DATA_DIR".into(), f.dir.path().join(format!("ctl-{i}")).display().to_string());
+            env.insert("FLEET_ADVERTISE_URL".into(), format!("http://127.0.0.1:{port}"));
+            env.insert("FLEET_DATA_DIR".into(), f.dir.path().join(&name).display().to_string());
             env.insert("FLEET_DATABASE_URL".into(), pg.via_port(&db, partition.port));
-            env.insert("FLEET_REPLICA_NAME".into(), format!("ctl-{i}"));
-            env.insert("FLEET_REPLICA_SECRET".into(), "e2e-replica-secret-of-at-least-32-chars".into());
-            env.insert("FLEET_LEADER_LEASE_SECONDS".into(), "3".into());
+            env.insert("FLEET_REPLICA_NAME".into(), name.clone());
             env.insert("FLEET_FAILPOINTS".into(), failpoints.display().to_string());
             let mut r = Replica {
-                name: format!("ctl-{i}"),
+                name,
                 env,
                 addr: format!("127.0.0.1:{port}"),
                 metrics: format!("http://127.0.0.1:{mport}/metrics"),
@@ -103,7 +112,12 @@ impl Ha {
         f.url = spread.url.clone();
         f.public_url = spread.url.clone();
         f.tls = None;
-        Ha { f, pg, replicas, _spread: spread }
+        Some(Ha { f, pg, replicas, _spread: spread })
+    }
+
+    /// The lease the replicas run with.
+    fn lease(&self) -> Duration {
+        Duration::from_secs(self.replicas[0].env["FLEET_LEADER_LEASE_SECONDS"].parse().unwrap())
     }
 
     /// The index of the one live replica that leads, once exactly one does.
@@ -132,6 +146,38 @@ impl Ha {
     fn logs(&self) -> String {
         self.replicas.iter().map(|r| format!("==== {}\n{}", r.name, tail(&r.log_text(), 40))).collect()
     }
+}
+
+/// The values an operator gives the chart for this fleet: the platform (from the test
+/// fleet's environment), the PATs' scope ceiling, and the database.
+fn operator_values(env: &HashMap<String, String>, db: &str) -> serde_json::Value {
+    json!({
+        "controlPlane": {"url": env["FLEET_CONTROL_PLANE_URL"]},
+        "iam": {"url": env["FLEET_IAM_URL"], "issuer": env["FLEET_IAM_ISSUER"], "tenant": env["FLEET_IAM_TENANT"],
+                "jwksUrl": env["FLEET_JWKS_URL"]},
+        "credentials": {"clientId": env["FLEET_CLIENT_ID"], "clientSecret": env["FLEET_CLIENT_SECRET"]},
+        "token": {"scopes": env["FLEET_TOKEN_SCOPES"].split(' ').collect::<Vec<_>>()},
+        "database": {"url": db},
+    })
+}
+
+/// (replicas, the controller's environment) as the chart renders them for `values`, by real
+/// Helm (charts/tests/render_env.py); `None`, said on stderr, when helm-python-sdk is not
+/// installed and `FLEET_E2E=1` does not make it mandatory.
+fn chart_env(values: &serde_json::Value) -> Option<(u64, HashMap<String, String>)> {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/tests/render_env.py");
+    let has_helm = std::process::Command::new("python3").args(["-c", "import helm_python, yaml"]).status();
+    if !has_helm.is_ok_and(|s| s.success()) {
+        let msg = "helm-python-sdk is not installed: python3 -m pip install helm-python-sdk==0.2.2 pyyaml";
+        assert!(std::env::var("FLEET_E2E").as_deref() != Ok("1"), "{msg}");
+        eprintln!("{msg}: skipping the HA end-to-end test");
+        return None;
+    }
+    let out = std::process::Command::new("python3").arg(script).arg(values.to_string()).output().unwrap();
+    assert!(out.status.success(), "rendering the chart: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let env = v["env"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()));
+    Some((v["replicas"].as_u64().unwrap(), env.collect()))
 }
 
 fn tail(s: &str, n: usize) -> String {
@@ -204,7 +250,7 @@ async fn three_replicas_keep_the_fleet_through_kills_an_outage_and_a_cut() {
     }
     ensure_test_images();
     let prefix = "e2eha";
-    let mut ha = Ha::start(prefix).await;
+    let Some(mut ha) = Ha::start(prefix).await else { return };
     ha.f.devkit.put_agents(vec![agent("alpha", 2), agent("beta", 2)]);
     let mut nodes = Vec::new();
     for short in ["a", "b", "c"] {
@@ -276,8 +322,8 @@ async fn three_replicas_keep_the_fleet_through_kills_an_outage_and_a_cut() {
     .await;
     // Back in touch, it still believes it leads; its lease ran out by its own clock, so it
     // calls nothing out (it cannot even learn of the CP change), and any write it attempts
-    // meets the fence. Calls on the wire at the cut land within a lease (3 s).
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // meets the fence. Calls on the wire at the cut land within a lease.
+    tokio::time::sleep(ha.lease()).await;
     let calls_before = ha.f.devkit.calls_from(&ha.replicas[old].name);
     ha.replicas[old].pg.set(true);
     ha.f.devkit.edit_agent("alpha", |v| v["revision"] = json!(2));
