@@ -106,7 +106,8 @@ pub async fn start_term(s: &Shared, tasks: &mut Supervisor) -> anyhow::Result<Ar
         let live_agents = |node: &Id| timer.store.read().live_agents_on(node);
         timer.work.rotations.run(&timer.work.queue, pass::STATUS_DEBOUNCE, live_agents).await
     });
-    tasks.spawn("pass", pass::run(ctx.clone()));
+    let applied = s.store.read().agents().clone();
+    tasks.spawn("pass", pass::run(ctx.clone(), applied));
     if let Some(after) = s.cfg.node_gc_after {
         tasks.spawn("node-gc", crate::reconcile::work::gc::run(ctx.clone(), after));
     }

@@ -2,7 +2,7 @@
 //! pass loop and the HTTP side, which knows nothing else of the reconciler: a join or a
 //! report kicks the trigger, `/readyz` reads the pass clock.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::Notify;
 
@@ -25,12 +25,49 @@ impl Trigger {
 pub struct PassClock {
     finished_ms: AtomicI64,
     limit: Duration,
+    /// The number of the pass that began last, and of the last one that committed: what a
+    /// pass began after has seen is stored once the second reaches it.
+    begun: AtomicU64,
+    committed: AtomicU64,
 }
 
 impl PassClock {
     /// Ready while the last pass finished within 3 × the reconcile period + 30 s.
     pub fn new(reconcile_every: Duration, now_ms: i64) -> PassClock {
-        PassClock { finished_ms: AtomicI64::new(now_ms), limit: 3 * reconcile_every + Duration::from_secs(30) }
+        PassClock {
+            finished_ms: AtomicI64::new(now_ms),
+            limit: 3 * reconcile_every + Duration::from_secs(30),
+            begun: AtomicU64::new(0),
+            committed: AtomicU64::new(0),
+        }
+    }
+
+    /// A pass begins; returns its number.
+    pub fn begin(&self) -> u64 {
+        self.begun.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Pass `n` committed what it decided.
+    pub fn committed(&self, n: u64, now_ms: i64) {
+        self.committed.fetch_max(n, Ordering::SeqCst);
+        self.finished(now_ms);
+    }
+
+    /// The number of the pass that began last.
+    pub fn last_begun(&self) -> u64 {
+        self.begun.load(Ordering::SeqCst)
+    }
+
+    /// Waits until a pass numbered above `n` has committed; false after `limit`.
+    pub async fn committed_after(&self, n: u64, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.committed.load(Ordering::SeqCst) <= n {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
     }
 
     pub fn finished(&self, now_ms: i64) {
@@ -64,5 +101,17 @@ mod tests {
         assert_eq!(c.check(45_001), Err(Duration::from_millis(45_001)));
         c.finished(40_000);
         assert!(c.check(85_000).is_ok(), "a finished pass makes it ready again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_a_pass_begun_after_counts_as_committed_after() {
+        let c = PassClock::new(Duration::from_secs(5), 0);
+        let running = c.begin();
+        let seen = c.last_begun();
+        c.committed(running, 1);
+        assert!(!c.committed_after(seen, Duration::from_secs(1)).await, "the pass under way began before");
+        let next = c.begin();
+        c.committed(next, 2);
+        assert!(c.committed_after(seen, Duration::from_secs(1)).await);
     }
 }

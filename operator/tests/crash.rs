@@ -108,3 +108,55 @@ async fn sigkill_during_join_and_report_bursts_loses_no_join() {
     assert_eq!(count, distinct, "no duplicate node rows");
     assert!(count as usize >= acknowledged.len());
 }
+
+/// A template change the controller read from the CP but had not yet acted on when it was
+/// killed is acted on after the restart: the agent list (and its ETag) is stored only once a
+/// pass has committed what it made of it, so the restarted controller sees the change again
+/// and rolls it out. (Stored before, the list hid the change behind its ETag and the replicas
+/// kept the old image for good — found by the fault suite.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_change_read_but_not_acted_on_before_a_kill_is_rolled_out_after_it() {
+    use support::sim::SimNode;
+    let dk = devkit().await;
+    dk.put_agent(with(agent("coder", "k", 1), |a| a["executor"]["image"] = json!("agent:1")));
+    let dir = tempfile::tempdir().unwrap();
+    let failpoints = dir.path().join("fp");
+    std::fs::create_dir_all(&failpoints).unwrap();
+    let mut env = env_for(&dk, &dir.path().join("data"), free_port(), free_port());
+    env.insert("FLEET_FAILPOINTS".into(), failpoints.display().to_string());
+    let log = dir.path().join("c.log");
+    let mut ctl = ControllerProcess::spawn(env.clone(), log.clone()).await;
+    let admin = Admin::new(&ctl.url, dk.mint("fleet", &["fleet:admin"], 3600));
+    let announce = json!({"executorKinds": ["k"], "executorImages": {"k": ["agent:*"]}, "capacity": {"slots": 1}});
+    let mut n = TestNode::new(&ctl.url, "n-0", announce);
+    n.join(&admin.join_key().await).await;
+    let sim = SimNode::start(n.clone(), Default::default());
+    let images = |sim: &SimNode| sim.images();
+    eventually(30, "agent:1 running", || async { (images(&sim) == ["agent:1"]).then_some(()) }).await;
+    // A first rollout, to its end: the agent has a rollout on record, whose target its
+    // replicas run.
+    dk.edit_agent("coder", |a| {
+        a["executor"]["image"] = json!("agent:2");
+        a["revision"] = json!(2);
+    });
+    eventually(30, "agent:2 running", || async { (images(&sim) == ["agent:2"]).then_some(()) }).await;
+
+    // Passes stop; the CP changes the image again; the watcher reads it and kicks a pass that
+    // never comes. Then the controller dies.
+    std::fs::write(failpoints.join("stall-pass"), "").unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let listed = dk.calls("list_agents");
+    dk.edit_agent("coder", |a| {
+        a["executor"]["image"] = json!("agent:3");
+        a["revision"] = json!(3);
+    });
+    eventually(10, "the watcher read the change", || async { (dk.calls("list_agents") > listed).then_some(()) }).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ctl.kill9();
+    drop(sim);
+    std::fs::remove_file(failpoints.join("stall-pass")).unwrap();
+
+    let ctl = ControllerProcess::spawn(env, log).await;
+    let sim = SimNode::start(TestNode { url: ctl.url.clone(), ..n }, Default::default());
+    eventually(30, "agent:3 running after the restart", || async { (images(&sim) == ["agent:3"]).then_some(()) }).await;
+}

@@ -12,8 +12,8 @@ use std::time::Duration;
 /// list costs one `304`, so agent changes reach nodes in seconds whatever the tick.
 pub const CP_WATCH_EVERY: Duration = Duration::from_secs(2);
 
-/// How long after a changed list is handed to the pass its copy is written to the store.
-const STORE_AFTER: Duration = Duration::from_millis(500);
+/// How long the copy of a changed list waits for a pass to commit what it made of it.
+const STORE_WAIT: Duration = Duration::from_secs(10);
 
 /// Watches the CP's agent list and triggers a pass when it changed (the "CP change" trigger).
 /// It is the only reader of the list: a pass works from the copy in the registry, so it
@@ -22,17 +22,14 @@ pub async fn watch_cp(ctx: Arc<Ctx>) {
     // Whether the stored rows may differ from the registry's list other than by the next
     // change (a write failed): the next write replaces them all.
     let mut unsure = false;
+    // Every pass numbered above this one works from the registry's list.
+    let mut listed_before = 0;
     loop {
-        let mut pause = CP_WATCH_EVERY;
+        let started = tokio::time::Instant::now();
         let change = refresh_agents(&ctx).await;
         if change.is_some() {
-            // The pass starts first: the stored list is only a cache of the CP's (a start
-            // reads the CP again), and serialising the changed agents takes a core the pass is
-            // using to wake the nodes, so the copy is written a moment later (within the same
-            // watch period).
+            listed_before = ctx.pass_clock.last_begun();
             ctx.kick();
-            tokio::time::sleep(STORE_AFTER).await;
-            pause = pause.saturating_sub(STORE_AFTER);
         }
         let write = match change {
             Some(w) if !unsure => Some(w),
@@ -43,15 +40,29 @@ pub async fn watch_cp(ctx: Arc<Ctx>) {
             _ => None,
         };
         if let Some(w) = write {
-            match ctx.store.db().store_agents(&w).await {
-                Ok(()) => unsure = false,
-                Err(e) => {
-                    unsure = true;
-                    tracing::error!(error = %e, "cannot store the agent list; retrying with the whole list");
-                }
-            }
+            unsure = !store_when_passed(&ctx, &w, listed_before).await;
         }
-        tokio::time::sleep(pause).await;
+        tokio::time::sleep(CP_WATCH_EVERY.saturating_sub(started.elapsed())).await;
+    }
+}
+
+/// Stores the list once a pass that began after it was taken has committed. The stored list
+/// and its ETag say what the controller has acted on: a list stored before the pass that
+/// starts its rollouts, then a crash or a change of leader, would leave the next leader with
+/// the new templates, the ETag that hides the change from it, and no rollout to apply them.
+/// The copy waiting also leaves the pass the core while it wakes the nodes. False when it was
+/// not stored (no pass committed in time, or the write failed): the next round stores all.
+async fn store_when_passed(ctx: &Ctx, w: &AgentsWrite, before: u64) -> bool {
+    if !ctx.pass_clock.committed_after(before, STORE_WAIT).await {
+        tracing::warn!("no pass committed the new agent list within 10 s; storing it later");
+        return false;
+    }
+    match ctx.store.db().store_agents(w).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot store the agent list; retrying with the whole list");
+            false
+        }
     }
 }
 

@@ -40,6 +40,14 @@ pub struct Memo {
 }
 
 impl Memo {
+    /// A memo to start over from (a new term, a failed pass, a deleted node), knowing only
+    /// the agent list the last committed pass worked from: a template change the CP made since
+    /// is still a change to the next pass, which starts its rollout. Started from nothing, the
+    /// pass would take every agent for new and the change would go unseen.
+    pub fn after(applied: AgentList) -> Memo {
+        Memo { agents: applied, ..Memo::default() }
+    }
+
     pub fn node(&self, id: &Id) -> Option<&NodeFacts> {
         self.fact_at.get(id).map(|&i| &self.facts[i])
     }

@@ -35,7 +35,7 @@ pub use memo::{Memo, RESYNC};
 pub use plan::{Plan, VANISHED_DRAIN};
 
 use crate::clock;
-use crate::model::Id;
+use crate::model::{AgentList, Id};
 use crate::reconcile::work::Ctx;
 use crate::reconcile::work::WorkKey;
 use crate::store::db::DbError;
@@ -61,11 +61,14 @@ pub const STATUS_DEBOUNCE: Duration = Duration::from_secs(1);
 
 /// The pass loop: runs on every trigger (coalesced) and every `FLEET_RECONCILE_SECONDS`.
 /// It runs for the life of the controller; its end is a fault the supervisor reports.
-pub async fn run(ctx: Arc<Ctx>) {
+///
+/// `applied`: the agent list the store was loaded with, which the last committed pass worked
+/// from (the CP watcher stores a list only after that).
+pub async fn run(ctx: Arc<Ctx>, mut applied: AgentList) {
     // The earliest instant an online node crosses its offline threshold: a node going silent
     // is no event, so the loop wakes for it. With healthy reports this instant keeps receding.
     let mut next_offline: Option<i64> = None;
-    let mut memo = Memo::default();
+    let mut memo = Memo::after(applied.clone());
     loop {
         let tick = match next_offline {
             Some(at) => ctx.cfg.reconcile_every.min(Duration::from_millis((at - clock::now_ms()).max(0) as u64)),
@@ -81,6 +84,7 @@ pub async fn run(ctx: Arc<Ctx>) {
             continue;
         }
         let span = tracing::info_span!("pass", full = !memo.primed);
+        let number = ctx.pass_clock.begin();
         let result = {
             let _timer = ctx.metrics.pass_timer();
             pass(&ctx, &mut memo).instrument(span).await
@@ -88,11 +92,12 @@ pub async fn run(ctx: Arc<Ctx>) {
         match result {
             Ok(at) => {
                 next_offline = at;
-                ctx.pass_clock.finished(clock::now_ms());
+                applied = memo.agents.clone();
+                ctx.pass_clock.committed(number, clock::now_ms());
             }
             Err(e) => {
                 // The memo may be ahead of what was stored: start over with a full pass.
-                memo = Memo::default();
+                memo = Memo::after(applied.clone());
                 ctx.metrics.pass_errors.inc();
                 tracing::error!(error = %e, "reconcile pass failed; the next one retries");
                 tokio::time::sleep(Duration::from_millis(500)).await;

@@ -40,7 +40,7 @@ pub fn take(ctx: &Ctx, memo: &mut Memo, now: i64) -> Snapshot {
     let mut changes = ctx.store.take_changes();
     if changes.rebuild {
         // A node was deleted: start from scratch rather than patch every per-node part.
-        *memo = Memo::default();
+        *memo = Memo::after(std::mem::take(&mut memo.agents));
     }
     let full = !memo.primed;
     let (agents, index, previous, flips) = {
@@ -117,7 +117,8 @@ fn diff_agents(memo: &mut Memo, snap: &mut Snapshot) {
                         note(Some(before), Some(after));
                         prints.push(prints_of(after));
                     } else {
-                        prints.push(old_prints[i]);
+                        // A memo started over has the list but not its prints.
+                        prints.push(old_prints.get(i).copied().unwrap_or_else(|| prints_of(after)));
                     }
                     (i, j) = (i + 1, j + 1);
                 }

@@ -36,12 +36,15 @@ impl One<'_> {
     }
 
     /// A change of the template in the CP item starts a rollout (a change of `revision`
-    /// alone only renames the target's revision).
+    /// alone only renames the target's revision). A rollout that already has the new template
+    /// as its target goes on as it stands: a leader that reloaded the store after the pass
+    /// that started it, but before the list that changed was stored, sees the change again.
     pub fn cp_change(&mut self, r: &mut Option<Rollout>) {
         let Some(old) = self.snap.old_agents.as_ref().and_then(|l| find_agent(l, &self.a.key)) else { return };
         let restart = r.as_ref().map_or(0, |r| r.target.restart);
         let (was, now) = (Template::of(old, restart), Template::of(self.a, restart));
-        if !was.same(&now) {
+        let already = r.as_ref().is_some_and(|r| r.target.same(&now));
+        if !was.same(&now) && !already {
             let image = now.executor.image.clone().map_or_else(|| "the kind's image".into(), |i| format!("image {i}"));
             self.start(r, was, now);
             self.event(
