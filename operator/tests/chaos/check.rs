@@ -119,15 +119,22 @@ impl World {
     }
 }
 
-/// Calls that reached devkit while the last term to start was another replica's.
+/// Calls that reached devkit while the last term to start was another replica's, a line per
+/// (caller, term): how many, and from when to when into the term.
 fn outside_calls(terms: &[Term], calls: &[(SystemTime, String)]) -> Vec<String> {
-    let mut out = Vec::new();
+    let mut by_term: BTreeMap<(u64, &str, &str), (usize, Duration, Duration)> = BTreeMap::new();
     for (at, replica) in calls {
         let Some(t) = terms.iter().rev().find(|t| t.at <= *at) else { continue };
         if &t.replica != replica {
             let after = at.duration_since(t.at).unwrap_or_default();
-            out.push(format!("{replica} called {after:?} into epoch {} of {}", t.epoch, t.replica));
+            let e = by_term.entry((t.epoch, replica, &t.replica)).or_insert((0, after, after));
+            (e.0, e.1, e.2) = (e.0 + 1, e.1.min(after), e.2.max(after));
         }
+    }
+    let mut out = Vec::new();
+    for ((epoch, caller, leader), (n, first, last)) in by_term {
+        let line = format!("{caller} called {first:?}–{last:?} into epoch {epoch} of {leader} ({n} calls)");
+        out.extend(std::iter::repeat_n(line, n));
     }
     out
 }
@@ -160,7 +167,9 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         let row = |f: &mut fmt::Formatter, what: &str, v: &[String]| -> fmt::Result {
             writeln!(f, "  {what:<58} {}", v.len())?;
-            v.iter().take(5).try_for_each(|x| writeln!(f, "      {x}"))
+            let mut distinct: Vec<&String> = v.iter().collect();
+            distinct.dedup();
+            distinct.iter().take(8).try_for_each(|x| writeln!(f, "      {x}"))
         };
         writeln!(f, "fault suite: {} faults", self.faults.len())?;
         row(f, &format!("acknowledged admin writes lost (of {})", self.acknowledged), &self.lost_writes)?;

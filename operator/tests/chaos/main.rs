@@ -48,11 +48,9 @@ async fn faults_drawn_from_a_seed_lose_nothing_and_the_fleet_converges_after_eac
         flow.quiet.store(true, Ordering::SeqCst);
         let converged = world.converge(Duration::from_secs(60)).await;
         let leader = fault.leader.as_deref().unwrap_or("none");
-        eprintln!(
-            "{:>6.1} s  {} (leader {leader}) → converged {converged:?}",
-            started.elapsed().as_secs_f64(),
-            fault.kind
-        );
+        let at = time::OffsetDateTime::from(fault.at).format(&time::format_description::well_known::Rfc3339).unwrap();
+        let elapsed = started.elapsed().as_secs_f64();
+        eprintln!("{elapsed:>6.1} s  {} at {at} (leader {leader}) → converged {converged:?}", fault.kind);
         faults.push((fault, converged));
         tokio::time::sleep(Duration::from_millis(rng.gen_range(2_000..8_000))).await;
     }
@@ -65,5 +63,8 @@ async fn faults_drawn_from_a_seed_lose_nothing_and_the_fleet_converges_after_eac
 
     let report = world.check(&faults, &written).await;
     eprintln!("{report}");
+    if !report.clean() {
+        eprintln!("the replicas' logs are kept in {}", world.keep_logs().display());
+    }
     assert!(report.clean(), "an invariant was broken: {report}");
 }

@@ -146,6 +146,16 @@ impl World {
         self.service.set_ready(self.slots[i].port, true);
     }
 
+    /// Keeps the replicas' logs past the test, for a run that broke an invariant.
+    pub fn keep_logs(&mut self) -> std::path::PathBuf {
+        let kept = std::env::temp_dir().join(format!("fleet-chaos-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&kept);
+        for s in &self.slots {
+            let _ = std::fs::copy(self.dir.join(format!("{}.log", s.name)), kept.join(format!("{}.log", s.name)));
+        }
+        kept
+    }
+
     pub fn live(&self) -> Vec<&Replica> {
         self.slots.iter().filter_map(|s| s.replica.as_ref()).collect()
     }
