@@ -81,8 +81,8 @@ impl Devkit {
         self.state.lock().calls_from.get(replica).copied().unwrap_or(0)
     }
 
-    /// Every request a replica sent: when it arrived, and the replica it named.
-    pub fn call_log(&self) -> Vec<(std::time::SystemTime, String)> {
+    /// Every request a replica sent: the replica it named, when it arrived, when it was made.
+    pub fn call_log(&self) -> Vec<state::Call> {
         self.state.lock().call_log.iter().cloned().collect()
     }
 
@@ -169,20 +169,23 @@ impl Devkit {
     }
 }
 
-/// Counts each request by the replica that names itself in `x-fleet-replica`.
+/// Counts each request by the replica that names itself in `x-fleet-replica`, and keeps when
+/// it arrived and when it was made (`x-fleet-call-at`).
 async fn count_replica(
     axum::extract::State(dk): axum::extract::State<Devkit>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     if let Some(r) = req.headers().get("x-fleet-replica").and_then(|v| v.to_str().ok()) {
-        let name: String = r.chars().take(64).collect();
+        let replica: String = r.chars().take(64).collect();
+        let made = req.headers().get("x-fleet-call-at").and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let made = made.map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms));
         let mut s = dk.state.lock();
-        *s.calls_from.entry(name.clone()).or_default() += 1;
+        *s.calls_from.entry(replica.clone()).or_default() += 1;
         if s.call_log.len() == state::CALL_LOG_MAX {
             s.call_log.pop_front();
         }
-        s.call_log.push_back((std::time::SystemTime::now(), name));
+        s.call_log.push_back(state::Call { replica, arrived: std::time::SystemTime::now(), made });
     }
     next.run(req).await
 }

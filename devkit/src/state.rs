@@ -81,9 +81,19 @@ pub struct DevState {
     /// Count of requests by the replica that sent them (`x-fleet-replica`), for tests of
     /// which controller called when.
     pub calls_from: HashMap<String, u64>,
-    /// When each of those requests arrived and from which replica, the newest
-    /// [`CALL_LOG_MAX`], for the fault suite's check that only the leader calls out.
-    pub call_log: std::collections::VecDeque<(std::time::SystemTime, String)>,
+    /// Each of those requests, the newest [`CALL_LOG_MAX`], for the fault suite's check that
+    /// only the leader calls out.
+    pub call_log: std::collections::VecDeque<Call>,
+}
+
+/// A request a controller replica sent.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub replica: String,
+    /// When it reached devkit.
+    pub arrived: std::time::SystemTime,
+    /// When the replica's call gate let it start (`x-fleet-call-at`), if it said.
+    pub made: Option<std::time::SystemTime>,
 }
 
 /// The most requests [`DevState::call_log`] keeps.

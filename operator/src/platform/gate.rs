@@ -3,7 +3,8 @@
 //! monotonic clock since the last renewal, for at least the call's timeout — and while its
 //! lock's session answered a moment ago. A replica not sure that it leads calls nothing, so a
 //! leader paused past its lease wakes silent. Every call names the replica that made it
-//! (`x-fleet-replica`), for the platform's logs.
+//! (`x-fleet-replica`) and when the gate let it start (`x-fleet-call-at`, milliseconds since
+//! the Unix epoch), for the platform's logs.
 
 use super::error::PlatformError;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -95,7 +96,8 @@ impl CallGate {
         req: reqwest::RequestBuilder,
     ) -> Result<reqwest::RequestBuilder, PlatformError> {
         let timeout = self.permit(service)?;
-        Ok(req.timeout(timeout).header("x-fleet-replica", &self.replica))
+        let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
+        Ok(req.timeout(timeout).header("x-fleet-replica", &self.replica).header("x-fleet-call-at", at.to_string()))
     }
 }
 
@@ -136,5 +138,17 @@ mod tests {
         g.close();
         assert!(g.permit("IAM").is_err(), "closed when the term ends");
         assert_eq!(CallGate::always("one").permit("CP").unwrap(), CALL_TIMEOUT);
+    }
+
+    #[test]
+    fn an_admitted_call_names_its_replica_and_when_it_was_let_start() {
+        let g = CallGate::always("r7");
+        let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+        let req = g.admit("CP", reqwest::Client::new().get("http://cp.invalid/")).unwrap().build().unwrap();
+        let after = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+        assert_eq!(req.headers()["x-fleet-replica"], "r7");
+        let at: u128 = req.headers()["x-fleet-call-at"].to_str().unwrap().parse().unwrap();
+        assert!((before..=after).contains(&at), "{before} <= {at} <= {after}");
+        assert_eq!(req.timeout(), Some(&CALL_TIMEOUT));
     }
 }

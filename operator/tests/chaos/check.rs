@@ -1,10 +1,12 @@
 //! The checker: what no fault may cause, counted from what the suite kept (the admin's
-//! acknowledged writes), what devkit saw (PATs, every outside call and its replica), what the
+//! acknowledged writes), what devkit saw (PATs, every outside call, its replica and when the
+//! replica's gate let it start), what the
 //! nodes saw (generations) and what the replicas logged (each term's start).
 
 use crate::load::{Lifecycle, Written};
 use crate::support::TestNode;
 use crate::world::{Fault, World, KINDS};
+use fleet_devkit::state::Call;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -27,6 +29,9 @@ pub struct Report {
     backwards: u64,
     calls: usize,
     outside_calls: Vec<String>,
+    /// Calls made in their replica's term that reached devkit in another's (on the wire at
+    /// the change): told, not an invariant.
+    landed_late: Vec<String>,
     shared_epochs: Vec<String>,
 }
 
@@ -56,7 +61,8 @@ impl World {
         r.double_pats = self.double_pats();
         let calls = self.dk.call_log();
         r.calls = calls.len();
-        r.outside_calls = outside_calls(&terms, &calls);
+        r.outside_calls = outside_calls(&terms, &calls, false);
+        r.landed_late = outside_calls(&terms, &calls, true);
         r.shared_epochs = shared_epochs(&terms);
         r.lost_writes = self.lost_writes(written).await;
         r
@@ -119,11 +125,12 @@ impl World {
     }
 }
 
-/// Calls that reached devkit while the last term to start was another replica's, a line per
-/// (caller, term): how many, and from when to when into the term.
-fn outside_calls(terms: &[Term], calls: &[(SystemTime, String)]) -> Vec<String> {
+/// Calls made (or, with `landed`, that reached devkit) while the last term to start was
+/// another replica's, a line per (caller, term): how many, and from when to when into the term.
+fn outside_calls(terms: &[Term], calls: &[Call], landed: bool) -> Vec<String> {
     let mut by_term: BTreeMap<(u64, &str, &str), (usize, Duration, Duration)> = BTreeMap::new();
-    for (at, replica) in calls {
+    for c in calls {
+        let (at, replica) = (if landed { &c.arrived } else { c.made.as_ref().unwrap_or(&c.arrived) }, &c.replica);
         let Some(t) = terms.iter().rev().find(|t| t.at <= *at) else { continue };
         if &t.replica != replica {
             let after = at.duration_since(t.at).unwrap_or_default();
@@ -175,7 +182,8 @@ impl fmt::Display for Report {
         row(f, &format!("acknowledged admin writes lost (of {})", self.acknowledged), &self.lost_writes)?;
         row(f, "(agent, node) pairs with more than one live PAT after the grace", &self.double_pats)?;
         writeln!(f, "  {:<58} {}", "desired states served with a generation gone backwards", self.backwards)?;
-        row(f, &format!("outside calls while another replica led (of {})", self.calls), &self.outside_calls)?;
+        row(f, &format!("outside calls made while another replica led (of {})", self.calls), &self.outside_calls)?;
+        row(f, "(told) calls that reached devkit while another replica led", &self.landed_late)?;
         row(f, "epochs led by two replicas", &self.shared_epochs)?;
         let unconverged: Vec<String> =
             self.faults.iter().filter_map(|(k, c, _)| c.as_ref().err().map(|e| format!("{k}: {e}"))).collect();
