@@ -22,6 +22,7 @@
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::model::Id;
+use crate::platform::gate::LOCK_FRESH;
 use crate::platform::CallGate;
 use crate::reconcile::pass::{self, agents};
 use crate::reconcile::work;
@@ -283,11 +284,31 @@ async fn take_lock_and_lease(
     if !lease::try_lock(conn).await? {
         return Ok(None);
     }
+    wait_out_a_live_holder(s, pool).await?;
     let fence = lease::acquire_locked(conn, &s.cfg.replica_name, &s.cfg.advertise_url, s.cfg.leader_lease).await?;
     if fence.is_none() {
         lease::unlock(conn).await?;
     }
     Ok(fence)
+}
+
+/// How long a replica that got the lock waits before taking a lease that still runs: the
+/// holder may be alive (cut off from the database, or its session ended by a follower), and
+/// its gate lets a call start up to `LOCK_FRESH` after its lock's session last answered — at
+/// the latest when the lock passed. Waited out, no call of the old term is made in the new.
+const HOLDER_QUIET: Duration = Duration::from_millis(LOCK_FRESH.as_millis() as u64 + 100);
+
+/// With the lock held: waits out the calls of another holder whose lease still runs. A dead
+/// holder costs the takeover this much; an expired lease, none (its holder's gate closed by its
+/// own clock before the lease ran out).
+async fn wait_out_a_live_holder(s: &Shared, pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+    let holder = lease::holder(pool).await?;
+    if let Some(h) = holder.filter(|h| h.live && h.holder != s.cfg.replica_name) {
+        tracing::info!(holder = %h.holder, epoch = h.epoch, "took the lock of a leader whose lease still runs; \
+            waiting {} ms for its calls to stop", HOLDER_QUIET.as_millis());
+        tokio::time::sleep(HOLDER_QUIET).await;
+    }
+    Ok(())
 }
 
 /// Follows the current leader; a holder whose lease expired with its lock still held (paused,

@@ -147,6 +147,12 @@ async fn one_leader_every_replica_serves_and_a_killed_leader_is_replaced() {
     let second = the_leader(&rest, 30).await;
     let new = rest.iter().find(|r| r.name == second).unwrap();
     assert!(new.proc.log_text().contains("became the leader (epoch 2)"), "{}", new.proc.log_text());
+    // The lease still ran: the old leader's last calls are waited out before the new term.
+    assert!(
+        new.proc.log_text().contains("took the lock of a leader whose lease still runs; waiting 850 ms"),
+        "{}",
+        new.proc.log_text()
+    );
 
     // The new leader reconciles: a new agent is placed and reaches a node through a follower.
     dk.put_agent(agent("beta", "k", 1));
