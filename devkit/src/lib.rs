@@ -178,8 +178,9 @@ async fn count_replica(
 ) -> axum::response::Response {
     if let Some(r) = req.headers().get("x-fleet-replica").and_then(|v| v.to_str().ok()) {
         let replica: String = r.chars().take(64).collect();
-        let made = req.headers().get("x-fleet-call-at").and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-        let made = made.map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms));
+        let made = req.headers().get("x-fleet-call-at").and_then(|v| v.to_str().ok()?.parse::<f64>().ok());
+        let made = made.filter(|ms| ms.is_finite() && *ms >= 0.0);
+        let made = made.map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_micros((ms * 1e3).round() as u64));
         let mut s = dk.state.lock();
         *s.calls_from.entry(replica.clone()).or_default() += 1;
         if s.call_log.len() == state::CALL_LOG_MAX {

@@ -232,9 +232,8 @@ async fn renew(s: &Shared, pool: &sqlx::PgPool, t: &mut Term) -> Result<bool, St
 /// Tries for the advisory lock and, holding it, the lease; then loads the store and starts a
 /// term. `lock_slot` keeps the follower's lock session between tries.
 async fn try_lead(s: &Shared, pool: &sqlx::PgPool, lock_slot: &mut Option<PgConnection>) -> Option<Term> {
-    let sent = Instant::now();
-    let fence = match take_lock_and_lease(s, pool, lock_slot).await {
-        Ok(Some(f)) => f,
+    let (fence, sent) = match take_lock_and_lease(s, pool, lock_slot).await {
+        Ok(Some(taken)) => taken,
         Ok(None) => {
             follow(s, pool).await;
             return None;
@@ -270,13 +269,14 @@ async fn try_lead(s: &Shared, pool: &sqlx::PgPool, lock_slot: &mut Option<PgConn
     Some(Term { fence, tasks, renewed: sent, lock })
 }
 
-/// The lease, when this replica got the lock and the lease could be taken with it; a lock
-/// got without the lease is let go again.
+/// The lease, when this replica got the lock and the lease could be taken with it, and when
+/// the taking was sent (the lease runs at least its TTL from then); a lock got without the
+/// lease is let go again.
 async fn take_lock_and_lease(
     s: &Shared,
     pool: &sqlx::PgPool,
     lock_slot: &mut Option<PgConnection>,
-) -> Result<Option<Fence>, sqlx::Error> {
+) -> Result<Option<(Fence, Instant)>, sqlx::Error> {
     let conn = match lock_slot {
         Some(c) => c,
         None => lock_slot.insert(pool.acquire().await?.detach()),
@@ -285,11 +285,12 @@ async fn take_lock_and_lease(
         return Ok(None);
     }
     wait_out_a_live_holder(s, pool).await?;
+    let sent = Instant::now();
     let fence = lease::acquire_locked(conn, &s.cfg.replica_name, &s.cfg.advertise_url, s.cfg.leader_lease).await?;
     if fence.is_none() {
         lease::unlock(conn).await?;
     }
-    Ok(fence)
+    Ok(fence.map(|f| (f, sent)))
 }
 
 /// How long a replica that got the lock waits before taking a lease that still runs: the

@@ -4,7 +4,7 @@
 //! lock's session answered a moment ago. A replica not sure that it leads calls nothing, so a
 //! leader paused past its lease wakes silent. Every call names the replica that made it
 //! (`x-fleet-replica`) and when the gate let it start (`x-fleet-call-at`, milliseconds since
-//! the Unix epoch), for the platform's logs.
+//! the Unix epoch, to the microsecond), for the platform's logs.
 
 use super::error::PlatformError;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -96,8 +96,9 @@ impl CallGate {
         req: reqwest::RequestBuilder,
     ) -> Result<reqwest::RequestBuilder, PlatformError> {
         let timeout = self.permit(service)?;
-        let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
-        Ok(req.timeout(timeout).header("x-fleet-replica", &self.replica).header("x-fleet-call-at", at.to_string()))
+        let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_micros();
+        let at = format!("{}.{:03}", at / 1000, at % 1000);
+        Ok(req.timeout(timeout).header("x-fleet-replica", &self.replica).header("x-fleet-call-at", at))
     }
 }
 
@@ -143,12 +144,16 @@ mod tests {
     #[test]
     fn an_admitted_call_names_its_replica_and_when_it_was_let_start() {
         let g = CallGate::always("r7");
-        let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+        let ms =
+            || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as f64 / 1e3;
+        let before = ms();
         let req = g.admit("CP", reqwest::Client::new().get("http://cp.invalid/")).unwrap().build().unwrap();
-        let after = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+        let after = ms();
         assert_eq!(req.headers()["x-fleet-replica"], "r7");
-        let at: u128 = req.headers()["x-fleet-call-at"].to_str().unwrap().parse().unwrap();
-        assert!((before..=after).contains(&at), "{before} <= {at} <= {after}");
+        let at = req.headers()["x-fleet-call-at"].to_str().unwrap();
+        assert_eq!(at.split('.').nth(1).map(str::len), Some(3), "to the microsecond: {at}");
+        let at: f64 = at.parse().unwrap();
+        assert!(before <= at && at <= after, "{before} <= {at} <= {after}");
         assert_eq!(req.timeout(), Some(&CALL_TIMEOUT));
     }
 }
