@@ -23,6 +23,8 @@ pub struct Context<W> {
     pub trigger: Arc<Trigger>,
     /// When the last pass finished; shared with `/readyz`.
     pub pass_clock: Arc<PassClock>,
+    /// Whether outside calls may start (the lease; always on SQLite).
+    pub gate: Arc<CallGate>,
     /// The state of the one who runs on this context.
     pub work: W,
 }
@@ -40,8 +42,8 @@ impl<W> Context<W> {
         let http = crate::platform::http_client_trusting(&cfg.ca_certs);
         let tokens = Arc::new(TokenSource::new(http.clone(), &cfg.iam_url, cfg.credentials.clone(), gate.clone()));
         let cp = CpClient::new(http.clone(), &cfg.control_plane_url, tokens.clone(), gate.clone());
-        let iam = IamClient::new(http, &cfg.iam_url, &cfg.iam_tenant, tokens, gate);
-        Arc::new(Context { cfg, store, cp, iam, metrics, trigger, pass_clock, work })
+        let iam = IamClient::new(http, &cfg.iam_url, &cfg.iam_tenant, tokens, gate.clone());
+        Arc::new(Context { cfg, store, cp, iam, metrics, trigger, pass_clock, gate, work })
     }
 
     pub fn kick(&self) {

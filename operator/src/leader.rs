@@ -173,7 +173,7 @@ pub async fn campaign(s: Shared) {
             continue;
         }
         if Instant::now() >= next_renewal {
-            match renew(&s, &pool, t).await {
+            match renew(&s, t).await {
                 Ok(true) => next_renewal = Instant::now() + renew_every,
                 // Tried again at the next check, while the step-down deadline allows.
                 Ok(false) => next_renewal = Instant::now(),
@@ -203,8 +203,9 @@ async fn check_lock(gate: &CallGate, lock: &mut PgConnection) -> Result<(), Stri
 /// Renews the lease: `Ok(true)` renewed, `Ok(false)` failed but to be tried again, `Err` ends
 /// the term. The term must end two thirds of the TTL after the last renewal, leaving a third
 /// of the lease to spare before another replica may take it; a renewal that hangs is abandoned
-/// at that deadline, and a refused one ends the term at once.
-async fn renew(s: &Shared, pool: &sqlx::PgPool, t: &mut Term) -> Result<bool, String> {
+/// at that deadline, and a refused one ends the term at once. It goes over the lock's session:
+/// on the pool it would wait behind a busy pass's transactions, and the lock checks with it.
+async fn renew(s: &Shared, t: &mut Term) -> Result<bool, String> {
     let ttl = s.cfg.leader_lease;
     let deadline = t.renewed + ttl * 2 / 3;
     let sent = Instant::now();
@@ -212,7 +213,7 @@ async fn renew(s: &Shared, pool: &sqlx::PgPool, t: &mut Term) -> Result<bool, St
     if left.is_zero() {
         return Err("cannot renew it in time: two thirds of the lease passed without a renewal".to_string());
     }
-    let (refused, why) = match tokio::time::timeout(left.min(ttl / 3), lease::renew(pool, &t.fence, ttl)).await {
+    let (refused, why) = match tokio::time::timeout(left.min(ttl / 3), lease::renew(&mut t.lock, &t.fence, ttl)).await {
         Ok(Ok(true)) => {
             t.renewed = sent;
             s.gate.lease_runs_until(sent + ttl);
@@ -318,7 +319,7 @@ async fn follow(s: &Shared, pool: &sqlx::PgPool) {
     let holder = lease::holder(pool).await.ok().flatten();
     if holder.as_ref().is_some_and(|h| !h.live) {
         match lease::end_expired_holder(pool).await {
-            Ok(true) => tracing::warn!("ended the database session of a leader whose lease expired"),
+            Ok(true) => tracing::warn!("ended the database sessions of a leader whose lease expired"),
             Ok(false) => {}
             Err(e) => tracing::warn!(error = %e, "cannot end the session of a leader whose lease expired"),
         }

@@ -18,6 +18,9 @@ pub const MIN_CALL: Duration = Duration::from_secs(2);
 /// A call is started only this soon after the leader's lock was last seen held.
 pub const LOCK_FRESH: Duration = Duration::from_millis(750);
 
+/// How often a waiting worker looks at the gate again (the lock is checked every 250 ms).
+const OPEN_POLL: Duration = Duration::from_millis(20);
+
 /// Whether this replica may call out now, and for how long.
 #[derive(Debug)]
 pub struct CallGate {
@@ -89,6 +92,16 @@ impl CallGate {
         Ok(lease_left.min(CALL_TIMEOUT))
     }
 
+    /// Returns once a call could start: a leader's workers wait out a lock check that came
+    /// late (a busy moment) here, where calling at once would fail every queued item together
+    /// and send each into its backoff. Never returns on a replica that does not lead; its
+    /// workers run only in a term and end with it.
+    pub async fn opened(&self) {
+        while self.permit("any").is_err() {
+            tokio::time::sleep(OPEN_POLL).await;
+        }
+    }
+
     /// `req` with the timeout the gate allows and this replica's name, or why it is not sent.
     pub fn admit(
         &self,
@@ -139,6 +152,22 @@ mod tests {
         g.close();
         assert!(g.permit("IAM").is_err(), "closed when the term ends");
         assert_eq!(CallGate::always("one").permit("CP").unwrap(), CALL_TIMEOUT);
+    }
+
+    #[tokio::test]
+    async fn a_worker_waits_for_the_gate_to_open() {
+        let g = Arc::new(CallGate::leased("r1"));
+        let now = Instant::now();
+        g.lease_runs_until(now + Duration::from_secs(15));
+        g.lock_seen(now - Duration::from_secs(1));
+        let waiting = tokio::spawn({
+            let g = g.clone();
+            async move { g.opened().await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "the lock was not seen lately: it waits");
+        g.lock_seen(Instant::now());
+        tokio::time::timeout(Duration::from_secs(2), waiting).await.expect("open once the lock answered").unwrap();
     }
 
     #[test]

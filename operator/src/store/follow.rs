@@ -321,6 +321,17 @@ mod replicas {
         let w = crate::store::db::PassWrite { desired: vec![(id.to_string(), 5, "[]".into())], ..Default::default() };
         leader.db().apply_pass(&w).await.unwrap();
         until("the follower serves generation 5", || follower.desired_body(&id).is_some_and(|(g, _)| g == 5)).await;
+        assert!(follower.desired_body(&id).is_some_and(|(_, body)| body.is_some()), "held: the node may ask here");
+
+        // The node applied generation 5, served by another replica: the follower hears it
+        // from the report and lets go of the body (the database keeps it).
+        let applied = fleet_api::ObservedReport { applied_generation: 5, ..report(3) };
+        leader.report(&id, applied, clock::now_ms(), ttl);
+        leader.flush_reports().await.unwrap();
+        until("the follower lets the delivered body go", || {
+            follower.desired_body(&id).is_some_and(|(g, body)| g == 5 && body.is_none())
+        })
+        .await;
 
         // A node joined on the leader reports to the follower: the leader hears the report.
         let (key, _) = leader.issue_join_key(ttl, "", &Default::default()).await.unwrap();
@@ -360,5 +371,32 @@ mod replicas {
         .await;
         follower.delete_node("n1", "test").await.unwrap();
         until("the leader forgets the deleted node", || leader.read().node(&id).is_none()).await;
+    }
+
+    /// Two replicas writing reports of the same nodes at the same moment never deadlock:
+    /// each writes its rows in id order (in any other order PostgreSQL breaks the cycle after
+    /// a second and the flush fails).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn two_replicas_flushing_reports_of_the_same_nodes_do_not_deadlock() {
+        let Some(pg) = fleet_devkit::postgres::shared_or_skip("flushes on two replicas") else { return };
+        let url = pg.database().unwrap();
+        let a = Arc::new(Store::open_as(&url, "a").await.unwrap());
+        let b = Arc::new(Store::open_as(&url, "b").await.unwrap());
+        let ttl = Duration::from_secs(60);
+        let mut ids = Vec::new();
+        for i in 0..200 {
+            let (key, _) = a.issue_join_key(ttl, "", &Default::default()).await.unwrap();
+            ids.push(Id::from(a.join(&join_request(key, &format!("n{i}"))).await.unwrap().node_id.as_str()));
+        }
+        catch_up(&b.parts, ttl, false).await.unwrap();
+        for round in 1..=5u64 {
+            let now = clock::now_ms();
+            for id in &ids {
+                a.report(id, report(round * 2), now, ttl);
+                b.report(id, report(round * 2 + 1), now, ttl);
+            }
+            let (x, y) = tokio::join!(a.parts.flush_reports_by(20), b.parts.flush_reports_by(20));
+            assert_eq!((x.unwrap(), y.unwrap()), (200, 200), "round {round}: every row written by both");
+        }
     }
 }

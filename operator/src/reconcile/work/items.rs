@@ -21,12 +21,13 @@ use tracing::Instrument;
 /// sooner.
 pub const WORKERS: usize = 16;
 
-/// One worker ([`WORKERS`] run): takes the next due key, handles it and tells the queue how
-/// it went. It runs for the life of the controller; its end is a fault the supervisor
-/// reports (`server.rs`).
+/// One worker ([`WORKERS`] run): takes the next due key, waits until outside calls may start,
+/// handles it and tells the queue how it went. It runs for the life of the controller; its end is a
+/// fault the supervisor reports (`server.rs`).
 pub async fn worker(ctx: Arc<Ctx>) {
     loop {
         let key = ctx.work.queue.next().await;
+        ctx.gate.opened().await;
         let outcome = handle(&ctx, &key).await;
         if ctx.work.queue.done(&key, outcome).is_some() {
             ctx.metrics.work_retries.inc();

@@ -31,8 +31,9 @@ pub async fn acquire(pool: &PgPool, holder: &str, url: &str, ttl: Duration) -> R
     Ok(epoch.map(|epoch| Fence { holder: holder.to_string(), epoch }))
 }
 
-/// Extends the lease by `ttl` from now; `false` when it is no longer ours.
-pub async fn renew(pool: &PgPool, fence: &Fence, ttl: Duration) -> Result<bool, sqlx::Error> {
+/// Extends the lease by `ttl` from now; `false` when it is no longer ours. The leader renews
+/// on its lock's own session, which no pass or flush can keep busy.
+pub async fn renew<'c>(db: impl sqlx::PgExecutor<'c>, fence: &Fence, ttl: Duration) -> Result<bool, sqlx::Error> {
     let done = sqlx::query(
         "UPDATE leader_lease SET expires_at = now() + $1 * interval '1 millisecond' \
          WHERE name = $2 AND holder = $3 AND epoch = $4 AND expires_at > now()",
@@ -41,7 +42,7 @@ pub async fn renew(pool: &PgPool, fence: &Fence, ttl: Duration) -> Result<bool, 
     .bind(NAME)
     .bind(&fence.holder)
     .bind(fence.epoch)
-    .execute(pool)
+    .execute(db)
     .await?;
     Ok(done.rows_affected() == 1)
 }
@@ -102,18 +103,30 @@ pub async fn acquire_locked(
     Ok(epoch.map(|epoch| Fence { holder: holder.to_string(), epoch }))
 }
 
-/// Ends the session of a holder whose lease expired while its lock is still held (a leader
-/// paused or cut off from the database), so the lock can be taken; `true` when one was ended.
+/// Ends the sessions of a holder whose lease expired (a leader paused or cut off from the
+/// database), so the lock and the lease can be taken: the session holding its lock, and any
+/// transaction of its term still open on the lease row — a fenced write share-locks the row, so
+/// a leader paused inside one would hold the taker's `acquire_locked` until it woke. Those are
+/// the transactions begun before the lease expired that hold `FOR SHARE` on it (a follower
+/// never takes that lock; the next leader's transactions begin after the expiry).
+/// `true` when a session was ended.
 pub async fn end_expired_holder(pool: &PgPool) -> Result<bool, sqlx::Error> {
-    let ended: Option<bool> = sqlx::query_scalar(
-        "SELECT pg_terminate_backend(lock_pid) FROM leader_lease \
-         WHERE name = $1 AND expires_at <= now() AND lock_epoch = epoch AND lock_pid <> pg_backend_pid() \
-         AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = leader_lease.lock_pid)",
+    let ended: i64 = sqlx::query_scalar(
+        "WITH lease AS (SELECT lock_pid, lock_epoch, epoch, expires_at FROM leader_lease \
+           WHERE name = $1 AND expires_at <= now()), \
+         stale AS ( \
+           SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid, lease \
+           WHERE l.locktype = 'relation' AND l.relation = 'leader_lease'::regclass AND l.granted \
+           AND l.mode = 'RowShareLock' AND l.pid <> pg_backend_pid() AND a.xact_start < lease.expires_at \
+           UNION \
+           SELECT lock_pid FROM lease WHERE lock_epoch = epoch AND lock_pid <> pg_backend_pid() \
+           AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = lease.lock_pid)) \
+         SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM stale",
     )
     .bind(NAME)
-    .fetch_optional(pool)
+    .fetch_one(pool)
     .await?;
-    Ok(ended == Some(true))
+    Ok(ended > 0)
 }
 
 /// Whether the lock's session still answers.
@@ -236,6 +249,48 @@ mod tests {
         assert!(try_lock(&mut four).await.unwrap());
         assert_eq!(acquire_locked(&mut four, "four", "", ttl).await.unwrap(), None, "unexpired, no lock recorded");
         assert!(renew(pool, &old, ttl).await.unwrap(), "the old holder still leads");
+    }
+
+    /// A leader paused inside a fenced write (the lease row share-locked) does not hold the
+    /// takeover until it wakes: once its lease expired, that transaction's session is ended
+    /// with its lock's, and the next replica takes the lease at once.
+    #[tokio::test]
+    async fn a_leader_paused_inside_a_fenced_write_is_ended_with_its_lock() {
+        let Some(db) = db().await else { return };
+        let pool = db.pg().unwrap();
+        let mut lock = pool.acquire().await.unwrap().detach();
+        let mut writing = pool.acquire().await.unwrap().detach();
+        let mut taker = pool.acquire().await.unwrap().detach();
+        let mut got = false;
+        for _ in 0..100 {
+            got = try_lock(&mut lock).await.unwrap();
+            if got {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(got, "the lock is free");
+        let paused = acquire_locked(&mut lock, "paused", "", Duration::from_millis(300)).await.unwrap().expect("free");
+        sqlx::query("BEGIN").execute(&mut writing).await.unwrap();
+        let share = "SELECT 1 FROM leader_lease WHERE name = $1 AND holder = $2 AND epoch = $3 FOR SHARE";
+        let held = sqlx::query(share).bind(NAME).bind(&paused.holder).bind(paused.epoch);
+        assert!(held.fetch_optional(&mut writing).await.unwrap().is_some(), "the fence passes in its term");
+
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(end_expired_holder(pool).await.unwrap());
+        let took = async {
+            loop {
+                if try_lock(&mut taker).await.unwrap() {
+                    return acquire_locked(&mut taker, "taker", "", Duration::from_secs(60)).await.unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let next = tokio::time::timeout(Duration::from_secs(5), took).await;
+        let next = next.expect("the open write does not hold the takeover").expect("expired");
+        assert_eq!(next.epoch, paused.epoch + 1);
+        assert!(ping(&mut writing).await.is_err(), "the paused write's session was ended");
+        assert!(ping(&mut lock).await.is_err(), "and its lock's");
     }
 
     /// An unrenewed lease expires in the database's clock and can be taken.

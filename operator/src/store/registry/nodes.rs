@@ -69,8 +69,12 @@ impl State {
         let reports_changed = old.replicas != info.replicas || old.health != info.health;
         let period_changed = old.observe_seconds != info.observe_seconds;
         let was_online = rec.online(now, offline_after);
+        let applied = info.applied_generation;
         rec.last_seen_ms = seen_ms.max(rec.last_seen_ms);
         rec.set_info(info);
+        // The node has the body of the generation it applied, whichever replica served it:
+        // a replica that did not serve it learns so only here, and would hold it otherwise.
+        self.delivered(node, applied);
         if persist {
             self.dirty_nodes.insert(node.clone());
         }
@@ -255,9 +259,12 @@ impl State {
     }
 
     /// Up to `chunk` nodes whose reports the database does not have yet, as rows, no longer
-    /// marked (a failed write marks them again: [`State::mark_dirty`]).
+    /// marked (a failed write marks them again: [`State::mark_dirty`]). Sorted by id: every
+    /// replica's flush then locks the rows it shares with another's in the same order, where
+    /// two orders deadlock (PostgreSQL ends one after a second, and it is retried).
     pub(in crate::store) fn take_dirty(&mut self, chunk: usize) -> (Vec<Id>, Vec<(String, i64, String)>) {
-        let ids: Vec<Id> = self.dirty_nodes.iter().take(chunk).cloned().collect();
+        let mut ids: Vec<Id> = self.dirty_nodes.iter().take(chunk).cloned().collect();
+        ids.sort_unstable();
         for id in &ids {
             self.dirty_nodes.remove(id);
         }
