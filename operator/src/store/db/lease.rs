@@ -104,17 +104,24 @@ pub async fn acquire_locked(
 }
 
 /// Ends the sessions of a holder whose lease expired (a leader paused or cut off from the
-/// database), so the lock and the lease can be taken: the session holding its lock, and any
-/// transaction of its term still open on the lease row — a fenced write share-locks the row, so
-/// a leader paused inside one would hold the taker's `acquire_locked` until it woke. Those are
-/// the transactions begun before the lease expired that hold `FOR SHARE` on it (a follower
-/// never takes that lock; the next leader's transactions begin after the expiry).
+/// database), so the lock and the lease can be taken, and nothing of its term holds a row the
+/// next leader writes: every session its replica opened before the expiry (sessions name their
+/// replica, `application_name`, cut to 63 bytes), the session recorded as its lock's, and any
+/// transaction begun before the expiry that holds `FOR SHARE` on the lease row (a fenced write;
+/// a follower never takes that lock). A leader paused inside a transaction would otherwise hold
+/// the takeover until it woke: a fenced write share-locks the lease row that `acquire_locked`
+/// updates, and a report flush locks node rows the new leader's own flush writes.
 /// `true` when a session was ended.
 pub async fn end_expired_holder(pool: &PgPool) -> Result<bool, sqlx::Error> {
     let ended: i64 = sqlx::query_scalar(
-        "WITH lease AS (SELECT lock_pid, lock_epoch, epoch, expires_at FROM leader_lease \
+        "WITH lease AS (SELECT holder, lock_pid, lock_epoch, epoch, expires_at FROM leader_lease \
            WHERE name = $1 AND expires_at <= now()), \
          stale AS ( \
+           SELECT a.pid FROM pg_stat_activity a, lease \
+           WHERE a.pid <> pg_backend_pid() AND a.backend_start < lease.expires_at AND a.application_name <> '' \
+           AND (a.application_name = lease.holder \
+             OR (octet_length(a.application_name) = 63 AND starts_with(lease.holder, a.application_name))) \
+           UNION \
            SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid, lease \
            WHERE l.locktype = 'relation' AND l.relation = 'leader_lease'::regclass AND l.granted \
            AND l.mode = 'RowShareLock' AND l.pid <> pg_backend_pid() AND a.xact_start < lease.expires_at \
@@ -291,6 +298,46 @@ mod tests {
         assert_eq!(next.epoch, paused.epoch + 1);
         assert!(ping(&mut writing).await.is_err(), "the paused write's session was ended");
         assert!(ping(&mut lock).await.is_err(), "and its lock's");
+    }
+
+    /// Whether the session was ended (the server's end of a termination takes a moment).
+    async fn ended(conn: &mut PgConnection) -> bool {
+        for _ in 0..40 {
+            if ping(conn).await.is_err() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    /// Every session a paused leader's replica opened before its lease expired is ended — a
+    /// report flush's open transaction holds node rows the next leader's own flush writes —;
+    /// a session opened after the expiry (the replica started again) and another replica's
+    /// are not.
+    #[tokio::test]
+    async fn every_session_of_an_expired_holder_is_ended() {
+        let Some(pg) = fleet_devkit::postgres::shared_or_skip("the lease's tests") else { return };
+        let url = pg.database().unwrap();
+        let paused = Db::open_as(&url, "paused").await.unwrap();
+        let other = Db::open_as(&url, "other").await.unwrap();
+        let mut lock = paused.pg().unwrap().acquire().await.unwrap().detach();
+        let mut flushing = paused.pg().unwrap().acquire().await.unwrap().detach();
+        let mut bystander = other.pg().unwrap().acquire().await.unwrap().detach();
+        assert!(try_lock(&mut lock).await.unwrap());
+        acquire_locked(&mut lock, "paused", "", Duration::from_millis(300)).await.unwrap().expect("free");
+        sqlx::query("BEGIN").execute(&mut flushing).await.unwrap();
+        sqlx::query("SELECT pg_advisory_xact_lock(7)").execute(&mut flushing).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let named = <sqlx::postgres::PgConnectOptions as std::str::FromStr>::from_str(&url).unwrap();
+        let mut restarted =
+            <PgConnection as sqlx::Connection>::connect_with(&named.application_name("paused")).await.unwrap();
+
+        assert!(end_expired_holder(other.pg().unwrap()).await.unwrap());
+        assert!(ended(&mut flushing).await, "the open transaction's session was ended");
+        assert!(ended(&mut lock).await, "and the lock's");
+        assert!(ping(&mut restarted).await.is_ok(), "a session opened after the expiry stays");
+        assert!(ping(&mut bystander).await.is_ok(), "another replica's stays");
     }
 
     /// An unrenewed lease expires in the database's clock and can be taken.

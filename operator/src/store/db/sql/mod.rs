@@ -75,6 +75,12 @@ pub async fn open_sqlite(url: &str) -> Result<sqlx::SqlitePool, DbError> {
 }
 
 pub async fn open_pg(url: &str, replica: &str) -> Result<sqlx::PgPool, DbError> {
+    // Every session names its replica (`pg_stat_activity.application_name`), so a follower can
+    // end all the sessions of a leader whose lease expired (`lease::end_expired_holder`).
+    let mut opts = sqlx::postgres::PgConnectOptions::from_str(url)?;
+    if !replica.is_empty() {
+        opts = opts.application_name(replica);
+    }
     let replica = replica.to_string();
     // A connection attempt gives up after 5 s, so a replica whose database is away says so
     // (`/readyz` 503) instead of hanging its requests.
@@ -88,7 +94,7 @@ pub async fn open_pg(url: &str, replica: &str) -> Result<sqlx::PgPool, DbError> 
                 Ok(())
             })
         })
-        .connect(url)
+        .connect_with(opts)
         .await?;
     // Replicas starting together migrate one at a time: sqlx takes an advisory lock.
     sqlx::migrate!("./migrations/postgres").run(&pool).await?;
