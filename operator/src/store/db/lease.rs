@@ -237,15 +237,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(end_expired_holder(pool).await.unwrap(), "the expired holder's session is ended");
         assert!(ping(&mut two).await.is_err(), "the paused leader finds its lock gone when it wakes");
-        let mut got = false;
-        for _ in 0..50 {
-            got = try_lock(&mut three).await.unwrap();
-            if got {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(got, "the lock is free once the session ended");
+        assert!(lock_within(&mut three, 2500).await, "the lock is free once the session ended");
         let third = acquire_locked(&mut three, "three", "", ttl).await.unwrap().expect("expired");
         drop(three);
 
@@ -268,15 +260,7 @@ mod tests {
         let mut lock = pool.acquire().await.unwrap().detach();
         let mut writing = pool.acquire().await.unwrap().detach();
         let mut taker = pool.acquire().await.unwrap().detach();
-        let mut got = false;
-        for _ in 0..100 {
-            got = try_lock(&mut lock).await.unwrap();
-            if got {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(got, "the lock is free");
+        assert!(try_lock(&mut lock).await.unwrap(), "a fresh database's lock is free");
         let paused = acquire_locked(&mut lock, "paused", "", Duration::from_millis(300)).await.unwrap().expect("free");
         sqlx::query("BEGIN").execute(&mut writing).await.unwrap();
         let share = "SELECT 1 FROM leader_lease WHERE name = $1 AND holder = $2 AND epoch = $3 FOR SHARE";
@@ -285,19 +269,24 @@ mod tests {
 
         tokio::time::sleep(Duration::from_millis(400)).await;
         assert!(end_expired_holder(pool).await.unwrap());
-        let took = async {
-            loop {
-                if try_lock(&mut taker).await.unwrap() {
-                    return acquire_locked(&mut taker, "taker", "", Duration::from_secs(60)).await.unwrap();
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
+        assert!(lock_within(&mut taker, 5000).await, "the lock is free once the sessions ended");
+        let took = acquire_locked(&mut taker, "taker", "", Duration::from_secs(60));
         let next = tokio::time::timeout(Duration::from_secs(5), took).await;
-        let next = next.expect("the open write does not hold the takeover").expect("expired");
+        let next = next.expect("the open write does not hold the takeover").unwrap().expect("expired");
         assert_eq!(next.epoch, paused.epoch + 1);
         assert!(ping(&mut writing).await.is_err(), "the paused write's session was ended");
         assert!(ping(&mut lock).await.is_err(), "and its lock's");
+    }
+
+    /// Tries for the lock every 50 ms for up to `for_ms`; whether it was got.
+    async fn lock_within(conn: &mut PgConnection, for_ms: u64) -> bool {
+        for _ in 0..for_ms / 50 {
+            if try_lock(conn).await.unwrap() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
     }
 
     /// Whether the session was ended (the server's end of a termination takes a moment).
