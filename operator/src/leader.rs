@@ -321,7 +321,7 @@ async fn follow(s: &Shared, pool: &sqlx::PgPool) {
         match lease::end_expired_holder(pool).await {
             Ok(true) => tracing::warn!("ended the database sessions of a leader whose lease expired"),
             Ok(false) => {}
-            Err(e) => tracing::warn!(error = %e, "cannot end the session of a leader whose lease expired"),
+            Err(e) => tracing::warn!(error = %e, "cannot end the sessions of a leader whose lease expired"),
         }
     }
     let leader = holder.filter(|h| h.live && h.holder != s.cfg.replica_name);

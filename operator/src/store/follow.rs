@@ -380,8 +380,8 @@ mod replicas {
     async fn two_replicas_flushing_reports_of_the_same_nodes_do_not_deadlock() {
         let Some(pg) = fleet_devkit::postgres::shared_or_skip("flushes on two replicas") else { return };
         let url = pg.database().unwrap();
-        let a = Arc::new(Store::open_as(&url, "a").await.unwrap());
-        let b = Arc::new(Store::open_as(&url, "b").await.unwrap());
+        let a = Store::open_as(&url, "a").await.unwrap();
+        let b = Store::open_as(&url, "b").await.unwrap();
         let ttl = Duration::from_secs(60);
         let mut ids = Vec::new();
         for i in 0..200 {

@@ -29,8 +29,9 @@ pub struct Report {
     backwards: u64,
     calls: usize,
     outside_calls: Vec<String>,
-    /// Calls made in their replica's term that reached devkit in another's (on the wire at
-    /// the change): told, not an invariant.
+    /// Calls that reached devkit while another replica led, counted by arrival: beside
+    /// `outside_calls` (by when they were made), the ones made in their replica's term that
+    /// were on the wire at the change. Told, not an invariant.
     landed_late: Vec<String>,
     shared_epochs: Vec<String>,
 }
