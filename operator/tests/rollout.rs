@@ -25,12 +25,24 @@ struct Fleet {
 impl Fleet {
     /// Joins one more node, of `slots` slots, crash-looping the images in `bad`.
     async fn join(&mut self, url: &str, name: &str, slots: u32, bad: Arc<Mutex<HashSet<String>>>) {
+        self.join_starting_in(url, name, slots, bad, support::sim::START).await;
+    }
+
+    /// As [`Fleet::join`], the node's containers taking `start` to come up.
+    async fn join_starting_in(
+        &mut self,
+        url: &str,
+        name: &str,
+        slots: u32,
+        bad: Arc<Mutex<HashSet<String>>>,
+        start: Duration,
+    ) {
         let announce =
             json!({"executorKinds": ["k"], "executorImages": {"k": ["agent:*"]}, "capacity": {"slots": slots}});
         let mut n = TestNode::new(url, name, announce);
         n.join(&self.admin.join_key().await).await;
         self.joined.push(n.clone());
-        self.nodes.push(SimNode::start(n, bad));
+        self.nodes.push(SimNode::start_with(n, bad, Duration::from_millis(100), start));
     }
 
     /// Stops the nodes and the controller, starts the controller again on the same store, and
@@ -337,10 +349,11 @@ async fn a_drain_moves_replicas_within_the_budget_make_before_break() {
     let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
     let url = format!("http://{}", running.addr);
     let mut f = fleet(&dk, &url, json!({"maxUnavailable": 1})).await;
-    // Room to move to: two empty nodes.
+    // Room to move to: two empty nodes, slow to start a container, so that the replica the
+    // budget holds waits there seconds (the checks below sample every 50 ms).
     for i in 4..6 {
         let bad = f.bad.clone();
-        f.join(&url, &format!("n-{i}"), 2, bad).await;
+        f.join_starting_in(&url, &format!("n-{i}"), 2, bad, Duration::from_secs(3)).await;
     }
     let running_now = |f: &Fleet| -> usize {
         f.nodes.iter().map(|n| n.running.lock().values().filter(|v| v.2 == "running").count()).sum()

@@ -1,7 +1,7 @@
 //! Nodes that apply their desired states as fleet-node does, over the node protocol: a
-//! replica whose template or PAT changed is recreated — `starting` for [`START`], then
-//! `running` — or `crashloop` when its image is one the test calls bad, each reported with its
-//! `specId`.
+//! replica whose template or PAT changed is recreated — `starting` for [`START`] (or as long
+//! as the test says), then `running` — or `crashloop` when its image is one the test calls
+//! bad, each state reported with its `specId`.
 
 use super::TestNode;
 use parking_lot::Mutex;
@@ -9,14 +9,15 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What a simulated node runs: (agent, replica) → (`specId#credentialId`, image, state,
 /// revision).
 pub type Running = Arc<Mutex<BTreeMap<(String, u32), (String, String, String, u64)>>>;
 
 /// A node that applies its desired states like fleet-node: a replica whose template changed is
-/// `starting` for `START` and then `running` (or `crashloop` when its image is bad).
+/// `starting` for `START` and then `running` (or `crashloop` when its image is bad), and it
+/// reports either.
 pub struct SimNode {
     pub running: Running,
     pub task: tokio::task::JoinHandle<()>,
@@ -36,12 +37,19 @@ impl SimNode {
     /// Asking for its desired state and reporting every `period`; a request that takes more
     /// than two seconds is given up, as fleet-node's would be.
     pub fn start_paced(node: TestNode, bad: Arc<Mutex<HashSet<String>>>, period: Duration) -> SimNode {
+        Self::start_with(node, bad, period, START)
+    }
+
+    /// As [`SimNode::start_paced`], its containers taking `start` to come up.
+    pub fn start_with(node: TestNode, bad: Arc<Mutex<HashSet<String>>>, period: Duration, start: Duration) -> SimNode {
         let running: Running = Default::default();
         let backwards = Arc::new(AtomicU64::new(0));
         let (r, crashing, older) = (running.clone(), bad.clone(), backwards.clone());
         let task = tokio::spawn(async move {
             let mut generation = None;
             let mut desired = Value::Null;
+            // Containers coming up: (when they are up, agent, replica, `specId#credentialId`).
+            let mut coming: Vec<(Instant, String, u32, String)> = Vec::new();
             loop {
                 let asked = tokio::time::timeout(Duration::from_secs(2), node.try_desired(generation, 0)).await;
                 if let Ok(Some((s, v))) = asked {
@@ -53,22 +61,15 @@ impl SimNode {
                         desired = v;
                     }
                 }
-                let bad_now = bad.lock().clone();
-                apply(&r, &desired, &bad_now).await;
-                let replicas: Vec<Value> = r
-                    .lock()
-                    .iter()
-                    .map(|((a, i), (spec, _, state, rev))| {
-                        let spec = spec.split('#').next().unwrap_or_default();
-                        json!({"agentKey": a, "replica": i, "state": state, "revision": rev, "restarts": 0,
-                               "specId": spec, "message": if state == "crashloop" { json!("exited with code 1") } else { Value::Null }})
-                    })
-                    .collect();
-                let mut body = node.report_body(&[]);
-                body["replicas"] = json!(replicas);
-                body["appliedGeneration"] = json!(generation.unwrap_or(0));
-                let _ = tokio::time::timeout(Duration::from_secs(2), node.try_put_observed(&body)).await;
-                tokio::time::sleep(period).await;
+                let up_at = Instant::now() + start;
+                coming.extend(apply(&r, &desired).into_iter().map(|(a, i, spec)| (up_at, a, i, spec)));
+                come_up(&r, &mut coming, &bad.lock());
+                report(&node, &r, generation).await;
+                // As fleet-node reports a container once it is up, not a period later.
+                let next =
+                    coming.iter().map(|c| c.0).min().map_or(period, |t| t.saturating_duration_since(Instant::now()));
+                tokio::time::sleep(next.min(period)).await;
+                come_up(&r, &mut coming, &bad.lock());
             }
         });
         SimNode { running, task, bad: crashing, backwards }
@@ -90,42 +91,65 @@ impl Drop for SimNode {
     }
 }
 
-/// One step of a node's replicas toward its desired state.
-async fn apply(running: &Running, desired: &Value, bad: &HashSet<String>) {
-    let Some(agents) = desired["agents"].as_array() else { return };
+/// One step of a node's replicas toward its desired state: those whose template or PAT
+/// changed are `starting`, and returned (agent, replica, `specId#credentialId`).
+fn apply(running: &Running, desired: &Value) -> Vec<(String, u32, String)> {
+    let Some(agents) = desired["agents"].as_array() else { return Vec::new() };
     let mut wanted = HashSet::new();
     let mut starting = Vec::new();
-    {
-        let mut r = running.lock();
-        for a in agents {
-            let key = a["agentKey"].as_str().unwrap().to_string();
-            let cred = a["identity"]["credential"]["credentialId"].as_str().unwrap_or_default();
-            // What recreates the container: its template, or a new PAT.
-            let spec = format!("{}#{cred}", a["specId"].as_str().unwrap_or_default());
-            let image = a["executor"]["image"].as_str().unwrap_or_default().to_string();
-            let rev = a["revision"].as_u64().unwrap();
-            for i in a["replicaIndexes"].as_array().unwrap() {
-                let i = i.as_u64().unwrap() as u32;
-                wanted.insert((key.clone(), i));
-                let e =
-                    r.entry((key.clone(), i)).or_insert_with(|| (String::new(), String::new(), "starting".into(), rev));
-                e.3 = rev;
-                if e.0 != spec {
-                    *e = (spec.clone(), image.clone(), "starting".into(), rev);
-                    starting.push((key.clone(), i, image.clone()));
-                }
+    let mut r = running.lock();
+    for a in agents {
+        let key = a["agentKey"].as_str().unwrap().to_string();
+        let cred = a["identity"]["credential"]["credentialId"].as_str().unwrap_or_default();
+        // What recreates the container: its template, or a new PAT.
+        let spec = format!("{}#{cred}", a["specId"].as_str().unwrap_or_default());
+        let image = a["executor"]["image"].as_str().unwrap_or_default().to_string();
+        let rev = a["revision"].as_u64().unwrap();
+        for i in a["replicaIndexes"].as_array().unwrap() {
+            let i = i.as_u64().unwrap() as u32;
+            wanted.insert((key.clone(), i));
+            let e = r.entry((key.clone(), i)).or_insert_with(|| (String::new(), String::new(), "starting".into(), rev));
+            e.3 = rev;
+            if e.0 != spec {
+                *e = (spec.clone(), image.clone(), "starting".into(), rev);
+                starting.push((key.clone(), i, spec.clone()));
             }
         }
-        r.retain(|k, _| wanted.contains(k));
     }
-    if starting.is_empty() {
-        return;
-    }
-    tokio::time::sleep(START).await;
+    r.retain(|k, _| wanted.contains(k));
+    starting
+}
+
+/// The containers whose start is over run — or crash-loop, their image being bad — unless
+/// they were recreated or removed since.
+fn come_up(running: &Running, coming: &mut Vec<(Instant, String, u32, String)>, bad: &HashSet<String>) {
+    let now = Instant::now();
     let mut r = running.lock();
-    for (key, i, image) in starting {
-        if let Some(e) = r.get_mut(&(key, i)) {
-            e.2 = if bad.contains(&image) { "crashloop".into() } else { "running".into() };
+    coming.retain(|(at, key, i, spec)| {
+        if *at > now {
+            return true;
         }
-    }
+        if let Some(e) = r.get_mut(&(key.clone(), *i)).filter(|e| e.0 == *spec) {
+            e.2 = if bad.contains(&e.1) { "crashloop".into() } else { "running".into() };
+        }
+        false
+    });
+}
+
+/// Reports what runs, with the generation applied.
+async fn report(node: &TestNode, running: &Running, generation: Option<u64>) {
+    let replicas: Vec<Value> = running
+        .lock()
+        .iter()
+        .map(|((a, i), (spec, _, state, rev))| {
+            let spec = spec.split('#').next().unwrap_or_default();
+            let message = if state == "crashloop" { json!("exited with code 1") } else { Value::Null };
+            json!({"agentKey": a, "replica": i, "state": state, "revision": rev, "restarts": 0,
+                   "specId": spec, "message": message})
+        })
+        .collect();
+    let mut body = node.report_body(&[]);
+    body["replicas"] = json!(replicas);
+    body["appliedGeneration"] = json!(generation.unwrap_or(0));
+    let _ = tokio::time::timeout(Duration::from_secs(2), node.try_put_observed(&body)).await;
 }
