@@ -99,7 +99,7 @@ pub async fn start_term(s: &Shared, tasks: &mut Supervisor) -> anyhow::Result<Ar
         mirror.gate = Some(s.gate.clone());
         tasks.spawn("mirror", crate::k8s::run(mirror, s.store.clone(), s.cfg.node_offline_after));
     }
-    for _ in 0..work::WORKERS {
+    for _ in 0..work::workers(s.store.db().is_shared()) {
         tasks.spawn("worker", work::worker(ctx.clone()));
     }
     let timer = ctx.clone();

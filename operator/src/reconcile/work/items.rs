@@ -16,12 +16,25 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
-/// Concurrent work items: enough to hide IAM latency and the group commit's (a PAT waits for
-/// one commit), few enough not to flood IAM. More (32) bring a 10,000-node fleet up no
-/// sooner.
+/// Concurrent work items on SQLite: enough to hide IAM latency and the group commit's (a PAT
+/// waits for one commit), few enough not to flood IAM. More (32) bring a 10,000-node fleet up
+/// no sooner.
 pub const WORKERS: usize = 16;
+/// On PostgreSQL: its commit is a few round trips over the network, the fence's check among
+/// them, and an identity waits for two, so more items wait at once (docs/performance.md,
+/// "Three replicas at full scale").
+pub const WORKERS_SHARED: usize = 32;
 
-/// One worker ([`WORKERS`] run): takes the next due key, waits until outside calls may start,
+/// The workers a leader runs on its database.
+pub fn workers(shared_db: bool) -> usize {
+    if shared_db {
+        WORKERS_SHARED
+    } else {
+        WORKERS
+    }
+}
+
+/// One worker ([`workers`] run): takes the next due key, waits until outside calls may start,
 /// handles it and tells the queue how it went. It runs for the life of the controller; its end is a
 /// fault the supervisor reports (`server.rs`).
 pub async fn worker(ctx: Arc<Ctx>) {

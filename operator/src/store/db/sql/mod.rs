@@ -74,6 +74,12 @@ pub async fn open_sqlite(url: &str) -> Result<sqlx::SqlitePool, DbError> {
     Ok(pool)
 }
 
+/// Sessions of one replica's pool: the notification listener holds one for good; the group
+/// commit, the pass, the report flusher, the follower's reads and the joins of a fleet coming
+/// up at once each hold one for a transaction. With the leader's advisory lock (a session of
+/// its own), three replicas take 49 of PostgreSQL's default 100.
+pub const PG_CONNECTIONS: u32 = 16;
+
 pub async fn open_pg(url: &str, replica: &str) -> Result<sqlx::PgPool, DbError> {
     // Every session names its replica (`pg_stat_activity.application_name`), so a follower can
     // end all the sessions of a leader whose lease expired (`lease::end_expired_holder`).
@@ -85,7 +91,7 @@ pub async fn open_pg(url: &str, replica: &str) -> Result<sqlx::PgPool, DbError> 
     // A connection attempt gives up after 5 s, so a replica whose database is away says so
     // (`/readyz` 503) instead of hanging its requests.
     let pool = PgPoolOptions::new()
-        .max_connections(8)
+        .max_connections(PG_CONNECTIONS)
         .acquire_timeout(Duration::from_secs(5))
         .after_connect(move |conn, _| {
             let replica = replica.clone();
