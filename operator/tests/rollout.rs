@@ -42,7 +42,7 @@ impl Fleet {
         let mut n = TestNode::new(url, name, announce);
         n.join(&self.admin.join_key().await).await;
         self.joined.push(n.clone());
-        self.nodes.push(SimNode::start_with(n, bad, Duration::from_millis(100), start));
+        self.nodes.push(SimNode::start_with(n, bad, support::sim::PERIOD, start));
     }
 
     /// Stops the nodes and the controller, starts the controller again on the same store, and

@@ -28,10 +28,12 @@ pub struct SimNode {
 }
 
 pub const START: Duration = Duration::from_millis(300);
+/// How often a node asks for its desired state and reports, unless the test says.
+pub const PERIOD: Duration = Duration::from_millis(100);
 
 impl SimNode {
     pub fn start(node: TestNode, bad: Arc<Mutex<HashSet<String>>>) -> SimNode {
-        Self::start_paced(node, bad, Duration::from_millis(100))
+        Self::start_paced(node, bad, PERIOD)
     }
 
     /// Asking for its desired state and reporting every `period`; a request that takes more
@@ -69,7 +71,6 @@ impl SimNode {
                 let next =
                     coming.iter().map(|c| c.0).min().map_or(period, |t| t.saturating_duration_since(Instant::now()));
                 tokio::time::sleep(next.min(period)).await;
-                come_up(&r, &mut coming, &bad.lock());
             }
         });
         SimNode { running, task, bad: crashing, backwards }

@@ -12,6 +12,6 @@ pub mod queues;
 pub mod rotating;
 pub mod rotation;
 
-pub use items::{worker, workers, WORKERS};
+pub use items::{worker, workers};
 pub use key::{first_rotation_ms, rotate_at_ms, WorkKey};
 pub use queues::{Ctx, Work};
