@@ -247,11 +247,17 @@ async fn try_lead(s: &Shared, pool: &sqlx::PgPool, lock_slot: &mut Option<PgConn
         }
     };
     let lock = lock_slot.take()?;
+    let loading = Instant::now();
     if let Err(e) = s.store.reload().await {
         tracing::error!(error = %e, epoch = fence.epoch, "took the lease but cannot load the store; giving it up");
         let _ = lease::release(pool, &fence).await;
         return None;
     }
+    tracing::info!(
+        epoch = fence.epoch,
+        ms = loading.elapsed().as_millis() as u64,
+        "took the lease and loaded the store"
+    );
     s.store.db().set_fence(Some(fence.clone()));
     s.pass_clock.finished(crate::clock::now_ms());
     let mut tasks = Supervisor::default();

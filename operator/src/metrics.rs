@@ -73,6 +73,8 @@ pub struct Metrics {
     pub pass_seconds: Histogram,
     pub passes: Counter,
     pub pass_errors: Counter,
+    /// Desired bodies a pass built because their inputs' hash changed or was unknown.
+    pub desired_built: Counter,
     pub longpolls_held: Gauge,
     pub reports: Family<OutcomeLabels, Counter>,
     pub node_requests: Family<RouteLabels, Counter>,
@@ -115,6 +117,7 @@ impl Default for Metrics {
             pass_seconds: Histogram::new([0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0].into_iter()),
             passes: Counter::default(),
             pass_errors: Counter::default(),
+            desired_built: Counter::default(),
             longpolls_held: Gauge::default(),
             reports: Family::default(),
             node_requests: Family::default(),
@@ -147,6 +150,11 @@ impl Default for Metrics {
         registry.register("passes", "Reconcile passes run", m.passes.clone());
         registry.register("leader", "1 on the replica that leads (runs the pass), else 0", m.leader.clone());
         registry.register("pass_errors", "Reconcile passes that failed", m.pass_errors.clone());
+        registry.register(
+            "desired_built",
+            "Nodes' desired bodies built by passes (their inputs changed or their hash was not known)",
+            m.desired_built.clone(),
+        );
         registry.register("longpolls_held", "Desired-state long-polls held open", m.longpolls_held.clone());
         registry.register("reports", "Observed reports by outcome", m.reports.clone());
         registry.register(

@@ -154,6 +154,14 @@ async fn one_leader_every_replica_serves_and_a_killed_leader_is_replaced() {
         new.proc.log_text()
     );
 
+    // Its first pass builds no desired body: each was stored with the hash of its inputs, and
+    // none changed in the takeover.
+    eventually(30, "the new leader's first pass", || async {
+        (new.metric("fleet_passes_total").await? >= 1).then_some(())
+    })
+    .await;
+    assert_eq!(new.metric("fleet_desired_built_total").await, Some(0), "bodies built again after the takeover");
+
     // The new leader reconciles: a new agent is placed and reaches a node through a follower.
     dk.put_agent(agent("beta", "k", 1));
     let other = rest.iter().find(|r| r.name != second).unwrap().proc.url.clone();
@@ -168,6 +176,7 @@ async fn one_leader_every_replica_serves_and_a_killed_leader_is_replaced() {
         None
     })
     .await;
+    assert!(new.metric("fleet_desired_built_total").await >= Some(1), "beta's node's body was built");
     let items = Admin::new(&other, token.clone()).placements().await;
     assert_eq!(placed(&items, Some("alpha")), 2, "no placement was lost in the takeover: {items:?}");
     for n in Admin::new(&other, token.clone()).nodes().await {

@@ -224,13 +224,31 @@ impl Fleet {
 
     pub async fn start_controller(&mut self) {
         let log = self.dir.path().join("controller.log");
-        self.controller = Some(Proc::spawn(&bin("fleet-controller"), &["serve"], &self.env, &log));
-        let url = self.url.clone();
-        let http = self.http.clone();
-        eventually(30, "controller healthy", || async {
-            http.get(format!("{url}/healthz")).send().await.ok().filter(|r| r.status() == 200)
-        })
-        .await;
+        let mut proc = Proc::spawn(&bin("fleet-controller"), &["serve"], &self.env, &log);
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(60);
+        loop {
+            let health = self.http.get(format!("{}/healthz", self.url)).send().await;
+            if health.is_ok_and(|r| r.status() == 200) {
+                break;
+            }
+            // A controller that ended, or one slow to come up, is reported with its own words:
+            // a flake seen only under CI's load is otherwise a bare timeout.
+            if let Some(status) = proc.child.try_wait().unwrap() {
+                panic!("the controller exited ({status}) before it was healthy; its log:\n{}", proc.log_text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out after 60 s waiting for the controller to be healthy; its log:\n{}",
+                proc.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let took = started.elapsed();
+        if took > Duration::from_secs(10) {
+            eprintln!("the controller took {took:?} to be healthy; its log:\n{}", proc.log_text());
+        }
+        self.controller = Some(proc);
     }
 
     pub fn kill_controller(&mut self) {

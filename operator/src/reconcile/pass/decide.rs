@@ -9,7 +9,7 @@ use super::rollout::Rolled;
 use super::snapshot::Snapshot;
 use crate::model::{Agent, Id, IdentityKind};
 use crate::reconcile::rules::derive::{agent_status, entries_of, is_placed, look_of, Lookup};
-use crate::reconcile::rules::desired::{input_hash, missing_box, stored_boxes, write_agents, Boxes, Entry};
+use crate::reconcile::rules::desired::{hash_salt, input_hash, missing_box, stored_boxes, write_agents, Boxes, Entry};
 use crate::reconcile::rules::views::agent_views;
 use crate::reconcile::work::Ctx;
 use crate::reconcile::work::{rotate_at_ms, WorkKey};
@@ -107,6 +107,7 @@ pub async fn desired_states(
         ctx.work.rotating.prune(&ctx.store.read(), snap.now, deadline);
     }
     let dirty = dirty_nodes(memo, snap, placed, rolled);
+    let salt = hash_salt(&ctx.cfg.iam_tenant);
     // (node, new hash, entries, the desired state it has now). The entries hold handles to
     // the credentials, so the lock goes before any body is built.
     type Changed<'a> = (&'a Id, u64, Vec<Entry<'a>>, Option<DesiredRec>);
@@ -117,7 +118,7 @@ pub async fn desired_states(
             .filter_map(|node| {
                 let look = |a: &Agent, n: &Id| look_of(a, n, rolled.get(&st, &a.key), memo.own_spec(&a.key));
                 let entries = entries_of(&memo.per_node, node, |k| memo.agent(k), |p| st.live_cred(p).cloned(), look);
-                let h = input_hash(&entries, |key| memo.fingerprint(key));
+                let h = input_hash(salt, &entries, |key| memo.fingerprint(key));
                 (st.desired_hash(node) != Some(h)).then(|| (node, h, entries, st.desired(node).cloned()))
             })
             .collect()
@@ -137,6 +138,8 @@ pub async fn desired_states(
                 continue;
             }
             plan.desired_hashes.push((node.clone(), h));
+            plan.rows.input_hashes.push((node.to_string(), h));
+            ctx.metrics.desired_built.inc();
             // Built as the next generation in the buffer that is served and stored; dropped at
             // once when its agents are what the node already has.
             let generation = current.as_ref().map_or(0, |d| d.generation) + 1;

@@ -35,8 +35,14 @@ impl Look {
 
 /// Hash of what a node's desired state is built from: when it is unchanged the body is too,
 /// and the pass skips serialising it.
-pub fn input_hash(entries: &[Entry], fingerprint: impl Fn(&str) -> Option<u64>) -> u64 {
+///
+/// It is stored with the body, so a new leader skips the bodies whose inputs did not change
+/// since another replica built them: `salt` ([`hash_salt`]) holds what else the body is made
+/// of — this build's body format and the configured tenant — so a replica that would write a
+/// body differently does not take another's hash for its own.
+pub fn input_hash(salt: u64, entries: &[Entry], fingerprint: impl Fn(&str) -> Option<u64>) -> u64 {
     let mut h = DefaultHasher::default();
+    salt.hash(&mut h);
     for (a, reps, c, look) in entries {
         a.key.hash(&mut h);
         fingerprint(&a.key).hash(&mut h);
@@ -48,6 +54,18 @@ pub fn input_hash(entries: &[Entry], fingerprint: impl Fn(&str) -> Option<u64>) 
         // The PAT's id, not its box: the same whether the registry still holds the box.
         c.sealed.id_bytes().hash(&mut h);
     }
+    h.finish()
+}
+
+/// Raised whenever [`write_agents`] would write a body differently from the same inputs: a
+/// stored input hash then no longer matches, and the next leader builds every body again.
+/// `the_body_format_is_pinned` fails until it is raised.
+pub const BODY_FORMAT: u32 = 1;
+
+/// What a body is made of besides its entries: the format, this version and the tenant.
+pub fn hash_salt(tenant: &str) -> u64 {
+    let mut h = DefaultHasher::default();
+    (BODY_FORMAT, env!("CARGO_PKG_VERSION"), tenant).hash(&mut h);
     h.finish()
 }
 
@@ -140,5 +158,52 @@ struct Agents<'a, 'b>(&'a [Entry<'b>], &'a str, &'a Boxes);
 impl serde::Serialize for Agents<'_, '_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(self.0.iter().map(|(a, reps, c, look)| desired_agent(a, reps, c, look, self.1, self.2)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::records::cred::MaybeMs;
+    use crate::store::records::sealed::Sealed;
+    use serde_json::json;
+
+    fn agent() -> Agent {
+        serde_json::from_value(json!({"key": "coder", "revision": 3, "state": "running",
+            "identity": {"kind": "agent"}, "executor": {"kind": "k", "image": "img:1"}, "drainSeconds": 7}))
+        .unwrap()
+    }
+
+    fn cred() -> Arc<Cred> {
+        Arc::new(Cred {
+            sealed: Sealed::raw("pat-1", b"box"),
+            n: 1,
+            principal_id: "principal-1".into(),
+            expires_ms: 1_800_000_000_000,
+            issued_ms: 1_700_000_000_000,
+            revoke_ms: MaybeMs::NONE,
+        })
+    }
+
+    /// A stored input hash stands for the body another replica built: a change to how bodies
+    /// are written must raise [`BODY_FORMAT`], or a new leader keeps the old bodies.
+    #[test]
+    fn the_body_format_is_pinned() {
+        let a = agent();
+        let look = Look::Own(Template::of(&a, 0).id());
+        let entries: Vec<Entry> = vec![(&a, &[0, 2], cred(), look)];
+        let body = String::from_utf8(desired_json(&entries, "tenant-1", &Boxes::default())).unwrap();
+        let pinned = r#"[{"agentKey":"coder","revision":3,"replicaIndexes":[0,2],"executor":{"kind":"k","image":"img:1"},"secrets":[],"resources":{"cpus":null,"memoryMb":null},"drainSeconds":7,"identity":{"principalId":"principal-1","tenantId":"tenant-1","credential":{"credentialId":"pat-1","ciphertext":"Ym94","expiresAt":"2027-01-15T08:00:00Z"}},"specId":"8976bc58"}]"#;
+        assert_eq!(body, pinned, "the body changed: raise BODY_FORMAT (now {BODY_FORMAT}) and pin the new one here");
+    }
+
+    #[test]
+    fn the_input_hash_holds_the_tenant_and_the_format() {
+        let a = agent();
+        let look = Look::Own(Template::of(&a, 0).id());
+        let entries: Vec<Entry> = vec![(&a, &[0], cred(), look)];
+        let h = |salt| input_hash(salt, &entries, |_| Some(1));
+        assert_eq!(h(hash_salt("tenant-1")), h(hash_salt("tenant-1")));
+        assert_ne!(h(hash_salt("tenant-1")), h(hash_salt("tenant-2")));
     }
 }

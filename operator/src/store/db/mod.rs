@@ -325,6 +325,8 @@ mod tests {
             unbind: (0..5).map(|r| ("agent-0".into(), r)).collect(),
             bind: vec![("agent-0".into(), 1, "node-x".into()), ("agent-1".into(), 0, "node-y".into())],
             desired: vec![("node-1".into(), 2, "[]".into()), ("node-1".into(), 3, "[1]".into())],
+            // The last of a node's wins; every bit of 64 is kept; a node without a row has none.
+            input_hashes: vec![("node-1".into(), 7), ("node-1".into(), u64::MAX - 1), ("node-9".into(), 5)],
             retire: vec![],
             kv: vec![("agents_etag".into(), "\"v1\"".into()), ("agents_etag".into(), "\"v2\"".into())],
             kv_delete: vec![],
@@ -337,6 +339,7 @@ mod tests {
         assert!(s.placements.contains(&("agent-1".into(), 0, "node-y".into())));
         assert!(!s.placements.iter().any(|p| p.0 == "agent-0" && p.1 != 1));
         assert_eq!(s.desired, vec![("node-1".to_string(), 3, "[1]".to_string())]);
+        assert_eq!(s.input_hashes, vec![("node-1".to_string(), (u64::MAX - 1) as i64)]);
         assert_eq!(s.kv, vec![("agents_etag".to_string(), "\"v2\"".to_string())]);
 
         let node = |id: &str, name: &str| NodeRow {

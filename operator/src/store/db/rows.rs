@@ -49,6 +49,8 @@ pub struct Snapshot {
     pub pairs: Vec<(String, String, i64, Option<i64>)>,
     pub credentials: Vec<CredRow>,
     pub desired: Vec<(String, i64, String)>,
+    /// (node, the hash of its body's inputs) where one is stored.
+    pub input_hashes: Vec<(String, i64)>,
     pub statuses: Vec<(String, String)>,
     /// The stored agent list, one agent's JSON a row (in no particular order).
     pub agents: Vec<String>,
@@ -76,6 +78,9 @@ pub struct PassWrite {
     /// (node, generation, agents JSON): a slice of the body the node is served, so a pass
     /// holds each body it changed once ([`crate::store::records::DesiredRec::agents_bytes`]).
     pub desired: Vec<(String, u64, axum::body::Bytes)>,
+    /// (node, hash of its body's inputs) for every body the pass built, written or not: the
+    /// next leader builds only those whose hash differs.
+    pub input_hashes: Vec<(String, u64)>,
     pub retire: Vec<(String, i64)>,
     pub kv: Vec<(String, String)>,
     /// `kv` rows to delete: when the value is given, only while the row still holds it.
@@ -91,6 +96,7 @@ impl PassWrite {
         self.unbind.is_empty()
             && self.bind.is_empty()
             && self.desired.is_empty()
+            && self.input_hashes.is_empty()
             && self.retire.is_empty()
             && self.kv.is_empty()
             && self.kv_delete.is_empty()

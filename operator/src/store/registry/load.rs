@@ -40,6 +40,11 @@ impl State {
         for (node, generation, agents) in snap.desired {
             st.desired.insert(node.into(), DesiredRec::stored(generation as u64, &agents));
         }
+        for (node, hash) in snap.input_hashes {
+            if st.desired.contains_key(node.as_str()) {
+                st.desired_hashes.insert(node.into(), hash as u64);
+            }
+        }
         for (agent, body) in snap.statuses {
             if let Ok(b) = serde_json::from_str::<StatusBody>(&body) {
                 st.statuses_sent.insert(agent.into(), kept::Sent::of(&b));

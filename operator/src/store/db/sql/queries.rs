@@ -241,6 +241,7 @@ pub async fn apply_pass(p: &Pool, f: Option<&Fence>, w: &PassWrite) -> Result<()
         },
     )
     .await?;
+    input_hashes(&mut tx, &w.input_hashes).await?;
     let retire: Vec<(&str, i64)> = w.retire.iter().map(|(id, at)| (id.as_str(), *at)).collect();
     retire_credentials(&mut tx, &retire).await?;
     let kv: Vec<(&str, &str)> =
@@ -269,6 +270,23 @@ pub async fn apply_pass(p: &Pool, f: Option<&Fence>, w: &PassWrite) -> Result<()
     }
     tx.commit().await?;
     Ok(())
+}
+
+/// Sets the input hashes of desired rows (after the bodies of the same pass are written). The
+/// bits are stored as a signed 64-bit integer, both databases' widest.
+async fn input_hashes(c: &mut Conn, hashes: &[(String, u64)]) -> Result<(), DbError> {
+    let hashes = last_per_key(hashes, |(node, _)| node.as_str());
+    rows(
+        c,
+        "UPDATE desired SET input_hash = v.column2 FROM (",
+        ") AS v WHERE desired.node_id = v.column1",
+        2,
+        &hashes,
+        |b, (node, hash)| {
+            b.push_bind(node.as_str()).push_bind(*hash as i64);
+        },
+    )
+    .await
 }
 
 /// Inserts or replaces `kv` rows.
@@ -507,6 +525,12 @@ pub async fn load(p: &Pool) -> Result<Snapshot, DbError> {
     })
     .collect();
     let desired = desired(p, None).await?;
+    let input_hashes = sqlx::query("SELECT node_id, input_hash FROM desired WHERE input_hash IS NOT NULL")
+        .fetch_all(p)
+        .await?
+        .into_iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
     let statuses = sqlx::query("SELECT agent_key, body FROM statuses")
         .fetch_all(p)
         .await?
@@ -520,7 +544,7 @@ pub async fn load(p: &Pool) -> Result<Snapshot, DbError> {
         .into_iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    Ok(Snapshot { nodes, placements, identities, pairs, credentials, desired, statuses, agents, kv })
+    Ok(Snapshot { nodes, placements, identities, pairs, credentials, desired, input_hashes, statuses, agents, kv })
 }
 
 /// `WHERE column IN (ids…)` for `ids`, nothing for `None`.
