@@ -232,8 +232,12 @@ async fn renew(s: &Shared, t: &mut Term) -> Result<bool, String> {
 
 /// Tries for the advisory lock and, holding it, the lease; then loads the store and starts a
 /// term. `lock_slot` keeps the follower's lock session between tries.
+///
+/// The lease is taken at once, so from then on the old holder's writes meet the fence; the
+/// store is loaded and the term's tasks start while the old holder's last outside calls are
+/// waited out ([`HOLDER_QUIET`]); the gate opens for this term's calls only after that wait.
 async fn try_lead(s: &Shared, pool: &sqlx::PgPool, lock_slot: &mut Option<PgConnection>) -> Option<Term> {
-    let (fence, sent) = match take_lock_and_lease(s, pool, lock_slot).await {
+    let taken = match take_lock_and_lease(s, pool, lock_slot).await {
         Ok(Some(taken)) => taken,
         Ok(None) => {
             follow(s, pool).await;
@@ -246,7 +250,8 @@ async fn try_lead(s: &Shared, pool: &sqlx::PgPool, lock_slot: &mut Option<PgConn
             return None;
         }
     };
-    let lock = lock_slot.take()?;
+    let Taken { fence, sent, quiet_until } = taken;
+    let mut lock = lock_slot.take()?;
     let loading = Instant::now();
     if let Err(e) = s.store.reload().await {
         tracing::error!(error = %e, epoch = fence.epoch, "took the lease but cannot load the store; giving it up");
@@ -267,23 +272,38 @@ async fn try_lead(s: &Shared, pool: &sqlx::PgPool, lock_slot: &mut Option<PgConn
         let _ = lease::release(pool, &fence).await;
         return None;
     }
+    // The term's first pass may run meanwhile: it writes under the new fence and calls out
+    // only through the gate, still closed.
+    tokio::time::sleep_until(quiet_until.into()).await;
     // Said before the gate opens, so every outside call of the term comes after the line.
     tracing::info!(epoch = fence.epoch, replica = %s.cfg.replica_name, "became the leader (epoch {})", fence.epoch);
-    s.gate.lock_seen(sent);
     s.gate.lease_runs_until(sent + s.cfg.leader_lease);
+    // Opens the gate, with the lock's session seen to answer now.
+    if let Err(why) = check_lock(&s.gate, &mut lock).await {
+        step_down(s, Term { fence, tasks, renewed: sent, lock }, &why);
+        return None;
+    }
     s.role.set(true, None);
     s.metrics.leader.set(1);
     Some(Term { fence, tasks, renewed: sent, lock })
 }
 
-/// The lease, when this replica got the lock and the lease could be taken with it, and when
-/// the taking was sent (the lease runs at least its TTL from then); a lock got without the
-/// lease is let go again.
+/// A lease just taken.
+struct Taken {
+    fence: Fence,
+    /// When the taking was sent: the lease runs at least its TTL from then.
+    sent: Instant,
+    /// Before this, the old holder may still start an outside call.
+    quiet_until: Instant,
+}
+
+/// The lease, when this replica got the lock and the lease could be taken with it; a lock got
+/// without the lease is let go again.
 async fn take_lock_and_lease(
     s: &Shared,
     pool: &sqlx::PgPool,
     lock_slot: &mut Option<PgConnection>,
-) -> Result<Option<(Fence, Instant)>, sqlx::Error> {
+) -> Result<Option<Taken>, sqlx::Error> {
     let conn = match lock_slot {
         Some(c) => c,
         None => lock_slot.insert(pool.acquire().await?.detach()),
@@ -291,32 +311,31 @@ async fn take_lock_and_lease(
     if !lease::try_lock(conn).await? {
         return Ok(None);
     }
-    wait_out_a_live_holder(s, pool).await?;
+    // The lock passed before this instant, and with it the old holder's last call could start.
+    let locked_at = Instant::now();
+    let quiet_until = locked_at + quiet_for_a_live_holder(s, pool).await?;
     let sent = Instant::now();
     let fence = lease::acquire_locked(conn, &s.cfg.replica_name, &s.cfg.advertise_url, s.cfg.leader_lease).await?;
     if fence.is_none() {
         lease::unlock(conn).await?;
     }
-    Ok(fence.map(|f| (f, sent)))
+    Ok(fence.map(|fence| Taken { fence, sent, quiet_until }))
 }
 
-/// How long a replica that got the lock waits before taking a lease that still runs: the
+/// How long a replica that got the lock of a lease that still runs keeps its gate closed: the
 /// holder may be alive (cut off from the database, or its session ended by a follower), and
 /// its gate lets a call start up to `LOCK_FRESH` after its lock's session last answered — at
 /// the latest when the lock passed. Waited out, no call of the old term is made in the new.
 const HOLDER_QUIET: Duration = Duration::from_millis(LOCK_FRESH.as_millis() as u64 + 100);
 
-/// With the lock held: waits out the calls of another holder whose lease still runs. A dead
-/// holder costs the takeover this much; an expired lease, none (its holder's gate closed by its
-/// own clock before the lease ran out).
-async fn wait_out_a_live_holder(s: &Shared, pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+/// With the lock held: how long the calls of another holder whose lease still runs may go on.
+/// An expired lease needs no wait (its holder's gate closed by its own clock before it ran out).
+async fn quiet_for_a_live_holder(s: &Shared, pool: &sqlx::PgPool) -> Result<Duration, sqlx::Error> {
     let holder = lease::holder(pool).await?;
-    if let Some(h) = holder.filter(|h| h.live && h.holder != s.cfg.replica_name) {
-        tracing::info!(holder = %h.holder, epoch = h.epoch, "took the lock of a leader whose lease still runs; \
-            waiting {} ms for its calls to stop", HOLDER_QUIET.as_millis());
-        tokio::time::sleep(HOLDER_QUIET).await;
-    }
-    Ok(())
+    let Some(h) = holder.filter(|h| h.live && h.holder != s.cfg.replica_name) else { return Ok(Duration::ZERO) };
+    tracing::info!(holder = %h.holder, epoch = h.epoch, "took the lock of a leader whose lease still runs; \
+        loading the store while waiting {} ms for its calls to stop", HOLDER_QUIET.as_millis());
+    Ok(HOLDER_QUIET)
 }
 
 /// Follows the current leader; a holder whose lease expired with its lock still held (paused,

@@ -6,7 +6,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -124,16 +124,23 @@ async fn one_leader_every_replica_serves_and_a_killed_leader_is_replaced() {
         (status == 200 && placed(&items, Some("alpha")) == 2).then_some(())
     })
     .await;
-    eventually(30, "alpha's PATs in the desired states served by the other follower", || async {
-        let mut with_alpha = 0;
+    eventually(30, "alpha's PATs in the desired states of its nodes, served by the other follower", || async {
+        let (_, v) = Admin::new(&f2, token.clone()).get("/api/v1/placements").await;
+        let items = v["items"].as_array().cloned().unwrap_or_default();
+        let hosts: HashSet<&str> = items
+            .iter()
+            .filter(|i| i["agentKey"] == "alpha" && i["status"] == "placed")
+            .filter_map(|i| i["nodeId"].as_str())
+            .collect();
+        let mut with_alpha = HashSet::new();
         for n in &polled {
             let (_, d) = n.desired(None, 0).await;
             if agent_keys(&d).contains(&"alpha".to_string()) {
                 n.open_pat(&d, "alpha")?;
-                with_alpha += 1;
+                with_alpha.insert(n.id.as_str());
             }
         }
-        (with_alpha > 0).then_some(())
+        (!hosts.is_empty() && with_alpha == hosts).then_some(())
     })
     .await;
     let stop = Arc::new(AtomicBool::new(false));
@@ -149,7 +156,9 @@ async fn one_leader_every_replica_serves_and_a_killed_leader_is_replaced() {
     assert!(new.proc.log_text().contains("became the leader (epoch 2)"), "{}", new.proc.log_text());
     // The lease still ran: the old leader's last calls are waited out before the new term.
     assert!(
-        new.proc.log_text().contains("took the lock of a leader whose lease still runs; waiting 850 ms"),
+        new.proc
+            .log_text()
+            .contains("took the lock of a leader whose lease still runs; loading the store while waiting 850 ms"),
         "{}",
         new.proc.log_text()
     );

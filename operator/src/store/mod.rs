@@ -92,7 +92,15 @@ impl Store {
     /// this replica served.
     pub async fn reload(&self) -> Result<(), DbError> {
         self.flush_reports().await?;
-        let mut fresh = State::from_snapshot(self.db().load().await?, clock::now_ms());
+        let started = std::time::Instant::now();
+        let snapshot = self.db().load().await?;
+        let read = started.elapsed();
+        let mut fresh = State::from_snapshot(snapshot, clock::now_ms());
+        tracing::debug!(
+            read_ms = read.as_millis() as u64,
+            built_ms = (started.elapsed() - read).as_millis() as u64,
+            "store loaded"
+        );
         // A call still on the wire when the last leader stalled can land after this load:
         // what the CP last accepted is not trusted, and every status is sent once again.
         fresh.forget_sent_statuses();
@@ -112,6 +120,7 @@ impl Store {
     }
 
     /// A read of the registry: hold it briefly, never across `.await`.
+    #[track_caller]
     pub fn read(&self) -> Reader<'_> {
         self.parts.registry.read()
     }
@@ -131,6 +140,7 @@ impl Store {
     }
 
     /// What changed since the pass last looked (taking it starts a new record).
+    #[track_caller]
     pub fn take_changes(&self) -> Changes {
         self.parts.registry.write().take_changes()
     }

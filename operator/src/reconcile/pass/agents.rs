@@ -25,6 +25,9 @@ pub async fn watch_cp(ctx: Arc<Ctx>) {
     // Every pass numbered above this one works from the registry's list.
     let mut listed_before = 0;
     loop {
+        // A new term opens its gate a moment after it starts (docs/behaviour.md#high-availability):
+        // the first read waits for it rather than fail and wait a whole round.
+        ctx.gate.opened().await;
         let started = tokio::time::Instant::now();
         let change = refresh_agents(&ctx).await;
         if change.is_some() {

@@ -139,6 +139,10 @@ pub async fn desired_states(
             }
             plan.desired_hashes.push((node.clone(), h));
             plan.rows.input_hashes.push((node.to_string(), h));
+            if entries.is_empty() && current.as_ref().is_some_and(|d| d.same_agents(b"[]")) {
+                // A node that joined and has no agent yet: nothing to build.
+                continue;
+            }
             ctx.metrics.desired_built.inc();
             // Built as the next generation in the buffer that is served and stored; dropped at
             // once when its agents are what the node already has.

@@ -483,67 +483,72 @@ fn last_per_key<'a, T, K: Ord + std::hash::Hash>(items: &'a [T], key: impl Fn(&'
     keep.into_iter().map(|i| &items[i]).collect()
 }
 
+/// Every table the registry is built from. The queries run at once, each on a session of its
+/// own: a new leader waits for this load, and one after another they took 0.8 s at 10,000
+/// nodes (no one query above 0.3 s). Like the one-by-one reads before, they are not one
+/// snapshot; what changes meanwhile is followed after (docs/behaviour.md#high-availability).
 pub async fn load(p: &Pool) -> Result<Snapshot, DbError> {
-    let nodes = nodes(p, None).await?;
-    let placements = sqlx::query("SELECT agent_key, replica, node_id FROM placements")
-        .fetch_all(p)
-        .await?
-        .into_iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
-    let identities = sqlx::query("SELECT agent_key, principal_id, bound FROM identities")
-        .fetch_all(p)
-        .await?
-        .into_iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
-    let pairs = sqlx::query("SELECT agent_key, node_id, next_n, pending_n FROM pat_pairs")
-        .fetch_all(p)
-        .await?
-        .into_iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
-        .collect();
+    let two = |sql: &'static str| async move {
+        let rows = sqlx::query(sql).fetch_all(p).await?;
+        Ok::<Vec<(String, String)>, DbError>(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+    };
+    let placements = async {
+        let rows = sqlx::query("SELECT agent_key, replica, node_id FROM placements").fetch_all(p).await?;
+        Ok::<_, DbError>(rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+    };
+    let identities = async {
+        let rows = sqlx::query("SELECT agent_key, principal_id, bound FROM identities").fetch_all(p).await?;
+        Ok::<_, DbError>(rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+    };
+    let pairs = async {
+        let rows = sqlx::query("SELECT agent_key, node_id, next_n, pending_n FROM pat_pairs").fetch_all(p).await?;
+        Ok::<_, DbError>(rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect())
+    };
     // Without the sealed boxes: the registry keeps none at start ([`ciphertexts`] reads one
     // back when a desired state needs it).
-    let credentials = sqlx::query(
-        "SELECT id, agent_key, node_id, n, principal_id, '' AS ciphertext, expires_ms, issued_ms, revoke_ms \
-         FROM credentials",
-    )
-    .fetch_all(p)
-    .await?
-    .into_iter()
-    .map(|r| CredRow {
-        id: r.get(0),
-        agent_key: r.get(1),
-        node_id: r.get(2),
-        n: r.get(3),
-        principal_id: r.get(4),
-        ciphertext: r.get(5),
-        expires_ms: r.get(6),
-        issued_ms: r.get(7),
-        revoke_ms: r.get(8),
-    })
-    .collect();
-    let desired = desired(p, None).await?;
-    let input_hashes = sqlx::query("SELECT node_id, input_hash FROM desired WHERE input_hash IS NOT NULL")
+    let credentials = async {
+        let rows = sqlx::query(
+            "SELECT id, agent_key, node_id, n, principal_id, '' AS ciphertext, expires_ms, issued_ms, revoke_ms \
+             FROM credentials",
+        )
         .fetch_all(p)
-        .await?
-        .into_iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let statuses = sqlx::query("SELECT agent_key, body FROM statuses")
-        .fetch_all(p)
-        .await?
-        .into_iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let agents = sqlx::query("SELECT body FROM agents").fetch_all(p).await?.into_iter().map(|r| r.get(0)).collect();
-    let kv = sqlx::query("SELECT key, value FROM kv")
-        .fetch_all(p)
-        .await?
-        .into_iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+        .await?;
+        Ok::<_, DbError>(
+            rows.into_iter()
+                .map(|r| CredRow {
+                    id: r.get(0),
+                    agent_key: r.get(1),
+                    node_id: r.get(2),
+                    n: r.get(3),
+                    principal_id: r.get(4),
+                    ciphertext: r.get(5),
+                    expires_ms: r.get(6),
+                    issued_ms: r.get(7),
+                    revoke_ms: r.get(8),
+                })
+                .collect(),
+        )
+    };
+    let input_hashes = async {
+        let rows = sqlx::query("SELECT node_id, input_hash FROM desired WHERE input_hash IS NOT NULL").fetch_all(p).await?;
+        Ok::<_, DbError>(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+    };
+    let agents = async {
+        let rows = sqlx::query("SELECT body FROM agents").fetch_all(p).await?;
+        Ok::<_, DbError>(rows.into_iter().map(|r| r.get(0)).collect())
+    };
+    let (nodes, placements, identities, pairs, credentials, desired, input_hashes, statuses, agents, kv) = futures::try_join!(
+        nodes(p, None),
+        placements,
+        identities,
+        pairs,
+        credentials,
+        desired(p, None),
+        input_hashes,
+        two("SELECT agent_key, body FROM statuses"),
+        agents,
+        two("SELECT key, value FROM kv"),
+    )?;
     Ok(Snapshot { nodes, placements, identities, pairs, credentials, desired, input_hashes, statuses, agents, kv })
 }
 
