@@ -313,13 +313,24 @@ async fn take_lock_and_lease(
     }
     // The lock passed before this instant, and with it the old holder's last call could start.
     let locked_at = Instant::now();
-    let quiet_until = locked_at + quiet_for_a_live_holder(s, pool).await?;
+    let live = lease::holder(pool).await?.filter(|h| h.live && h.holder != s.cfg.replica_name);
     let sent = Instant::now();
-    let fence = lease::acquire_locked(conn, &s.cfg.replica_name, &s.cfg.advertise_url, s.cfg.leader_lease).await?;
-    if fence.is_none() {
+    let Some(fence) =
+        lease::acquire_locked(conn, &s.cfg.replica_name, &s.cfg.advertise_url, s.cfg.leader_lease).await?
+    else {
         lease::unlock(conn).await?;
-    }
-    Ok(fence.map(|fence| Taken { fence, sent, quiet_until }))
+        return Ok(None);
+    };
+    let quiet_until = match live {
+        Some(h) => {
+            tracing::info!(holder = %h.holder, epoch = h.epoch, "took the lock of a leader whose lease still runs; \
+                loading the store while waiting {} ms for its calls to stop", HOLDER_QUIET.as_millis());
+            locked_at + HOLDER_QUIET
+        }
+        // An expired lease needs no wait: its holder's gate closed by its own clock before it ran out.
+        None => locked_at,
+    };
+    Ok(Some(Taken { fence, sent, quiet_until }))
 }
 
 /// How long a replica that got the lock of a lease that still runs keeps its gate closed: the
@@ -327,16 +338,6 @@ async fn take_lock_and_lease(
 /// its gate lets a call start up to `LOCK_FRESH` after its lock's session last answered — at
 /// the latest when the lock passed. Waited out, no call of the old term is made in the new.
 const HOLDER_QUIET: Duration = Duration::from_millis(LOCK_FRESH.as_millis() as u64 + 100);
-
-/// With the lock held: how long the calls of another holder whose lease still runs may go on.
-/// An expired lease needs no wait (its holder's gate closed by its own clock before it ran out).
-async fn quiet_for_a_live_holder(s: &Shared, pool: &sqlx::PgPool) -> Result<Duration, sqlx::Error> {
-    let holder = lease::holder(pool).await?;
-    let Some(h) = holder.filter(|h| h.live && h.holder != s.cfg.replica_name) else { return Ok(Duration::ZERO) };
-    tracing::info!(holder = %h.holder, epoch = h.epoch, "took the lock of a leader whose lease still runs; \
-        loading the store while waiting {} ms for its calls to stop", HOLDER_QUIET.as_millis());
-    Ok(HOLDER_QUIET)
-}
 
 /// Follows the current leader; a holder whose lease expired with its lock still held (paused,
 /// or cut off from the database) has its session ended, so the lock can pass.
