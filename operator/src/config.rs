@@ -74,7 +74,14 @@ pub struct Config {
     /// `FLEET_ROLLOUT_PROGRESS_DEADLINE_SECONDS`: the rollout policy's defaults
     /// (docs/behaviour.md#rolling-out-a-change).
     pub rollout: fleet_api::rollout::RolloutDefaults,
+    /// Nodes whose changed desired states a pass builds and stores together
+    /// (`reconcile::pass::bodies`). Not a setting: the tests lower it so that a pass over a
+    /// few nodes commits in chunks, as a fleet-wide change does at full scale.
+    pub desired_nodes_at_once: usize,
 }
+
+/// [`Config::desired_nodes_at_once`] outside the tests.
+pub const DESIRED_NODES_AT_ONCE: usize = 500;
 
 /// `FLEET_REPLICA_SECRET`, never shown by `Debug`.
 #[derive(Clone, PartialEq, Eq)]
@@ -390,6 +397,7 @@ impl Config {
             advertise_url,
             replica_secret,
             rollout,
+            desired_nodes_at_once: DESIRED_NODES_AT_ONCE,
         })
     }
 }

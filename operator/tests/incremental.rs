@@ -230,7 +230,20 @@ async fn incremental_passes_match_a_full_recompute_through_a_fleet_history() {
     // A restart on the same data and address: the first pass is a full one, and it must
     // schedule every PAT's rotation again (the work queue lives in memory).
     let addr = running.addr;
+    let (n2_generation, _) = ctx.store.desired_body(&nodes[1].id.as_str().into()).unwrap();
     running.shutdown().await;
+    // A pass stores its desired bodies a chunk of nodes at a time after its other rows; a
+    // kill between two chunks leaves a node with its old body and that body's input hash.
+    // Said here of n2: an empty body, and a hash its inputs do not have.
+    let db =
+        sqlx::SqlitePool::connect(&format!("sqlite://{}", dir.path().join("fleet.sqlite").display())).await.unwrap();
+    let unwritten = sqlx::query("UPDATE desired SET agents = '[]', input_hash = 1 WHERE node_id = ?")
+        .bind(&nodes[1].id)
+        .execute(&db)
+        .await
+        .unwrap();
+    assert_eq!(unwritten.rows_affected(), 1);
+    db.close().await;
     let mut cfg = in_process_config(&dk, dir.path());
     cfg.listen = addr;
     let running = fleet_controller::server::start(cfg).await.unwrap();
@@ -240,6 +253,11 @@ async fn incremental_passes_match_a_full_recompute_through_a_fleet_history() {
     })
     .await;
     audited(&ctx, "a restart").await;
+    // The audit found n2's agents in its desired state; under a new generation, so n2 takes it.
+    // (Asked of the registry: the test node's pooled connection may still reach the
+    // controller shut down in this process.)
+    let (rebuilt, _) = ctx.store.desired_body(&nodes[1].id.as_str().into()).unwrap();
+    assert!(rebuilt > n2_generation, "n2's body is built again: generation {rebuilt}, was {n2_generation}");
     running.shutdown().await;
 }
 

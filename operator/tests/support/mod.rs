@@ -353,6 +353,9 @@ pub fn in_process_config(dk: &Devkit, data: &Path) -> fleet_controller::config::
     let mut cfg = fleet_controller::config::Config::from_lookup(&|k| env.get(k).cloned()).unwrap();
     cfg.listen = "127.0.0.1:0".parse::<SocketAddr>().unwrap();
     cfg.metrics_listen = "127.0.0.1:0".parse::<SocketAddr>().unwrap();
+    // A pass over more than two changed nodes stores their bodies in chunks, as a
+    // fleet-wide change does at full scale.
+    cfg.desired_nodes_at_once = 2;
     cfg
 }
 

@@ -1,6 +1,7 @@
 //! The deciding phases after placement. Each reads the memo and the snapshot, and adds its
-//! part to the [`Plan`]: identity and PAT work, the desired states whose content changed,
-//! the credentials to retire, the statuses and the placement items. None of them writes.
+//! part to the [`Plan`]: identity and PAT work, the credentials to retire, the statuses and
+//! the placement items; and it lists the nodes whose desired states' inputs changed, whose
+//! bodies are built as they are stored ([`super::bodies`]). None of them writes.
 
 use super::memo::Memo;
 use super::place::Placed;
@@ -9,15 +10,13 @@ use super::rollout::Rolled;
 use super::snapshot::Snapshot;
 use crate::model::{Agent, Id, IdentityKind};
 use crate::reconcile::rules::derive::{agent_status, entries_of, is_placed, look_of, Lookup};
-use crate::reconcile::rules::desired::{hash_salt, input_hash, missing_box, stored_boxes, write_agents, Boxes, Entry};
+use crate::reconcile::rules::desired::{hash_salt, input_hash, Entry};
 use crate::reconcile::rules::views::agent_views;
 use crate::reconcile::work::Ctx;
 use crate::reconcile::work::{rotate_at_ms, WorkKey};
-use crate::store::db::DbError;
 use crate::store::kept::Sent;
-use crate::store::{Cred, DesiredRec};
+use crate::store::DesiredRec;
 use rustc_hash::FxHashSet as HashSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Identities to ensure: every agent of kind `agent` whose identity is not bound yet, among
@@ -82,21 +81,25 @@ fn dirty_nodes(memo: &Memo, snap: &Snapshot, placed: &Placed, rolled: &Rolled) -
     set.into_iter().collect()
 }
 
-/// Nodes whose bodies are built with one read of their sealed boxes.
-const BOXES_NODES_AT_ONCE: usize = 500;
+/// A node whose desired state's inputs changed since its body was built: the new hash of
+/// its inputs, its entries and the desired state it has now. The entries hold handles to the
+/// credentials, so the body is built after the registry's lock is let go.
+pub struct Rebuild<'a> {
+    pub node: Id,
+    pub hash: u64,
+    pub entries: Vec<Entry<'a>>,
+    pub current: Option<DesiredRec>,
+}
 
-/// Desired states of the dirty nodes: their inputs are hashed, and only those whose hash
-/// moved are serialised and compared; a node whose body changed gets the next generation.
-/// The sealed boxes the registry no longer holds (their nodes have them) are read back from
-/// the database, in one query for the pass.
-pub async fn desired_states(
+/// The dirty nodes whose inputs' hash moved: only their bodies are built
+/// ([`super::bodies::commit`]), serialised and compared.
+pub fn desired_rebuilds<'m>(
     ctx: &Ctx,
-    memo: &Memo,
+    memo: &'m Memo,
     snap: &Snapshot,
     placed: &Placed,
     rolled: &Rolled,
-    plan: &mut Plan,
-) -> Result<(), DbError> {
+) -> Vec<Rebuild<'m>> {
     if !ctx.work.rotating.is_empty() {
         let deadline = |key: &Id| {
             crate::reconcile::rules::rollout::progress_deadline_ms(
@@ -108,72 +111,17 @@ pub async fn desired_states(
     }
     let dirty = dirty_nodes(memo, snap, placed, rolled);
     let salt = hash_salt(&ctx.cfg.iam_tenant);
-    // (node, new hash, entries, the desired state it has now). The entries hold handles to
-    // the credentials, so the lock goes before any body is built.
-    type Changed<'a> = (&'a Id, u64, Vec<Entry<'a>>, Option<DesiredRec>);
-    let changed: Vec<Changed> = {
-        let st = ctx.store.read();
-        dirty
-            .iter()
-            .filter_map(|node| {
-                let look = |a: &Agent, n: &Id| look_of(a, n, rolled.get(&st, &a.key), memo.own_spec(&a.key));
-                let entries = entries_of(&memo.per_node, node, |k| memo.agent(k), |p| st.live_cred(p).cloned(), look);
-                let h = input_hash(salt, &entries, |key| memo.fingerprint(key));
-                (st.desired_hash(node) != Some(h)).then(|| (node, h, entries, st.desired(node).cloned()))
-            })
-            .collect()
-    };
-    // The boxes are read back a chunk of nodes at a time: a fleet-wide change rebuilds every
-    // node's body, and all of their boxes at once would be ~30 MB.
-    let mut changed = changed.into_iter().peekable();
-    while changed.peek().is_some() {
-        let chunk: Vec<Changed> = changed.by_ref().take(BOXES_NODES_AT_ONCE).collect();
-        let wanted: Vec<String> = chunk.iter().flat_map(|(_, _, entries, _)| stored_boxes(entries)).collect();
-        let boxes: Boxes = ctx.store.db().ciphertexts(&wanted).await?.into_iter().collect();
-        for (node, h, entries, current) in chunk {
-            if let Some(id) = missing_box(&entries, &boxes) {
-                // Only a deleted row does this, and a live PAT's row is deleted with its node;
-                // the node's desired state is left as it is and built again when it next changes.
-                tracing::error!(node = %memo.name(node), credential = %id, "a live PAT's sealed box is not in the database; desired state not rebuilt");
-                continue;
-            }
-            plan.desired_hashes.push((node.clone(), h));
-            plan.rows.input_hashes.push((node.to_string(), h));
-            if entries.is_empty() && current.as_ref().is_some_and(|d| d.same_agents(b"[]")) {
-                // A node that joined and has no agent yet: nothing to build.
-                continue;
-            }
-            ctx.metrics.desired_built.inc();
-            // Built as the next generation in the buffer that is served and stored; dropped at
-            // once when its agents are what the node already has.
-            let generation = current.as_ref().map_or(0, |d| d.generation) + 1;
-            let rec = DesiredRec::build(generation, |out| write_agents(out, &entries, &ctx.cfg.iam_tenant, &boxes));
-            let Some(agents) = rec.agents_bytes() else { continue };
-            if !current.as_ref().is_some_and(|d| d.same_agents(&agents)) {
-                tracing::info!(node = %memo.name(node), generation, agents = entries.len(), "desired state changed");
-                if !ctx.work.rotating.is_empty() {
-                    for (a, _, c, _) in &entries {
-                        ctx.work.rotating.published(&a.key, node, c.issued_ms, generation);
-                    }
-                }
-                plan.rows.desired.push((node.to_string(), generation, agents));
-                plan.desired.push((node.clone(), rec.carrying(boxes_to_let_go(memo, node, &entries))));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The boxes a body lets go once its node has it: those it carries from the registry's
-/// memory, when every agent bound to the node has its PAT in it. While PATs are still being
-/// issued for a node (a start, a node that just received replicas) each new one rebuilds its
-/// body, and letting the boxes go at every step would read them back at the next one.
-fn boxes_to_let_go(memo: &Memo, node: &Id, entries: &[Entry]) -> Vec<(Id, Arc<Cred>)> {
-    let bound = memo.per_node.get(node).map_or(0, |m| m.keys().count());
-    if entries.len() < bound {
-        return Vec::new();
-    }
-    entries.iter().filter(|(_, _, c, _)| c.sealed.has_box()).map(|(a, _, c, _)| (a.key.clone(), c.clone())).collect()
+    let st = ctx.store.read();
+    dirty
+        .into_iter()
+        .filter_map(|node| {
+            let look = |a: &Agent, n: &Id| look_of(a, n, rolled.get(&st, &a.key), memo.own_spec(&a.key));
+            let entries = entries_of(&memo.per_node, &node, |k| memo.agent(k), |p| st.live_cred(p).cloned(), look);
+            let hash = input_hash(salt, &entries, |key| memo.fingerprint(key));
+            let current = st.desired(&node).cloned();
+            (st.desired_hash(&node) != Some(hash)).then_some(Rebuild { node, hash, entries, current })
+        })
+        .collect()
 }
 
 /// PATs no longer needed are retired: revoked once the node's stop has run its course, or at

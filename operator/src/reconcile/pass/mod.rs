@@ -5,9 +5,10 @@
 //!
 //! It runs in named phases, the compute/apply split of kube-runtime and linkerd2's
 //! policy-controller: [`snapshot`] reads what changed, [`place`] and [`decide`] each add their
-//! part to one [`Plan`] without writing anything, then the plan is persisted (the store
-//! writes the rows and wakes the nodes) and published (the rest of the registry, the work
-//! queue, the gauges).
+//! part to one [`Plan`] without writing anything, then the plan is persisted with the
+//! desired bodies it changed, built as they are stored a chunk of nodes at a time
+//! ([`bodies`]: the store writes the rows and wakes the nodes), and published (the rest of
+//! the registry, the work queue, the gauges).
 //!
 //! It is incremental, because at 10,000 nodes whole-fleet work costs half a second a pass:
 //! the [`Memo`] keeps what the last pass computed, and the registry records what changed since
@@ -20,6 +21,7 @@
 
 pub mod agents;
 pub mod audit;
+mod bodies;
 mod decide;
 mod drains;
 pub mod gauges;
@@ -132,18 +134,17 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     decide::identity_work(ctx, memo, &snap, &mut plan);
     decide::pat_work(ctx, memo, &snap, &placed, &mut plan);
     phases.mark("identity work");
-    decide::desired_states(ctx, memo, &snap, &placed, &rolled, &mut plan).await?;
-    phases.mark("desired");
     decide::retire(ctx, memo, &snap, &placed, &mut plan);
     phases.mark("retire");
     decide::statuses(ctx, memo, &snap, &placed, &mut plan);
     phases.mark("statuses");
     decide::items(memo, &snap, &placed, &mut plan);
+    let rebuilds = decide::desired_rebuilds(ctx, memo, &snap, &placed, &rolled);
+    phases.mark("desired");
     let rows = std::mem::take(&mut plan.rows);
-    let (desired, hashes) = (std::mem::take(&mut plan.desired), std::mem::take(&mut plan.desired_hashes));
     let rollouts_changed = !rolled.changed.is_empty() || snap.full;
     let rollouts = rolled.changed.into_iter().collect();
-    ctx.store.commit_pass(&rows, desired, hashes, rollouts, lingered.changed).await?;
+    bodies::commit(ctx, memo, rows, rebuilds, rollouts, lingered.changed).await?;
     if rollouts_changed {
         count_rollouts(ctx);
     }

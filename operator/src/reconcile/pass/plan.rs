@@ -3,7 +3,7 @@
 use crate::model::Id;
 use crate::reconcile::work::WorkKey;
 use crate::store::db::PassWrite;
-use crate::store::{DesiredRec, PassPublish};
+use crate::store::PassPublish;
 use std::time::Duration;
 
 /// Revoke delay for a PAT whose pair was retired on an online node: the stop timeout the
@@ -14,9 +14,6 @@ pub const VANISHED_DRAIN: Duration = Duration::from_secs(30);
 #[derive(Default)]
 pub struct Plan {
     pub(super) rows: PassWrite,
-    /// New desired states, published (each waking its node) right after the rows are stored.
-    pub(super) desired: Vec<(Id, DesiredRec)>,
-    pub(super) desired_hashes: Vec<(Id, u64)>,
     pub(super) publish: PassPublish,
     pub(super) work: Vec<WorkKey>,
     /// PAT rotations to schedule: (node, due in ms).

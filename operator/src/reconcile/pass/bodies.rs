@@ -1,0 +1,108 @@
+//! The desired states a pass changed, built, stored and published a chunk of nodes at a time.
+//!
+//! A fleet-wide change (a rollout's first step, a new leader's first pass) rebuilds nearly
+//! every node's body: all of them at once would be ~46 MB held until one transaction
+//! commits. The first chunk's bodies go in the transaction of the pass's other rows; each
+//! later chunk is stored in its own and published as it lands, so its nodes fetch it while
+//! the next is built, and each body is let go once its node has it. The pass's rows commit
+//! first because the bodies derive from them: after a crash between two chunks, the stored
+//! input hashes of the nodes not yet written no longer match, and the next pass (or leader)
+//! builds those again from what was committed.
+
+use super::decide::Rebuild;
+use super::memo::Memo;
+use crate::model::Id;
+use crate::reconcile::rules::desired::{missing_box, stored_boxes, write_agents, Boxes, Entry};
+use crate::reconcile::work::Ctx;
+use crate::store::db::{DbError, PassWrite};
+use crate::store::{Cred, DesiredRec, Linger, Rollout};
+use std::sync::Arc;
+
+/// Stores the pass's rows with its first chunk of bodies (`desired_nodes_at_once` nodes, each
+/// chunk's sealed boxes read back at once), then the rest a chunk at a time;
+/// each commit publishes its bodies (waking their nodes), and the first the rollouts and
+/// lingering replicas too.
+pub async fn commit(
+    ctx: &Ctx,
+    memo: &Memo,
+    mut rows: PassWrite,
+    rebuilds: Vec<Rebuild<'_>>,
+    rollouts: Vec<(Id, Option<Arc<Rollout>>)>,
+    lingering: Vec<((Id, u32), Option<Linger>)>,
+) -> Result<(), DbError> {
+    let (mut rollouts, mut lingering) = (Some(rollouts), Some(lingering));
+    let mut rest = rebuilds.into_iter().peekable();
+    loop {
+        let chunk: Vec<Rebuild> = rest.by_ref().take(ctx.cfg.desired_nodes_at_once.max(1)).collect();
+        let (desired, hashes) = build(ctx, memo, chunk, &mut rows).await?;
+        let (r, l) = (rollouts.take().unwrap_or_default(), lingering.take().unwrap_or_default());
+        ctx.store.commit_pass(&rows, desired, hashes, r, l).await?;
+        if rest.peek().is_none() {
+            return Ok(());
+        }
+        rows = PassWrite::default();
+    }
+}
+
+/// The chunk's new bodies: each node's input hash goes to `rows` whether its body changed or
+/// not; a body that changed gets the next generation and goes to `rows` too. Returns the
+/// bodies to publish and the hashes to keep.
+async fn build(
+    ctx: &Ctx,
+    memo: &Memo,
+    chunk: Vec<Rebuild<'_>>,
+    rows: &mut PassWrite,
+) -> Result<(Vec<(Id, DesiredRec)>, Vec<(Id, u64)>), DbError> {
+    let (mut desired, mut hashes) = (Vec::new(), Vec::with_capacity(chunk.len()));
+    if chunk.is_empty() {
+        return Ok((desired, hashes));
+    }
+    // The boxes the registry no longer holds (their nodes have them) are read back.
+    let wanted: Vec<String> = chunk.iter().flat_map(|r| stored_boxes(&r.entries)).collect();
+    let boxes: Boxes = ctx.store.db().ciphertexts(&wanted).await?.into_iter().collect();
+    for Rebuild { node, hash, entries, current } in chunk {
+        if let Some(id) = missing_box(&entries, &boxes) {
+            // Only a deleted row does this, and a live PAT's row is deleted with its node;
+            // the node's desired state is left as it is and built again when it next changes.
+            tracing::error!(node = %memo.name(&node), credential = %id, "a live PAT's sealed box is not in the database; desired state not rebuilt");
+            continue;
+        }
+        rows.input_hashes.push((node.to_string(), hash));
+        hashes.push((node.clone(), hash));
+        if entries.is_empty() && current.as_ref().is_some_and(|d| d.same_agents(b"[]")) {
+            // A node that joined and has no agent yet: nothing to build.
+            continue;
+        }
+        ctx.metrics.desired_built.inc();
+        // Built as the next generation in the buffer that is served and stored; dropped at
+        // once when its agents are what the node already has.
+        let generation = current.as_ref().map_or(0, |d| d.generation) + 1;
+        let rec = DesiredRec::build(generation, |out| write_agents(out, &entries, &ctx.cfg.iam_tenant, &boxes));
+        let Some(agents) = rec.agents_bytes() else { continue };
+        if current.as_ref().is_some_and(|d| d.same_agents(&agents)) {
+            continue;
+        }
+        tracing::info!(node = %memo.name(&node), generation, agents = entries.len(), "desired state changed");
+        if !ctx.work.rotating.is_empty() {
+            for (a, _, c, _) in &entries {
+                ctx.work.rotating.published(&a.key, &node, c.issued_ms, generation);
+            }
+        }
+        rows.desired.push((node.to_string(), generation, agents));
+        let let_go = boxes_to_let_go(memo, &node, &entries);
+        desired.push((node, rec.carrying(let_go)));
+    }
+    Ok((desired, hashes))
+}
+
+/// The boxes a body lets go once its node has it: those it carries from the registry's
+/// memory, when every agent bound to the node has its PAT in it. While PATs are still being
+/// issued for a node (a start, a node that just received replicas) each new one rebuilds its
+/// body, and letting the boxes go at every step would read them back at the next one.
+fn boxes_to_let_go(memo: &Memo, node: &Id, entries: &[Entry]) -> Vec<(Id, Arc<Cred>)> {
+    let bound = memo.per_node.get(node).map_or(0, |m| m.keys().count());
+    if entries.len() < bound {
+        return Vec::new();
+    }
+    entries.iter().filter(|(_, _, c, _)| c.sealed.has_box()).map(|(a, _, c, _)| (a.key.clone(), c.clone())).collect()
+}
