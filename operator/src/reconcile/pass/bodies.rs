@@ -2,46 +2,78 @@
 //!
 //! A fleet-wide change (a rollout's first step, a new leader's first pass) rebuilds nearly
 //! every node's body: all of them at once would be ~46 MB held until one transaction
-//! commits. The first chunk's bodies go in the transaction of the pass's other rows; each
-//! later chunk is stored in its own and published as it lands, so its nodes fetch it while
-//! the next is built, and each body is let go once its node has it. The pass's rows commit
-//! first because the bodies derive from them: after a crash between two chunks, the stored
-//! input hashes of the nodes not yet written no longer match, and the next pass (or leader)
-//! builds those again from what was committed.
+//! commits, and their entries ~8 MB more. So the dirty nodes are taken a chunk at a time:
+//! each node's entries are gathered and hashed, and only those whose hash moved are built
+//! and compared. The first chunk's bodies go in the transaction of the pass's other rows;
+//! each later chunk is stored in its own and published as it lands, so its nodes fetch it
+//! while the next is built, and each body is let go once its node has it. The pass's rows
+//! commit first because the bodies derive from them: after a crash between two chunks, the
+//! stored input hashes of the nodes not yet written no longer match, and the next pass (or
+//! leader) builds those again from what was committed.
 
-use super::decide::Rebuild;
 use super::memo::Memo;
-use crate::model::Id;
-use crate::reconcile::rules::desired::{missing_box, stored_boxes, write_agents, Boxes, Entry};
+use super::rollout::Rolled;
+use crate::model::{Agent, Id};
+use crate::reconcile::rules::derive::{entries_of, look_of};
+use crate::reconcile::rules::desired::{hash_salt, input_hash, missing_box, stored_boxes, write_agents, Boxes, Entry};
 use crate::reconcile::work::Ctx;
 use crate::store::db::{DbError, PassWrite};
 use crate::store::{Cred, DesiredRec, Linger, Rollout};
 use std::sync::Arc;
 
-/// Stores the pass's rows with its first chunk of bodies (`desired_nodes_at_once` nodes, each
-/// chunk's sealed boxes read back at once), then the rest a chunk at a time;
-/// each commit publishes its bodies (waking their nodes), and the first the rollouts and
-/// lingering replicas too.
+/// Stores the pass's rows with its first chunk of dirty nodes' bodies
+/// (`desired_nodes_at_once` nodes, each chunk's sealed boxes read back at once), then the
+/// rest a chunk at a time; each commit publishes its bodies (waking their nodes), and the
+/// first the rollouts and lingering replicas too.
 pub async fn commit(
     ctx: &Ctx,
     memo: &Memo,
+    rolled: &Rolled,
     mut rows: PassWrite,
-    rebuilds: Vec<Rebuild<'_>>,
-    rollouts: Vec<(Id, Option<Arc<Rollout>>)>,
+    dirty: Vec<Id>,
     lingering: Vec<((Id, u32), Option<Linger>)>,
 ) -> Result<(), DbError> {
+    let rollouts: Vec<(Id, Option<Arc<Rollout>>)> =
+        rolled.changed.iter().map(|(k, r)| (k.clone(), r.clone())).collect();
     let (mut rollouts, mut lingering) = (Some(rollouts), Some(lingering));
-    let mut rest = rebuilds.into_iter().peekable();
+    let salt = hash_salt(&ctx.cfg.iam_tenant);
+    let mut chunks = dirty.chunks(ctx.cfg.desired_nodes_at_once.max(1)).peekable();
     loop {
-        let chunk: Vec<Rebuild> = rest.by_ref().take(ctx.cfg.desired_nodes_at_once.max(1)).collect();
-        let (desired, hashes) = build(ctx, memo, chunk, &mut rows).await?;
+        let chunk = chunks.next().unwrap_or_default();
+        let changed = changed(ctx, memo, rolled, salt, chunk);
+        let (desired, hashes) = build(ctx, memo, changed, &mut rows).await?;
         let (r, l) = (rollouts.take().unwrap_or_default(), lingering.take().unwrap_or_default());
         ctx.store.commit_pass(&rows, desired, hashes, r, l).await?;
-        if rest.peek().is_none() {
+        if chunks.peek().is_none() {
             return Ok(());
         }
         rows = PassWrite::default();
     }
+}
+
+/// A node whose desired state's inputs changed since its body was built: the new hash of
+/// its inputs, its entries and the desired state it has now. The entries hold handles to the
+/// credentials, so the body is built after the registry's lock is let go.
+struct Rebuild<'a> {
+    node: Id,
+    hash: u64,
+    entries: Vec<Entry<'a>>,
+    current: Option<DesiredRec>,
+}
+
+/// The nodes of `chunk` whose inputs' hash is not the one their body was built from.
+fn changed<'m>(ctx: &Ctx, memo: &'m Memo, rolled: &Rolled, salt: u64, chunk: &[Id]) -> Vec<Rebuild<'m>> {
+    let st = ctx.store.read();
+    chunk
+        .iter()
+        .filter_map(|node| {
+            let look = |a: &Agent, n: &Id| look_of(a, n, rolled.get(&st, &a.key), memo.own_spec(&a.key));
+            let entries = entries_of(&memo.per_node, node, |k| memo.agent(k), |p| st.live_cred(p).cloned(), look);
+            let hash = input_hash(salt, &entries, |key| memo.fingerprint(key));
+            let current = st.desired(node).cloned();
+            (st.desired_hash(node) != Some(hash)).then(|| Rebuild { node: node.clone(), hash, entries, current })
+        })
+        .collect()
 }
 
 /// The chunk's new bodies: each node's input hash goes to `rows` whether its body changed or

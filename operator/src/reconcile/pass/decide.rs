@@ -1,7 +1,7 @@
 //! The deciding phases after placement. Each reads the memo and the snapshot, and adds its
 //! part to the [`Plan`]: identity and PAT work, the credentials to retire, the statuses and
-//! the placement items; and it lists the nodes whose desired states' inputs changed, whose
-//! bodies are built as they are stored ([`super::bodies`]). None of them writes.
+//! the placement items; and it lists the nodes whose desired states may have changed, built
+//! as they are stored ([`super::bodies`]). None of them writes.
 
 use super::memo::Memo;
 use super::place::Placed;
@@ -9,13 +9,11 @@ use super::plan::{Plan, VANISHED_DRAIN};
 use super::rollout::Rolled;
 use super::snapshot::Snapshot;
 use crate::model::{Agent, Id, IdentityKind};
-use crate::reconcile::rules::derive::{agent_status, entries_of, is_placed, look_of, Lookup};
-use crate::reconcile::rules::desired::{hash_salt, input_hash, Entry};
+use crate::reconcile::rules::derive::{agent_status, is_placed, Lookup};
 use crate::reconcile::rules::views::agent_views;
 use crate::reconcile::work::Ctx;
 use crate::reconcile::work::{rotate_at_ms, WorkKey};
 use crate::store::kept::Sent;
-use crate::store::DesiredRec;
 use rustc_hash::FxHashSet as HashSet;
 use std::time::Duration;
 
@@ -81,25 +79,10 @@ fn dirty_nodes(memo: &Memo, snap: &Snapshot, placed: &Placed, rolled: &Rolled) -
     set.into_iter().collect()
 }
 
-/// A node whose desired state's inputs changed since its body was built: the new hash of
-/// its inputs, its entries and the desired state it has now. The entries hold handles to the
-/// credentials, so the body is built after the registry's lock is let go.
-pub struct Rebuild<'a> {
-    pub node: Id,
-    pub hash: u64,
-    pub entries: Vec<Entry<'a>>,
-    pub current: Option<DesiredRec>,
-}
-
-/// The dirty nodes whose inputs' hash moved: only their bodies are built
-/// ([`super::bodies::commit`]), serialised and compared.
-pub fn desired_rebuilds<'m>(
-    ctx: &Ctx,
-    memo: &'m Memo,
-    snap: &Snapshot,
-    placed: &Placed,
-    rolled: &Rolled,
-) -> Vec<Rebuild<'m>> {
+/// The nodes whose desired states the pass looks at again ([`super::bodies::commit`] builds
+/// those whose inputs changed): those a move touched, whose credentials changed, and those
+/// running an agent that changed or whose rollout stepped; every node in a full pass.
+pub fn dirty_desired(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, rolled: &Rolled) -> Vec<Id> {
     if !ctx.work.rotating.is_empty() {
         let deadline = |key: &Id| {
             crate::reconcile::rules::rollout::progress_deadline_ms(
@@ -109,19 +92,7 @@ pub fn desired_rebuilds<'m>(
         };
         ctx.work.rotating.prune(&ctx.store.read(), snap.now, deadline);
     }
-    let dirty = dirty_nodes(memo, snap, placed, rolled);
-    let salt = hash_salt(&ctx.cfg.iam_tenant);
-    let st = ctx.store.read();
-    dirty
-        .into_iter()
-        .filter_map(|node| {
-            let look = |a: &Agent, n: &Id| look_of(a, n, rolled.get(&st, &a.key), memo.own_spec(&a.key));
-            let entries = entries_of(&memo.per_node, &node, |k| memo.agent(k), |p| st.live_cred(p).cloned(), look);
-            let hash = input_hash(salt, &entries, |key| memo.fingerprint(key));
-            let current = st.desired(&node).cloned();
-            (st.desired_hash(&node) != Some(hash)).then_some(Rebuild { node, hash, entries, current })
-        })
-        .collect()
+    dirty_nodes(memo, snap, placed, rolled)
 }
 
 /// PATs no longer needed are retired: revoked once the node's stop has run its course, or at
