@@ -28,27 +28,44 @@ use std::sync::Arc;
 pub async fn commit(
     ctx: &Ctx,
     memo: &Memo,
+    now: i64,
     rolled: &Rolled,
     mut rows: PassWrite,
     dirty: Vec<Id>,
-    lingering: Vec<((Id, u32), Option<Linger>)>,
+    mut lingering: Vec<((Id, u32), Option<Linger>)>,
 ) -> Result<(), DbError> {
-    let rollouts: Vec<(Id, Option<Arc<Rollout>>)> =
+    forget_finished_rotations(ctx, memo, now);
+    let mut rollouts: Vec<(Id, Option<Arc<Rollout>>)> =
         rolled.changed.iter().map(|(k, r)| (k.clone(), r.clone())).collect();
-    let (mut rollouts, mut lingering) = (Some(rollouts), Some(lingering));
     let salt = hash_salt(&ctx.cfg.iam_tenant);
     let mut chunks = dirty.chunks(ctx.cfg.desired_nodes_at_once.max(1)).peekable();
     loop {
         let chunk = chunks.next().unwrap_or_default();
-        let changed = changed(ctx, memo, rolled, salt, chunk);
-        let (desired, hashes) = build(ctx, memo, changed, &mut rows).await?;
-        let (r, l) = (rollouts.take().unwrap_or_default(), lingering.take().unwrap_or_default());
+        let rebuilds = to_rebuild(ctx, memo, rolled, salt, chunk);
+        let (desired, hashes) = build(ctx, memo, rebuilds, &mut rows).await?;
+        let (r, l) = (std::mem::take(&mut rollouts), std::mem::take(&mut lingering));
         ctx.store.commit_pass(&rows, desired, hashes, r, l).await?;
         if chunks.peek().is_none() {
             return Ok(());
         }
         rows = PassWrite::default();
     }
+}
+
+/// PAT rotations under way are recorded as the bodies carrying them are published
+/// ([`build`]); those done (the node runs the new PAT, or the agent's progress deadline
+/// passed) are let go first.
+fn forget_finished_rotations(ctx: &Ctx, memo: &Memo, now: i64) {
+    if ctx.work.rotating.is_empty() {
+        return;
+    }
+    let deadline = |key: &Id| {
+        crate::reconcile::rules::rollout::progress_deadline_ms(
+            memo.agent(key).and_then(|a| a.rollout()),
+            &ctx.cfg.rollout,
+        )
+    };
+    ctx.work.rotating.prune(&ctx.store.read(), now, deadline);
 }
 
 /// A node whose desired state's inputs changed since its body was built: the new hash of
@@ -62,7 +79,7 @@ struct Rebuild<'a> {
 }
 
 /// The nodes of `chunk` whose inputs' hash is not the one their body was built from.
-fn changed<'m>(ctx: &Ctx, memo: &'m Memo, rolled: &Rolled, salt: u64, chunk: &[Id]) -> Vec<Rebuild<'m>> {
+fn to_rebuild<'m>(ctx: &Ctx, memo: &'m Memo, rolled: &Rolled, salt: u64, chunk: &[Id]) -> Vec<Rebuild<'m>> {
     let st = ctx.store.read();
     chunk
         .iter()

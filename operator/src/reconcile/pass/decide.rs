@@ -62,9 +62,10 @@ pub fn pat_work(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: 
     }
 }
 
-/// The nodes whose desired state may have changed: those a move touched, those whose
-/// credentials changed, and those running an agent that changed.
-fn dirty_nodes(memo: &Memo, snap: &Snapshot, placed: &Placed, rolled: &Rolled) -> Vec<Id> {
+/// The nodes whose desired states the pass looks at again ([`super::bodies::commit`] builds
+/// those whose inputs changed): those a move touched, whose credentials changed, and those
+/// running an agent that changed or whose rollout stepped; every node in a full pass.
+pub fn dirty_nodes(memo: &Memo, snap: &Snapshot, placed: &Placed, rolled: &Rolled) -> Vec<Id> {
     if snap.full {
         return memo.facts.iter().map(|f| f.id.clone()).collect();
     }
@@ -77,22 +78,6 @@ fn dirty_nodes(memo: &Memo, snap: &Snapshot, placed: &Placed, rolled: &Rolled) -
         }
     }
     set.into_iter().collect()
-}
-
-/// The nodes whose desired states the pass looks at again ([`super::bodies::commit`] builds
-/// those whose inputs changed): those a move touched, whose credentials changed, and those
-/// running an agent that changed or whose rollout stepped; every node in a full pass.
-pub fn dirty_desired(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, rolled: &Rolled) -> Vec<Id> {
-    if !ctx.work.rotating.is_empty() {
-        let deadline = |key: &Id| {
-            crate::reconcile::rules::rollout::progress_deadline_ms(
-                memo.agent(key).and_then(|a| a.rollout()),
-                &ctx.cfg.rollout,
-            )
-        };
-        ctx.work.rotating.prune(&ctx.store.read(), snap.now, deadline);
-    }
-    dirty_nodes(memo, snap, placed, rolled)
 }
 
 /// PATs no longer needed are retired: revoked once the node's stop has run its course, or at

@@ -139,11 +139,11 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     decide::statuses(ctx, memo, &snap, &placed, &mut plan);
     phases.mark("statuses");
     decide::items(memo, &snap, &placed, &mut plan);
-    let dirty = decide::dirty_desired(ctx, memo, &snap, &placed, &rolled);
+    let dirty = decide::dirty_nodes(memo, &snap, &placed, &rolled);
     phases.mark("desired");
     let rows = std::mem::take(&mut plan.rows);
     let rollouts_changed = !rolled.changed.is_empty() || snap.full;
-    bodies::commit(ctx, memo, &rolled, rows, dirty, lingered.changed).await?;
+    bodies::commit(ctx, memo, snap.now, &rolled, rows, dirty, lingered.changed).await?;
     if rollouts_changed {
         count_rollouts(ctx);
     }
