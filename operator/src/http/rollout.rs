@@ -34,7 +34,7 @@ fn at_rest(st: &Registry, a: &Agent, stored: Option<Rollout>, defaults: &Rollout
     let mut view = match stored.filter(|r| r.target.same(&own)) {
         Some(r) => r.view(&name),
         None => {
-            let (policy, policy_error) = crate::reconcile::rules::rollout::policy(a.rollout(), defaults);
+            let (policy, policy_error) = crate::reconcile::rules::rollout::policy(a.rollout().as_ref(), defaults);
             Rollout::at_rest(a.key.clone(), Arc::new(own.clone()), policy, policy_error, 0).view(&name)
         }
     };

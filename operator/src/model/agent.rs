@@ -2,7 +2,8 @@
 //! once read: every field valid (the reading is `super::read`).
 
 use fleet_api::{Executor, Resources};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
 use std::sync::Arc;
 
 /// A node id, node name or agent key, shared rather than copied.
@@ -54,13 +55,51 @@ pub struct PlacementSpec {
     /// The rollout policy as the CP wrote it; read when a rollout starts, where an invalid
     /// field falls back to its default (docs/behaviour.md#rolling-out-a-change).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout: Option<Box<serde_json::Value>>,
+    pub rollout: Option<JsonText>,
     /// `spread` and `priority` as the CP wrote them, judged where they are used
     /// (docs/behaviour.md#spread-and-priority): an invalid one takes its default there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spread: Option<Box<serde_json::Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Box<serde_json::Value>>,
+}
+
+/// A field kept as the JSON text the CP wrote, and read where it is used. Parsed, an object
+/// is a `serde_json::Value` map: a B-tree node of ~600 bytes for `{"minReadySeconds":10}`,
+/// whose text is 22 — over 20,000 agents that each set a policy, 12 MB in every agent list
+/// held. Two are equal when their texts are: a CP that rewrites a field in other words
+/// changes the agent, as any other edit does.
+#[derive(Debug, Clone)]
+pub struct JsonText(Box<RawValue>);
+
+impl JsonText {
+    pub fn of(v: &serde_json::Value) -> JsonText {
+        // A `Value` always serialises; `null` stands in should that ever change.
+        JsonText(serde_json::value::to_raw_value(v).unwrap_or_else(|_| RawValue::NULL.to_owned()))
+    }
+
+    /// The field, parsed (the text came from JSON, so it parses).
+    pub fn value(&self) -> serde_json::Value {
+        serde_json::from_str(self.0.get()).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl PartialEq for JsonText {
+    fn eq(&self, other: &JsonText) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl Serialize for JsonText {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for JsonText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Box::<RawValue>::deserialize(d).map(JsonText)
+    }
 }
 
 /// Lowest and highest `placement.priority`.
@@ -217,10 +256,10 @@ impl Agent {
         [spread_of(s.spread.as_deref()).1, priority_of(s.priority.as_deref()).1].into_iter().flatten().collect()
     }
 
-    /// The rollout policy the CP item gives, if any.
-    pub fn rollout(&self) -> Option<&serde_json::Value> {
+    /// The rollout policy the CP item gives, if any, parsed.
+    pub fn rollout(&self) -> Option<serde_json::Value> {
         match &self.placement {
-            Placement::Spec(s) => s.rollout.as_deref(),
+            Placement::Spec(s) => s.rollout.as_ref().map(JsonText::value),
             Placement::None(_) => None,
         }
     }

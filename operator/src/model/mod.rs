@@ -9,4 +9,4 @@ pub use agent::*;
 #[cfg(test)]
 pub use read::raw_items;
 pub use read::{parse_agents, FieldWarning, Read, SkippedAgent};
-pub use template::{SpecId, Template};
+pub use template::{Shared, SpecId, Template};

@@ -12,7 +12,7 @@
 //! item read that way, the `Value`s would be most of the cost of a 20,000-agent list.
 
 use super::agent::{
-    find_agent, Agent, AgentState, Iam, Identity, IdentityKind, Placement, PlacementSpec, Skills,
+    find_agent, Agent, AgentState, Iam, Identity, IdentityKind, JsonText, Placement, PlacementSpec, Skills,
     DEFAULT_DRAIN_SECONDS, MAX_DRAIN_SECONDS, MAX_REPLICAS,
 };
 use fleet_api::{images, names, Executor, Resources};
@@ -289,7 +289,7 @@ impl<'a> Warner<'a> {
             ),
             // Kept as written: its fields are judged when a rollout starts, each falling back
             // to its default alone.
-            rollout: obj.get("rollout").filter(|v| v.is_object()).map(|v| Box::new(v.clone())),
+            rollout: obj.get("rollout").filter(|v| v.is_object()).map(JsonText::of),
             spread: obj.get("spread").filter(|v| !v.is_null()).map(|v| Box::new(v.clone())),
             priority: obj.get("priority").filter(|v| !v.is_null()).map(|v| Box::new(v.clone())),
         })

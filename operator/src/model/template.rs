@@ -4,9 +4,12 @@
 
 use super::agent::Agent;
 use fleet_api::{Executor, Resources};
+use rustc_hash::FxHashMap as HashMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::collections::hash_map::Entry;
 use std::fmt;
+use std::sync::Arc;
 
 /// A template's name: 32 bits of a SHA-256 of the template, shown as 8 hex digits. Equal
 /// templates have equal ids on every replica and across versions (the hash is of the
@@ -123,6 +126,33 @@ impl Template {
     }
 }
 
+/// Equal templates as one allocation. A change made across the fleet gives thousands of
+/// agents the same template at once (one image for every agent of a kind), and each rollout
+/// holds its target and the template it replaces: kept apart, 20,000 rollouts would hold
+/// 40,000 copies (~6 MB). Equal means equal in every field, the revision too; two templates
+/// whose ids collide stay apart.
+#[derive(Default)]
+pub struct Shared(HashMap<(SpecId, u64), Arc<Template>>);
+
+impl Shared {
+    pub fn share(&mut self, t: Template) -> Arc<Template> {
+        match self.0.entry((t.id(), t.revision)) {
+            Entry::Occupied(e) if **e.get() == t => e.get().clone(),
+            Entry::Occupied(_) => Arc::new(t),
+            Entry::Vacant(v) => v.insert(Arc::new(t)).clone(),
+        }
+    }
+
+    /// The one allocation of a template equal to `t` (for records read back one by one).
+    pub fn share_arc(&mut self, t: Arc<Template>) -> Arc<Template> {
+        match self.0.entry((t.id(), t.revision)) {
+            Entry::Occupied(e) if *e.get() == t => e.get().clone(),
+            Entry::Occupied(_) => t,
+            Entry::Vacant(v) => v.insert(t).clone(),
+        }
+    }
+}
+
 /// 32 bits of a SHA-256 of what the id covers, never 0.
 fn id_of(executor: &Executor, secrets: &[String], resources: &Resources, restart: u64) -> SpecId {
     let mut h = Sha256::new();
@@ -157,5 +187,23 @@ mod tests {
         // Read back, the id is computed again from the fields.
         let back: Template = serde_json::from_str(&serde_json::to_string(&t("a:1", 2, 3)).unwrap()).unwrap();
         assert_eq!((back.id(), back), (t("a:1", 2, 3).id(), t("a:1", 2, 3)));
+    }
+
+    #[test]
+    fn equal_templates_are_shared_and_others_kept_apart() {
+        let mut shared = Shared::default();
+        let a = shared.share(t("a:1", 0, 2));
+        assert!(Arc::ptr_eq(&a, &shared.share(t("a:1", 0, 2))));
+        assert!(Arc::ptr_eq(&a, &shared.share_arc(Arc::new(t("a:1", 0, 2)))));
+        let other_revision = shared.share(t("a:1", 0, 3));
+        assert!(!Arc::ptr_eq(&a, &other_revision));
+        assert_eq!(*other_revision, t("a:1", 0, 3));
+        assert!(!Arc::ptr_eq(&a, &shared.share(t("a:2", 0, 2))));
+        // A template whose id collides with another's is not taken for it.
+        let mut colliding = t("a:9", 0, 2);
+        colliding.id = a.id();
+        let kept = shared.share(colliding.clone());
+        assert_eq!(kept.executor.image.as_deref(), Some("a:9"));
+        assert!(!Arc::ptr_eq(&a, &shared.share_arc(Arc::new(colliding))));
     }
 }

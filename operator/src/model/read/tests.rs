@@ -246,3 +246,25 @@ fn spread_and_priority_take_their_default_when_invalid() {
     assert_eq!(one(json!(3), json!("high")), (None, 0, 2, vec!["placement.spread", "placement.priority"]));
     assert_eq!(one(json!("Zone"), json!(2.5)).3, vec!["placement.spread", "placement.priority"]);
 }
+
+/// The rollout policy is kept as the text the CP wrote, read by either path (the whole item
+/// at once, or field by field when another field is wrong), parsed where it is used, stored
+/// and read back as it came, and two items differ in it only when their texts do.
+#[test]
+fn the_rollout_policy_is_kept_as_its_text_and_parsed_where_used() {
+    let policy = json!({"maxUnavailable": "50%", "minReadySeconds": 10});
+    let strict = read(vec![with("/placement/rollout", policy.clone())], &[]).agents.remove(0);
+    let mut lenient_item = with("/placement/rollout", policy.clone());
+    lenient_item["drainSeconds"] = json!("soon");
+    let lenient = read(vec![lenient_item], &[]);
+    assert_eq!(lenient.warnings.len(), 1, "the wrong drainSeconds is read field by field");
+    for a in [&strict, &lenient.agents[0]] {
+        assert_eq!(a.rollout(), Some(policy.clone()));
+    }
+    let back: Agent = serde_json::from_str(&serde_json::to_string(&strict).unwrap()).unwrap();
+    assert_eq!(back, strict);
+    assert_eq!(back.rollout(), Some(policy));
+    let other = read(vec![with("/placement/rollout", json!({"minReadySeconds": 11}))], &[]).agents.remove(0);
+    assert_ne!(other, strict);
+    assert_eq!(read(vec![item("coder")], &[]).agents[0].rollout(), None);
+}

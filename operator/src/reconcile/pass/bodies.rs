@@ -61,7 +61,7 @@ fn forget_finished_rotations(ctx: &Ctx, memo: &Memo, now: i64) {
     }
     let deadline = |key: &Id| {
         crate::reconcile::rules::rollout::progress_deadline_ms(
-            memo.agent(key).and_then(|a| a.rollout()),
+            memo.agent(key).and_then(|a| a.rollout()).as_ref(),
             &ctx.cfg.rollout,
         )
     };

@@ -169,7 +169,7 @@ fn due(ctx: &Ctx, memo: &Memo, agent: &str, l: &Linger) -> i64 {
 }
 
 fn deadline_ms(ctx: &Ctx, memo: &Memo, agent: &str) -> i64 {
-    progress_deadline_ms(memo.agent(agent).and_then(|a| a.rollout()), &ctx.cfg.rollout)
+    progress_deadline_ms(memo.agent(agent).and_then(|a| a.rollout()).as_ref(), &ctx.cfg.rollout)
 }
 
 /// Lists the lingering replica on its old node in the memo's bindings: the replica while it

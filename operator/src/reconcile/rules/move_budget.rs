@@ -52,7 +52,7 @@ pub fn move_budget(s: &Sources) -> MoveBudget {
 /// The agent's budget less its replicas unavailable now.
 fn left(s: &Sources, a: &Agent, rollout: Option<&Arc<Rollout>>) -> u32 {
     let desired = a.desired_replicas();
-    let budget = policy(a.rollout(), s.defaults).0.max_unavailable.budget(desired);
+    let budget = policy(a.rollout().as_ref(), s.defaults).0.max_unavailable.budget(desired);
     let ready = s
         .bindings
         .of_agent(&a.key)

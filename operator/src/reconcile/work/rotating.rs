@@ -79,7 +79,7 @@ impl Rotating {
         let (agent, node) = pair;
         let Some(a) = st.agent(agent) else { return true };
         let desired = a.desired_replicas();
-        let p = policy(a.rollout(), defaults).0;
+        let p = policy(a.rollout().as_ref(), defaults).0;
         let budget = p.max_unavailable.budget(desired);
         let deadline = p.progress_deadline_seconds as i64 * 1000;
         let mut m = self.under_way.lock();

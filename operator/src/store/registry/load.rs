@@ -2,7 +2,7 @@
 //! lease over.
 
 use super::state::State;
-use crate::model::{Agent, Id, Template};
+use crate::model::{Agent, Id, Shared, Template};
 use crate::store::db::{CredRow, NodeRow, Snapshot};
 use crate::store::kept::{self, Outcome, Placements, StatusBody};
 use crate::store::records::{Cred, DesiredRec, IdentityRec, Linger, NodeInfo, NodeRec, RetiringCred, Rollout, Sealed};
@@ -54,11 +54,12 @@ impl State {
         // The stored placements are listed from the start, not only once the first pass
         // has published them: an admin asking right after a restart sees what is stored.
         st.placements = Placements::new(st.agents.clone(), st.outcome.clone());
+        let mut templates = Shared::default();
         for (k, v) in snap.kv {
             if k == "agents_etag" {
                 st.agents_etag = Some(v);
             } else if let Some(agent) = k.strip_prefix("rollout/") {
-                st.load_rollout(agent, &v);
+                st.load_rollout(agent, &v, &mut templates);
             } else if k.starts_with(crate::store::records::linger::PREFIX) {
                 st.load_linger(&k, &v);
             }
@@ -68,9 +69,10 @@ impl State {
 }
 
 impl State {
-    /// A stored rollout, kept in memory while it says something its agent's item does not.
-    fn load_rollout(&mut self, agent: &str, row: &str) {
-        let r: Rollout = match serde_json::from_str(row) {
+    /// A stored rollout, kept in memory while it says something its agent's item does not;
+    /// its templates shared with the other rollouts' equal ones.
+    fn load_rollout(&mut self, agent: &str, row: &str, templates: &mut Shared) {
+        let mut r: Rollout = match serde_json::from_str(row) {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(agent, error = %e, "a stored rollout does not parse; the agent's replicas keep what they run");
@@ -78,6 +80,9 @@ impl State {
             }
         };
         let Some(a) = self.agent(agent) else { return };
+        r.target = templates.share_arc(r.target);
+        r.previous = r.previous.map(|t| templates.share_arc(t));
+        r.older = std::mem::take(&mut r.older).into_iter().map(|t| templates.share_arc(t)).collect();
         if r.worth_keeping(&Template::of(a, r.target.restart)) {
             self.rollouts.insert(a.key.clone(), Arc::new(r));
         }

@@ -16,7 +16,7 @@ use super::memo::Memo;
 use super::place::Placed;
 use super::plan::Plan;
 use super::snapshot::Snapshot;
-use crate::model::{find_agent, Id, Template};
+use crate::model::{find_agent, Id, Shared, Template};
 use crate::reconcile::work::Ctx;
 use crate::store::rollouts::Pending;
 use crate::store::Rollout;
@@ -37,6 +37,7 @@ pub fn roll(
     plan: &mut Plan,
 ) -> Rolled {
     let mut out = Rolled::default();
+    let mut templates = Shared::default();
     let st = ctx.store.read();
     let mut by_agent: HashMap<Id, Vec<Pending>> = HashMap::default();
     for o in orders {
@@ -53,7 +54,8 @@ pub fn roll(
         keys.extend(snap.changed_agents.iter().cloned());
     }
     for key in keys {
-        let before = st.rollout(&key).map(|r| (**r).clone());
+        // The stored record, shared; only the copy the phase works on is a deep one.
+        let before = st.rollout(&key).cloned();
         let agent_orders = by_agent.remove(&key).unwrap_or_default();
         for (agent, value, _) in &agent_orders {
             plan.rows.kv_delete.push((format!("{}{agent}", crate::store::rollouts::ORDER_PREFIX), Some(value.clone())));
@@ -69,9 +71,19 @@ pub fn roll(
             continue;
         };
         let lingering = lingering_on.get(&key).cloned().unwrap_or_default();
-        let mut one =
-            One { ctx, memo, snap, placed: &*placed, a, lingering, events: Vec::new(), out: &mut out, st: &st };
-        let mut r = before.clone();
+        let mut one = One {
+            ctx,
+            memo,
+            snap,
+            placed: &*placed,
+            a,
+            lingering,
+            events: Vec::new(),
+            out: &mut out,
+            templates: &mut templates,
+            st: &st,
+        };
+        let mut r = before.as_deref().cloned();
         one.cp_change(&mut r);
         for (_, _, order) in agent_orders {
             one.order(&mut r, order);
@@ -83,13 +95,13 @@ pub fn roll(
         for e in events {
             placed.events.push(e);
         }
-        if r == before {
+        if r.as_ref() == before.as_deref() {
             continue;
         }
         let Some(r) = r else { continue };
         // Counts and readiness change with every report; they are stored with the next
         // change that matters (a restart recomputes them from the reports).
-        let store = before.as_ref().is_none_or(|b| !b.same_stored(&r));
+        let store = before.as_deref().is_none_or(|b| !b.same_stored(&r));
         let keep = r.worth_keeping(&Template::of(a, 0));
         let r = Arc::new(r);
         if store {

@@ -3,7 +3,7 @@
 
 use super::rolled::Rolled;
 use super::slots::{self, Sources};
-use crate::model::{find_agent, Agent, Id, SpecId, Template};
+use crate::model::{find_agent, Agent, Id, Shared, SpecId, Template};
 use crate::reconcile::pass::memo::Memo;
 use crate::reconcile::pass::place::Placed;
 use crate::reconcile::pass::snapshot::Snapshot;
@@ -26,6 +26,8 @@ pub struct One<'a> {
     pub lingering: Vec<&'a Id>,
     pub events: Vec<Event>,
     pub out: &'a mut Rolled,
+    /// The templates the phase made so far, for rollouts to share.
+    pub templates: &'a mut Shared,
     pub st: &'a State,
 }
 
@@ -60,11 +62,11 @@ impl One<'_> {
     /// one superseding the rollout under way.
     pub fn start(&mut self, r: &mut Option<Rollout>, from: Template, to: Template) {
         let now = self.snap.now;
-        let (policy, policy_error) = rule::policy(self.a.rollout(), &self.ctx.cfg.rollout);
+        let (policy, policy_error) = rule::policy(self.a.rollout().as_ref(), &self.ctx.cfg.rollout);
         if let Some(e) = &policy_error {
             tracing::warn!(agent = %self.a.key, problem = %e, "invalid rollout policy");
         }
-        let to = Arc::new(to);
+        let to = self.templates.share(to);
         match r {
             Some(x) if x.state != RolloutState::Complete => {
                 let old = std::mem::replace(&mut x.target, to);
@@ -80,7 +82,7 @@ impl One<'_> {
                 x.older.clear();
             }
             None => {
-                let from = Arc::new(from);
+                let from = self.templates.share(from);
                 let mut x = Rollout::at_rest(self.a.key.clone(), to, policy.clone(), None, now);
                 x.nodes = self.seed(from.id());
                 x.previous = Some(from);

@@ -67,7 +67,7 @@ impl One<'_> {
     fn complete_if_none<'r>(&self, r: &'r mut Option<Rollout>) -> &'r mut Rollout {
         r.get_or_insert_with(|| {
             let (policy, policy_error) =
-                crate::reconcile::rules::rollout::policy(self.a.rollout(), &self.ctx.cfg.rollout);
+                crate::reconcile::rules::rollout::policy(self.a.rollout().as_ref(), &self.ctx.cfg.rollout);
             Rollout::at_rest(self.a.key.clone(), Arc::new(Template::of(self.a, 0)), policy, policy_error, self.snap.now)
         })
     }
