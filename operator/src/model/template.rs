@@ -136,11 +136,7 @@ pub struct Shared(HashMap<(SpecId, u64), Arc<Template>>);
 
 impl Shared {
     pub fn share(&mut self, t: Template) -> Arc<Template> {
-        match self.0.entry((t.id(), t.revision)) {
-            Entry::Occupied(e) if **e.get() == t => e.get().clone(),
-            Entry::Occupied(_) => Arc::new(t),
-            Entry::Vacant(v) => v.insert(Arc::new(t)).clone(),
-        }
+        self.share_arc(Arc::new(t))
     }
 
     /// The one allocation of a template equal to `t` (for records read back one by one).
