@@ -145,6 +145,9 @@ async fn main() -> ExitCode {
 async fn serve() -> anyhow::Result<()> {
     let cfg = Config::from_env()?;
     init_logs(cfg.log_format);
+    if let Some(path) = std::env::var_os("FLEET_MEMORY_TRACE") {
+        fleet_controller::metrics::trace_memory(path.into())?;
+    }
     let mut running = server::start(cfg).await?;
     tokio::select! {
         () = shutdown_signal() => {}

@@ -298,6 +298,50 @@ impl Metrics {
     }
 }
 
+/// How often [`trace_memory`] writes a line.
+pub const MEMORY_TRACE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Appends a line of the process's memory to `path` every [`MEMORY_TRACE_EVERY`], on a thread
+/// of its own, for the life of the process (`FLEET_MEMORY_TRACE`, profiling only). The gauges
+/// are set as a pass ends, and a pass's own peak falls between two of them; this shows it,
+/// with what of it is jemalloc's and what is not (docs/performance.md#how-to-measure).
+pub fn trace_memory(path: std::path::PathBuf) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
+    writeln!(out, "# unix_seconds allocated_mib active_mib resident_mib metadata_mib vm_rss_mib")?;
+    std::thread::Builder::new().name("memory-trace".into()).spawn(move || loop {
+        if writeln!(out, "{}", memory_line()).is_err() {
+            return;
+        }
+        std::thread::sleep(MEMORY_TRACE_EVERY);
+    })?;
+    Ok(())
+}
+
+/// One line of [`trace_memory`]: the time, jemalloc's allocated, active, resident and metadata
+/// bytes, and the process's resident set (`VmRSS`), in MiB.
+pub fn memory_line() -> String {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    let _ = epoch::advance();
+    let mib = |n: Result<usize, _>| n.map_or(-1.0, |n| n as f64 / 1048576.0);
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let rss_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap_or(-1.0);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    format!(
+        "{:.2} {:.1} {:.1} {:.1} {:.1} {:.1}",
+        now.as_secs_f64(),
+        mib(stats::allocated::read()),
+        mib(stats::active::read()),
+        mib(stats::resident::read()),
+        mib(stats::metadata::read()),
+        rss_kib / 1024.0
+    )
+}
+
 /// Observes the time since it was made into a histogram when dropped (an RAII guard, as in
 /// kube-rs's controller-rs): an early return or an error is timed too.
 pub struct Timer<'a> {
@@ -320,5 +364,31 @@ pub struct OwnedTimer {
 impl Drop for OwnedTimer {
     fn drop(&mut self) {
         self.histogram.observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A line is the time and five figures in MiB, every one of them read.
+    #[test]
+    fn a_memory_line_is_the_time_and_five_figures_read() {
+        let figures: Vec<f64> = super::memory_line().split(' ').map(|x| x.parse().unwrap()).collect();
+        assert_eq!(figures.len(), 6, "{figures:?}");
+        assert!(figures[0] > 1.7e9, "unix seconds: {figures:?}");
+        assert!(figures[1..].iter().all(|&x| x >= 0.0), "a figure not read: {figures:?}");
+        assert!(figures[5] > 1.0, "VmRSS: {figures:?}");
+    }
+
+    /// The trace file gets its header, then a line every 100 ms.
+    #[test]
+    fn the_trace_appends_a_line_every_tenth_of_a_second() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("memory.txt");
+        super::trace_memory(path.clone()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(450));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut lines = text.lines();
+        assert!(lines.next().unwrap().starts_with("# unix_seconds allocated_mib"), "{text}");
+        assert!(lines.filter(|l| l.split(' ').count() == 6).count() >= 3, "{text}");
     }
 }

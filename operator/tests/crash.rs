@@ -1,7 +1,8 @@
 //! Crash safety of the controller (hardening): `SIGKILL` during bursts of joins and reports,
 //! 20 times over one data directory. Every join the controller acknowledged (201) is there
 //! after the restart with a working token, no node name appears twice, no more nodes exist
-//! than joins were attempted, and SQLite's integrity check passes at the end.
+//! than joins were attempted, and SQLite's integrity check passes at the end. And what a
+//! killed controller or a failed pass had read but not acted on is acted on after it.
 
 mod support;
 
@@ -159,4 +160,116 @@ async fn a_template_change_read_but_not_acted_on_before_a_kill_is_rolled_out_aft
     let ctl = ControllerProcess::spawn(env, log).await;
     let sim = SimNode::start(TestNode { url: ctl.url.clone(), ..n }, Default::default());
     eventually(30, "agent:3 running after the restart", || async { (images(&sim) == ["agent:3"]).then_some(()) }).await;
+}
+
+/// A template change whose pass failed is still a change to the pass after it: the failed
+/// pass read the new list and dropped the one it replaced, keeping only what the changed
+/// agents were, and the next pass (which starts over) starts the rollout from that — one
+/// replica at a time, from the old image — instead of handing every node the new one at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_change_whose_pass_failed_is_rolled_out_by_the_next_pass() {
+    use support::sim::SimNode;
+    let dk = devkit().await;
+    dk.put_agent(with(agent("coder", "k", 2), |a| {
+        a["executor"]["image"] = json!("agent:1");
+        a["placement"]["rollout"] = json!({"maxUnavailable": 1, "minReadySeconds": 1});
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let failpoints = dir.path().join("fp");
+    std::fs::create_dir_all(&failpoints).unwrap();
+    let mut env = env_for(&dk, &dir.path().join("data"), free_port(), free_port());
+    env.insert("FLEET_FAILPOINTS".into(), failpoints.display().to_string());
+    let log = dir.path().join("c.log");
+    let ctl = ControllerProcess::spawn(env, log.clone()).await;
+    let admin = Admin::new(&ctl.url, dk.mint("fleet", &["fleet:admin"], 3600));
+    let announce = json!({"executorKinds": ["k"], "executorImages": {"k": ["agent:*"]}, "capacity": {"slots": 1}});
+    let mut sims = Vec::new();
+    for i in 0..2 {
+        let mut n = TestNode::new(&ctl.url, &format!("n-{i}"), announce.clone());
+        n.join(&admin.join_key().await).await;
+        sims.push(SimNode::start(n, Default::default()));
+    }
+    let images = |sims: &[SimNode]| {
+        let mut v: Vec<String> = sims.iter().flat_map(SimNode::images).collect();
+        v.sort();
+        v
+    };
+    eventually(30, "agent:1 on both nodes", || async { (images(&sims) == ["agent:1"; 2]).then_some(()) }).await;
+
+    std::fs::write(failpoints.join("fail-pass"), "").unwrap();
+    let failures =
+        || std::fs::read_to_string(&log).unwrap_or_default().matches("the fail-pass failpoint is set").count();
+    let listed = dk.calls("list_agents");
+    dk.edit_agent("coder", |a| {
+        a["executor"]["image"] = json!("agent:2");
+        a["revision"] = json!(2);
+    });
+    eventually(10, "the watcher read the change", || async { (dk.calls("list_agents") > listed).then_some(()) }).await;
+    // The pass the change kicked, and the ones that start over after it, fail.
+    let seen = failures();
+    eventually(15, "two more failed passes", || async { (failures() >= seen + 2).then_some(()) }).await;
+    assert_eq!(images(&sims), ["agent:1"; 2], "a failed pass hands no node anything");
+    std::fs::remove_file(failpoints.join("fail-pass")).unwrap();
+
+    let rollout = || async {
+        let (s, v) = admin.get("/api/v1/agents/coder/rollout").await;
+        assert_eq!(s, 200, "{v}");
+        v
+    };
+    let v = eventually(30, "the rollout of agent:2 complete", || async {
+        let v = rollout().await;
+        (v["state"] == "complete" && v["target"]["image"] == "agent:2").then_some(v)
+    })
+    .await;
+    assert_eq!(v["previous"]["image"], "agent:1", "the rollout started from the old template: {v}");
+    assert_eq!(images(&sims), ["agent:2"; 2]);
+    let (s, events) = admin.get("/api/v1/events?agent=coder").await;
+    assert_eq!(s, 200, "{events}");
+    let steps = events["items"].as_array().unwrap().iter().filter(|e| e["kind"] == "rollout_step").count();
+    assert_eq!(steps, 2, "one step a node: {events}");
+}
+
+/// The list the CP replaced is let go as the pass that reads the new one starts, not when a
+/// pass commits: with every pass failing, nothing keeps the old list (~9 MB at 20,000
+/// agents) beside the new one, and once passes succeed again the change is placed. The only
+/// in-process controller of this file, so the process's failpoint directory is its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_agent_list_is_let_go_while_passes_fail() {
+    let dir = tempfile::tempdir().unwrap();
+    let failpoints = dir.path().join("fp");
+    std::fs::create_dir_all(&failpoints).unwrap();
+    std::env::set_var("FLEET_FAILPOINTS", &failpoints);
+    let dk = devkit().await;
+    dk.put_agents(vec![agent("a1", "k", 1), agent("a2", "k", 1)]);
+    let running = fleet_controller::server::start(in_process_config(&dk, &dir.path().join("data"))).await.unwrap();
+    let ctx = running.ctx.clone().unwrap();
+    let url = format!("http://{}", running.addr);
+    let admin = Admin::new(&url, dk.mint("fleet", &["fleet:read", "fleet:admin"], 3600));
+    let mut node = TestNode::new(&url, "n1", json!({"executorKinds": ["k"], "capacity": {"slots": 4}}));
+    node.join(&admin.join_key().await).await;
+    eventually(15, "both agents placed", || async {
+        (admin.placements().await.iter().filter(|i| i["status"] == "placed").count() == 2).then_some(())
+    })
+    .await;
+
+    std::fs::write(failpoints.join("fail-pass"), "").unwrap();
+    let old = std::sync::Arc::downgrade(ctx.store.read().agents());
+    let failed = ctx.metrics.pass_errors.get();
+    dk.edit_agent("a1", |a| a["revision"] = json!(2));
+    let replaced = || old.upgrade().is_none_or(|l| !std::sync::Arc::ptr_eq(&l, ctx.store.read().agents()));
+    eventually(15, "the new list read", || async { replaced().then_some(()) }).await;
+    eventually(15, "two more failed passes", || async { (ctx.metrics.pass_errors.get() >= failed + 2).then_some(()) })
+        .await;
+    eventually(10, "the old list let go while no pass commits", || async { old.upgrade().is_none().then_some(()) })
+        .await;
+    let p = admin.placements().await;
+    assert!(p.iter().all(|i| i["revision"] == 1), "nothing committed the edit yet: {p:?}");
+
+    std::fs::remove_file(failpoints.join("fail-pass")).unwrap();
+    eventually(15, "the edit placed at revision 2", || async {
+        let p = admin.placements().await;
+        p.iter().any(|i| i["agentKey"] == "a1" && i["revision"] == 2).then_some(())
+    })
+    .await;
+    running.shutdown().await;
 }

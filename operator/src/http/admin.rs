@@ -261,7 +261,7 @@ mod tests {
             }
         }
         let outcome = Outcome { bindings: bound.into_iter().collect(), ..Outcome::default() };
-        Placements::new(Arc::new(agents), Arc::new(outcome))
+        Placements::of_list(&agents, Arc::new(outcome))
     }
 
     /// The chunks of an unpaged list, in order, as its body streams them.

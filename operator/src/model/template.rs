@@ -101,8 +101,7 @@ impl Template {
 
     /// The same template under the next restart stamp: every container recreated.
     pub fn restarted(&self) -> Template {
-        let t = self.clone();
-        Template::new(t.executor, t.secrets, t.resources, t.restart + 1, t.revision)
+        self.with_restart(self.restart + 1)
     }
 
     /// The agent's template as the CP describes it now, with the restart stamp given.
@@ -111,6 +110,11 @@ impl Template {
         secrets.sort();
         secrets.dedup();
         Template::new(a.executor.clone(), secrets, a.resources(), restart, a.revision)
+    }
+
+    /// The same containers with another restart stamp.
+    pub fn with_restart(&self, restart: u64) -> Template {
+        Template::new(self.executor.clone(), self.secrets.clone(), self.resources.clone(), restart, self.revision)
     }
 
     pub fn id(&self) -> SpecId {

@@ -3,7 +3,7 @@
 //! store owns them, so the store depends on nothing in `reconcile`; the reconciler computes
 //! them (`reconcile::rules::{placement, status, views}` re-export them).
 
-use crate::model::{Agent, AgentList, AgentState, Id, IdentityKind, Placement};
+use crate::model::{Agent, AgentState, Id, IdentityKind, Placement};
 use fleet_api::{PlacementStatus, PlacementView, ReplicaState};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -169,29 +169,65 @@ impl AgentItems {
 }
 
 /// The placement items of `GET /api/v1/placements` (docs/reference.md#http-api), built on demand from the
-/// agent list and the outcome a pass placed them by: one item per (agent, node) with a count,
+/// agents and the outcome a pass placed them by: one item per (agent, node) with a count,
 /// one `pending` item for the unplaced replicas, `pending / node_unavailable` for replicas
 /// stuck on an offline node, and one `stopped` item per stopped agent.
 ///
 /// Kept, the items of 100,000 replicas would be ~5 MB, and two trees of them (the pass's and
 /// the published one) ~1.2 MB each, memory nothing reads between two lists. An agent's items
-/// are a binary search into the bindings away, so a list builds each as it reaches it.
+/// are a binary search into the bindings away, so a list builds each as it reaches it. Of
+/// the agents it keeps only what the items say ([`Listed`], 32 bytes an agent): holding the
+/// agent list itself would keep a replaced list (~9 MB at 20,000 agents) alive until the pass
+/// that read the new one publishes.
 #[derive(Debug, Clone, Default)]
 pub struct Placements {
     /// In key order (the CP lists agents so, and the list is sorted when one does not).
-    agents: AgentList,
+    agents: Arc<[Listed]>,
     outcome: Arc<Outcome>,
 }
 
+/// What an agent's placement items say of the agent itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub key: Id,
+    pub revision: u64,
+    /// Whether the agent has placement items at all (identity-only and service agents do not).
+    pub has_items: bool,
+    pub stopped: bool,
+}
+
+impl Listed {
+    pub fn of(a: &Agent) -> Listed {
+        Listed {
+            key: a.key.clone(),
+            revision: a.revision,
+            has_items: a.identity.kind == IdentityKind::Agent && !matches!(a.placement, Placement::None(_)),
+            stopped: a.state == AgentState::Stopped,
+        }
+    }
+
+    /// Every agent of a list, in its order.
+    pub fn all(agents: &[Agent]) -> Arc<[Listed]> {
+        agents.iter().map(Listed::of).collect()
+    }
+}
+
 impl Placements {
-    pub fn new(agents: AgentList, outcome: Arc<Outcome>) -> Placements {
+    pub fn new(agents: Arc<[Listed]>, outcome: Arc<Outcome>) -> Placements {
         debug_assert!(agents.is_sorted_by(|a, b| a.key <= b.key), "agents in key order");
         Placements { agents, outcome }
     }
 
+    /// The items of an agent list (in key order) by an outcome.
+    pub fn of_list(agents: &[Agent], outcome: Arc<Outcome>) -> Placements {
+        Placements::new(Listed::all(agents), outcome)
+    }
+
     /// Whether these are the items of exactly this list and outcome.
-    pub fn of(&self, agents: &AgentList, outcome: &Arc<Outcome>) -> bool {
-        Arc::ptr_eq(&self.agents, agents) && Arc::ptr_eq(&self.outcome, outcome)
+    pub fn of(&self, agents: &[Agent], outcome: &Arc<Outcome>) -> bool {
+        Arc::ptr_eq(&self.outcome, outcome)
+            && self.agents.len() == agents.len()
+            && self.agents.iter().zip(agents).all(|(l, a)| *l == Listed::of(a))
     }
 
     /// Each listed agent's items from `agent` on, in key order: (key, items).
@@ -199,7 +235,7 @@ impl Placements {
         let start = self.agents.partition_point(|a| &*a.key < agent);
         self.agents[start..]
             .iter()
-            .map(|a| (&a.key, agent_views(a, &self.outcome)))
+            .map(|a| (&a.key, listed_views(a, &self.outcome)))
             .filter(|(_, v)| !v.items.is_empty())
     }
 
@@ -213,15 +249,15 @@ impl Placements {
     }
 }
 
-/// Whether the agent has placement items at all (identity-only and service agents do not).
-fn listed(a: &Agent) -> bool {
-    a.identity.kind == IdentityKind::Agent && !matches!(a.placement, Placement::None(_))
-}
-
 /// One agent's items, from its range of the bindings.
 pub fn agent_views(a: &Agent, outcome: &Outcome) -> AgentItems {
+    listed_views(&Listed::of(a), outcome)
+}
+
+/// One agent's items, from what they say of it and its range of the bindings.
+pub fn listed_views(a: &Listed, outcome: &Outcome) -> AgentItems {
     let mut out = AgentItems { revision: a.revision, items: Vec::new() };
-    if !listed(a) {
+    if !a.has_items {
         return out;
     }
     let item = |node_id: Option<Id>, replicas, status, reason: Option<&str>| Item {
@@ -230,7 +266,7 @@ pub fn agent_views(a: &Agent, outcome: &Outcome) -> AgentItems {
         status,
         reason: reason.map(Box::from),
     };
-    if a.state == AgentState::Stopped {
+    if a.stopped {
         out.items.push(item(None, 0, PlacementStatus::Stopped, None));
         return out;
     }
@@ -360,7 +396,7 @@ mod tests {
         };
         outcome.stuck.insert(("b".into(), 1));
         outcome.waiting.insert("b".into(), (1, "no_capacity"));
-        let placements = Placements::new(Arc::new(agents), Arc::new(outcome));
+        let placements = Placements::of_list(&agents, Arc::new(outcome));
         let view = |agent: &str, node: Option<&str>, replicas, status, reason: Option<&str>| PlacementView {
             agent_key: agent.into(),
             revision: 7,

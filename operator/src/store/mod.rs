@@ -304,6 +304,17 @@ impl Store {
         self.parts.commit_pass(rows, desired, hashes, rollouts, lingering).await
     }
 
+    /// Rollouts whose counts or readiness alone moved, published at once: they are not stored
+    /// (a restart recomputes them from the reports), so nothing waits for a commit, and the
+    /// records they replace are let go now rather than held beside them until the pass ends.
+    pub fn refresh_rollouts(&self, rollouts: Vec<(Id, Arc<Rollout>)>) {
+        if rollouts.is_empty() {
+            return;
+        }
+        let replaced = self.parts.registry.write().swap_rollouts(rollouts);
+        drop(replaced);
+    }
+
     /// Publishes the rest of a committed pass; returns the agents whose wanted status
     /// differs from what the CP has.
     pub fn publish_pass(&self, publish: PassPublish) -> Vec<Id> {

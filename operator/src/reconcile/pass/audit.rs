@@ -139,5 +139,5 @@ fn fresh_placement(ctx: &Ctx, st: &crate::store::State, facts: &[NodeFacts], per
 
 /// The placement items of the registry's agents and outcome, built afresh.
 fn fresh_placements(st: &crate::store::State) -> Vec<fleet_api::PlacementView> {
-    crate::store::kept::Placements::new(st.agents().clone(), st.outcome().clone()).to_vec()
+    crate::store::kept::Placements::of_list(st.agents(), st.outcome().clone()).to_vec()
 }

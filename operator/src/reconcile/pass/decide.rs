@@ -10,10 +10,10 @@ use super::rollout::Rolled;
 use super::snapshot::Snapshot;
 use crate::model::{Agent, Id, IdentityKind};
 use crate::reconcile::rules::derive::{agent_status, is_placed, Lookup};
-use crate::reconcile::rules::views::agent_views;
+use crate::reconcile::rules::views::{agent_views, listed_views};
 use crate::reconcile::work::Ctx;
 use crate::reconcile::work::{rotate_at_ms, WorkKey};
-use crate::store::kept::Sent;
+use crate::store::kept::{Listed, Sent};
 use rustc_hash::FxHashSet as HashSet;
 use std::time::Duration;
 
@@ -164,7 +164,7 @@ pub fn items(memo: &mut Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan)
         let items = memo.agent(&key).map(|a| agent_views(a, &placed.outcome)).unwrap_or_default();
         let before = match snap.full {
             true => Default::default(),
-            false => last_seen(memo, snap, &key).map(|a| agent_views(a, &placed.previous)).unwrap_or_default(),
+            false => last_seen(memo, snap, &key).map(|a| listed_views(&a, &placed.previous)).unwrap_or_default(),
         };
         if !snap.full && before == items {
             continue;
@@ -175,11 +175,11 @@ pub fn items(memo: &mut Memo, snap: &Snapshot, placed: &Placed, plan: &mut Plan)
     }
 }
 
-/// The agent as the last pass saw it: in the list it replaced (kept in key order), or in the
-/// memo's when the list did not change.
-fn last_seen<'a>(memo: &'a Memo, snap: &'a Snapshot, key: &str) -> Option<&'a Agent> {
-    match &snap.old_agents {
-        Some(old) => crate::model::find_agent(old, key),
-        None => memo.agent(key),
+/// What the items said of the agent as the last pass saw it: as it was, if the list changed
+/// it, else as the memo's list has it.
+fn last_seen(memo: &Memo, snap: &Snapshot, key: &str) -> Option<Listed> {
+    match snap.replaced.as_ref().and_then(|r| r.get(key)) {
+        Some(was) => was.map(|w| w.listed.clone()),
+        None => memo.agent(key).map(Listed::of),
     }
 }

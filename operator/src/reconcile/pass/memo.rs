@@ -5,11 +5,14 @@
 //! everything.
 
 use super::gauges::Gauges;
+use super::snapshot::Replaced;
 use crate::model::{Agent, AgentList, Id, SpecId};
 use crate::reconcile::rules::derive::{facts_of, PerNode};
 use crate::reconcile::rules::placement::NodeFacts;
+use crate::store::kept::Listed;
 use crate::store::{AgentIndex, Changes, State};
 use rustc_hash::FxHashMap as HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Every node and agent is derived again from the registry at least this often, a slice per
@@ -22,6 +25,12 @@ pub struct Memo {
     /// The agent list the last pass saw (in key order), and the registry's index of it.
     pub agents: AgentList,
     pub index: AgentIndex,
+    /// What the placement items say of each agent of `agents`, in its order: the published
+    /// items share it until the list changes.
+    pub listed: Arc<[Listed]>,
+    /// What the agents changed since the last committed pass were then; set by a pass that
+    /// saw a new list, cleared once one commits. A pass that fails leaves it for the next.
+    pub replaced: Option<Arc<Replaced>>,
     /// Each agent's [`agent_fingerprint`](crate::reconcile::rules::desired::agent_fingerprint), at its position
     /// in `agents` (a map by key would be ~0.8 MB at 20,000 agents).
     /// With it, the id of the agent's own template (docs/behaviour.md#rolling-out-a-change).
@@ -46,6 +55,12 @@ impl Memo {
     /// pass would take every agent for new and the change would go unseen.
     pub fn after(applied: AgentList) -> Memo {
         Memo { agents: applied, ..Memo::default() }
+    }
+
+    /// An empty memo that keeps the agent list and what the passes since the last committed
+    /// one replaced of it: the changes are still changes to the next pass.
+    pub fn start_over(&mut self) -> Memo {
+        Memo { agents: std::mem::take(&mut self.agents), replaced: self.replaced.take(), ..Memo::default() }
     }
 
     pub fn node(&self, id: &Id) -> Option<&NodeFacts> {

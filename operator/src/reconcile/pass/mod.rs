@@ -66,11 +66,11 @@ pub const STATUS_DEBOUNCE: Duration = Duration::from_secs(1);
 ///
 /// `applied`: the agent list the store was loaded with, which the last committed pass worked
 /// from (the CP watcher stores a list only after that).
-pub async fn run(ctx: Arc<Ctx>, mut applied: AgentList) {
+pub async fn run(ctx: Arc<Ctx>, applied: AgentList) {
     // The earliest instant an online node crosses its offline threshold: a node going silent
     // is no event, so the loop wakes for it. With healthy reports this instant keeps receding.
     let mut next_offline: Option<i64> = None;
-    let mut memo = Memo::after(applied.clone());
+    let mut memo = Memo::after(applied);
     loop {
         let tick = match next_offline {
             Some(at) => ctx.cfg.reconcile_every.min(Duration::from_millis((at - clock::now_ms()).max(0) as u64)),
@@ -94,12 +94,12 @@ pub async fn run(ctx: Arc<Ctx>, mut applied: AgentList) {
         match result {
             Ok(at) => {
                 next_offline = at;
-                applied = memo.agents.clone();
                 ctx.pass_clock.committed(number, clock::now_ms());
             }
             Err(e) => {
-                // The memo may be ahead of what was stored: start over with a full pass.
-                memo = Memo::after(applied.clone());
+                // The memo may be ahead of what was stored: start over with a full pass, which
+                // still sees the agents changed since the last committed one as changed.
+                memo = memo.start_over();
                 ctx.metrics.pass_errors.inc();
                 tracing::error!(error = %e, "reconcile pass failed; the next one retries");
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -141,6 +141,9 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     decide::items(memo, &snap, &placed, &mut plan);
     let dirty = decide::dirty_nodes(memo, &snap, &placed, &rolled);
     phases.mark("desired");
+    if fleet_api::failpoint::on("fail-pass") {
+        return Err(DbError::Other("the fail-pass failpoint is set".into()));
+    }
     let rows = std::mem::take(&mut plan.rows);
     let rollouts_changed = !rolled.changed.is_empty() || snap.full;
     bodies::commit(ctx, memo, snap.now, &rolled, rows, dirty, lingered.changed).await?;
@@ -155,7 +158,7 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     }
     memo.primed = true;
     memo.last_pass_ms = snap.now;
-    drop(snap.old_agents.take());
+    memo.replaced = None;
     phases.mark("publish");
     phases.log(snap.full);
     let due = [snap.next_offline, rolled.next_due, lingered.next_due].into_iter().flatten().min();
@@ -168,8 +171,8 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
 fn publish(ctx: &Ctx, memo: &Memo, snap: &Snapshot, mut placed: Placed, mut plan: Plan) -> Vec<Id> {
     // The items are built from the agents and the outcome as they are listed; a pass that
     // changed either publishes the pair.
-    if snap.full || placed.replaced || snap.old_agents.is_some() {
-        plan.publish.placements = Some(Placements::new(memo.agents.clone(), placed.outcome.clone()));
+    if snap.full || placed.replaced || snap.replaced.is_some() {
+        plan.publish.placements = Some(Placements::new(memo.listed.clone(), placed.outcome.clone()));
     }
     if plan.views_changed {
         memo.gauges.publish_placements(&ctx.metrics);

@@ -2,4 +2,4 @@
 //! placement outcome ([`crate::store::kept::Placements`]); the pass only follows how they
 //! change, for the placements gauge.
 
-pub use crate::store::kept::{agent_views, AgentItems, Item, Placements};
+pub use crate::store::kept::{agent_views, listed_views, AgentItems, Item, Listed, Placements};

@@ -53,7 +53,7 @@ impl State {
         st.set_agents(Arc::new(stored_agents(snap.agents)));
         // The stored placements are listed from the start, not only once the first pass
         // has published them: an admin asking right after a restart sees what is stored.
-        st.placements = Placements::new(st.agents.clone(), st.outcome.clone());
+        st.placements = Placements::of_list(&st.agents, st.outcome.clone());
         let mut templates = Shared::default();
         for (k, v) in snap.kv {
             if k == "agents_etag" {

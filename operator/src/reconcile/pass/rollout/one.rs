@@ -3,7 +3,7 @@
 
 use super::rolled::Rolled;
 use super::slots::{self, Sources};
-use crate::model::{find_agent, Agent, Id, Shared, SpecId, Template};
+use crate::model::{Agent, Id, Shared, SpecId, Template};
 use crate::reconcile::pass::memo::Memo;
 use crate::reconcile::pass::place::Placed;
 use crate::reconcile::pass::snapshot::Snapshot;
@@ -42,9 +42,17 @@ impl One<'_> {
     /// as its target goes on as it stands: a leader that reloaded the store after the pass
     /// that started it, but before the list that changed was stored, sees the change again.
     pub fn cp_change(&mut self, r: &mut Option<Rollout>) {
-        let Some(old) = self.snap.old_agents.as_ref().and_then(|l| find_agent(l, &self.a.key)) else { return };
+        let Some(replaced) = &self.snap.replaced else { return };
         let restart = r.as_ref().map_or(0, |r| r.target.restart);
-        let (was, now) = (Template::of(old, restart), Template::of(self.a, restart));
+        let was = match replaced.get(&self.a.key) {
+            // Not listed at the last committed pass: a new agent has nothing to roll from.
+            Some(None) => return,
+            Some(Some(was)) if restart == 0 => was.template.clone(),
+            Some(Some(was)) => Arc::new(was.template.with_restart(restart)),
+            // Unchanged since then.
+            None => Arc::new(Template::of(self.a, restart)),
+        };
+        let now = Template::of(self.a, restart);
         let already = r.as_ref().is_some_and(|r| r.target.same(&now));
         if !was.same(&now) && !already {
             let image = now.executor.image.clone().map_or_else(|| "the kind's image".into(), |i| format!("image {i}"));
@@ -60,7 +68,7 @@ impl One<'_> {
 
     /// Makes `to` the target: a new rollout from `from` (the template the replicas run), or
     /// one superseding the rollout under way.
-    pub fn start(&mut self, r: &mut Option<Rollout>, from: Template, to: Template) {
+    pub fn start(&mut self, r: &mut Option<Rollout>, from: Arc<Template>, to: Template) {
         let now = self.snap.now;
         let (policy, policy_error) = rule::policy(self.a.rollout().as_ref(), &self.ctx.cfg.rollout);
         if let Some(e) = &policy_error {
@@ -82,7 +90,7 @@ impl One<'_> {
                 x.older.clear();
             }
             None => {
-                let from = self.templates.share(from);
+                let from = self.templates.share_arc(from);
                 let mut x = Rollout::at_rest(self.a.key.clone(), to, policy.clone(), None, now);
                 x.nodes = self.seed(from.id());
                 x.previous = Some(from);

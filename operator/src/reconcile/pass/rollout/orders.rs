@@ -56,10 +56,10 @@ impl One<'_> {
 
     /// The template the agent's replicas are meant to run now: the rollout's target, else the
     /// agent's own.
-    fn current(&self, r: &Option<Rollout>) -> Template {
+    fn current(&self, r: &Option<Rollout>) -> Arc<Template> {
         match r {
-            Some(x) => (*x.target).clone(),
-            None => Template::of(self.a, 0),
+            Some(x) => x.target.clone(),
+            None => Arc::new(Template::of(self.a, 0)),
         }
     }
 
