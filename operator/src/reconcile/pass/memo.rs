@@ -5,7 +5,7 @@
 //! everything.
 
 use super::gauges::Gauges;
-use super::snapshot::Replaced;
+use super::replaced::Replaced;
 use crate::model::{Agent, AgentList, Id, SpecId};
 use crate::reconcile::rules::derive::{facts_of, PerNode};
 use crate::reconcile::rules::placement::NodeFacts;

@@ -30,6 +30,7 @@ pub mod liveness;
 pub mod memo;
 mod place;
 mod plan;
+mod replaced;
 mod rollout;
 mod snapshot;
 

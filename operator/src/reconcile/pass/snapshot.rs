@@ -4,6 +4,7 @@
 
 use super::liveness;
 use super::memo::Memo;
+use super::replaced::{Replaced, Was};
 use crate::model::{Agent, AgentList, Id, Shared, SpecId, Template};
 use crate::reconcile::rules::derive::demand;
 use crate::reconcile::rules::desired::agent_fingerprint;
@@ -11,7 +12,7 @@ use crate::reconcile::rules::placement::Outcome;
 use crate::reconcile::work::Ctx;
 use crate::store::kept::Listed;
 use crate::store::Changes;
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use rustc_hash::FxHashSet as HashSet;
 use std::sync::Arc;
 
 /// What the pass read, and what changed since the last one.
@@ -84,34 +85,6 @@ pub fn take(ctx: &Ctx, memo: &mut Memo, now: i64) -> Snapshot {
     snap
 }
 
-/// An agent as the last committed pass saw it, for one the CP changed or removed since: what
-/// its placement items said (the placements gauge counts the difference) and the template its
-/// replicas run (a change of it starts a rollout).
-#[derive(Clone)]
-pub struct Was {
-    pub listed: Listed,
-    /// With no restart stamp.
-    pub template: Arc<Template>,
-}
-
-/// All a pass needs of the agent list the last committed pass saw: the agents changed since,
-/// by key, each as it was (`None`: not listed then). A change of every agent would otherwise
-/// hold two lists (~9 MB each at 20,000 agents) through the pass that starts its rollouts.
-#[derive(Clone, Default)]
-pub struct Replaced(HashMap<Id, Option<Was>>);
-
-impl Replaced {
-    /// `None`: the agent did not change; `Some(None)`: it was not listed.
-    pub fn get(&self, key: &str) -> Option<Option<&Was>> {
-        self.0.get(key).map(Option::as_ref)
-    }
-
-    /// Listed at the last committed pass, and changed or removed since.
-    pub fn was_listed(&self, key: &str) -> bool {
-        matches!(self.get(key), Some(Some(_)))
-    }
-}
-
 /// What the memo keeps of an agent beside it: its fingerprint and its own template's id.
 fn prints_of(a: &Agent) -> (u64, SpecId) {
     (agent_fingerprint(a), Template::of(a, 0).id())
@@ -128,9 +101,8 @@ fn diff_agents(memo: &mut Memo, snap: &mut Snapshot) {
         let key: &Id = &before.or(after).expect("an agent on one side").key;
         snap.demand_changed |= before.and_then(demand) != after.and_then(demand);
         snap.changed_agents.insert(key.clone());
-        replaced.0.entry(key.clone()).or_insert_with(|| {
-            before.map(|b| Was { listed: Listed::of(b), template: templates.share(Template::of(b, 0)) })
-        });
+        replaced
+            .note(key, || before.map(|b| Was { listed: Listed::of(b), template: templates.share(Template::of(b, 0)) }));
     };
     if !snap.full && crate::store::same_keys(&old, &agents) {
         // The usual edit: same keys in the same order; compare in place.
@@ -174,7 +146,7 @@ fn diff_agents(memo: &mut Memo, snap: &mut Snapshot) {
         memo.fingerprints = prints;
     }
     drop(old);
-    for key in replaced.0.keys() {
+    for key in replaced.keys() {
         snap.changed_agents.insert(key.clone());
     }
     memo.listed = Listed::all(&agents);
