@@ -143,12 +143,7 @@ async fn a_replaced_agent_list_is_let_go() {
     let ctx = running.ctx.clone().unwrap();
     let url = format!("http://{}", running.addr);
     let admin = Admin::new(&url, dk.mint("fleet", &["fleet:read", "fleet:admin"], 3600));
-    let mut node = TestNode::new(&url, "n1", json!({"executorKinds": ["k"], "capacity": {"slots": 4}}));
-    node.join(&admin.join_key().await).await;
-    eventually(15, "both agents placed", || async {
-        (admin.placements().await.iter().filter(|i| i["status"] == "placed").count() == 2).then_some(())
-    })
-    .await;
+    admin.join_one_node_until_placed(&url, 2).await;
     let old = std::sync::Arc::downgrade(ctx.store.read().agents());
     dk.edit_agent("a1", |a| a["revision"] = json!(2));
     eventually(15, "the edit placed at revision 2", || async {

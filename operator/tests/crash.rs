@@ -8,8 +8,22 @@ mod support;
 
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::time::Duration;
 use support::*;
+
+/// A controller process's environment (its data under `dir`) with a failpoint directory of
+/// its own: the environment, that directory and the log's path.
+fn env_with_failpoints(
+    dk: &fleet_devkit::Devkit,
+    dir: &std::path::Path,
+) -> (HashMap<String, String>, PathBuf, PathBuf) {
+    let failpoints = dir.join("fp");
+    std::fs::create_dir_all(&failpoints).unwrap();
+    let mut env = env_for(dk, &dir.join("data"), free_port(), free_port());
+    env.insert("FLEET_FAILPOINTS".into(), failpoints.display().to_string());
+    (env, failpoints, dir.join("c.log"))
+}
 
 async fn try_join(http: &reqwest::Client, n: &TestNode, key: &str) -> Option<(String, String)> {
     let r = http.post(format!("{}/api/v1/nodes:join", n.url)).json(&n.join_body(key)).send().await.ok()?;
@@ -121,11 +135,7 @@ async fn a_template_change_read_but_not_acted_on_before_a_kill_is_rolled_out_aft
     let dk = devkit().await;
     dk.put_agent(with(agent("coder", "k", 1), |a| a["executor"]["image"] = json!("agent:1")));
     let dir = tempfile::tempdir().unwrap();
-    let failpoints = dir.path().join("fp");
-    std::fs::create_dir_all(&failpoints).unwrap();
-    let mut env = env_for(&dk, &dir.path().join("data"), free_port(), free_port());
-    env.insert("FLEET_FAILPOINTS".into(), failpoints.display().to_string());
-    let log = dir.path().join("c.log");
+    let (env, failpoints, log) = env_with_failpoints(&dk, dir.path());
     let mut ctl = ControllerProcess::spawn(env.clone(), log.clone()).await;
     let admin = Admin::new(&ctl.url, dk.mint("fleet", &["fleet:admin"], 3600));
     let announce = json!({"executorKinds": ["k"], "executorImages": {"k": ["agent:*"]}, "capacity": {"slots": 1}});
@@ -175,11 +185,7 @@ async fn a_template_change_whose_pass_failed_is_rolled_out_by_the_next_pass() {
         a["placement"]["rollout"] = json!({"maxUnavailable": 1, "minReadySeconds": 1});
     }));
     let dir = tempfile::tempdir().unwrap();
-    let failpoints = dir.path().join("fp");
-    std::fs::create_dir_all(&failpoints).unwrap();
-    let mut env = env_for(&dk, &dir.path().join("data"), free_port(), free_port());
-    env.insert("FLEET_FAILPOINTS".into(), failpoints.display().to_string());
-    let log = dir.path().join("c.log");
+    let (env, failpoints, log) = env_with_failpoints(&dk, dir.path());
     let ctl = ControllerProcess::spawn(env, log.clone()).await;
     let admin = Admin::new(&ctl.url, dk.mint("fleet", &["fleet:admin"], 3600));
     let announce = json!({"executorKinds": ["k"], "executorImages": {"k": ["agent:*"]}, "capacity": {"slots": 1}});
@@ -245,12 +251,7 @@ async fn a_replaced_agent_list_is_let_go_while_passes_fail() {
     let ctx = running.ctx.clone().unwrap();
     let url = format!("http://{}", running.addr);
     let admin = Admin::new(&url, dk.mint("fleet", &["fleet:read", "fleet:admin"], 3600));
-    let mut node = TestNode::new(&url, "n1", json!({"executorKinds": ["k"], "capacity": {"slots": 4}}));
-    node.join(&admin.join_key().await).await;
-    eventually(15, "both agents placed", || async {
-        (admin.placements().await.iter().filter(|i| i["status"] == "placed").count() == 2).then_some(())
-    })
-    .await;
+    admin.join_one_node_until_placed(&url, 2).await;
 
     std::fs::write(failpoints.join("fail-pass"), "").unwrap();
     let old = std::sync::Arc::downgrade(ctx.store.read().agents());

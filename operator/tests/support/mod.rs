@@ -171,6 +171,18 @@ impl Admin {
         v["items"].as_array().unwrap().clone()
     }
 
+    /// Joins node `n1` (four slots of kind `k`) to the controller at `url` and waits until
+    /// `count` placement items say `placed`.
+    pub async fn join_one_node_until_placed(&self, url: &str, count: usize) -> TestNode {
+        let mut node = TestNode::new(url, "n1", json!({"executorKinds": ["k"], "capacity": {"slots": 4}}));
+        node.join(&self.join_key().await).await;
+        eventually(15, &format!("{count} placed"), || async {
+            (self.placements().await.iter().filter(|i| i["status"] == "placed").count() == count).then_some(())
+        })
+        .await;
+        node
+    }
+
     pub async fn nodes(&self) -> Vec<Value> {
         let (s, v) = self.get("/api/v1/nodes").await;
         assert_eq!(s, 200);
