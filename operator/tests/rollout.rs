@@ -368,21 +368,31 @@ async fn a_drain_moves_replicas_within_the_budget_make_before_break() {
         assert_eq!(s, 202, "{v}");
     }
     let (mut fewest, mut most_down, mut saw_budget) = (usize::MAX, 0, false);
+    // What the samples saw, for the message if the budget's wait went unseen.
+    let (mut samples, mut slowest, mut reasons) = (0, Duration::ZERO, std::collections::BTreeSet::new());
     let until = std::time::Instant::now() + Duration::from_secs(60);
     loop {
+        let sampled = std::time::Instant::now();
+        samples += 1;
         fewest = fewest.min(running_now(&f));
         most_down = most_down.max(f.down());
         let (a, b) = (node_view(&f.admin, "n-0").await, node_view(&f.admin, "n-1").await);
         let blocked: Vec<&Value> =
             [&a, &b].iter().flat_map(|v| v["drain"]["blocked"].as_array().unwrap().iter()).collect();
         saw_budget |= blocked.iter().any(|x| x["reason"] == "budget" && x["agentKey"] == "coder");
+        reasons.extend(blocked.iter().map(|x| x["reason"].to_string()));
+        slowest = slowest.max(sampled.elapsed());
         if a["drain"]["remaining"] == 0 && b["drain"]["remaining"] == 0 {
             break;
         }
         assert!(std::time::Instant::now() < until, "the drains did not finish: {a} {b}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(saw_budget, "the replica waiting for the budget was listed with reason budget");
+    assert!(
+        saw_budget,
+        "the replica waiting for the budget was listed with reason budget ({samples} samples, the slowest {slowest:?}; \
+         reasons seen: {reasons:?}; at most {most_down} starting at once)"
+    );
     assert!(most_down <= 1, "{most_down} new replicas were starting at once with maxUnavailable 1");
     assert!(fewest >= 4, "a replica stopped before its new node ran it: {fewest} running at one point");
     eventually(10, "the old replicas let go on n-0 and n-1", || async {
