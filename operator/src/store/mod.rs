@@ -311,8 +311,7 @@ impl Store {
         if rollouts.is_empty() {
             return;
         }
-        let replaced = self.parts.registry.write().swap_rollouts(rollouts);
-        drop(replaced);
+        self.parts.registry.write().put_rollouts(rollouts.into_iter().map(|(agent, r)| (agent, Some(r))).collect());
     }
 
     /// Publishes the rest of a committed pass; returns the agents whose wanted status

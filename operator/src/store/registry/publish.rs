@@ -87,12 +87,6 @@ impl State {
         }
     }
 
-    /// Replaces rollouts in place; returns the records replaced, for the caller to drop
-    /// outside the lock.
-    pub(in crate::store) fn swap_rollouts(&mut self, rollouts: Vec<(Id, Arc<Rollout>)>) -> Vec<Arc<Rollout>> {
-        rollouts.into_iter().filter_map(|(agent, r)| self.rollouts.insert(agent, r)).collect()
-    }
-
     /// The lingering replicas a pass started (`Some`) or ended (`None`).
     pub(in crate::store) fn put_lingering(&mut self, changed: Vec<((Id, u32), Option<Linger>)>) {
         for (key, l) in changed {

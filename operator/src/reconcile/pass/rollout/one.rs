@@ -44,15 +44,15 @@ impl One<'_> {
     pub fn cp_change(&mut self, r: &mut Option<Rollout>) {
         let Some(replaced) = &self.snap.replaced else { return };
         let restart = r.as_ref().map_or(0, |r| r.target.restart);
+        let now = Template::of(self.a, restart);
         let was = match replaced.get(&self.a.key) {
             // Not listed at the last committed pass: a new agent has nothing to roll from.
             Some(None) => return,
             Some(Some(was)) if restart == 0 => was.template.clone(),
             Some(Some(was)) => Arc::new(was.template.with_restart(restart)),
             // Unchanged since then.
-            None => Arc::new(Template::of(self.a, restart)),
+            None => Arc::new(now.clone()),
         };
-        let now = Template::of(self.a, restart);
         let already = r.as_ref().is_some_and(|r| r.target.same(&now));
         if !was.same(&now) && !already {
             let image = now.executor.image.clone().map_or_else(|| "the kind's image".into(), |i| format!("image {i}"));
