@@ -304,18 +304,56 @@ pub const MEMORY_TRACE_EVERY: std::time::Duration = std::time::Duration::from_mi
 /// Appends a line of the process's memory to `path` every [`MEMORY_TRACE_EVERY`], on a thread
 /// of its own, for the life of the process (`FLEET_MEMORY_TRACE`, profiling only). The gauges
 /// are set as a pass ends, and a pass's own peak falls between two of them; this shows it,
-/// with what of it is jemalloc's and what is not (docs/performance.md#how-to-measure).
+/// with what of it is jemalloc's and what is not. Each time `VmRSS` passes its highest so far
+/// by a MiB, jemalloc's statistics by size class (JSON) replace `<path>.peak.json` (how full
+/// each class's slabs are at the peak) and the process's mappings `<path>.peak.smaps` (what
+/// is resident outside jemalloc); docs/performance.md#how-to-measure.
 pub fn trace_memory(path: std::path::PathBuf) -> std::io::Result<()> {
     use std::io::Write;
     let mut out = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
     writeln!(out, "# unix_seconds allocated_mib active_mib resident_mib metadata_mib vm_rss_mib")?;
+    let beside = |suffix: &str| {
+        let mut p = path.clone().into_os_string();
+        p.push(suffix);
+        std::path::PathBuf::from(p)
+    };
+    let (peak_json, peak_smaps) = (beside(".peak.json"), beside(".peak.smaps"));
+    let mut highest = 0.0;
     std::thread::Builder::new().name("memory-trace".into()).spawn(move || loop {
         if writeln!(out, "{}", memory_line()).is_err() {
             return;
         }
+        let rss = vm_rss_mib();
+        if rss > highest + 1.0 {
+            highest = rss;
+            let _ = write_size_classes(&peak_json);
+            let _ = std::fs::copy("/proc/self/smaps", &peak_smaps);
+        }
         std::thread::sleep(MEMORY_TRACE_EVERY);
     })?;
     Ok(())
+}
+
+/// jemalloc's statistics, merged over its arenas, by size class, as JSON.
+fn write_size_classes(path: &std::path::Path) -> std::io::Result<()> {
+    let mut options = tikv_jemalloc_ctl::stats_print::Options::default();
+    options.json_format = true;
+    options.skip_per_arena = true;
+    options.skip_mutex_statistics = true;
+    let mut buf = Vec::new();
+    tikv_jemalloc_ctl::stats_print::stats_print(&mut buf, options)?;
+    std::fs::write(path, buf)
+}
+
+/// The process's resident set (`VmRSS`) in MiB; -1 when it cannot be read.
+fn vm_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let rss_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap_or(-1024.0);
+    rss_kib / 1024.0
 }
 
 /// One line of [`trace_memory`]: the time, jemalloc's allocated, active, resident and metadata
@@ -324,12 +362,6 @@ pub fn memory_line() -> String {
     use tikv_jemalloc_ctl::{epoch, stats};
     let _ = epoch::advance();
     let mib = |n: Result<usize, _>| n.map_or(-1.0, |n| n as f64 / 1048576.0);
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let rss_kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .unwrap_or(-1.0);
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     format!(
         "{:.2} {:.1} {:.1} {:.1} {:.1} {:.1}",
@@ -338,7 +370,7 @@ pub fn memory_line() -> String {
         mib(stats::active::read()),
         mib(stats::resident::read()),
         mib(stats::metadata::read()),
-        rss_kib / 1024.0
+        vm_rss_mib()
     )
 }
 
@@ -379,7 +411,7 @@ mod tests {
         assert!(figures[5] > 1.0, "VmRSS: {figures:?}");
     }
 
-    /// The trace file gets its header, then a line every 100 ms.
+    /// The trace file gets its header, then a line every 100 ms; the peak's size classes go beside it.
     #[test]
     fn the_trace_appends_a_line_every_tenth_of_a_second() {
         let dir = tempfile::tempdir().unwrap();
@@ -390,5 +422,11 @@ mod tests {
         let mut lines = text.lines();
         assert!(lines.next().unwrap().starts_with("# unix_seconds allocated_mib"), "{text}");
         assert!(lines.filter(|l| l.split(' ').count() == 6).count() >= 3, "{text}");
+        let peak = std::fs::read_to_string(dir.path().join("memory.txt.peak.json")).unwrap();
+        let peak: serde_json::Value = serde_json::from_str(&peak).unwrap();
+        let bins = &peak["jemalloc"]["stats.arenas"]["merged"]["bins"];
+        assert!(bins.as_array().is_some_and(|b| !b.is_empty()), "size classes at the peak: {peak}");
+        let smaps = std::fs::read_to_string(dir.path().join("memory.txt.peak.smaps")).unwrap();
+        assert!(smaps.contains("Rss:"), "{smaps}");
     }
 }
