@@ -261,12 +261,12 @@ async fn incremental_passes_match_a_full_recompute_through_a_fleet_history() {
     running.shutdown().await;
 }
 
-/// A sealed box is held in memory only until its node has it: once the node asks with the
-/// generation that carries it, the registry keeps the PAT's id alone, and the next desired
-/// state of that node reads the box back from the database — the same ciphertext, opened by
-/// the node's key to the same PAT.
+/// A desired body and the sealed boxes it carries are held in memory only until the body is
+/// served: then the registry keeps the PAT's id alone, and a node that lost the answer, as
+/// the node's next desired state, has the box read back from the database — the same
+/// ciphertext, opened by the node's key to the same PAT.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delivered_pats_box_is_let_go_and_read_back_for_the_next_desired_state() {
+async fn a_served_body_and_its_pats_box_are_let_go_and_read_back_when_asked_again() {
     let InProcess { dk, dir: _dir, running, ctx, url, admin } = in_process().await;
     let mut node = TestNode::new(&url, "n1", json!({"executorKinds": ["k"], "capacity": {"slots": 4}}));
     node.join(&admin.join_key().await).await;
@@ -285,16 +285,24 @@ async fn a_delivered_pats_box_is_let_go_and_read_back_for_the_next_desired_state
     let pat = node.open_pat(&first, "a1").expect("n1's key opens a1's PAT");
     let pair: (fleet_controller::model::Id, fleet_controller::model::Id) = ("a1".into(), node.id.as_str().into());
     let has_box = || ctx.store.read().live_cred(&pair).map(|c| c.sealed.has_box());
-    assert_eq!(has_box(), Some(true), "held until the node has it");
-
-    // The node asks with the generation it has: the box is let go.
+    assert_eq!(has_box(), Some(false), "served: the database keeps the box");
     let generation = first["generation"].as_u64().unwrap();
+    let node_id: fleet_controller::model::Id = node.id.as_str().into();
+    assert_eq!(ctx.store.desired_body(&node_id), Some((generation, None)), "served: the body is let go too");
+
+    // The answer was lost: the node asks as if it had nothing and is served the same
+    // generation, read back.
+    let (status, again) = node.desired(None, 0).await;
+    assert_eq!(status, reqwest::StatusCode::OK);
+    assert_eq!(again, first, "the stored body, as it was served");
     let (status, _) = node.desired(Some(generation), 0).await;
     assert_eq!(status, reqwest::StatusCode::NOT_MODIFIED);
-    assert_eq!(has_box(), Some(false), "the node has it; the database keeps it");
 
     // A second agent changes n1's desired state: a1's box comes back from the database.
+    let a2: (fleet_controller::model::Id, fleet_controller::model::Id) = ("a2".into(), node.id.as_str().into());
+    let a2_has_box = || ctx.store.read().live_cred(&a2).map(|c| c.sealed.has_box());
     dk.put_agent(agent("a2", "k", 1));
+    eventually(20, "a2's PAT issued and held for n1", || async { (a2_has_box() == Some(true)).then_some(()) }).await;
     let second = eventually(20, "a2's PAT beside a1's", || async {
         let (_, d) = node.desired(Some(generation), 0).await;
         ciphertext_of(&d, "a2").map(|_| d)
@@ -304,10 +312,6 @@ async fn a_delivered_pats_box_is_let_go_and_read_back_for_the_next_desired_state
     assert_eq!(node.open_pat(&second, "a1"), Some(pat));
     assert!(node.open_pat(&second, "a2").is_some());
     assert_eq!(has_box(), Some(false));
-    let a2: (fleet_controller::model::Id, fleet_controller::model::Id) = ("a2".into(), node.id.as_str().into());
-    let a2_has_box = || ctx.store.read().live_cred(&a2).map(|c| c.sealed.has_box());
-    assert_eq!(a2_has_box(), Some(true));
-    node.desired(second["generation"].as_u64(), 0).await;
-    assert_eq!(a2_has_box(), Some(false), "a2's box goes once n1 has it too");
+    assert_eq!(a2_has_box(), Some(false), "a2's box goes once n1 was served it too");
     running.shutdown().await;
 }

@@ -191,6 +191,44 @@ async fn a_new_image_reaches_replicas_one_budget_at_a_time() {
     running.shutdown().await;
 }
 
+/// A pass in which a rollout's counts move but no node's step or readiness does publishes the
+/// new counts with the node list the record had, not a copy of it: a pass looks at every
+/// rollout under way, and a copy each time is what the allocator churned on at full scale
+/// (docs/performance.md#bodies-let-go-once-served-the-ninth-run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_that_move_alone_keep_the_rollouts_node_list() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let ctx = running.ctx.clone().unwrap();
+    let url = format!("http://{}", running.addr);
+    let f = fleet(&dk, &url, json!({"maxUnavailable": 1, "minReadySeconds": 1})).await;
+    let (s, v) = f.admin.post("/api/v1/agents/coder/rollout:pause", json!({})).await;
+    assert_eq!(s, 200, "{v}");
+    dk.edit_agent("coder", |a| a["executor"]["image"] = json!("agent:2"));
+    let key: fleet_controller::model::Id = "coder".into();
+    let record = || ctx.store.read().rollout(&key).cloned();
+    let before = eventually(20, "a paused rollout, every replica ready on agent:1", || async {
+        let v = f.rollout("coder").await;
+        let r = record()?;
+        (v["state"] == "paused" && r.counts.ready == 4 && r.nodes.iter().all(|s| s.replicas == 1)).then_some(r)
+    })
+    .await;
+
+    // One replica on the old template stops running: the ready count moves, no step does.
+    if let Some(e) = f.nodes[0].running.lock().values_mut().next() {
+        e.2 = "crashloop".into();
+    }
+    let after =
+        eventually(20, "the ready count down by one", || async { record().filter(|r| r.counts.ready == 3) }).await;
+    assert!(!Arc::ptr_eq(&before, &after), "the new counts are a new record");
+    assert_eq!(before.nodes, after.nodes);
+    assert_eq!(before.nodes.as_ptr(), after.nodes.as_ptr(), "and it shares the node list it had");
+    assert_eq!(f.images(), vec!["agent:1"; 4], "paused: no step");
+    drop(f);
+    running.shutdown().await;
+}
+
 /// Show 2 on the node protocol: an image that crash-loops halts the rollout at its first
 /// replica; undo brings that one back; with `onFailure: revert` the same happens by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

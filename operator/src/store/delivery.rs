@@ -1,4 +1,4 @@
-//! Serving desired states: the body held for a node, let go once the node has it, and read
+//! Serving desired states: the body held for a node, let go once it is served, and read
 //! back from the database when a node asks again (a restart).
 
 use super::db::DbError;
@@ -14,9 +14,9 @@ impl Parts {
         self.registry.read().desired(node).map(|d| (d.generation, d.body()))
     }
 
-    /// The node has generation `generation`: its body is let go (the database keeps it), and
-    /// so are the sealed boxes of the live credentials it carried — the node has them, and a
-    /// later body reads them back.
+    /// The node was served generation `generation`, or has it: its body is let go (the
+    /// database keeps it), and so are the sealed boxes of the live credentials it carried —
+    /// the node has them, and a later body reads them back.
     pub fn delivered(&self, node: &Id, generation: u64) {
         let held = |d: Option<&DesiredRec>| d.is_some_and(|d| d.generation == generation && d.is_held());
         if held(self.registry.read().desired(node)) {

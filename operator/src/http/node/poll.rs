@@ -59,7 +59,7 @@ pub async fn hold(app: &App, node: &Id, wait: Wait) -> Outcome {
         }
     }
     if wait.since != Some(generation) {
-        return Box::pin(desired_reply(app, node, body)).await;
+        return Box::pin(desired_reply(app, node, generation, body)).await;
     }
     // The node has this generation: its body can go.
     drop(body);
@@ -74,25 +74,33 @@ pub async fn hold(app: &App, node: &Id, wait: Wait) -> Outcome {
     // A bump between the read above and the subscription is seen here.
     if let Some((g, body)) = app.store.desired_body(node) {
         if g != generation {
-            return Box::pin(desired_reply(app, node, body)).await;
+            return Box::pin(desired_reply(app, node, g, body)).await;
         }
     }
     let _ = tokio::time::timeout(Duration::from_secs(wait.seconds), rx.changed()).await;
     match app.store.desired_body(node) {
-        Some((g, body)) if g != generation => Box::pin(desired_reply(app, node, body)).await,
+        Some((g, body)) if g != generation => Box::pin(desired_reply(app, node, g, body)).await,
         Some(_) => Ok(Reply::NotModified),
         // Deleted while the poll was held (docs/behaviour.md#node-lifecycle).
         None => Err(ApiError::node_token_invalid()),
     }
 }
 
-/// The desired state as served: the held body, or the stored one read back.
-async fn desired_reply(app: &App, node: &Id, body: Option<Bytes>) -> Outcome {
+/// The desired state as served: the held body, or the stored one read back. Once served,
+/// the registry lets the body go: the answer holds it until it is written, and a node that
+/// did not get it asks again and has it read back, as after a restart. Held until the node's
+/// next ask instead, a fleet-wide change kept every body for as long as its node took to
+/// apply it (docs/performance.md#bodies-let-go-once-served-the-ninth-run).
+async fn desired_reply(app: &App, node: &Id, generation: u64, body: Option<Bytes>) -> Outcome {
     if let Some(b) = body {
+        app.store.delivered(node, generation);
         return Ok(Reply::Desired(b));
     }
     match app.store.load_desired(node).await {
-        Ok(Some((_, b))) => Ok(Reply::Desired(b)),
+        Ok(Some((g, b))) => {
+            app.store.delivered(node, g);
+            Ok(Reply::Desired(b))
+        }
         Ok(None) => Err(ApiError::node_token_invalid()),
         Err(e) => {
             tracing::error!(node = %node, error = %e, "cannot read a node's stored desired state");

@@ -6,7 +6,7 @@
 //! each node's entries are gathered and hashed, and only those whose hash moved are built
 //! and compared. The first chunk's bodies go in the transaction of the pass's other rows;
 //! each later chunk is stored in its own and published as it lands, so its nodes fetch it
-//! while the next is built, and each body is let go once its node has it. The pass's rows
+//! while the next is built, and each body is let go once it is served. The pass's rows
 //! commit first because the bodies derive from them: after a crash between two chunks, the
 //! stored input hashes of the nodes not yet written no longer match, and the next pass (or
 //! leader) builds those again from what was committed.

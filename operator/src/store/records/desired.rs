@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 /// A node's desired state as served. The whole body is built once per generation and
 /// shared by every response (a clone is a reference count): waking 10,000 long-polls
-/// copies nothing. Once the node has the generation (it asks with `since` = it) the body is
-/// let go — the database keeps it, and a node that asks again (a restart) has it read back —
-/// so at rest the fleet's bodies take no memory. A sealed box is held in memory only until
+/// copies nothing. Once it is served to the node (or the node shows it has the generation:
+/// it asks with `since` = it, or reports it applied) the body is let go — the database keeps
+/// it, and a node that asks again (its answer lost, a restart) has it read back — so at rest
+/// the fleet's bodies take no memory. A sealed box is held in memory only until
 /// its node has it: the registry keeps a new PAT's box until a body that carries it is
 /// delivered, then the id alone ([`DesiredRec::let_go`]); a later body reads the box back.
 #[derive(Debug, Clone)]

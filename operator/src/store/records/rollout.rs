@@ -54,9 +54,12 @@ pub struct Rollout {
     /// Other templates nodes were handed and still run (a superseded target).
     #[serde(default)]
     pub older: Vec<Arc<Template>>,
-    /// By node id.
+    /// By node id. Shared by the record and the copy a pass evaluates, and copied only when
+    /// a step or a node's readiness moves (`Arc::make_mut`): a pass looks at every rollout
+    /// under way, and a copy of each list for each look churned the allocator with copies
+    /// thrown away (docs/performance.md#bodies-let-go-once-served-the-ninth-run).
     #[serde(default)]
-    pub nodes: Vec<NodeStep>,
+    pub nodes: Arc<Vec<NodeStep>>,
     /// Paused by an admin: no step is taken (the state shows `paused` while it would progress).
     #[serde(default)]
     pub paused: bool,
@@ -89,7 +92,7 @@ impl Rollout {
             target,
             previous: None,
             older: Vec::new(),
-            nodes: Vec::new(),
+            nodes: Arc::default(),
             paused: false,
             policy,
             policy_error,
@@ -129,8 +132,9 @@ impl Rollout {
 
     /// Equal but for what changes with every report (the counts, each node's readiness).
     pub fn same_stored(&self, other: &Rollout) -> bool {
-        let steps =
-            |r: &Rollout| r.nodes.iter().map(|s| (s.node.clone(), s.on, s.stepped_ms, s.replicas)).collect::<Vec<_>>();
+        fn steps(r: &Rollout) -> impl Iterator<Item = (&Id, SpecId, i64, u32)> {
+            r.nodes.iter().map(|s| (&s.node, s.on, s.stepped_ms, s.replicas))
+        }
         self.state == other.state
             && self.target == other.target
             && self.previous == other.previous
@@ -141,7 +145,7 @@ impl Rollout {
             && self.failed == other.failed
             && self.started_ms == other.started_ms
             && self.message == other.message
-            && steps(self) == steps(other)
+            && steps(self).eq(steps(other))
     }
 
     /// Whether it still holds anything the agent's own item (`own`) does not say.
@@ -221,7 +225,7 @@ mod tests {
             target: new.clone(),
             previous: Some(old.clone()),
             older: vec![],
-            nodes: vec![
+            nodes: Arc::new(vec![
                 NodeStep {
                     node: "n1".into(),
                     on: new.id(),
@@ -238,7 +242,7 @@ mod tests {
                     restarts: 0,
                     replicas: 1,
                 },
-            ],
+            ]),
             paused: false,
             policy: RolloutPolicy {
                 max_unavailable: MaxUnavailable::Count(1),

@@ -62,7 +62,8 @@ pub fn roll(
         let mut refreshed = Vec::new();
         for key in batch {
             let key = key.clone();
-            // The stored record, shared; only the copy the phase works on is a deep one.
+            // The stored record, shared; the copy the phase works on shares its node list
+            // until a step or a readiness moves.
             let before = st.rollout(&key).cloned();
             let agent_orders = by_agent.remove(&key).unwrap_or_default();
             for (agent, value, _) in &agent_orders {

@@ -85,14 +85,14 @@ impl One<'_> {
             }
             Some(x) => {
                 let old = std::mem::replace(&mut x.target, to);
-                x.nodes = self.seed(old.id());
+                x.nodes = Arc::new(self.seed(old.id()));
                 x.previous = Some(old);
                 x.older.clear();
             }
             None => {
                 let from = self.templates.share_arc(from);
                 let mut x = Rollout::at_rest(self.a.key.clone(), to, policy.clone(), None, now);
-                x.nodes = self.seed(from.id());
+                x.nodes = Arc::new(self.seed(from.id()));
                 x.previous = Some(from);
                 *r = Some(x);
             }
@@ -147,7 +147,7 @@ impl One<'_> {
             }
             Decision::Complete => {
                 r.state = RolloutState::Complete;
-                r.nodes.clear();
+                r.nodes = Arc::default();
                 r.older.clear();
                 r.failed.clear();
                 r.changed_ms = now;
@@ -188,7 +188,8 @@ impl One<'_> {
     fn step(&mut self, r: &mut Rollout, node: &Id, target: SpecId) {
         let now = self.snap.now;
         if let Ok(i) = r.nodes.binary_search_by(|s| s.node.cmp(node)) {
-            r.nodes[i] = NodeStep { on: target, stepped_ms: now, ready_since_ms: 0, restarts: 0, ..r.nodes[i].clone() };
+            let nodes = Arc::make_mut(&mut r.nodes);
+            nodes[i] = NodeStep { on: target, stepped_ms: now, ready_since_ms: 0, restarts: 0, ..nodes[i].clone() };
         }
         self.out.nodes.insert(node.clone());
         let reps: Vec<u32> =
@@ -212,7 +213,7 @@ impl One<'_> {
         let what = format!("replica {replica} on node {name} failed: {reason}");
         if revert {
             let back = r.previous.as_ref().expect("checked").id();
-            for s in r.nodes.iter_mut().filter(|s| s.on == target) {
+            for s in Arc::make_mut(&mut r.nodes).iter_mut().filter(|s| s.on == target) {
                 *s = NodeStep { on: back, stepped_ms: now, ready_since_ms: 0, restarts: 0, ..s.clone() };
                 self.out.nodes.insert(s.node.clone());
             }

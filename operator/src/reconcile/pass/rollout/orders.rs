@@ -30,7 +30,7 @@ impl One<'_> {
                     x.message = None;
                     // Retried from where it stopped: the updated nodes get a new deadline.
                     let (target, now) = (x.target.id(), self.snap.now);
-                    for s in x.nodes.iter_mut().filter(|s| s.on == target) {
+                    for s in Arc::make_mut(&mut x.nodes).iter_mut().filter(|s| s.on == target) {
                         s.stepped_ms = now;
                         s.ready_since_ms = 0;
                     }

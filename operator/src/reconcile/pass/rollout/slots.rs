@@ -12,6 +12,7 @@ use crate::store::{NodeStep, Rollout, Seen, State};
 use fleet_api::codes::refusal;
 use fleet_api::ReplicaState;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 pub struct Gathered {
     /// In node-name order.
@@ -58,13 +59,17 @@ pub fn gather(one: &Sources, r: &mut Rollout) -> Gathered {
             })
             .collect();
         let i = r.nodes.binary_search_by(|s| s.node.cmp(node)).expect("synced above");
-        let step = &mut r.nodes[i];
+        // Worked on apart, and written back only when it moved: the list stays shared.
+        let mut step = r.nodes[i].clone();
         step.replicas = reps.len() as u32;
         let slot = if step.on == target {
-            updated_slot(step, &reports, online, target, one.now, min_ready, deadline, &mut g.due)
+            updated_slot(&mut step, &reports, online, target, one.now, min_ready, deadline, &mut g.due)
         } else {
             old_slot(&reports, online)
         };
+        if step != r.nodes[i] {
+            Arc::make_mut(&mut r.nodes)[i] = step;
+        }
         g.slots.push(slot);
         g.who.push((node.clone(), reps[0]));
     }
@@ -76,11 +81,14 @@ pub fn gather(one: &Sources, r: &mut Rollout) -> Gathered {
 /// moved replica still runs on keeps its step until the replica is let go there: what it
 /// runs must not change under it.
 fn sync_nodes(r: &mut Rollout, by_node: &BTreeMap<Id, Vec<u32>>, lingering: &[&Id], now: i64) {
-    r.nodes.retain(|s| by_node.contains_key(&s.node) || lingering.contains(&&s.node));
+    let stays = |s: &NodeStep| by_node.contains_key(&s.node) || lingering.contains(&&s.node);
+    if !r.nodes.iter().all(stays) {
+        Arc::make_mut(&mut r.nodes).retain(stays);
+    }
     for node in by_node.keys() {
         if let Err(at) = r.nodes.binary_search_by(|s| s.node.cmp(node)) {
             let on = r.template_on(node).id();
-            r.nodes.insert(
+            Arc::make_mut(&mut r.nodes).insert(
                 at,
                 NodeStep { node: node.clone(), on, stepped_ms: now, ready_since_ms: 0, restarts: 0, replicas: 0 },
             );
