@@ -320,10 +320,10 @@ pub fn trace_memory(path: std::path::PathBuf) -> std::io::Result<()> {
     let (peak_json, peak_smaps) = (beside(".peak.json"), beside(".peak.smaps"));
     let mut highest = 0.0;
     std::thread::Builder::new().name("memory-trace".into()).spawn(move || loop {
-        if writeln!(out, "{}", memory_line()).is_err() {
+        let rss = vm_rss_mib();
+        if writeln!(out, "{}", memory_line(rss)).is_err() {
             return;
         }
-        let rss = vm_rss_mib();
         if rss > highest + 1.0 {
             highest = rss;
             let _ = write_size_classes(&peak_json);
@@ -357,8 +357,8 @@ fn vm_rss_mib() -> f64 {
 }
 
 /// One line of [`trace_memory`]: the time, jemalloc's allocated, active, resident and metadata
-/// bytes, and the process's resident set (`VmRSS`), in MiB.
-pub fn memory_line() -> String {
+/// bytes, and the process's resident set (`VmRSS`, read by the caller), in MiB.
+pub fn memory_line(vm_rss_mib: f64) -> String {
     use tikv_jemalloc_ctl::{epoch, stats};
     let _ = epoch::advance();
     let mib = |n: Result<usize, _>| n.map_or(-1.0, |n| n as f64 / 1048576.0);
@@ -370,7 +370,7 @@ pub fn memory_line() -> String {
         mib(stats::active::read()),
         mib(stats::resident::read()),
         mib(stats::metadata::read()),
-        vm_rss_mib()
+        vm_rss_mib
     )
 }
 
@@ -404,7 +404,8 @@ mod tests {
     /// A line is the time and five figures in MiB, every one of them read.
     #[test]
     fn a_memory_line_is_the_time_and_five_figures_read() {
-        let figures: Vec<f64> = super::memory_line().split(' ').map(|x| x.parse().unwrap()).collect();
+        let figures: Vec<f64> =
+            super::memory_line(super::vm_rss_mib()).split(' ').map(|x| x.parse().unwrap()).collect();
         assert_eq!(figures.len(), 6, "{figures:?}");
         assert!(figures[0] > 1.7e9, "unix seconds: {figures:?}");
         assert!(figures[1..].iter().all(|&x| x >= 0.0), "a figure not read: {figures:?}");
