@@ -78,10 +78,16 @@ pub struct Config {
     /// (`reconcile::pass::bodies`). Not a setting: the tests lower it so that a pass over a
     /// few nodes commits in chunks, as a fleet-wide change does at full scale.
     pub desired_nodes_at_once: usize,
+    /// `FLEET_ROLLOUTS_AT_ONCE`: changed rollouts a pass commits and publishes together as
+    /// its rollout phase goes (`reconcile::pass::rollout`); the tests lower it.
+    pub rollouts_at_once: usize,
 }
 
 /// [`Config::desired_nodes_at_once`] outside the tests.
 pub const DESIRED_NODES_AT_ONCE: usize = 500;
+
+/// [`Config::rollouts_at_once`] by default.
+pub const ROLLOUTS_AT_ONCE: usize = 2048;
 
 /// `FLEET_REPLICA_SECRET`, never shown by `Debug`.
 #[derive(Clone, PartialEq, Eq)]
@@ -346,6 +352,8 @@ impl Config {
         let store = StoreConfig::from_lookup(get);
         let replica_secret = r.replica_secret(&store);
         let rollout = r.rollout();
+        let rollouts_at_once =
+            r.number("FLEET_ROLLOUTS_AT_ONCE", ROLLOUTS_AT_ONCE as u64, 1, 1_000_000, " of rollouts") as usize;
         let mut problems = Vec::new();
         if !missing.is_empty() {
             problems.push(format!("missing required variables: {}", missing.join(", ")));
@@ -398,6 +406,7 @@ impl Config {
             replica_secret,
             rollout,
             desired_nodes_at_once: DESIRED_NODES_AT_ONCE,
+            rollouts_at_once,
         })
     }
 }

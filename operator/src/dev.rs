@@ -187,6 +187,7 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
         replica_secret: None,
         rollout: Default::default(),
         desired_nodes_at_once: crate::config::DESIRED_NODES_AT_ONCE,
+        rollouts_at_once: crate::config::ROLLOUTS_AT_ONCE,
     };
     let controller = server::start(cfg).await?;
     let admin_token = devkit.mint("fleet", &["fleet:admin"], 86_400);

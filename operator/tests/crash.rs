@@ -274,3 +274,99 @@ async fn a_replaced_agent_list_is_let_go_while_passes_fail() {
     .await;
     running.shutdown().await;
 }
+
+/// A pass stores the rollouts it changed as its rollout phase goes (`FLEET_ROLLOUTS_AT_ONCE`
+/// at a time), before it builds any desired state. One that fails after that leaves them
+/// stored and shown, and hands no node anything; after a `kill -9` the controller goes on
+/// from them — the same rollouts, not new ones — one replica of each agent at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollouts_stored_by_a_pass_that_then_failed_go_on_after_a_kill() {
+    use support::sim::SimNode;
+    let dk = devkit().await;
+    let agents = ["a-0", "a-1", "a-2"];
+    for key in agents {
+        dk.put_agent(with(agent(key, "k", 2), |a| {
+            a["executor"]["image"] = json!("agent:1");
+            a["placement"]["rollout"] = json!({"maxUnavailable": 1, "minReadySeconds": 1});
+        }));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (mut env, failpoints, log) = env_with_failpoints(&dk, dir.path());
+    env.insert("FLEET_ROLLOUTS_AT_ONCE".into(), "2".into());
+    let mut ctl = ControllerProcess::spawn(env.clone(), log.clone()).await;
+    let admin = Admin::new(&ctl.url, dk.mint("fleet", &["fleet:admin"], 3600));
+    let announce = json!({"executorKinds": ["k"], "executorImages": {"k": ["agent:*"]}, "capacity": {"slots": 3}});
+    let mut nodes = Vec::new();
+    for i in 0..2 {
+        let mut n = TestNode::new(&ctl.url, &format!("n-{i}"), announce.clone());
+        n.join(&admin.join_key().await).await;
+        nodes.push(n);
+    }
+    let sims: Vec<SimNode> = nodes.iter().map(|n| SimNode::start(n.clone(), Default::default())).collect();
+    let images = |sims: &[SimNode]| {
+        let mut v: Vec<String> = sims.iter().flat_map(SimNode::images).collect();
+        v.sort();
+        v
+    };
+    eventually(30, "agent:1 everywhere", || async { (images(&sims) == ["agent:1"; 6]).then_some(()) }).await;
+
+    std::fs::write(failpoints.join("fail-pass"), "").unwrap();
+    let failures =
+        || std::fs::read_to_string(&log).unwrap_or_default().matches("the fail-pass failpoint is set").count();
+    let listed = dk.calls("list_agents");
+    for key in agents {
+        dk.edit_agent(key, |a| {
+            a["executor"]["image"] = json!("agent:2");
+            a["revision"] = json!(2);
+        });
+    }
+    eventually(10, "the watcher read the change", || async { (dk.calls("list_agents") > listed).then_some(()) }).await;
+    let seen = failures();
+    eventually(15, "two more failed passes", || async { (failures() >= seen + 2).then_some(()) }).await;
+    assert_eq!(images(&sims), ["agent:1"; 6], "a failed pass hands no node anything");
+    let mut started = Vec::new();
+    for key in agents {
+        let (s, v) = admin.get(&format!("/api/v1/agents/{key}/rollout")).await;
+        assert_eq!(s, 200, "{v}");
+        // The rollout's own record, not the view of a template no pass has taken yet.
+        assert_eq!(v["state"], "progressing", "{v}");
+        assert_eq!(v["previous"]["image"], "agent:1", "stored and shown before the pass failed: {v}");
+        assert!(v["message"].is_null(), "{v}");
+        assert_eq!(v["target"]["image"], "agent:2", "{v}");
+        started.push(v["startedAt"].clone());
+    }
+    // The nodes keep running what they run while the controller is down, and come back to
+    // it on the same address.
+    ctl.kill9();
+    std::fs::remove_file(failpoints.join("fail-pass")).unwrap();
+    let ctl = ControllerProcess::spawn(env, log).await;
+    let admin = Admin::new(&ctl.url, dk.mint("fleet", &["fleet:admin"], 3600));
+    assert_eq!(ctl.url, nodes[0].url);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        // The budget: one replica of each agent down at a time — or the agent's replicas on
+        // one node, which the step rule takes alone when they are more.
+        for key in agents {
+            let on_node = |s: &SimNode, down: bool| {
+                s.running.lock().iter().filter(|((a, _), v)| a == key && (!down || v.2 != "running")).count()
+            };
+            let down: usize = sims.iter().map(|s| on_node(s, true)).sum();
+            let budget = sims.iter().map(|s| on_node(s, false)).max().unwrap_or(0).max(1);
+            assert!(down <= budget, "{down} replicas of {key} down at once (budget {budget})");
+        }
+        if images(&sims) == ["agent:2"; 6] && sims.iter().all(|s| s.down() == 0) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not every replica runs agent:2: {:?}", images(&sims));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (key, started) in agents.iter().zip(started) {
+        let v = eventually(30, "the rollout complete", || async {
+            let (s, v) = admin.get(&format!("/api/v1/agents/{key}/rollout")).await;
+            (s == 200 && v["state"] == "complete").then_some(v)
+        })
+        .await;
+        assert_eq!(v["startedAt"], started, "the rollout stored before the kill went on: {v}");
+        assert_eq!(v["previous"]["image"], "agent:1", "{v}");
+    }
+}

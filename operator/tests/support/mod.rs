@@ -368,6 +368,8 @@ pub fn in_process_config(dk: &Devkit, data: &Path) -> fleet_controller::config::
     // A pass over more than two changed nodes stores their bodies in chunks, as a
     // fleet-wide change does at full scale.
     cfg.desired_nodes_at_once = 2;
+    // And a pass that changes more than two rollouts commits them as its rollout phase goes.
+    cfg.rollouts_at_once = 2;
     cfg
 }
 

@@ -130,7 +130,7 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     drains::flip_events(memo, &snap.flips, snap.full, &mut placed.events);
     let lingered = linger::track(ctx, memo, &snap, &mut placed, &mut plan);
     phases.mark("place");
-    let rolled = rollout::roll(ctx, memo, &snap, &mut placed, orders, &lingered.from, &mut plan);
+    let rolled = rollout::roll(ctx, memo, &snap, &mut placed, orders, &lingered.from, &mut plan).await?;
     phases.mark("rollouts");
     decide::identity_work(ctx, memo, &snap, &mut plan);
     decide::pat_work(ctx, memo, &snap, &placed, &mut plan);

@@ -12,7 +12,8 @@ use fleet_api::RolloutView;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-/// One node's share of the agent under a rollout.
+/// One node's share of the agent under a rollout: 40 bytes, for every node of every agent
+/// under a rollout (the counts saturate; a node holds far fewer of an agent's replicas).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeStep {
@@ -26,10 +27,15 @@ pub struct NodeStep {
     #[serde(default)]
     pub ready_since_ms: i64,
     #[serde(default)]
-    pub restarts: u32,
+    pub restarts: u16,
     /// The agent's replicas on the node, as the last pass saw them bound.
     #[serde(default)]
-    pub replicas: u32,
+    pub replicas: u16,
+}
+
+/// A count kept in a [`NodeStep`]: saturated at `u16::MAX`.
+pub fn step_count(n: usize) -> u16 {
+    u16::try_from(n).unwrap_or(u16::MAX)
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,29 +57,89 @@ pub struct Rollout {
     /// The last template that completed: `undo` brings it back, and replicas placed anew
     /// while the rollout is halted get it.
     pub previous: Option<Arc<Template>>,
-    /// Other templates nodes were handed and still run (a superseded target).
-    #[serde(default)]
-    pub older: Vec<Arc<Template>>,
     /// By node id. Shared by the record and the copy a pass evaluates, and copied only when
     /// a step or a node's readiness moves (`Arc::make_mut`): a pass looks at every rollout
     /// under way, and a copy of each list for each look churned the allocator with copies
     /// thrown away (docs/performance.md#bodies-let-go-once-served-the-ninth-run).
     #[serde(default)]
-    pub nodes: Arc<Vec<NodeStep>>,
+    pub nodes: Arc<[NodeStep]>,
     /// Paused by an admin: no step is taken (the state shows `paused` while it would progress).
     #[serde(default)]
     pub paused: bool,
     pub policy: RolloutPolicy,
+    /// The superseded templates, the policy's error, the failure and the message: most
+    /// rollouts hold none of them.
+    #[serde(flatten)]
+    pub rare: RareBox,
+    #[serde(default)]
+    pub counts: Counts,
+    pub started_ms: i64,
+    pub changed_ms: i64,
+}
+
+/// What few rollouts hold, boxed apart so that a rollout under way, one per agent a
+/// fleet-wide change touches, costs 192 bytes and its node list 40 bytes a node
+/// (docs/performance.md#smaller-rollout-records-the-tenth-run).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rare {
+    /// Other templates nodes were handed and still run (a superseded target).
+    #[serde(default)]
+    pub older: Vec<Arc<Template>>,
     #[serde(default)]
     pub policy_error: Option<String>,
     #[serde(default)]
     pub failed: Vec<FailedReplica>,
     #[serde(default)]
-    pub counts: Counts,
-    pub started_ms: i64,
-    pub changed_ms: i64,
-    #[serde(default)]
     pub message: Option<String>,
+}
+
+static NONE_RARE: Rare = Rare { older: Vec::new(), policy_error: None, failed: Vec::new(), message: None };
+
+/// [`Rare`], boxed only while it holds something. Read through `Deref`; written through
+/// `DerefMut`, which boxes it, and [`RareBox::tidy`] lets an empty box go again. Stored as
+/// the fields of its rollout, as before it was boxed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RareBox(Option<Box<Rare>>);
+
+impl RareBox {
+    /// Lets the box go when nothing is in it.
+    pub fn tidy(&mut self) {
+        if self.0.as_deref().is_some_and(|r| *r == NONE_RARE) {
+            self.0 = None;
+        }
+    }
+
+    pub fn is_boxed(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl std::ops::Deref for RareBox {
+    type Target = Rare;
+    fn deref(&self) -> &Rare {
+        self.0.as_deref().unwrap_or(&NONE_RARE)
+    }
+}
+
+impl std::ops::DerefMut for RareBox {
+    fn deref_mut(&mut self) -> &mut Rare {
+        self.0.get_or_insert_with(Box::default)
+    }
+}
+
+impl Serialize for RareBox {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for RareBox {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut rare = RareBox(Some(Box::new(Rare::deserialize(d)?)));
+        rare.tidy();
+        Ok(rare)
+    }
 }
 
 impl Rollout {
@@ -86,22 +152,22 @@ impl Rollout {
         policy_error: Option<String>,
         now: i64,
     ) -> Rollout {
-        Rollout {
+        let mut r = Rollout {
             agent,
             state: RolloutState::Complete,
             target,
             previous: None,
-            older: Vec::new(),
             nodes: Arc::default(),
             paused: false,
             policy,
-            policy_error,
-            failed: Vec::new(),
+            rare: RareBox::default(),
             counts: Counts::default(),
             started_ms: 0,
             changed_ms: now,
-            message: None,
-        }
+        };
+        r.rare.policy_error = policy_error;
+        r.rare.tidy();
+        r
     }
 
     /// Its row's key in `kv`.
@@ -115,7 +181,7 @@ impl Rollout {
 
     /// The template of this id among those the rollout knows.
     pub fn template(&self, id: SpecId) -> Option<&Arc<Template>> {
-        std::iter::once(&self.target).chain(self.previous.iter()).chain(self.older.iter()).find(|t| t.id() == id)
+        std::iter::once(&self.target).chain(self.previous.iter()).chain(self.rare.older.iter()).find(|t| t.id() == id)
     }
 
     /// What a node is sent: the template it was handed, else (a node new to the agent) the
@@ -132,19 +198,16 @@ impl Rollout {
 
     /// Equal but for what changes with every report (the counts, each node's readiness).
     pub fn same_stored(&self, other: &Rollout) -> bool {
-        fn steps(r: &Rollout) -> impl Iterator<Item = (&Id, SpecId, i64, u32)> {
+        fn steps(r: &Rollout) -> impl Iterator<Item = (&Id, SpecId, i64, u16)> {
             r.nodes.iter().map(|s| (&s.node, s.on, s.stepped_ms, s.replicas))
         }
         self.state == other.state
             && self.target == other.target
             && self.previous == other.previous
-            && self.older == other.older
             && self.paused == other.paused
             && self.policy == other.policy
-            && self.policy_error == other.policy_error
-            && self.failed == other.failed
+            && self.rare == other.rare
             && self.started_ms == other.started_ms
-            && self.message == other.message
             && steps(self).eq(steps(other))
     }
 
@@ -160,7 +223,7 @@ impl Rollout {
             RolloutState::Complete => self.counts.updated,
             _ => {
                 let target = self.target.id();
-                self.nodes.iter().filter(|s| s.on == target).map(|s| s.replicas).sum()
+                self.nodes.iter().filter(|s| s.on == target).map(|s| u32::from(s.replicas)).sum()
             }
         }
     }
@@ -182,6 +245,7 @@ impl Rollout {
         };
         let shown_state = self.view_state();
         let failed = self
+            .rare
             .failed
             .iter()
             .map(|f| FailedReplica { replica: f.replica, node: node_name(&f.node), reason: f.reason.clone() })
@@ -190,7 +254,7 @@ impl Rollout {
             agent_key: self.agent.to_string(),
             state: shown_state,
             policy: self.policy.clone(),
-            policy_error: self.policy_error.clone(),
+            policy_error: self.rare.policy_error.clone(),
             target: t(&self.target),
             previous: self.previous.as_deref().map(t),
             desired_replicas: self.counts.desired,
@@ -201,7 +265,7 @@ impl Rollout {
             failed,
             started_at: (self.started_ms > 0).then(|| clock::rfc3339_ms(self.started_ms)),
             changed_at: (self.changed_ms > 0).then(|| clock::rfc3339_ms(self.changed_ms)),
-            message: self.message.clone(),
+            message: self.rare.message.clone(),
         }
     }
 }
@@ -224,8 +288,7 @@ mod tests {
             state: RolloutState::Progressing,
             target: new.clone(),
             previous: Some(old.clone()),
-            older: vec![],
-            nodes: Arc::new(vec![
+            nodes: Arc::from(vec![
                 NodeStep {
                     node: "n1".into(),
                     on: new.id(),
@@ -251,12 +314,10 @@ mod tests {
                 canary: 0,
                 on_failure: OnFailure::Halt,
             },
-            policy_error: None,
-            failed: vec![],
+            rare: RareBox::default(),
             counts: Counts::default(),
             started_ms: 1,
             changed_ms: 2,
-            message: None,
         }
     }
 
@@ -270,6 +331,38 @@ mod tests {
         assert_eq!(r.template_on("n3").executor.image.as_deref(), Some("a:1"));
         let back: Rollout = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn a_rollout_under_way_fits_in_192_bytes_and_a_node_step_in_40() {
+        // With its Arc's two counters, in jemalloc's 192-byte class; its node list a slice.
+        assert!(std::mem::size_of::<Rollout>() + 16 <= 192, "Rollout is {} bytes", std::mem::size_of::<Rollout>());
+        assert_eq!(std::mem::size_of::<NodeStep>(), 40);
+    }
+
+    #[test]
+    fn the_rare_fields_are_boxed_only_when_set_and_stored_as_before() {
+        let mut r = rollout();
+        let stored = serde_json::to_value(&r).unwrap();
+        for (field, empty) in [("older", "[]"), ("policyError", "null"), ("failed", "[]"), ("message", "null")] {
+            assert_eq!(stored[field].to_string(), empty, "{field} is stored as it was before the box");
+        }
+        let back: Rollout = serde_json::from_value(stored).unwrap();
+        assert!(!back.rare.is_boxed(), "nothing rare read back: no box");
+        r.rare.message = Some("halted".into());
+        r.rare.failed = vec![FailedReplica { replica: 2, node: "n1".into(), reason: "crashloop".into() }];
+        assert!(r.rare.is_boxed());
+        let back: Rollout = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(back.rare.failed[0].reason, "crashloop");
+        r.rare.message = None;
+        r.rare.failed.clear();
+        r.rare.tidy();
+        assert!(!r.rare.is_boxed(), "an emptied box is let go");
+        let mut old: serde_json::Value = serde_json::to_value(&r).unwrap();
+        old.as_object_mut().unwrap().remove("older");
+        let back: Rollout = serde_json::from_value(old).unwrap();
+        assert_eq!(back, r, "a row without the field reads as empty");
     }
 
     #[test]

@@ -82,7 +82,9 @@ impl State {
         let Some(a) = self.agent(agent) else { return };
         r.target = templates.share_arc(r.target);
         r.previous = r.previous.map(|t| templates.share_arc(t));
-        r.older = std::mem::take(&mut r.older).into_iter().map(|t| templates.share_arc(t)).collect();
+        if r.rare.is_boxed() {
+            r.rare.older = std::mem::take(&mut r.rare.older).into_iter().map(|t| templates.share_arc(t)).collect();
+        }
         if r.worth_keeping(&Template::of(a, r.target.restart)) {
             self.rollouts.insert(a.key.clone(), Arc::new(r));
         }

@@ -18,8 +18,9 @@ use super::plan::Plan;
 use super::snapshot::Snapshot;
 use crate::model::{Id, Shared, Template};
 use crate::reconcile::work::Ctx;
+use crate::store::db::{DbError, PassWrite};
 use crate::store::rollouts::Pending;
-use crate::store::Rollout;
+use crate::store::{Rollout, State};
 use fleet_api::rollout::RolloutState;
 use one::One;
 use rustc_hash::FxHashMap as HashMap;
@@ -31,7 +32,16 @@ use std::sync::Arc;
 const BATCH: usize = 256;
 
 /// Runs the phase: rows and events go to the plan and `placed.events`.
-pub fn roll(
+///
+/// Rollouts whose stored part changed are committed and published as the phase goes,
+/// `rollouts_at_once` at a time ([`crate::config::ROLLOUTS_AT_ONCE`], 2,048) with their
+/// agents' orders, so the records they replace are let go as it goes: a fleet-wide change
+/// steps nearly every rollout in every pass, and holding each new record beside the one it
+/// replaces until the pass's own transaction doubled what the rollouts hold
+/// (docs/performance.md#smaller-rollout-records-the-tenth-run). The last few are left to
+/// the pass's transaction. Either way they commit before the desired bodies: a body derives
+/// from the rollout that handed its node a template.
+pub async fn roll(
     ctx: &Ctx,
     memo: &Memo,
     snap: &Snapshot,
@@ -39,93 +49,136 @@ pub fn roll(
     orders: Vec<Pending>,
     lingering: &[(Id, Id)],
     plan: &mut Plan,
-) -> Rolled {
-    let mut out = Rolled::default();
-    let mut templates = Shared::default();
-    let mut by_agent: HashMap<Id, Vec<Pending>> = HashMap::default();
+) -> Result<Rolled, DbError> {
+    let mut phase = Phase {
+        ctx,
+        memo,
+        snap,
+        by_agent: HashMap::default(),
+        lingering_on: HashMap::default(),
+        templates: Shared::default(),
+        out: Rolled::default(),
+        stored: Stored::default(),
+    };
     for o in orders {
-        by_agent.entry(o.0.clone()).or_default().push(o);
+        phase.by_agent.entry(o.0.clone()).or_default().push(o);
     }
     let mut keys: BTreeSet<Id> =
         ctx.store.read().rollouts().filter(|r| r.state != RolloutState::Complete).map(|r| r.agent.clone()).collect();
-    keys.extend(by_agent.keys().cloned());
-    let mut lingering_on: HashMap<&Id, Vec<&Id>> = HashMap::default();
+    keys.extend(phase.by_agent.keys().cloned());
     for (agent, node) in lingering {
-        lingering_on.entry(agent).or_default().push(node);
+        phase.lingering_on.entry(agent).or_default().push(node);
     }
     if snap.replaced.is_some() {
         keys.extend(snap.changed_agents.iter().cloned());
     }
     let keys: Vec<Id> = keys.into_iter().collect();
     for batch in keys.chunks(BATCH) {
-        let st = ctx.store.read();
-        let mut refreshed = Vec::new();
-        for key in batch {
-            let key = key.clone();
-            // The stored record, shared; the copy the phase works on shares its node list
-            // until a step or a readiness moves.
-            let before = st.rollout(&key).cloned();
-            let agent_orders = by_agent.remove(&key).unwrap_or_default();
-            for (agent, value, _) in &agent_orders {
-                plan.rows
-                    .kv_delete
-                    .push((format!("{}{agent}", crate::store::rollouts::ORDER_PREFIX), Some(value.clone())));
+        let refreshed = phase.batch(batch, placed, plan);
+        ctx.store.refresh_rollouts(refreshed);
+        if phase.stored.rows.rollouts.len() >= ctx.cfg.rollouts_at_once.max(1) {
+            let Stored { rows, publish } = std::mem::take(&mut phase.stored);
+            ctx.store.commit_pass(&rows, Vec::new(), Vec::new(), publish, Vec::new()).await?;
+        }
+    }
+    plan.rows.rollouts.append(&mut phase.stored.rows.rollouts);
+    plan.rows.kv_delete.append(&mut phase.stored.rows.kv_delete);
+    Ok(phase.out)
+}
+
+/// What the phase carries from one batch to the next.
+struct Phase<'a> {
+    ctx: &'a Ctx,
+    memo: &'a Memo,
+    snap: &'a Snapshot,
+    /// Admins' orders by agent.
+    by_agent: HashMap<Id, Vec<Pending>>,
+    lingering_on: HashMap<&'a Id, Vec<&'a Id>>,
+    templates: Shared,
+    out: Rolled,
+    stored: Stored,
+}
+
+impl Phase<'_> {
+    /// One batch under one read lock of the registry (let go before the phase commits);
+    /// returns the rollouts whose counts or readiness alone moved.
+    fn batch(&mut self, batch: &[Id], placed: &mut Placed, plan: &mut Plan) -> Vec<(Id, Arc<Rollout>)> {
+        let st = self.ctx.store.read();
+        batch.iter().filter_map(|key| self.one(&st, key.clone(), placed, plan)).collect()
+    }
+
+    /// One agent: the CP's change, the admins' orders and the step rule applied to its
+    /// rollout, and what changed put where it goes.
+    fn one(&mut self, st: &State, key: Id, placed: &mut Placed, plan: &mut Plan) -> Option<(Id, Arc<Rollout>)> {
+        // The stored record, shared; the copy the phase works on shares its node list until
+        // a step or a readiness moves.
+        let before = st.rollout(&key).cloned();
+        let agent_orders = self.by_agent.remove(&key).unwrap_or_default();
+        for (agent, value, _) in &agent_orders {
+            let order = format!("{}{agent}", crate::store::rollouts::ORDER_PREFIX);
+            self.stored.rows.kv_delete.push((order, Some(value.clone())));
+        }
+        let Some(a) = self.memo.agent(&key).filter(|a| a.placed_spec().is_some()) else {
+            if before.is_some() {
+                self.out.changed.insert(key.clone(), None);
             }
-            let Some(a) = memo.agent(&key).filter(|a| a.placed_spec().is_some()) else {
-                if before.is_some() {
-                    out.changed.insert(key.clone(), None);
-                }
-                if snap.replaced.as_ref().is_some_and(|r| r.was_listed(&key)) && memo.agent(&key).is_none() {
-                    plan.rows.kv_delete.push((Rollout::key(&key), None));
-                }
-                continue;
-            };
-            let lingering = lingering_on.get(&key).cloned().unwrap_or_default();
-            let mut one = One {
-                ctx,
-                memo,
-                snap,
-                placed: &*placed,
-                a,
-                lingering,
-                events: Vec::new(),
-                out: &mut out,
-                templates: &mut templates,
-                st: &st,
-            };
-            let mut r = before.as_deref().cloned();
-            one.cp_change(&mut r);
-            for (_, _, order) in agent_orders {
-                one.order(&mut r, order);
+            if self.snap.replaced.as_ref().is_some_and(|r| r.was_listed(&key)) && self.memo.agent(&key).is_none() {
+                plan.rows.kv_delete.push((Rollout::key(&key), None));
             }
-            if let Some(r) = &mut r {
-                one.evaluate(r);
-            }
-            let events = std::mem::take(&mut one.events);
-            for e in events {
-                placed.events.push(e);
-            }
-            if r.as_ref() == before.as_deref() {
-                continue;
-            }
-            let Some(r) = r else { continue };
-            let keep = r.worth_keeping(&Template::of(a, 0));
-            match before.as_deref() {
-                // Counts and readiness change with every report; they are stored with the
-                // next change that matters (a restart recomputes them from the reports).
-                Some(b) if b.same_stored(&r) => match keep {
-                    true => refreshed.push((key, Arc::new(r))),
-                    false => drop(out.changed.insert(key, None)),
-                },
-                _ => {
-                    let r = Arc::new(r);
-                    plan.rows.rollouts.push(r.clone());
-                    out.changed.insert(key, keep.then_some(r));
-                }
+            return None;
+        };
+        let lingering = self.lingering_on.get(&key).cloned().unwrap_or_default();
+        let mut one = One {
+            ctx: self.ctx,
+            memo: self.memo,
+            snap: self.snap,
+            placed: &*placed,
+            a,
+            lingering,
+            events: Vec::new(),
+            out: &mut self.out,
+            templates: &mut self.templates,
+            st,
+        };
+        let mut r = before.as_deref().cloned();
+        one.cp_change(&mut r);
+        for (_, _, order) in agent_orders {
+            one.order(&mut r, order);
+        }
+        if let Some(r) = &mut r {
+            one.evaluate(r);
+        }
+        for e in std::mem::take(&mut one.events) {
+            placed.events.push(e);
+        }
+        if r.as_ref() == before.as_deref() {
+            return None;
+        }
+        let mut r = r?;
+        r.rare.tidy();
+        let keep = r.worth_keeping(&Template::of(a, 0));
+        match before.as_deref() {
+            // Counts and readiness change with every report; they are stored with the next
+            // change that matters (a restart recomputes them from the reports).
+            Some(b) if b.same_stored(&r) => match keep {
+                true => return Some((key, Arc::new(r))),
+                false => drop(self.out.changed.insert(key, None)),
+            },
+            _ => {
+                let r = Arc::new(r);
+                self.stored.rows.rollouts.push(r.clone());
+                self.stored.publish.push((key.clone(), keep.then(|| r.clone())));
+                self.out.changed.insert(key, keep.then_some(r));
             }
         }
-        drop(st);
-        ctx.store.refresh_rollouts(refreshed);
+        None
     }
-    out
+}
+
+/// Rows of changed rollouts and their orders not yet committed, and what the registry gets
+/// when they are.
+#[derive(Default)]
+struct Stored {
+    rows: PassWrite,
+    publish: Vec<(Id, Option<Arc<Rollout>>)>,
 }

@@ -78,21 +78,21 @@ impl One<'_> {
         match r {
             Some(x) if x.state != RolloutState::Complete => {
                 let old = std::mem::replace(&mut x.target, to);
-                let known = x.previous.iter().chain(x.older.iter()).any(|t| t.same(&old));
+                let known = x.previous.iter().chain(x.rare.older.iter()).any(|t| t.same(&old));
                 if !known && x.nodes.iter().any(|s| s.on == old.id()) {
-                    x.older.push(old);
+                    x.rare.older.push(old);
                 }
             }
             Some(x) => {
                 let old = std::mem::replace(&mut x.target, to);
-                x.nodes = Arc::new(self.seed(old.id()));
+                x.nodes = self.seed(old.id());
                 x.previous = Some(old);
-                x.older.clear();
+                x.rare.older.clear();
             }
             None => {
                 let from = self.templates.share_arc(from);
                 let mut x = Rollout::at_rest(self.a.key.clone(), to, policy.clone(), None, now);
-                x.nodes = Arc::new(self.seed(from.id()));
+                x.nodes = self.seed(from.id());
                 x.previous = Some(from);
                 *r = Some(x);
             }
@@ -100,15 +100,15 @@ impl One<'_> {
         let x = r.as_mut().expect("set above");
         x.state = RolloutState::Progressing;
         x.policy = policy;
-        x.policy_error = policy_error;
-        x.failed.clear();
+        x.rare.policy_error = policy_error;
+        x.rare.failed.clear();
+        x.rare.message = None;
         x.started_ms = now;
         x.changed_ms = now;
-        x.message = None;
     }
 
     /// Every node the agent is bound to, on template `on`.
-    fn seed(&self, on: SpecId) -> Vec<NodeStep> {
+    fn seed(&self, on: SpecId) -> Arc<[NodeStep]> {
         let nodes: BTreeSet<&Id> = self.placed.outcome.bindings.of_agent(&self.a.key).map(|(_, n)| n).collect();
         nodes
             .into_iter()
@@ -148,8 +148,8 @@ impl One<'_> {
             Decision::Complete => {
                 r.state = RolloutState::Complete;
                 r.nodes = Arc::default();
-                r.older.clear();
-                r.failed.clear();
+                r.rare.older.clear();
+                r.rare.failed.clear();
                 r.changed_ms = now;
                 let image = r.target.executor.image.clone().unwrap_or_else(|| "the kind's image".into());
                 self.event(
@@ -206,7 +206,7 @@ impl One<'_> {
     fn halt(&mut self, r: &mut Rollout, node: Id, replica: u32, reason: String) {
         let now = self.snap.now;
         let name = self.memo.name_id(&node);
-        r.failed = vec![FailedReplica { replica, node: node.to_string(), reason: reason.clone() }];
+        r.rare.failed = vec![FailedReplica { replica, node: node.to_string(), reason: reason.clone() }];
         r.changed_ms = now;
         let target = r.target.id();
         let revert = r.policy.on_failure == OnFailure::Revert && r.previous.is_some();
@@ -218,12 +218,12 @@ impl One<'_> {
                 self.out.nodes.insert(s.node.clone());
             }
             r.state = RolloutState::Reverted;
-            r.message = Some(format!("{what}; the updated replicas got template {back} back"));
-            self.event(Kind::RolloutReverted, r.message.clone().unwrap_or_default());
+            r.rare.message = Some(format!("{what}; the updated replicas got template {back} back"));
+            self.event(Kind::RolloutReverted, r.rare.message.clone().unwrap_or_default());
         } else {
             r.state = RolloutState::Halted;
-            r.message = Some(format!("{what}; no further replica gets template {target}"));
-            self.event(Kind::RolloutHalted, r.message.clone().unwrap_or_default());
+            r.rare.message = Some(format!("{what}; no further replica gets template {target}"));
+            self.event(Kind::RolloutHalted, r.rare.message.clone().unwrap_or_default());
         }
     }
 }

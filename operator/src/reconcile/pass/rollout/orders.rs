@@ -26,8 +26,8 @@ impl One<'_> {
                 x.changed_ms = self.snap.now;
                 if matches!(x.state, RolloutState::Halted | RolloutState::Reverted) {
                     x.state = RolloutState::Progressing;
-                    x.failed.clear();
-                    x.message = None;
+                    x.rare.failed.clear();
+                    x.rare.message = None;
                     // Retried from where it stopped: the updated nodes get a new deadline.
                     let (target, now) = (x.target.id(), self.snap.now);
                     for s in Arc::make_mut(&mut x.nodes).iter_mut().filter(|s| s.on == target) {

@@ -8,6 +8,7 @@ use crate::model::{Agent, Id, SpecId};
 use crate::reconcile::pass::memo::Memo;
 use crate::reconcile::rules::placement::Outcome;
 use crate::reconcile::rules::rollout::Slot;
+use crate::store::records::rollout::step_count;
 use crate::store::{NodeStep, Rollout, Seen, State};
 use fleet_api::codes::refusal;
 use fleet_api::ReplicaState;
@@ -61,7 +62,7 @@ pub fn gather(one: &Sources, r: &mut Rollout) -> Gathered {
         let i = r.nodes.binary_search_by(|s| s.node.cmp(node)).expect("synced above");
         // Worked on apart, and written back only when it moved: the list stays shared.
         let mut step = r.nodes[i].clone();
-        step.replicas = reps.len() as u32;
+        step.replicas = step_count(reps.len());
         let slot = if step.on == target {
             updated_slot(&mut step, &reports, online, target, one.now, min_ready, deadline, &mut g.due)
         } else {
@@ -82,18 +83,23 @@ pub fn gather(one: &Sources, r: &mut Rollout) -> Gathered {
 /// runs must not change under it.
 fn sync_nodes(r: &mut Rollout, by_node: &BTreeMap<Id, Vec<u32>>, lingering: &[&Id], now: i64) {
     let stays = |s: &NodeStep| by_node.contains_key(&s.node) || lingering.contains(&&s.node);
-    if !r.nodes.iter().all(stays) {
-        Arc::make_mut(&mut r.nodes).retain(stays);
+    let new = |n: &&Id| r.nodes.binary_search_by(|s| s.node.cmp(n)).is_err();
+    if r.nodes.iter().all(stays) && !by_node.keys().any(|n| new(&n)) {
+        return;
     }
-    for node in by_node.keys() {
-        if let Err(at) = r.nodes.binary_search_by(|s| s.node.cmp(node)) {
+    // The list is a shared slice: built again, which the bindings of an agent under a
+    // rollout seldom call for.
+    let added: Vec<NodeStep> = by_node
+        .keys()
+        .filter(new)
+        .map(|node| {
             let on = r.template_on(node).id();
-            Arc::make_mut(&mut r.nodes).insert(
-                at,
-                NodeStep { node: node.clone(), on, stepped_ms: now, ready_since_ms: 0, restarts: 0, replicas: 0 },
-            );
-        }
-    }
+            NodeStep { node: node.clone(), on, stepped_ms: now, ready_since_ms: 0, restarts: 0, replicas: 0 }
+        })
+        .collect();
+    let mut nodes: Vec<NodeStep> = r.nodes.iter().filter(|s| stays(s)).cloned().chain(added).collect();
+    nodes.sort_by(|a, b| a.node.cmp(&b.node));
+    r.nodes = nodes.into();
 }
 
 /// Replicas on a template older than the target: ready while running on an online node.
@@ -120,7 +126,7 @@ fn updated_slot(
     let failure = reports.iter().flatten().find_map(|p| failure_of(p, on_it(p)));
     let all_running = online
         && reports.iter().all(|p| p.is_some_and(|p| p.state == ReplicaState::Running && on_it(p) && !is_blocked(p)));
-    let restarts: u32 = reports.iter().flatten().map(|p| p.restarts).sum();
+    let restarts = step_count(reports.iter().flatten().map(|p| p.restarts as usize).sum());
     if !all_running {
         step.ready_since_ms = 0;
     } else if step.ready_since_ms == 0 || restarts > step.restarts {
