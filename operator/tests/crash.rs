@@ -25,6 +25,30 @@ fn env_with_failpoints(
     (env, failpoints, dir.join("c.log"))
 }
 
+/// Two nodes of kind `k` that run `agent:*` images, joined, with `slots` each.
+async fn join_two(url: &str, admin: &Admin, slots: u32) -> Vec<TestNode> {
+    let announce = json!({"executorKinds": ["k"], "executorImages": {"k": ["agent:*"]}, "capacity": {"slots": slots}});
+    let mut nodes = Vec::new();
+    for i in 0..2 {
+        let mut n = TestNode::new(url, &format!("n-{i}"), announce.clone());
+        n.join(&admin.join_key().await).await;
+        nodes.push(n);
+    }
+    nodes
+}
+
+/// The images the simulated nodes run, sorted.
+fn images(sims: &[support::sim::SimNode]) -> Vec<String> {
+    let mut v: Vec<String> = sims.iter().flat_map(support::sim::SimNode::images).collect();
+    v.sort();
+    v
+}
+
+/// Passes that failed at the `fail-pass` failpoint so far, by the controller's log.
+fn failed_passes(log: &std::path::Path) -> usize {
+    std::fs::read_to_string(log).unwrap_or_default().matches("the fail-pass failpoint is set").count()
+}
+
 async fn try_join(http: &reqwest::Client, n: &TestNode, key: &str) -> Option<(String, String)> {
     let r = http.post(format!("{}/api/v1/nodes:join", n.url)).json(&n.join_body(key)).send().await.ok()?;
     if r.status() != 201 {
@@ -188,23 +212,12 @@ async fn a_template_change_whose_pass_failed_is_rolled_out_by_the_next_pass() {
     let (env, failpoints, log) = env_with_failpoints(&dk, dir.path());
     let ctl = ControllerProcess::spawn(env, log.clone()).await;
     let admin = Admin::new(&ctl.url, dk.mint("fleet", &["fleet:admin"], 3600));
-    let announce = json!({"executorKinds": ["k"], "executorImages": {"k": ["agent:*"]}, "capacity": {"slots": 1}});
-    let mut sims = Vec::new();
-    for i in 0..2 {
-        let mut n = TestNode::new(&ctl.url, &format!("n-{i}"), announce.clone());
-        n.join(&admin.join_key().await).await;
-        sims.push(SimNode::start(n, Default::default()));
-    }
-    let images = |sims: &[SimNode]| {
-        let mut v: Vec<String> = sims.iter().flat_map(SimNode::images).collect();
-        v.sort();
-        v
-    };
+    let sims: Vec<SimNode> =
+        join_two(&ctl.url, &admin, 1).await.into_iter().map(|n| SimNode::start(n, Default::default())).collect();
     eventually(30, "agent:1 on both nodes", || async { (images(&sims) == ["agent:1"; 2]).then_some(()) }).await;
 
     std::fs::write(failpoints.join("fail-pass"), "").unwrap();
-    let failures =
-        || std::fs::read_to_string(&log).unwrap_or_default().matches("the fail-pass failpoint is set").count();
+    let failures = || failed_passes(&log);
     let listed = dk.calls("list_agents");
     dk.edit_agent("coder", |a| {
         a["executor"]["image"] = json!("agent:2");
@@ -295,24 +308,12 @@ async fn rollouts_stored_by_a_pass_that_then_failed_go_on_after_a_kill() {
     env.insert("FLEET_ROLLOUTS_AT_ONCE".into(), "2".into());
     let mut ctl = ControllerProcess::spawn(env.clone(), log.clone()).await;
     let admin = Admin::new(&ctl.url, dk.mint("fleet", &["fleet:admin"], 3600));
-    let announce = json!({"executorKinds": ["k"], "executorImages": {"k": ["agent:*"]}, "capacity": {"slots": 3}});
-    let mut nodes = Vec::new();
-    for i in 0..2 {
-        let mut n = TestNode::new(&ctl.url, &format!("n-{i}"), announce.clone());
-        n.join(&admin.join_key().await).await;
-        nodes.push(n);
-    }
+    let nodes = join_two(&ctl.url, &admin, 3).await;
     let sims: Vec<SimNode> = nodes.iter().map(|n| SimNode::start(n.clone(), Default::default())).collect();
-    let images = |sims: &[SimNode]| {
-        let mut v: Vec<String> = sims.iter().flat_map(SimNode::images).collect();
-        v.sort();
-        v
-    };
     eventually(30, "agent:1 everywhere", || async { (images(&sims) == ["agent:1"; 6]).then_some(()) }).await;
 
     std::fs::write(failpoints.join("fail-pass"), "").unwrap();
-    let failures =
-        || std::fs::read_to_string(&log).unwrap_or_default().matches("the fail-pass failpoint is set").count();
+    let failures = || failed_passes(&log);
     let listed = dk.calls("list_agents");
     for key in agents {
         dk.edit_agent(key, |a| {
