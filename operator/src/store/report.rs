@@ -13,8 +13,15 @@ use crate::model::Id;
 use fleet_api::ObservedReport;
 use std::time::Duration;
 
-/// Nodes whose reports one transaction writes ([`Parts::flush_reports`]).
-pub const FLUSH_CHUNK: usize = 1_000;
+/// Nodes whose reports one transaction writes ([`Parts::flush_reports`]). Each chunk's rows
+/// are held three times while it is written — serialised, copied by sqlx into its
+/// arguments, and copied again by SQLite — ~9 MB for 1,000 nodes of ten replicas, which a
+/// fleet-wide change's reports added to its passes' own peak
+/// (docs/performance.md#whole-program-lto-the-eleventh-run).
+pub const FLUSH_CHUNK: usize = 250;
+
+/// Nodes one flush writes at most; the rest wait for the next (a second away).
+const FLUSH_MOST: usize = 20_000;
 
 impl Parts {
     /// Takes an observed report (validated). Memory first; the flusher persists it.
@@ -83,7 +90,7 @@ impl Parts {
             }
             written += rows.len();
             // Reports that land meanwhile wait for the next flush (a second away).
-            if ids.len() < chunk || written >= 20 * chunk {
+            if ids.len() < chunk || written >= FLUSH_MOST.max(chunk) {
                 return Ok(written);
             }
         }
