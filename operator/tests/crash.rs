@@ -49,6 +49,28 @@ fn failed_passes(log: &std::path::Path) -> usize {
     std::fs::read_to_string(log).unwrap_or_default().matches("the fail-pass failpoint is set").count()
 }
 
+/// With every pass failing at the `fail-pass` failpoint, the CP changes `keys`' image to
+/// `agent:2` (revision 2); returns once the watcher has read it and two more passes failed.
+async fn change_image_while_passes_fail(
+    dk: &fleet_devkit::Devkit,
+    failpoints: &std::path::Path,
+    log: &std::path::Path,
+    keys: &[&str],
+) {
+    std::fs::write(failpoints.join("fail-pass"), "").unwrap();
+    let listed = dk.calls("list_agents");
+    for key in keys {
+        dk.edit_agent(key, |a| {
+            a["executor"]["image"] = json!("agent:2");
+            a["revision"] = json!(2);
+        });
+    }
+    eventually(10, "the watcher read the change", || async { (dk.calls("list_agents") > listed).then_some(()) }).await;
+    // The pass the change kicked, and the ones that start over after it, fail.
+    let seen = failed_passes(log);
+    eventually(15, "two more failed passes", || async { (failed_passes(log) >= seen + 2).then_some(()) }).await;
+}
+
 async fn try_join(http: &reqwest::Client, n: &TestNode, key: &str) -> Option<(String, String)> {
     let r = http.post(format!("{}/api/v1/nodes:join", n.url)).json(&n.join_body(key)).send().await.ok()?;
     if r.status() != 201 {
@@ -216,17 +238,7 @@ async fn a_template_change_whose_pass_failed_is_rolled_out_by_the_next_pass() {
         join_two(&ctl.url, &admin, 1).await.into_iter().map(|n| SimNode::start(n, Default::default())).collect();
     eventually(30, "agent:1 on both nodes", || async { (images(&sims) == ["agent:1"; 2]).then_some(()) }).await;
 
-    std::fs::write(failpoints.join("fail-pass"), "").unwrap();
-    let failures = || failed_passes(&log);
-    let listed = dk.calls("list_agents");
-    dk.edit_agent("coder", |a| {
-        a["executor"]["image"] = json!("agent:2");
-        a["revision"] = json!(2);
-    });
-    eventually(10, "the watcher read the change", || async { (dk.calls("list_agents") > listed).then_some(()) }).await;
-    // The pass the change kicked, and the ones that start over after it, fail.
-    let seen = failures();
-    eventually(15, "two more failed passes", || async { (failures() >= seen + 2).then_some(()) }).await;
+    change_image_while_passes_fail(&dk, &failpoints, &log, &["coder"]).await;
     assert_eq!(images(&sims), ["agent:1"; 2], "a failed pass hands no node anything");
     std::fs::remove_file(failpoints.join("fail-pass")).unwrap();
 
@@ -312,18 +324,7 @@ async fn rollouts_stored_by_a_pass_that_then_failed_go_on_after_a_kill() {
     let sims: Vec<SimNode> = nodes.iter().map(|n| SimNode::start(n.clone(), Default::default())).collect();
     eventually(30, "agent:1 everywhere", || async { (images(&sims) == ["agent:1"; 6]).then_some(()) }).await;
 
-    std::fs::write(failpoints.join("fail-pass"), "").unwrap();
-    let failures = || failed_passes(&log);
-    let listed = dk.calls("list_agents");
-    for key in agents {
-        dk.edit_agent(key, |a| {
-            a["executor"]["image"] = json!("agent:2");
-            a["revision"] = json!(2);
-        });
-    }
-    eventually(10, "the watcher read the change", || async { (dk.calls("list_agents") > listed).then_some(()) }).await;
-    let seen = failures();
-    eventually(15, "two more failed passes", || async { (failures() >= seen + 2).then_some(()) }).await;
+    change_image_while_passes_fail(&dk, &failpoints, &log, &agents).await;
     assert_eq!(images(&sims), ["agent:1"; 6], "a failed pass hands no node anything");
     let mut started = Vec::new();
     for key in agents {

@@ -24,7 +24,7 @@ use std::sync::Arc;
 /// Stores the pass's rows with its first chunk of dirty nodes' bodies
 /// (`desired_nodes_at_once` nodes, each chunk's sealed boxes read back at once), then the
 /// rest a chunk at a time; each commit publishes its bodies (waking their nodes), and the
-/// first the rollouts and lingering replicas too.
+/// first the rollouts the rollout phase left unpublished and the lingering replicas too.
 pub async fn commit(
     ctx: &Ctx,
     memo: &Memo,
@@ -35,8 +35,7 @@ pub async fn commit(
     mut lingering: Vec<((Id, u32), Option<Linger>)>,
 ) -> Result<(), DbError> {
     forget_finished_rotations(ctx, memo, now);
-    let mut rollouts: Vec<(Id, Option<Arc<Rollout>>)> =
-        rolled.changed.iter().map(|(k, r)| (k.clone(), r.clone())).collect();
+    let mut rollouts: Vec<(Id, Option<Arc<Rollout>>)> = rolled.unpublished.clone();
     let salt = hash_salt(&ctx.cfg.iam_tenant);
     let mut chunks = dirty.chunks(ctx.cfg.desired_nodes_at_once.max(1)).peekable();
     loop {

@@ -83,6 +83,7 @@ pub async fn roll(
     }
     plan.rows.rollouts.append(&mut phase.stored.rows.rollouts);
     plan.rows.kv_delete.append(&mut phase.stored.rows.kv_delete);
+    phase.out.unpublished = std::mem::take(&mut phase.stored.publish);
     Ok(phase.out)
 }
 
@@ -120,7 +121,7 @@ impl Phase<'_> {
         }
         let Some(a) = self.memo.agent(&key).filter(|a| a.placed_spec().is_some()) else {
             if before.is_some() {
-                self.out.changed.insert(key.clone(), None);
+                self.let_go(key.clone());
             }
             if self.snap.replaced.as_ref().is_some_and(|r| r.was_listed(&key)) && self.memo.agent(&key).is_none() {
                 plan.rows.kv_delete.push((Rollout::key(&key), None));
@@ -162,7 +163,7 @@ impl Phase<'_> {
             // change that matters (a restart recomputes them from the reports).
             Some(b) if b.same_stored(&r) => match keep {
                 true => return Some((key, Arc::new(r))),
-                false => drop(self.out.changed.insert(key, None)),
+                false => self.let_go(key),
             },
             _ => {
                 let r = Arc::new(r);
@@ -173,10 +174,16 @@ impl Phase<'_> {
         }
         None
     }
+
+    /// The agent's rollout goes from memory when the phase's rows commit.
+    fn let_go(&mut self, key: Id) {
+        self.stored.publish.push((key.clone(), None));
+        self.out.changed.insert(key, None);
+    }
 }
 
 /// Rows of changed rollouts and their orders not yet committed, and what the registry gets
-/// when they are.
+/// when they are (a rollout, or `None` to let one go).
 #[derive(Default)]
 struct Stored {
     rows: PassWrite,

@@ -10,6 +10,9 @@ use std::sync::Arc;
 pub struct Rolled {
     /// The rollouts this pass changed; `None` lets one go from memory.
     pub changed: HashMap<Id, Option<Arc<Rollout>>>,
+    /// Those of them the phase has not yet published as it committed them: the pass's first
+    /// commit publishes these.
+    pub unpublished: Vec<(Id, Option<Arc<Rollout>>)>,
     /// Nodes whose template of some agent changed (a step, a revert): their desired states
     /// are built again. A rollout starting or ending changes no node's template — a node is
     /// sent what it ran — so it dirties nothing by itself (the CP change that started it did).
