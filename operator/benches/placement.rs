@@ -55,7 +55,7 @@ pub fn demands(agents: usize, replicas: u32) -> Vec<Demand<'static>> {
                 image: image.map(Into::into),
                 requires: match i % 5 {
                     0 => vec!["repos".into()],
-                    1 => vec![format!("zone=z{}", i % 8)],
+                    1 => vec![format!("zone=z{}", i % 8).into()],
                     _ => vec![],
                 }
                 .into(),

@@ -1,6 +1,7 @@
 //! An agent as the Control Plane describes it (docs/behaviour.md#control-plane-calls-and-agent-descriptions),
 //! once read: every field valid (the reading is `super::read`).
 
+use super::names::{Interner, Names};
 use fleet_api::{Executor, Resources};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
@@ -27,10 +28,10 @@ pub enum IdentityKind {
 #[serde(rename_all = "camelCase")]
 pub struct Iam {
     #[serde(default)]
-    pub audiences: Vec<String>,
+    pub audiences: Names,
     /// Absent means no restriction; `[]` means no scopes.
     #[serde(default)]
-    pub scope_ceiling: Option<Vec<String>>,
+    pub scope_ceiling: Option<Names>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,9 +48,9 @@ pub struct PlacementSpec {
     #[serde(default = "one")]
     pub replicas: u32,
     #[serde(default)]
-    pub requires: Vec<String>,
+    pub requires: Names,
     #[serde(default)]
-    pub secrets: Vec<String>,
+    pub secrets: Names,
     #[serde(default)]
     pub resources: Option<Resources>,
     /// The rollout policy as the CP wrote it; read when a rollout starts, where an invalid
@@ -141,8 +142,8 @@ impl Default for Placement {
     fn default() -> Self {
         Placement::Spec(PlacementSpec {
             replicas: 1,
-            requires: vec![],
-            secrets: vec![],
+            requires: Names::default(),
+            secrets: Names::default(),
             resources: None,
             rollout: None,
             spread: None,
@@ -168,7 +169,7 @@ impl<'de> Deserialize<'de> for Placement {
 #[serde(rename_all = "camelCase")]
 pub struct Skills {
     #[serde(default)]
-    pub audiences: Vec<String>,
+    pub audiences: Names,
 }
 
 /// `drainSeconds` when the item has none.
@@ -202,21 +203,37 @@ pub const MAX_REPLICAS: u32 = 1000;
 pub const MAX_DRAIN_SECONDS: u64 = 3600;
 
 impl Agent {
-    /// Gives back the room parsing left in its lists: serde grows a list of unknown length by
-    /// doubling, so a one-element list holds four (~70 bytes each): in a 20,000-agent list the
-    /// audiences and scope ceilings alone would waste ~4.6 MB.
-    pub fn shrink(&mut self) {
+    /// An interner that knows the lists of names of `agents` (the list in force), so that a
+    /// new list read with it shares what did not change.
+    pub fn interner_of(agents: &[Agent]) -> Interner {
+        let mut interner = Interner::default();
+        for a in agents {
+            if let Some(iam) = &a.identity.iam {
+                interner.remember(&iam.audiences);
+                iam.scope_ceiling.iter().for_each(|s| interner.remember(s));
+            }
+            if let Placement::Spec(p) = &a.placement {
+                interner.remember(&p.requires);
+                interner.remember(&p.secrets);
+            }
+            interner.remember(&a.skills.audiences);
+        }
+        interner
+    }
+
+    /// Shares its lists of names with the equal ones `interner` met before (`model::names`).
+    pub fn intern(&mut self, interner: &mut Interner) {
         if let Some(iam) = &mut self.identity.iam {
-            iam.audiences.shrink_to_fit();
+            interner.list(&mut iam.audiences);
             if let Some(s) = &mut iam.scope_ceiling {
-                s.shrink_to_fit();
+                interner.list(s);
             }
         }
         if let Placement::Spec(p) = &mut self.placement {
-            p.requires.shrink_to_fit();
-            p.secrets.shrink_to_fit();
+            interner.list(&mut p.requires);
+            interner.list(&mut p.secrets);
         }
-        self.skills.audiences.shrink_to_fit();
+        interner.list(&mut self.skills.audiences);
     }
 
     /// The placement spec when this agent is placed at all (docs/behaviour.md#placement): running, of kind agent,

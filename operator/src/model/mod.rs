@@ -2,10 +2,12 @@
 //! are read into it (`read`), where a wrong optional field never stops an agent.
 
 mod agent;
+mod names;
 mod read;
 mod template;
 
 pub use agent::*;
+pub use names::{Interner, Names};
 #[cfg(test)]
 pub use read::raw_items;
 pub use read::{parse_agents, FieldWarning, Read, SkippedAgent};

@@ -15,6 +15,7 @@ use super::agent::{
     find_agent, Agent, AgentState, Iam, Identity, IdentityKind, JsonText, Placement, PlacementSpec, Skills,
     DEFAULT_DRAIN_SECONDS, MAX_DRAIN_SECONDS, MAX_REPLICAS,
 };
+use super::names::{Interner, Names};
 use fleet_api::{images, names, Executor, Resources};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -50,12 +51,12 @@ pub struct Read {
 
 /// Reads the items of one page. `previous` is the agent list in force, in key order: the
 /// last good version of each agent, for the fields (and items) that are wrong now.
-pub fn parse_agents(items: &[Box<RawValue>], previous: &[Agent]) -> Read {
+pub fn parse_agents(items: &[Box<RawValue>], previous: &[Agent], interner: &mut Interner) -> Read {
     let mut out = Read { agents: Vec::with_capacity(items.len()), ..Read::default() };
     for item in items {
         match read_item(item.get(), previous, &mut out.warnings) {
             Ok(mut a) => {
-                a.shrink();
+                a.intern(interner);
                 out.agents.push(a);
             }
             Err(skip) => {
@@ -236,7 +237,7 @@ impl<'a> Warner<'a> {
                     iam.get("audiences"),
                     "identity.iam.audiences",
                     last_iam.map(|i| i.audiences.clone()),
-                    Vec::new,
+                    Names::default,
                 ),
                 scope_ceiling: self.scope_ceiling(iam.get("scopeCeiling"), last_iam),
             }),
@@ -247,15 +248,15 @@ impl<'a> Warner<'a> {
     /// Absent means no restriction; but a ceiling that cannot be read never widens what the
     /// agent may do: it keeps the last good one, and a new agent gets no scopes until the CP
     /// sends one that reads.
-    fn scope_ceiling(&mut self, v: Option<&Value>, last_iam: Option<&Iam>) -> Option<Vec<String>> {
+    fn scope_ceiling(&mut self, v: Option<&Value>, last_iam: Option<&Iam>) -> Option<Names> {
         let v = v?;
-        match Option::<Vec<String>>::deserialize(v) {
+        match Option::<Names>::deserialize(v) {
             Ok(c) => c,
             Err(e) => {
                 let last = last_iam.map(|i| i.scope_ceiling.clone());
                 let (c, used) = match last {
                     Some(c) => (c, "its last good value"),
-                    None => (Some(Vec::new()), "no scopes"),
+                    None => (Some(Names::default()), "no scopes"),
                 };
                 self.warn("identity.iam.scopeCeiling", format!("{}: {e}", shown(Some(v))), used);
                 c
@@ -279,8 +280,18 @@ impl<'a> Warner<'a> {
         let last = self.last_spec();
         Placement::Spec(PlacementSpec {
             replicas: self.replicas(obj.get("replicas"), last.map(|s| s.replicas)),
-            requires: self.field(obj.get("requires"), "placement.requires", last.map(|s| s.requires.clone()), Vec::new),
-            secrets: self.field(obj.get("secrets"), "placement.secrets", last.map(|s| s.secrets.clone()), Vec::new),
+            requires: self.field(
+                obj.get("requires"),
+                "placement.requires",
+                last.map(|s| s.requires.clone()),
+                Names::default,
+            ),
+            secrets: self.field(
+                obj.get("secrets"),
+                "placement.secrets",
+                last.map(|s| s.secrets.clone()),
+                Names::default,
+            ),
             resources: self.field(
                 obj.get("resources"),
                 "placement.resources",
@@ -320,7 +331,7 @@ impl<'a> Warner<'a> {
                     obj.get("audiences"),
                     "skills.audiences",
                     last.map(|s| s.audiences.clone()),
-                    Vec::new,
+                    Names::default,
                 ),
             },
         }
@@ -381,7 +392,7 @@ fn safe_identity() -> Identity {
 }
 
 fn no_scopes() -> Option<Iam> {
-    Some(Iam { audiences: Vec::new(), scope_ceiling: Some(Vec::new()) })
+    Some(Iam { audiences: Names::default(), scope_ceiling: Some(Names::default()) })
 }
 
 /// Agent items as the CP would send them, for tests.

@@ -106,7 +106,7 @@ impl Template {
 
     /// The agent's template as the CP describes it now, with the restart stamp given.
     pub fn of(a: &Agent, restart: u64) -> Template {
-        let mut secrets = a.placed_spec().map(|s| s.secrets.clone()).unwrap_or_default();
+        let mut secrets = a.placed_spec().map(|s| s.secrets.to_strings()).unwrap_or_default();
         secrets.sort();
         secrets.dedup();
         Template::new(a.executor.clone(), secrets, a.resources(), restart, a.revision)

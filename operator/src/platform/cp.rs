@@ -73,7 +73,8 @@ impl CpClient {
     /// Pages are pipelined: as soon as a page's `nextCursor` is known the next request is on
     /// its way, and the page's items are parsed while the CP answers it.
     /// `previous`: the list in force, whose agents' last good versions stand in for what is
-    /// wrong in their items now (`model::parse_agents`); its length is how many agents the
+    /// wrong in their items now (`model::parse_agents`) and whose lists of names the new
+    /// agents share where equal (`model::names`); its length is how many agents the
     /// new list is likely to hold, so the vector is sized for it once instead of doubling
     /// page by page (20,000 agents of 256 bytes would double to 32,768 places, 8.4 MB, beside
     /// the list it replaces).
@@ -82,6 +83,7 @@ impl CpClient {
         let mut agents = Vec::with_capacity(previous.len().min(MAX_EXPECTED));
         let (mut skipped, mut warnings) = (Vec::new(), Vec::new());
         let mut first_etag = None;
+        let mut interner = None;
         let started = std::time::Instant::now();
         let mut next = tokio::spawn(self.fetch_page(&token, None, etag));
         for page_no in 0..MAX_PAGES {
@@ -111,7 +113,8 @@ impl CpClient {
                 }
                 _ => true,
             };
-            let read = parse_agents(&page.items, previous);
+            let interner = interner.get_or_insert_with(|| Agent::interner_of(previous));
+            let read = parse_agents(&page.items, previous, interner);
             agents.extend(read.agents);
             skipped.extend(read.skipped);
             warnings.extend(read.warnings);

@@ -1,10 +1,11 @@
 //! The placement's bindings: the node each bound replica is on.
 //!
-//! Held as one sorted vector of 24-byte entries that name their node by its position in a
-//! table of node ids: at 100,000 replicas 2.4 MB, where a B-tree of `(Arc<str>, u32) →
-//! Arc<str>` would take ~4.4 MB. A placement run, the controller's peak, writes the new
-//! entries straight into their vector instead of collecting them and building a tree beside
-//! it.
+//! Held as a table of the bound agents, each with where its replicas start, and one sorted
+//! vector of 8-byte entries (replica index, node as a position in a table of node ids): at
+//! 100,000 replicas of 20,000 agents 1.3 MB, where an entry naming its agent (24 bytes) took
+//! 2.4 MB and a B-tree of `(Arc<str>, u32) → Arc<str>` ~4.4 MB. Two or three outcomes are
+//! alive while a pass places, the controller's peak. A placement run writes the new entries
+//! straight into their vector instead of collecting them and building a tree beside it.
 
 use crate::model::Id;
 
@@ -13,13 +14,15 @@ use crate::model::Id;
 pub struct Bindings {
     /// Node ids, sorted and unique: an entry's node is a position here.
     nodes: Vec<Id>,
-    /// Sorted by (agent, replica), each replica once.
+    /// The agents with a bound replica, sorted and unique, each with the position of its
+    /// first entry: its entries run to the next agent's first.
+    agents: Vec<(Id, u32)>,
+    /// Grouped by agent in `agents`' order, each agent's in replica order, each replica once.
     entries: Vec<Entry>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 struct Entry {
-    agent: Id,
     replica: u32,
     node: u32,
 }
@@ -29,14 +32,28 @@ impl Bindings {
         Bindings::default()
     }
 
-    /// From a node table (sorted, unique) and entries already in (agent, replica) order whose
-    /// node is a position in it: what a placement run produces.
-    pub(crate) fn from_sorted(nodes: Vec<Id>, entries: impl Iterator<Item = (Id, u32, u32)>) -> Bindings {
-        let entries: Vec<Entry> = entries.map(|(agent, replica, node)| Entry { agent, replica, node }).collect();
+    /// From a node table (sorted, unique) and `count` entries already in (agent, replica)
+    /// order whose node is a position in it: what a placement run produces.
+    pub(crate) fn from_sorted(nodes: Vec<Id>, count: usize, rows: impl Iterator<Item = (Id, u32, u32)>) -> Bindings {
         debug_assert!(nodes.windows(2).all(|w| w[0] < w[1]), "node table sorted and unique");
-        debug_assert!(entries.windows(2).all(|w| w[0].key() < w[1].key()), "entries in order");
-        debug_assert!(entries.iter().all(|e| (e.node as usize) < nodes.len()), "nodes in the table");
-        Bindings { nodes, entries }
+        let mut agents: Vec<(Id, u32)> = Vec::new();
+        let mut entries = Vec::with_capacity(count);
+        for (agent, replica, node) in rows {
+            debug_assert!((node as usize) < nodes.len(), "nodes in the table");
+            match agents.last() {
+                Some((last, _)) if *last == agent => {
+                    debug_assert!(entries.last().is_some_and(|e: &Entry| e.replica < replica), "replicas in order");
+                }
+                last => {
+                    debug_assert!(last.is_none_or(|(l, _)| *l < agent), "agents in order");
+                    agents.push((agent, entries.len() as u32));
+                }
+            }
+            entries.push(Entry { replica, node });
+        }
+        agents.shrink_to_fit();
+        entries.shrink_to_fit();
+        Bindings { nodes, agents, entries }
     }
 
     pub fn len(&self) -> usize {
@@ -59,8 +76,9 @@ impl Bindings {
     }
 
     pub fn get(&self, agent: &str, replica: u32) -> Option<&Id> {
-        let at = self.entries.binary_search_by(|e| e.key().cmp(&(agent, replica))).ok()?;
-        Some(self.node_of(&self.entries[at]))
+        let entries = self.entries_of(self.agent_at(agent)?);
+        let at = entries.binary_search_by(|e| e.replica.cmp(&replica)).ok()?;
+        Some(&self.nodes[entries[at].node as usize])
     }
 
     pub fn contains(&self, agent: &str, replica: u32) -> bool {
@@ -69,19 +87,22 @@ impl Bindings {
 
     /// Every binding in order: (agent, replica, node).
     pub fn iter(&self) -> impl Iterator<Item = (&Id, u32, &Id)> + '_ {
-        self.entries.iter().map(|e| (&e.agent, e.replica, self.node_of(e)))
+        self.positions().map(|(agent, replica, node)| (agent, replica, &self.nodes[node as usize]))
     }
 
     /// Every binding in order with its node as a position in the node table.
     pub(crate) fn positions(&self) -> impl Iterator<Item = (&Id, u32, u32)> + '_ {
-        self.entries.iter().map(|e| (&e.agent, e.replica, e.node))
+        (0..self.agents.len()).flat_map(move |i| {
+            let agent = &self.agents[i].0;
+            self.entries_of(i).iter().map(move |e| (agent, e.replica, e.node))
+        })
     }
 
     /// One agent's bindings in replica order: (replica, node). A binary search, then a walk
     /// over the agent's few entries.
     pub fn of_agent<'a>(&'a self, agent: &'a str) -> impl Iterator<Item = (u32, &'a Id)> + 'a {
-        let from = self.entries.partition_point(|e| &*e.agent < agent);
-        self.entries[from..].iter().take_while(move |e| &*e.agent == agent).map(|e| (e.replica, self.node_of(e)))
+        let entries = self.agent_at(agent).map(|i| self.entries_of(i)).unwrap_or_default();
+        entries.iter().map(|e| (e.replica, &self.nodes[e.node as usize]))
     }
 
     /// How many replicas are bound to `node` (a scan: an admin's action, not a hot path).
@@ -90,14 +111,16 @@ impl Bindings {
         self.entries.iter().filter(|e| e.node as usize == at).count() as u32
     }
 
-    fn node_of(&self, e: &Entry) -> &Id {
-        &self.nodes[e.node as usize]
+    /// The agent's position in the agent table.
+    fn agent_at(&self, agent: &str) -> Option<usize> {
+        self.agents.binary_search_by(|(a, _)| (**a).cmp(agent)).ok()
     }
-}
 
-impl Entry {
-    fn key(&self) -> (&str, u32) {
-        (&self.agent, self.replica)
+    /// The entries of the agent at position `i` of the agent table.
+    fn entries_of(&self, i: usize) -> &[Entry] {
+        let from = self.agents[i].1 as usize;
+        let to = self.agents.get(i + 1).map_or(self.entries.len(), |a| a.1 as usize);
+        &self.entries[from..to]
     }
 }
 
@@ -119,7 +142,7 @@ impl FromIterator<(Id, u32, Id)> for Bindings {
             (agent, replica, at as u32)
         });
         let entries: Vec<(Id, u32, u32)> = entries.collect();
-        Bindings::from_sorted(nodes, entries.into_iter())
+        Bindings::from_sorted(nodes, entries.len(), entries.into_iter())
     }
 }
 
@@ -167,6 +190,16 @@ mod tests {
         assert_eq!(b.count_on("n9"), 0);
     }
 
+    /// 100,000 replicas of 20,000 agents: 0.8 MB of entries and 0.5 MB of agents.
+    #[test]
+    fn a_binding_is_8_bytes_and_an_agent_with_bindings_24() {
+        assert_eq!(std::mem::size_of::<Entry>(), 8);
+        assert_eq!(std::mem::size_of::<(Id, u32)>(), 24);
+        let b = sample();
+        assert_eq!((b.agents.len(), b.entries.len()), (2, 4));
+        assert_eq!(b.agents.capacity(), 2);
+    }
+
     #[test]
     fn a_replica_named_twice_keeps_its_last_node() {
         let b: Bindings = [(id("a"), 0, id("n1")), (id("a"), 0, id("n2"))].into_iter().collect();
@@ -182,7 +215,7 @@ mod tests {
         let nodes = vec![id("n0"), id("n1"), id("n2"), id("n3")];
         let rows =
             a.iter().map(|(ag, r, n)| (ag.clone(), r, nodes.binary_search(n).unwrap() as u32)).collect::<Vec<_>>();
-        let b = Bindings::from_sorted(nodes, rows.into_iter());
+        let b = Bindings::from_sorted(nodes, rows.len(), rows.into_iter());
         assert_eq!(a, b);
         let c: Bindings = [(id("a"), 0, id("n2"))].into_iter().collect();
         assert_ne!(a, c);

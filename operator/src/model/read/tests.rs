@@ -13,7 +13,7 @@ fn item(key: &str) -> Value {
 }
 
 fn read(items: Vec<Value>, previous: &[Agent]) -> Read {
-    parse_agents(&raw_items(items), previous)
+    parse_agents(&raw_items(items), previous, &mut Agent::interner_of(previous))
 }
 
 /// `item` with the field at `path` (a JSON pointer) set to `v`.
@@ -22,6 +22,23 @@ fn with(path: &str, v: Value) -> Value {
     let (parent, last) = path.rsplit_once('/').unwrap();
     it.pointer_mut(parent).unwrap().as_object_mut().unwrap().insert(last.to_string(), v);
     it
+}
+
+/// Equal lists of names are one allocation: between the agents of a list, and with the
+/// list before it, which is held beside the new one while it is read.
+#[test]
+fn equal_lists_are_shared_within_a_list_and_with_the_list_before() {
+    let old = read(vec![item("a")], &[]).agents;
+    let mut gpu = item("b");
+    gpu["placement"]["requires"] = json!(["gpu"]);
+    let new = read(vec![item("a"), gpu, item("c")], &old).agents;
+    let audiences = |a: &Agent| a.identity.iam.as_ref().unwrap().audiences.as_ptr();
+    let requires = |a: &Agent| a.placed_spec().unwrap().requires.as_ptr();
+    assert!(new.iter().all(|a| audiences(a) == audiences(&old[0])), "every agent shares the old list's audiences");
+    assert_eq!(requires(&new[2]), requires(&old[0]));
+    assert_ne!(requires(&new[1]), requires(&old[0]));
+    assert_eq!(new[1].placed_spec().unwrap().requires, vec!["gpu"]);
+    assert_eq!(new[0], old[0]);
 }
 
 #[test]
@@ -38,12 +55,6 @@ fn spec_example_parses_with_defaults() {
     let a = &r.agents[0];
     assert_eq!(a.placed_spec().unwrap().requires, vec!["repos"]);
     assert_eq!(a.resources().memory_mb, Some(4096));
-    // Parsed lists hold no room past their items (each is kept for the agent's life).
-    let iam = a.identity.iam.as_ref().unwrap();
-    let spec = a.placed_spec().unwrap();
-    assert_eq!(iam.audiences.capacity(), 1);
-    assert_eq!(iam.scope_ceiling.as_ref().unwrap().capacity(), 1);
-    assert_eq!((spec.requires.capacity(), spec.secrets.capacity()), (1, 1));
 
     let minimal = json!({"key": "m", "revision": 1, "state": "running",
         "identity": {"kind": "agent"}, "executor": {"kind": "k"}});
@@ -142,10 +153,10 @@ fn a_new_agent_with_a_malformed_field_takes_the_default() {
     assert_eq!(r.warnings[0].used, "its default");
 
     let r = read(vec![with("/identity/iam/scopeCeiling", json!("everything"))], &[]);
-    assert_eq!(r.agents[0].identity.iam.as_ref().unwrap().scope_ceiling, Some(vec![]));
+    assert_eq!(r.agents[0].identity.iam.as_ref().unwrap().scope_ceiling, Some(Names::default()));
     assert_eq!(r.warnings[0].used, "no scopes");
     let r = read(vec![with("/identity/iam", json!(true))], &[]);
-    assert_eq!(r.agents[0].identity.iam.as_ref().unwrap().scope_ceiling, Some(vec![]));
+    assert_eq!(r.agents[0].identity.iam.as_ref().unwrap().scope_ceiling, Some(Names::default()));
 
     let mut absent = item("coder");
     absent["identity"]["iam"].as_object_mut().unwrap().remove("scopeCeiling");

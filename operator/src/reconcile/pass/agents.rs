@@ -195,7 +195,7 @@ mod tests {
                 })
                 .collect(),
         );
-        crate::model::parse_agents(&raw, &[]).agents
+        crate::model::parse_agents(&raw, &[], &mut Default::default()).agents
     }
 
     #[test]

@@ -45,10 +45,10 @@ pub fn ceiling(agent: &Agent, token_audiences: &[String], token_scopes: &[String
     let iam = agent.identity.iam.as_ref();
     let mut audiences: BTreeSet<String> = BTreeSet::new();
     audiences.insert(CONTROL_PLANE.to_string());
-    let declared = agent.skills.audiences.iter().chain(iam.map(|i| i.audiences.iter()).into_iter().flatten());
+    let declared = agent.skills.audiences.strs().chain(iam.map(|i| i.audiences.strs()).into_iter().flatten());
     for a in declared {
         if token_audiences.iter().any(|t| t == a) {
-            audiences.insert(a.clone());
+            audiences.insert(a.to_string());
         }
     }
     let agent_ceiling: Option<BTreeSet<(String, String)>> =
@@ -83,6 +83,7 @@ mod tests {
             "identity": {"kind": "agent", "iam": iam}, "executor": {"kind": "k"},
             "skills": {"audiences": skills}})]),
             &[],
+            &mut Default::default(),
         );
         assert!(read.skipped.is_empty() && read.warnings.is_empty());
         read.agents.remove(0)

@@ -113,7 +113,7 @@ fn desired_agent(a: &Agent, reps: &[u32], c: &Cred, look: &Look, tenant: &str, b
     };
     let (revision, executor, secrets, resources, restart) = match look {
         Look::Own(_) => {
-            let secrets = a.placed_spec().map(|s| s.secrets.clone()).unwrap_or_default();
+            let secrets = a.placed_spec().map(|s| s.secrets.to_strings()).unwrap_or_default();
             (a.revision, a.executor.clone(), secrets, a.resources(), 0)
         }
         Look::Rolled(t) => (t.revision, t.executor.clone(), t.secrets.clone(), t.resources.clone(), t.restart),

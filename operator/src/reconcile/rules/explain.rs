@@ -105,12 +105,8 @@ fn verdict(d: &Demand, n: &NodeRec, online: bool, free: Option<&Free>) -> Option
             return Some((3, format!("image {img} not allowed for {}", d.kind)));
         }
     }
-    let missing: Vec<&str> = d
-        .requires
-        .iter()
-        .filter(|r| !fleet_api::labels::requirement_met(r, &n.info.labels))
-        .map(|s| s.as_str())
-        .collect();
+    let missing: Vec<&str> =
+        d.requires.iter().filter(|r| !fleet_api::labels::requirement_met(r, &n.info.labels)).map(|s| &**s).collect();
     if !missing.is_empty() {
         let claimed = refused_note(n, |r| {
             r.labels.iter().any(|l| missing.iter().any(|m| fleet_api::labels::requirement_met(m, &[l])))
@@ -118,7 +114,7 @@ fn verdict(d: &Demand, n: &NodeRec, online: bool, free: Option<&Free>) -> Option
         return Some((4, format!("missing label {}{claimed}", missing.join(", "))));
     }
     let offered = n.info.secrets_for(&d.kind);
-    let lacking: Vec<&str> = d.secrets.iter().filter(|s| !offered.contains(*s)).map(|s| s.as_str()).collect();
+    let lacking: Vec<&str> = d.secrets.iter().filter(|s| !offered.iter().any(|o| **o == ***s)).map(|s| &**s).collect();
     if !lacking.is_empty() {
         return Some((5, format!("missing secret {}", lacking.join(", "))));
     }
@@ -156,8 +152,8 @@ type Explained = (Vec<FilterCount>, Option<Vec<NodeVerdict>>);
 /// The filter counts over every node, and each node's verdict when asked.
 fn filter(st: &State, d: &Demand, now: i64, offline_after: Duration, with_nodes: bool) -> Explained {
     let mut excluded = [0u32; FILTERS.len()];
-    let mut missing_labels: BTreeMap<String, u32> = d.requires.iter().map(|r| (r.clone(), 0)).collect();
-    let mut missing_secrets: BTreeMap<String, u32> = d.secrets.iter().map(|s| (s.clone(), 0)).collect();
+    let mut missing_labels: BTreeMap<String, u32> = d.requires.iter().map(|r| (r.to_string(), 0)).collect();
+    let mut missing_secrets: BTreeMap<String, u32> = d.secrets.iter().map(|s| (s.to_string(), 0)).collect();
     let mut exhausted = Exhausted::default();
     let mut verdicts = Vec::new();
     for n in st.nodes() {

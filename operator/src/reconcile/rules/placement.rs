@@ -54,8 +54,8 @@ pub struct Demand<'a> {
     pub replicas: u32,
     pub kind: Cow<'a, str>,
     pub image: Option<Cow<'a, str>>,
-    pub requires: Cow<'a, [String]>,
-    pub secrets: Cow<'a, [String]>,
+    pub requires: Cow<'a, [Id]>,
+    pub secrets: Cow<'a, [Id]>,
     pub cpus: Option<f64>,
     pub memory_mb: Option<u64>,
     /// The label whose values the replicas spread over (docs/behaviour.md#spread-and-priority).
@@ -148,10 +148,10 @@ impl<'a> Signature<'a> {
 }
 
 /// A list of requirements as a sorted set, each borrowed when the list is.
-fn set_of(list: Cow<'_, [String]>) -> Vec<Cow<'_, str>> {
+fn set_of(list: Cow<'_, [Id]>) -> Vec<Cow<'_, str>> {
     let mut set: Vec<Cow<str>> = match list {
-        Cow::Borrowed(l) => l.iter().map(|s| Cow::Borrowed(s.as_str())).collect(),
-        Cow::Owned(l) => l.into_iter().map(Cow::Owned).collect(),
+        Cow::Borrowed(l) => l.iter().map(|s| Cow::Borrowed(&**s)).collect(),
+        Cow::Owned(l) => l.into_iter().map(|s| Cow::Owned(s.to_string())).collect(),
     };
     set.sort_unstable();
     set.dedup();
@@ -385,9 +385,8 @@ impl<'a> Placer<'a> {
     /// The bindings, in (agent, replica) order as the demands are sorted.
     fn bindings(&self, table: Vec<Id>, position: &[u32]) -> Bindings {
         let count = self.assigned.iter().filter(|&&n| n != UNBOUND).count();
-        let mut rows = Vec::with_capacity(count);
-        rows.extend(self.bound().map(|(di, r, ni)| (self.ds[di].key.clone(), r, position[ni as usize])));
-        Bindings::from_sorted(table, rows.into_iter())
+        let rows = self.bound().map(|(di, r, ni)| (self.ds[di].key.clone(), r, position[ni as usize]));
+        Bindings::from_sorted(table, count, rows)
     }
 
     /// Every bound replica as (demand, replica, node), in (agent, replica) order.

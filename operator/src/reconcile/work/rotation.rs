@@ -11,12 +11,14 @@
 //! Rotations are not a delayed work-queue key per PAT either (the queue's two entries per
 //! key are ~250 bytes each), nor an entry per PAT here (~60 bytes each in a B-tree of (due
 //! ms, agent, node): 6 MB at 100,000 PATs): an entry is a node and the second, rounded up, at
-//! which one of its PATs is due. A node's PATs are issued together, so they share a second
-//! or a few. When an entry falls due, every pair of that node with a live PAT gets its PAT
-//! work queued ([`Rotations::run`]'s `live_agents`). The PAT work item itself decides whether
-//! a rotation is due (`items::pat`): a pair not due yet costs one look and schedules its own
-//! second again, which lands on an entry already there; an entry left behind by a credential
-//! that was replaced meanwhile costs the same.
+//! which the first of its PATs is due — one entry a node. A node's PATs fall due at spread
+//! times (docs/behaviour.md#rolling-out-a-change), and an entry for each of their seconds
+//! was ~40 bytes a PAT, 3.9 MB at 100,000. When a node's entry falls due, every pair of that
+//! node with a live PAT gets its PAT work queued ([`Rotations::run`]'s `live_agents`). The
+//! PAT work item itself decides whether a rotation is due (`items::pat`): a pair not due yet
+//! costs one look and schedules its own second again, and the earliest of those is the
+//! node's next entry; an entry left behind by a credential that was replaced meanwhile costs
+//! the same.
 
 use super::backlog::Backlog;
 use super::key::WorkKey;
@@ -41,13 +43,49 @@ pub fn due_second(ms: i64) -> i64 {
     ms.div_euclid(1000) + i64::from(ms.rem_euclid(1000) != 0)
 }
 
+/// Each node's earliest due second (since the epoch, rounded up), in order and by node.
+#[derive(Default)]
+struct Due {
+    order: BTreeSet<(i64, Id)>,
+    by_node: HashMap<Id, i64>,
+}
+
+impl Due {
+    /// `false` when the node's entry is at `at` or earlier already.
+    fn insert(&mut self, at: i64, node: Id) -> bool {
+        match self.by_node.get(&node) {
+            Some(&was) if was <= at => return false,
+            Some(&was) => {
+                self.order.remove(&(was, node.clone()));
+            }
+            None => {}
+        }
+        self.by_node.insert(node.clone(), at);
+        self.order.insert((at, node))
+    }
+
+    fn first(&self) -> Option<&(i64, Id)> {
+        self.order.first()
+    }
+
+    fn pop_first(&mut self) -> Option<(i64, Id)> {
+        let first = self.order.pop_first()?;
+        self.by_node.remove(&first.1);
+        Some(first)
+    }
+
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+}
+
 #[derive(Default)]
 pub struct Rotations {
     /// PAT and status keys wanted now, in the pass's order (a duplicate PAT key is harmless:
     /// the queue folds a key that is already there; a status is held once).
     now: Mutex<Backlog>,
-    /// (due, in whole seconds since the epoch, rounded up; node).
-    due: Mutex<BTreeSet<(i64, Id)>>,
+    /// Each node's earliest due second.
+    due: Mutex<Due>,
     /// Woken when an entry becomes the earliest, so the timer sleeps to the right instant.
     earlier: Notify,
 }
@@ -68,15 +106,16 @@ impl Rotations {
         }
     }
 
-    /// The PAT work of `node`'s pairs is queued at `due_ms`, rounded up to the second (an
-    /// entry already there for that second is kept).
+    /// The PAT work of `node`'s pairs is queued at `due_ms`, rounded up to the second, unless
+    /// the node's entry is as early already (then the pairs not due at that entry schedule
+    /// themselves again).
     pub fn schedule(&self, node: Id, due_ms: i64) {
         let at = due_second(due_ms);
         let mut due = self.due.lock();
         let first = due.first().is_none_or(|f| at < f.0);
-        due.insert((at, node));
+        let inserted = due.insert(at, node);
         drop(due);
-        if first {
+        if first && inserted {
             self.earlier.notify_one();
         }
     }
@@ -105,11 +144,7 @@ impl Rotations {
     /// Each node's earliest rotation entry, in ms (for the audit: a pair whose PAT is due at
     /// `d` is covered by an entry of its node at or before `d`).
     pub fn earliest_by_node(&self) -> HashMap<Id, i64> {
-        let mut out: HashMap<Id, i64> = HashMap::default();
-        for (at, node) in self.due.lock().iter() {
-            out.entry(node.clone()).or_insert(at * 1000);
-        }
-        out
+        self.due.lock().by_node.iter().map(|(node, at)| (node.clone(), at * 1000)).collect()
     }
 
     /// Takes up to `room` keys wanted now.
@@ -216,6 +251,24 @@ mod tests {
         assert_eq!(r.take_due(5_000, 10), Err(None));
         assert!(r.is_empty());
         assert_eq!((due_second(-1), due_second(0), due_second(1)), (0, 0, 1));
+    }
+
+    /// A node holds one entry, its earliest: a later second is left to the pairs not due at
+    /// it, an earlier one replaces it.
+    #[test]
+    fn a_node_keeps_only_its_earliest_entry() {
+        let r = Rotations::default();
+        r.schedule("n1".into(), 2_000);
+        r.schedule("n1".into(), 7_000);
+        r.schedule("n2".into(), 9_000);
+        assert_eq!(r.len(), 2);
+        r.schedule("n2".into(), 4_000);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r.earliest_by_node(), HashMap::from_iter([("n1".into(), 2_000), ("n2".into(), 4_000)]));
+        assert_eq!(r.take_due(10_000, 10), Ok(vec![Id::from("n1"), Id::from("n2")]));
+        assert_eq!(r.take_due(10_000, 10), Err(None));
+        r.schedule("n1".into(), 7_000);
+        assert_eq!(r.earliest_by_node().get("n1"), Some(&7_000), "a node whose entry fell due takes the next");
     }
 
     /// The timer queues the PAT work of every pair of a node with a live PAT when the node's

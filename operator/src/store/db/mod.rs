@@ -371,7 +371,7 @@ mod tests {
 
     fn agent_list(n: usize, revision: u64) -> crate::model::AgentList {
         let items = (0..n).map(|i| fleet_devkit::state::synthetic_agent(i, 1 + revision as u32)).collect();
-        let read = crate::model::parse_agents(&crate::model::raw_items(items), &[]);
+        let read = crate::model::parse_agents(&crate::model::raw_items(items), &[], &mut Default::default());
         assert!(read.skipped.is_empty() && read.warnings.is_empty(), "{read:?}");
         std::sync::Arc::new(read.agents)
     }

@@ -104,11 +104,12 @@ impl State {
 /// The stored agent list in key order; a row that no longer parses is skipped, with an error
 /// (the CP's list replaces it at the next read).
 fn stored_agents(rows: Vec<String>) -> Vec<Agent> {
+    let mut interner = crate::model::Interner::default();
     let mut agents: Vec<Agent> = rows
         .into_iter()
         .filter_map(|row| match serde_json::from_str::<Agent>(&row) {
             Ok(mut a) => {
-                a.shrink();
+                a.intern(&mut interner);
                 Some(a)
             }
             Err(e) => {

@@ -250,7 +250,7 @@ fn secrets_are_matched_per_kind() {
     let wants = |key: &str, kind: &str, secret: &str| {
         let mut a = agent(key, 1);
         a.kind = kind.to_string().into();
-        a.secrets = vec![secret.to_string()].into();
+        a.secrets = vec![secret.into()].into();
         a
     };
     let agents = [
@@ -517,7 +517,7 @@ mod plain {
         n.online
             && n.kinds.iter().any(|k| *k == d.kind)
             && labels::all_met(&d.requires, &n.labels)
-            && d.secrets.iter().all(|s| n.secrets.contains(s))
+            && d.secrets.iter().all(|s| n.secrets.iter().any(|o| **o == **s))
     }
 
     pub fn need(d: &Demand) -> Need {
