@@ -421,6 +421,25 @@ mod tests {
         }
     }
 
+    /// A pass's desired bodies go 50 to a statement (their bound values are copied twice per
+    /// statement): 120 bodies, three statements, each body stored once with its generation.
+    #[tokio::test]
+    async fn a_pass_stores_its_desired_bodies_a_few_to_a_statement() {
+        for fresh in each() {
+            eprintln!("on {}", fresh.backend);
+            let db = open_leading(&fresh.url).await;
+            let body = |i: usize| format!("[{{\"agentKey\":\"a{i}\",\"pad\":\"{}\"}}]", "x".repeat(3_000));
+            let desired = (0..120).map(|i| (format!("n{i:03}"), i as u64 + 1, body(i).into())).collect();
+            db.apply_pass(&PassWrite { desired, ..PassWrite::default() }).await.unwrap();
+            let mut stored = db.desired(None).await.unwrap();
+            stored.sort();
+            assert_eq!(stored.len(), 120);
+            for (i, (node, generation, agents)) in stored.into_iter().enumerate() {
+                assert_eq!((node, generation, agents), (format!("n{i:03}"), i as i64 + 1, body(i)));
+            }
+        }
+    }
+
     /// A database of a version that kept the agent list as one `kv` value has it moved to the
     /// rows by the migration, on both backends.
     #[tokio::test]

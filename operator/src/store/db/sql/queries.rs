@@ -20,6 +20,12 @@ use sqlx::{QueryBuilder, Row};
 const MAX_VARS: usize = 3_000;
 /// Agents serialised and written per statement (a few hundred KiB of JSON).
 const AGENT_ROWS: usize = 500;
+/// Desired bodies per statement: a node's body is a few KiB, and a statement's bound values
+/// are copied twice (sqlx owns them for the call, SQLite binds its own copy), so 1,000 of
+/// them were ~2.3 MB twice over beside the pass that stores them, at the controller's peak
+/// (docs/performance.md#shared-names-and-bindings-by-agent-the-twelfth-run). 50 are
+/// ~250 KiB; the pass's chunk still commits in one transaction.
+const DESIRED_ROWS: usize = 50;
 /// Rows per event insert (7 bound values each).
 const EVENT_ROWS: usize = 2_000;
 
@@ -230,11 +236,11 @@ pub async fn apply_pass(p: &Pool, f: Option<&Fence>, w: &PassWrite) -> Result<()
             Err(_) => Err(DbError::Other(format!("the desired state of node {node} is not UTF-8; not stored"))),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    rows(
+    rows_at_most(
         &mut tx,
         "INSERT INTO desired (node_id, generation, agents) ",
         " ON CONFLICT (node_id) DO UPDATE SET generation = excluded.generation, agents = excluded.agents",
-        3,
+        (3, DESIRED_ROWS),
         &desired,
         |b, (node, generation, agents)| {
             b.push_bind(*node).push_bind(**generation as i64).push_bind(*agents);
@@ -451,9 +457,21 @@ async fn rows<'q, T>(
     tail: &str,
     cols: usize,
     items: &'q [T],
+    bind: impl FnMut(&mut Separated<'_, 'q, DB, &'static str>, &'q T),
+) -> Result<(), DbError> {
+    rows_at_most(c, head, tail, (cols, usize::MAX), items, bind).await
+}
+
+/// [`rows`] with at most `most` rows of `cols` columns per statement.
+async fn rows_at_most<'q, T>(
+    c: &mut Conn,
+    head: &str,
+    tail: &str,
+    (cols, most): (usize, usize),
+    items: &'q [T],
     mut bind: impl FnMut(&mut Separated<'_, 'q, DB, &'static str>, &'q T),
 ) -> Result<(), DbError> {
-    for chunk in items.chunks((MAX_VARS / cols).max(1)) {
+    for chunk in items.chunks((MAX_VARS / cols).clamp(1, most)) {
         let mut qb = QueryBuilder::<DB>::new(head);
         qb.push_values(chunk, |mut b, item| bind(&mut b, item));
         qb.push(tail);
