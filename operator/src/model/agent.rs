@@ -203,37 +203,26 @@ pub const MAX_REPLICAS: u32 = 1000;
 pub const MAX_DRAIN_SECONDS: u64 = 3600;
 
 impl Agent {
-    /// An interner that knows the lists of names of `agents` (the list in force), so that a
-    /// new list read with it shares what did not change.
-    pub fn interner_of(agents: &[Agent]) -> Interner {
-        let mut interner = Interner::default();
-        for a in agents {
-            if let Some(iam) = &a.identity.iam {
-                interner.remember(&iam.audiences);
-                iam.scope_ceiling.iter().for_each(|s| interner.remember(s));
-            }
-            if let Placement::Spec(p) = &a.placement {
-                interner.remember(&p.requires);
-                interner.remember(&p.secrets);
-            }
-            interner.remember(&a.skills.audiences);
-        }
-        interner
-    }
-
-    /// Shares its lists of names with the equal ones `interner` met before (`model::names`).
-    pub fn intern(&mut self, interner: &mut Interner) {
+    /// Shares its lists of names (`model::names`): a list equal to the same list of `last`
+    /// (this agent in the list in force) is that one, so a list that did not change costs a
+    /// comparison; any other is the equal one `interner` met before in the list being read.
+    pub fn intern(&mut self, last: Option<&Agent>, interner: &mut Interner) {
+        let last_iam = last.and_then(|l| l.identity.iam.as_ref());
         if let Some(iam) = &mut self.identity.iam {
-            interner.list(&mut iam.audiences);
+            interner.share(&mut iam.audiences, last_iam.map(|i| &i.audiences));
             if let Some(s) = &mut iam.scope_ceiling {
-                interner.list(s);
+                interner.share(s, last_iam.and_then(|i| i.scope_ceiling.as_ref()));
             }
         }
+        let last_spec = last.and_then(|l| match &l.placement {
+            Placement::Spec(s) => Some(s),
+            Placement::None(_) => None,
+        });
         if let Placement::Spec(p) = &mut self.placement {
-            interner.list(&mut p.requires);
-            interner.list(&mut p.secrets);
+            interner.share(&mut p.requires, last_spec.map(|s| &s.requires));
+            interner.share(&mut p.secrets, last_spec.map(|s| &s.secrets));
         }
-        interner.list(&mut self.skills.audiences);
+        interner.share(&mut self.skills.audiences, last.map(|l| &l.skills.audiences));
     }
 
     /// The placement spec when this agent is placed at all (docs/behaviour.md#placement): running, of kind agent,

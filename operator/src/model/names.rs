@@ -1,13 +1,13 @@
 //! Lists of names an agent item gives (audiences, a scope ceiling, required labels, secrets),
-//! shared by every agent that gives the same list, in one agent list and with the list it
-//! replaces (docs/performance.md#shared-names-and-bindings-by-agent-the-twelfth-run).
+//! shared by every agent that gives the same list in one agent list, and by an agent whose
+//! list did not change with the list it replaces (docs/performance.md#shared-names-and-bindings-by-agent-the-twelfth-run).
 //!
 //! Most agents of a fleet name the same few audiences, scopes and labels. As a `Vec<String>`
 //! each list was 24 bytes in its agent and two allocations of its own: ~4 MB over 20,000
 //! agents, twice over while a new agent list is read beside the old one.
 
+use rustc_hash::FxHashSet as HashSet;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use std::collections::HashSet;
 use std::sync::{Arc, LazyLock};
 
 /// A name, shared (the same type as `model::Id`).
@@ -126,13 +126,11 @@ impl Interner {
         self.lists.insert(list.clone());
     }
 
-    /// Remembers `list` and its names as they are: the lists of the agent list in force, for
-    /// the new list to share.
-    pub fn remember(&mut self, list: &Names) {
-        if self.lists.insert(list.clone()) {
-            for n in list.iter() {
-                self.names.insert(n.clone());
-            }
+    /// `last` when `list` equals it (the same list of the agent before), else [`Interner::list`].
+    pub fn share(&mut self, list: &mut Names, last: Option<&Names>) {
+        match last {
+            Some(last) if last == list => *list = last.clone(),
+            _ => self.list(list),
         }
     }
 

@@ -56,7 +56,7 @@ pub fn parse_agents(items: &[Box<RawValue>], previous: &[Agent], interner: &mut 
     for item in items {
         match read_item(item.get(), previous, &mut out.warnings) {
             Ok(mut a) => {
-                a.intern(interner);
+                a.intern(find_agent(previous, &a.key), interner);
                 out.agents.push(a);
             }
             Err(skip) => {

@@ -4,7 +4,7 @@
 use super::error::{short_body, short_text, PlatformError};
 use super::gate::{CallGate, Gated};
 use super::token::TokenSource;
-use crate::model::{parse_agents, Agent, AgentList, FieldWarning, SkippedAgent};
+use crate::model::{parse_agents, Agent, AgentList, FieldWarning, Interner, SkippedAgent};
 use crate::store::kept::StatusBody;
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -113,7 +113,7 @@ impl CpClient {
                 }
                 _ => true,
             };
-            let interner = interner.get_or_insert_with(|| Agent::interner_of(previous));
+            let interner = interner.get_or_insert_with(Interner::default);
             let read = parse_agents(&page.items, previous, interner);
             agents.extend(read.agents);
             skipped.extend(read.skipped);

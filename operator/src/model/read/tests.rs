@@ -13,7 +13,7 @@ fn item(key: &str) -> Value {
 }
 
 fn read(items: Vec<Value>, previous: &[Agent]) -> Read {
-    parse_agents(&raw_items(items), previous, &mut Agent::interner_of(previous))
+    parse_agents(&raw_items(items), previous, &mut Interner::default())
 }
 
 /// `item` with the field at `path` (a JSON pointer) set to `v`.
@@ -24,8 +24,9 @@ fn with(path: &str, v: Value) -> Value {
     it
 }
 
-/// Equal lists of names are one allocation: between the agents of a list, and with the
-/// list before it, which is held beside the new one while it is read.
+/// Equal lists of names are one allocation: an agent's list that did not change is the one
+/// of the list before (held beside the new one while it is read), and the agents new or
+/// changed in a list share theirs.
 #[test]
 fn equal_lists_are_shared_within_a_list_and_with_the_list_before() {
     let old = read(vec![item("a")], &[]).agents;
@@ -34,9 +35,10 @@ fn equal_lists_are_shared_within_a_list_and_with_the_list_before() {
     let new = read(vec![item("a"), gpu, item("c")], &old).agents;
     let audiences = |a: &Agent| a.identity.iam.as_ref().unwrap().audiences.as_ptr();
     let requires = |a: &Agent| a.placed_spec().unwrap().requires.as_ptr();
-    assert!(new.iter().all(|a| audiences(a) == audiences(&old[0])), "every agent shares the old list's audiences");
-    assert_eq!(requires(&new[2]), requires(&old[0]));
-    assert_ne!(requires(&new[1]), requires(&old[0]));
+    assert_eq!(audiences(&new[0]), audiences(&old[0]), "unchanged: the old list's");
+    assert_eq!(requires(&new[0]), requires(&old[0]));
+    assert_eq!(audiences(&new[1]), audiences(&new[2]), "agents new to the list share theirs");
+    assert_ne!(requires(&new[1]), requires(&new[2]));
     assert_eq!(new[1].placed_spec().unwrap().requires, vec!["gpu"]);
     assert_eq!(new[0], old[0]);
 }

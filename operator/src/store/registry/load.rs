@@ -109,7 +109,7 @@ fn stored_agents(rows: Vec<String>) -> Vec<Agent> {
         .into_iter()
         .filter_map(|row| match serde_json::from_str::<Agent>(&row) {
             Ok(mut a) => {
-                a.intern(&mut interner);
+                a.intern(None, &mut interner);
                 Some(a)
             }
             Err(e) => {
