@@ -25,11 +25,6 @@ impl Names {
         self.0.iter().map(|n| &**n)
     }
 
-    /// Whether `name` is one of them.
-    pub fn has(&self, name: &str) -> bool {
-        self.0.iter().any(|n| **n == *name)
-    }
-
     /// The names as owned strings, for what keeps its own copy.
     pub fn to_strings(&self) -> Vec<String> {
         self.strs().map(str::to_string).collect()
@@ -135,7 +130,7 @@ impl Interner {
     }
 
     /// The name equal to `name` met before, else `name`, remembered from now on.
-    pub fn name(&mut self, name: &Id) -> Id {
+    fn name(&mut self, name: &Id) -> Id {
         if let Some(known) = self.names.get(&**name) {
             return known.clone();
         }
