@@ -48,6 +48,10 @@ enum Command {
         /// The Docker engine: unix://PATH or tcp://HOST:PORT.
         #[arg(long, default_value = "unix:///var/run/docker.sock")]
         docker: String,
+        /// The node's UID:GID (owner of its PAT files; its agents' user where a kind names
+        /// none). Default: the owner of hostStateDir.
+        #[arg(long, value_name = "UID:GID")]
+        node_user: Option<String>,
     },
 }
 
@@ -104,9 +108,9 @@ async fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Command::DockerGuard { listen, docker } => {
+        Command::DockerGuard { listen, docker, node_user } => {
             init_logs();
-            match docker_guard(&cfg, &listen, &docker).await {
+            match docker_guard(&cfg, &listen, &docker, node_user.as_deref()).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("fleet-node docker-guard: {e}");
@@ -128,11 +132,6 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn docker_guard(cfg: &NodeConfig, listen: &str, docker: &str) -> Result<(), String> {
-    use fleet_node::guard;
-    let upstream = guard::Upstream::parse(docker)?;
-    let listener = guard::Listener::bind(listen).await?;
-    tracing::info!(%listen, node = %cfg.name, ?upstream, "docker-guard serving");
-    guard::serve(guard::policy::Policy::from_config(cfg), listener, upstream).await;
-    Ok(())
+async fn docker_guard(cfg: &NodeConfig, listen: &str, docker: &str, node_user: Option<&str>) -> Result<(), String> {
+    fleet_node::guard::start(cfg, listen, docker, node_user).await
 }

@@ -2,6 +2,7 @@
 //! with its `fleet.spec` hash, or a refusal that costs nothing (no container, no restarts).
 
 use crate::config::NodeConfig;
+use crate::guard::files::Owner;
 use crate::runtime::{
     Bind, ContainerSpec, Hardening, DEFAULT_PIDS_LIMIT, LABEL_AGENT, LABEL_KIND, LABEL_MANAGED, LABEL_NODE,
     LABEL_REPLICA, LABEL_SPEC, LABEL_SPEC_ID,
@@ -113,7 +114,8 @@ pub fn plan(desired: &DesiredState, cfg: &NodeConfig, state: &StateDir, secret_k
         let planned = refusal(a, cfg, &secrets).and_then(|image| {
             let pat = fleet_api::seal::open(secret_key, &a.identity.credential.ciphertext)
                 .map_err(|_| CREDENTIAL_UNOPENABLE.to_string())?;
-            state.write_pat(&a.agent_key, &pat).map_err(|e| format!("cannot write the PAT: {e}"))?;
+            let owner = pat_owner(&cfg.executors[&a.executor.kind]);
+            state.write_pat(&a.agent_key, &pat, owner).map_err(|e| format!("cannot write the PAT: {e}"))?;
             Ok(image)
         });
         for r in replicas {
@@ -135,13 +137,26 @@ pub fn plan(desired: &DesiredState, cfg: &NodeConfig, state: &StateDir, secret_k
     out
 }
 
-/// The node's own `uid:gid`, which agent containers run as when their kind names no `user`:
-/// the PAT and the secrets are files only the node's user may read (0600), and with every
-/// capability dropped even root in the container could not read another user's files.
-fn own_user() -> Option<String> {
+/// The node's own uid and gid.
+fn own_ids() -> Option<(u32, u32)> {
     use std::os::unix::fs::MetadataExt;
-    static OWN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    OWN.get_or_init(|| std::fs::metadata("/proc/self").ok().map(|m| format!("{}:{}", m.uid(), m.gid()))).clone()
+    static OWN: std::sync::OnceLock<Option<(u32, u32)>> = std::sync::OnceLock::new();
+    *OWN.get_or_init(|| std::fs::metadata("/proc/self").ok().map(|m| (m.uid(), m.gid())))
+}
+
+/// The user agent containers run as when their kind names no `user`: the node's own, so they
+/// read the PAT and secret files only the node's user may read (0600) — and never root: a
+/// node running as root gives them `65534:65534` (docs/behaviour.md#hardening).
+fn own_user() -> Option<String> {
+    own_ids().map(|ids| Owner::of_node(ids).to_string())
+}
+
+/// Whom the node gives an agent's PAT file: nobody else, unless it runs as root and the
+/// kind's containers as another user, who could not read a file of root's.
+fn pat_owner(exec: &crate::config::Executor) -> Option<(u32, Option<u32>)> {
+    let user = exec.user.clone().or_else(own_user)?;
+    let owner = Owner::parse(&user)?;
+    (own_ids()?.0 == 0 && owner.uid != 0).then_some((owner.uid, owner.gid))
 }
 
 /// The resources a replica runs with (docs/behaviour.md#hardening): the agent's, else the kind's

@@ -163,14 +163,22 @@ impl StateDir {
         self.root.join("agents").join(agent).join("agent-pat")
     }
 
-    /// Writes an opened PAT (0600) unless it is already there unchanged.
-    pub fn write_pat(&self, agent: &str, pat: &[u8]) -> Result<(), StateError> {
+    /// Writes an opened PAT (0600) unless it is already there unchanged. `owner`: the uid and
+    /// gid to give it, for a node running as root whose containers run as another user (they
+    /// read it bound from here when no Docker guard copies it for them).
+    pub fn write_pat(&self, agent: &str, pat: &[u8], owner: Option<(u32, Option<u32>)>) -> Result<(), StateError> {
         let p = self.pat_path(agent);
         ensure_dir(p.parent().expect("pat path has a parent"))?;
-        if fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_file()) && fs::read(&p).is_ok_and(|old| old == pat) {
+        let same = |m: &fs::Metadata| owner.is_none_or(|(uid, _)| std::os::unix::fs::MetadataExt::uid(m) == uid);
+        let unchanged = fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_file() && same(&m));
+        if unchanged && fs::read(&p).is_ok_and(|old| old == pat) {
             return Ok(());
         }
-        write_atomic(&p, pat)
+        write_atomic(&p, pat)?;
+        match owner {
+            Some((uid, gid)) => std::os::unix::fs::chown(&p, Some(uid), gid).map_err(|e| err(&p, e)),
+            None => Ok(()),
+        }
     }
 
     /// Deletes opened PATs of agents not in `keep`.
@@ -206,7 +214,7 @@ mod tests {
         let elsewhere = t.path().join("elsewhere");
         fs::create_dir(&elsewhere).unwrap();
         std::os::unix::fs::symlink(&elsewhere, t.path().join("state/agents/coder")).unwrap();
-        s.write_pat("coder", b"pat_1").unwrap();
+        s.write_pat("coder", b"pat_1", None).unwrap();
         let dir = fs::symlink_metadata(t.path().join("state/agents/coder")).unwrap();
         assert!(dir.file_type().is_dir(), "a real directory now");
         assert_eq!(dir.mode() & 0o777, 0o700);
@@ -233,10 +241,10 @@ mod tests {
         s.save_desired(br#"{"generation":2,"agents":[]}"#).unwrap();
         assert_eq!(s.desired().unwrap().unwrap(), r#"{"generation":2,"agents":[]}"#);
         assert!(fs::read_dir(&root).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().contains(".tmp")));
-        s.write_pat("coder", b"pat_1").unwrap();
+        s.write_pat("coder", b"pat_1", None).unwrap();
         assert_eq!(fs::metadata(s.pat_path("coder")).unwrap().mode() & 0o777, 0o600);
         assert_eq!(fs::metadata(s.pat_path("coder").parent().unwrap()).unwrap().mode() & 0o777, 0o700);
-        s.write_pat("gone", b"pat_2").unwrap();
+        s.write_pat("gone", b"pat_2", None).unwrap();
         assert_eq!(s.prune_pats(&|a| a == "coder"), vec!["gone"]);
         assert!(s.pat_path("coder").exists() && !s.pat_path("gone").exists());
         // an existing directory with loose permissions is tightened

@@ -39,11 +39,12 @@ enum Via {
 
 /// Starts a docker-guard for `cfg` in front of the engine's socket; returns its address.
 async fn start_guard(cfg: &NodeConfig) -> String {
-    use fleet_node::guard::{self, policy::Policy, Upstream};
+    use fleet_node::guard::{self, Upstream};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let upstream = Upstream::parse("unix:///var/run/docker.sock").unwrap();
-    tokio::spawn(guard::serve(Policy::from_config(cfg), guard::Listener::Tcp(listener), upstream));
+    let guard = guard::prepare(cfg, None, upstream).expect("the guard prepares");
+    tokio::spawn(guard::serve(guard, guard::Listener::Tcp(listener)));
     format!("tcp://{addr}")
 }
 
@@ -73,7 +74,7 @@ impl Harness {
         let text = format!(
             "controllerUrl: http://127.0.0.1:1\nname: {prefix}-node\ncapacity: {{slots: 4}}\n\
              executors:\n  k: {{image: \"{img}\", dataPath: /data, env: {{SHARED: kind, KIND_ONLY: x}},\n      images: [\"fleet-test-agent:sleep*\", \"fleet-test-agent:exit*\"]}}\n\
-             stateDir: {d}/state\nsecretsDir: {d}/secrets\nagentEnv: {{SHARED: agent, AGENT_ONLY: y}}\n\
+             stateDir: {d}/state\nsecretsDir: {d}/secrets\nguardDir: {d}/guard\nagentEnv: {{SHARED: agent, AGENT_ONLY: y}}\n\
              dockerUrl: {docker_url}\ncontainerPrefix: {prefix}\n{extra}",
             img = image("sleep"),
             d = dir.path().display()
@@ -198,9 +199,24 @@ async fn scenarios(via: Via, tag: &str) {
     };
     let pat = m("/run/secrets/agent-pat");
     assert_eq!((pat["Type"].as_str(), pat["RW"].as_bool()), (Some("bind"), Some(false)));
-    assert_eq!(pat["Source"], h.state.pat_path("coder").display().to_string());
     let sec = m("/run/secrets/github-token");
     assert_eq!((sec["Type"].as_str(), sec["RW"].as_bool()), (Some("bind"), Some(false)));
+    let (pat_source, sec_source) = (pat["Source"].as_str().unwrap(), sec["Source"].as_str().unwrap());
+    if let Via::Guard = via {
+        // docs/behaviour.md#the-guards-own-files: the guard binds its own copies, given to the
+        // container's user, never the node's files.
+        let dir = std::path::Path::new(pat_source).parent().unwrap();
+        assert_eq!(dir.parent(), Some(h.cfg.guard_dir.as_path()), "{pat_source}");
+        assert_eq!(std::path::Path::new(sec_source), dir.join("secret-github-token"));
+        assert_eq!(std::fs::read(pat_source).unwrap(), b"pat-for-coder");
+        assert_eq!(std::fs::read(sec_source).unwrap(), b"gh-secret");
+        let meta = std::fs::metadata(pat_source).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!((meta.uid(), meta.mode() & 0o777), (65534, 0o400), "the test's node runs as root: nobody");
+    } else {
+        assert_eq!(pat_source, h.state.pat_path("coder").display().to_string());
+        assert_eq!(sec_source, h.cfg.secrets_dir.join("github-token").display().to_string());
+    }
     let data = m("/data");
     let vol = format!("{name}-data");
     assert_eq!(
@@ -505,9 +521,13 @@ async fn the_docker_guard_refuses_what_a_compromised_node_might_try() {
         .output()
         .unwrap();
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    // It answers as the engine does for what does not exist: the node learns nothing of it.
     let r = http.post(format!("{base}/v1.41/containers/{other}/stop")).send().await.unwrap();
-    assert_eq!(r.status(), 403);
+    assert_eq!(r.status(), 404);
+    assert_eq!(r.json::<Value>().await.unwrap()["message"], format!("No such container: {other}"));
     let r = http.delete(format!("{base}/v1.41/containers/{other}?force=true")).send().await.unwrap();
-    assert_eq!(r.status(), 403);
+    assert_eq!(r.status(), 404);
+    let r = http.get(format!("{base}/v1.41/containers/{other}/json")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
     assert_eq!(doc(&other)["State"]["Running"], true, "still running");
 }

@@ -176,6 +176,9 @@ fn host_problems(c: &NodeConfig, p: &mut Vec<Problem>) {
             p.push(Problem::of(field, "must not be empty"));
         }
     }
+    if !c.guard_dir.is_absolute() {
+        p.push(Problem::of("guardDir", format!("{:?} must be an absolute path on the host", c.guard_dir)));
+    }
     if !(c.docker_url.starts_with("unix://") || c.docker_url.starts_with("tcp://")) {
         p.push(Problem::of("dockerUrl", format!("{:?} must start with unix:// or tcp://", c.docker_url)));
     }

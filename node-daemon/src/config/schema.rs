@@ -10,6 +10,8 @@ use std::path::PathBuf;
 const DEFAULT_DOCKER_URL: &str = "unix:///var/run/docker.sock";
 const DEFAULT_OBSERVE_SECONDS: u32 = 20;
 const DEFAULT_CONTAINER_PREFIX: &str = "fleet";
+/// The Docker guard's own directory (docs/behaviour.md#the-guards-own-files).
+pub const DEFAULT_GUARD_DIR: &str = "/var/lib/fleet-guard";
 
 /// The whole file; None (recorded) when it is not a mapping of fields at all.
 pub fn node_config(r: &mut Reader, root: &Node) -> Option<NodeConfig> {
@@ -24,6 +26,7 @@ pub fn node_config(r: &mut Reader, root: &Node) -> Option<NodeConfig> {
         host_state_dir: r.optional(&mut f, "hostStateDir", path),
         secrets_dir: r.required(&mut f, "secretsDir", path),
         host_secrets_dir: r.optional(&mut f, "hostSecretsDir", path),
+        guard_dir: r.optional(&mut f, "guardDir", path).unwrap_or_else(|| DEFAULT_GUARD_DIR.into()),
         docker_url: r.optional(&mut f, "dockerUrl", Reader::string).unwrap_or_else(|| DEFAULT_DOCKER_URL.into()),
         network: r.optional(&mut f, "network", Reader::string),
         agent_env: r.optional(&mut f, "agentEnv", env).unwrap_or_default(),

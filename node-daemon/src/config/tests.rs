@@ -198,7 +198,7 @@ fn lines_of(text: &str) -> Vec<String> {
 }
 
 const TOP_FIELDS: &str = "controllerUrl, name, labels, capacity, executors, stateDir, hostStateDir, secretsDir, \
-                          hostSecretsDir, dockerUrl, network, agentEnv, joinKeyFile, observeSeconds, containerPrefix, \
+                          hostSecretsDir, guardDir, dockerUrl, network, agentEnv, joinKeyFile, observeSeconds, containerPrefix, \
                           caFile, insecure, checkBeforeStop";
 const EXECUTOR_FIELDS: &str =
     "image, images, env, dataPath, capAdd, pidsLimit, user, defaultResources, maxResources, secrets";
@@ -372,6 +372,7 @@ stateDir: /s
 hostStateDir: /hs
 secretsDir: /x
 hostSecretsDir: /hx
+guardDir: /g
 dockerUrl: tcp://d:2375
 network: net
 agentEnv: {C: d}
@@ -404,6 +405,7 @@ checkBeforeStop: true
         host_state_dir: Some("/hs".into()),
         secrets_dir: "/x".into(),
         host_secrets_dir: Some("/hx".into()),
+        guard_dir: "/g".into(),
         docker_url: "tcp://d:2375".into(),
         network: Some("net".into()),
         agent_env: [("C".to_string(), "d".to_string())].into(),

@@ -52,6 +52,9 @@ pub struct NodeConfig {
     pub host_state_dir: Option<PathBuf>,
     pub secrets_dir: PathBuf,
     pub host_secrets_dir: Option<PathBuf>,
+    /// [ext] The Docker guard's own directory on the host: the files containers bind are
+    /// copied there (docs/behaviour.md#the-guards-own-files). Only the guard reads it.
+    pub guard_dir: PathBuf,
     pub docker_url: String,
     pub network: Option<String>,
     pub agent_env: BTreeMap<String, String>,

@@ -31,7 +31,7 @@ pub fn test_policy() -> Policy {
     let yaml = "controllerUrl: https://c.example\nname: n1\ncapacity: {slots: 2}\n\
                 executors:\n  k: {image: \"agent:1\"}\nstateDir: /var/lib/fleet-node\n\
                 secretsDir: /etc/fleet-node/secrets\ncontainerPrefix: fl\n";
-    Policy::from_config(&crate::config::NodeConfig::parse(yaml, "node.yaml", &|_| None).unwrap())
+    Policy::from_config(&crate::config::NodeConfig::parse(yaml, "node.yaml", &|_| None).unwrap(), (1000, 1000))
 }
 
 #[cfg(test)]

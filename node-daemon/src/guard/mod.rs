@@ -6,15 +6,23 @@
 //!
 //! The engine decodes bodies with Go's `encoding/json`, which reads keys without case and
 //! merges repeated ones; so the guard reads strictly ([`json`], [`shape`]) into its own typed
-//! body ([`body`]) and forwards that, never the bytes it received.
+//! body ([`body`]) and forwards that, never the bytes it received. Queries and paths likewise
+//! ([`query`], [`route`]). The engine resolves names and bind paths when it acts, not when the
+//! guard checks: so the guard names each container by the engine's id ([`engine`]) and binds
+//! only files it wrote itself ([`files`]).
 
 mod body;
+mod calls;
+mod engine;
+pub mod files;
 mod json;
 mod listing;
-mod paths;
 pub mod policy;
 mod proxy;
+mod query;
 pub mod route;
+mod setup;
 mod shape;
 
-pub use proxy::{serve, Listener, Upstream};
+pub use proxy::{serve, Guard, Listener, Upstream};
+pub use setup::{prepare, start};

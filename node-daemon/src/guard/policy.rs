@@ -2,28 +2,50 @@
 //! as pure functions of the body: read with no repeated key ([`super::json`]), held to the
 //! allow-lists ([`super::shape`]), read into the guard's typed body ([`super::body`]), judged
 //! against this node's node.yaml — per kind, named by the container's `fleet.kind` label —
-//! and forwarded as that typed body. Each refusal names the rule it broke.
+//! and forwarded as that typed body. Each refusal names the rule it broke. What a body binds
+//! is named here (the agent's PAT, a secret of the kind) and copied by [`super::files`]: the
+//! engine never resolves a path the node can write.
 
-use super::body::{self, ContainerBody, HostConfig, Mount, VolumeBody};
+use super::body::{self, ContainerBody, HostConfig, VolumeBody};
+use super::files::{Owner, Source};
 use super::json::parse_unique;
-use super::paths::{check_bind, BindRoot};
 use super::route::{refuse, Refusal};
 use super::shape::{self, Shape};
 use crate::config::NodeConfig;
-use crate::runtime::{DEFAULT_PIDS_LIMIT, LABEL_KIND, LABEL_MANAGED, LABEL_NODE};
+use crate::runtime::{DEFAULT_PIDS_LIMIT, LABEL_AGENT, LABEL_KIND, LABEL_MANAGED, LABEL_NODE};
 use fleet_api::images::AllowList;
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 /// The node's side of the policy, from its node.yaml.
 #[derive(Debug, Clone)]
 pub struct Policy {
     pub node: String,
     pub prefix: String,
-    binds: Vec<BindRoot>,
+    /// `hostStateDir/agents`: `<key>/agent-pat` is agent `<key>`'s PAT, as the node wrote it.
+    pub agents_dir: PathBuf,
     /// `hostSecretsDir`: its files are the secrets a kind's `secrets` list limits.
-    secrets_dir: std::path::PathBuf,
+    pub secrets_dir: PathBuf,
     network: Option<String>,
     kinds: BTreeMap<String, KindRules>,
+    /// Who a container of a kind without `user` runs as: the node's own user, never root.
+    default_user: Owner,
+}
+
+/// The files a create's binds carry, by the index of their mount.
+type Files = Vec<(usize, Source)>;
+
+/// A create the policy admitted: the body to forward once its binds are the guard's copies,
+/// and what the proxy still settles with the host and the engine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Admitted {
+    pub body: ContainerBody,
+    /// For each bind mount, by its index in `HostConfig.Mounts`, the file it carries.
+    pub files: Files,
+    /// The volumes it mounts: each must be this node's by its labels.
+    pub volumes: Vec<String>,
+    /// The user it runs as, who is given its files.
+    pub owner: Owner,
 }
 
 /// What one executor kind's containers may be (node.yaml `executors.<kind>`).
@@ -44,7 +66,8 @@ struct KindRules {
 const NO_NEW_PRIVILEGES: [&str; 3] = ["no-new-privileges", "no-new-privileges:true", "no-new-privileges=true"];
 
 impl Policy {
-    pub fn from_config(cfg: &NodeConfig) -> Policy {
+    /// The policy of `cfg` for a node running as `node_user` (uid, gid).
+    pub fn from_config(cfg: &NodeConfig, node_user: (u32, u32)) -> Policy {
         let kinds = cfg
             .executors
             .iter()
@@ -66,14 +89,41 @@ impl Policy {
         Policy {
             node: cfg.name.clone(),
             prefix: cfg.container_prefix.clone(),
-            binds: vec![
-                BindRoot { dir: cfg.host_state_dir().join("agents"), direct_children_only: false },
-                BindRoot { dir: cfg.host_secrets_dir().to_path_buf(), direct_children_only: true },
-            ],
+            agents_dir: cfg.host_state_dir().join("agents"),
             secrets_dir: cfg.host_secrets_dir().to_path_buf(),
             network: cfg.network.clone(),
             kinds,
+            default_user: Owner::of_node(node_user),
         }
+    }
+
+    /// The numeric users of the kinds: the guard gives each container its files, so it must
+    /// know the owner by number (a name is the image's to resolve).
+    pub fn check_users(&self) -> Result<(), String> {
+        let named: Vec<String> = self
+            .kinds
+            .iter()
+            .filter_map(|(k, r)| {
+                r.user.as_ref().filter(|u| Owner::parse(u).is_none()).map(|u| format!("executors.{k}.user {u:?}"))
+            })
+            .collect();
+        if named.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "{} must be a numeric uid:gid behind the guard: it gives each container its PAT and secret files by number",
+            named.join(", ")
+        ))
+    }
+
+    /// Whether an image is one a kind of this node may run (its `image`, or one its `images` admits).
+    pub fn image_allowed(&self, image: &str) -> bool {
+        self.kinds.values().any(|k| k.image == image || k.allow.as_ref().is_some_and(|l| l.admits(image)))
+    }
+
+    /// Whether a kind lists the secret (or lists none, admitting every secret).
+    pub fn secret_allowed(&self, kind: &str, name: &str) -> bool {
+        self.kinds.get(kind).is_some_and(|k| k.secrets.as_ref().is_none_or(|l| l.iter().any(|s| s == name)))
     }
 
     /// Whether labels say a container or volume is one of this node's.
@@ -81,31 +131,22 @@ impl Policy {
         label(LABEL_MANAGED) == Some("1") && label(LABEL_NODE) == Some(self.node.as_str())
     }
 
-    /// A container-create request: the query (`name=`) and the body; `Ok` is the body to forward.
-    pub fn container_request(&self, query: Option<&str>, bytes: &[u8]) -> Result<Vec<u8>, Refusal> {
-        self.check_name_query(query)?;
+    /// A container-create request: the query's `name` and the body.
+    pub fn container_request(&self, name: Option<&str>, bytes: &[u8]) -> Result<Admitted, Refusal> {
+        self.check_name(name)?;
         let b: ContainerBody = read(bytes, &shape::CONTAINER)?;
-        self.check_container(&b)?;
-        Ok(body::to_bytes(&b))
+        self.check_container(&b)
     }
 
     /// A volume-create body; `Ok` is the body to forward.
-    pub fn volume_request(&self, bytes: &[u8]) -> Result<Vec<u8>, Refusal> {
+    pub fn volume_request(&self, bytes: &[u8]) -> Result<VolumeBody, Refusal> {
         let b: VolumeBody = read(bytes, &shape::VOLUME)?;
         self.check_volume(&b)?;
-        Ok(body::to_bytes(&b))
+        Ok(b)
     }
 
-    /// The create query holds only the container's name, which has this node's prefix.
-    fn check_name_query(&self, query: Option<&str>) -> Result<(), Refusal> {
-        let mut name = None;
-        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-            match pair.split_once('=') {
-                Some(("name", v)) => name = Some(v),
-                Some(("platform", "")) => {}
-                _ => return refuse(format!("the create query {pair:?} is not allowed: only name=")),
-            }
-        }
+    /// The container's name (the query's, read once) has this node's prefix.
+    fn check_name(&self, name: Option<&str>) -> Result<(), Refusal> {
         let own = format!("{}-", self.prefix);
         match name {
             Some(n) if n.starts_with(&own) && super::route::is_container_ref(n) => Ok(()),
@@ -113,7 +154,7 @@ impl Policy {
         }
     }
 
-    fn check_container(&self, b: &ContainerBody) -> Result<(), Refusal> {
+    fn check_container(&self, b: &ContainerBody) -> Result<Admitted, Refusal> {
         let labels = b.labels.clone().unwrap_or_default();
         if !self.owns(|k| labels.get(k).map(String::as_str)) {
             return refuse(format!("Labels must carry {LABEL_MANAGED}=1 and {LABEL_NODE}={}", self.node));
@@ -130,15 +171,30 @@ impl Policy {
                 "Image {image:?} is neither kind {kind_name}'s image nor admitted by its images list"
             ));
         }
-        if let Some(want) = &kind.user {
-            if b.user.as_deref() != Some(want.as_str()) {
-                return refuse(format!("User must be {want:?}, executors.{kind_name}.user"));
-            }
-        }
+        let owner = self.check_user(b.user.as_deref(), kind, kind_name)?;
         let Some(host) = &b.host_config else {
             return refuse("HostConfig must be set (capabilities dropped, limits, no new privileges)");
         };
-        self.check_host(host, kind, kind_name)
+        self.check_host(host, kind, kind_name)?;
+        let agent = labels.get(LABEL_AGENT).map(String::as_str).unwrap_or("");
+        let (files, volumes) = self.mounts(host, agent, kind_name)?;
+        Ok(Admitted { body: b.clone(), files, volumes, owner })
+    }
+
+    /// `User` is the kind's `user`, else the node's own (never root unless node.yaml says so).
+    fn check_user(&self, user: Option<&str>, kind: &KindRules, kind_name: &str) -> Result<Owner, Refusal> {
+        let want = kind.user.clone().unwrap_or_else(|| self.default_user.to_string());
+        match (user, Owner::parse(&want)) {
+            (Some(u), Some(owner)) if u == want => Ok(owner),
+            _ => {
+                let whose = if kind.user.is_some() {
+                    format!("executors.{kind_name}.user")
+                } else {
+                    "the node's own user: set executors.<kind>.user for another".into()
+                };
+                refuse(format!("User must be {want:?} ({whose})"))
+            }
+        }
     }
 
     fn check_host(&self, h: &HostConfig, kind: &KindRules, kind_name: &str) -> Result<(), Refusal> {
@@ -173,33 +229,47 @@ impl Policy {
                 return refuse(format!("HostConfig.LogConfig.Type {t:?} is not allowed: only json-file or local"));
             }
         }
-        h.mounts.iter().flatten().try_for_each(|m| self.check_mount(m, kind, kind_name))
+        Ok(())
     }
 
-    fn check_mount(&self, m: &Mount, kind: &KindRules, kind_name: &str) -> Result<(), Refusal> {
-        let source = m.source.as_deref().unwrap_or("");
-        match m.r#type.as_deref().unwrap_or("") {
-            "bind" if m.read_only == Some(true) => {
-                check_bind(source, &self.binds).map_err(Refusal)?;
-                self.check_secret_of_kind(source, kind, kind_name)
+    /// What each mount carries: a bind, the agent's PAT or a secret the kind may mount; a
+    /// volume, one named with the prefix.
+    fn mounts(&self, h: &HostConfig, agent: &str, kind: &str) -> Result<(Files, Vec<String>), Refusal> {
+        let (mut files, mut volumes) = (Vec::new(), Vec::new());
+        for (i, m) in h.mounts.iter().flatten().enumerate() {
+            let source = m.source.as_deref().unwrap_or("");
+            match m.r#type.as_deref().unwrap_or("") {
+                "bind" if m.read_only == Some(true) => files.push((i, self.bind_source(source, agent, kind)?)),
+                "bind" => return refuse(format!("bind mount of {source:?} must be ReadOnly")),
+                "volume" => {
+                    self.check_volume_name(source)?;
+                    volumes.push(source.to_string());
+                }
+                other => return refuse(format!("mount type {other:?} is not allowed: only bind and volume")),
             }
-            "bind" => refuse(format!("bind mount of {source:?} must be ReadOnly")),
-            "volume" => self.check_volume_name(source),
-            other => refuse(format!("mount type {other:?} is not allowed: only bind and volume")),
         }
+        Ok((files, volumes))
     }
 
-    /// A file of the secrets directory is one the kind lists, when it lists them.
-    fn check_secret_of_kind(&self, source: &str, kind: &KindRules, kind_name: &str) -> Result<(), Refusal> {
-        let path = std::path::Path::new(source);
-        let Some(list) = &kind.secrets else {
-            return Ok(());
-        };
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if path.parent() != Some(self.secrets_dir.as_path()) || list.iter().any(|s| s == name) {
-            return Ok(());
+    /// A bind source is the agent's own PAT file or a file of the secrets directory the kind
+    /// may mount, named exactly: the guard copies its content, so no link is ever followed.
+    fn bind_source(&self, source: &str, agent: &str, kind: &str) -> Result<Source, Refusal> {
+        let path = Path::new(source);
+        if fleet_api::names::is_agent_key(agent) && path == self.agents_dir.join(agent).join("agent-pat") {
+            return Ok(Source::Pat(agent.to_string()));
         }
-        refuse(format!("secret {name:?} is not allowed: executors.{kind_name}.secrets does not list it"))
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if path.parent() != Some(self.secrets_dir.as_path()) || !fleet_api::names::is_secret_name(name) {
+            return refuse(format!(
+                "bind source {source:?} is not allowed: only {}/{agent}/agent-pat (this container's agent) and files in {}",
+                self.agents_dir.display(),
+                self.secrets_dir.display()
+            ));
+        }
+        if !self.secret_allowed(kind, name) {
+            return refuse(format!("secret {name:?} is not allowed: executors.{kind}.secrets does not list it"));
+        }
+        Ok(Source::Secret(name.to_string()))
     }
 
     fn check_volume_name(&self, name: &str) -> Result<(), Refusal> {

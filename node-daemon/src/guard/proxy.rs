@@ -4,13 +4,15 @@
 //! rule. Admitted requests and their answers are passed through, streamed (a stop may take as
 //! long as an agent's drain).
 
+use super::calls;
+use super::files::Tree;
 use super::listing;
 use super::policy::Policy;
-use super::route::{route, Refusal, Route};
+use super::route::{route, Call, Refusal, Route};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
-use hyper::{Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use std::path::PathBuf;
@@ -23,9 +25,9 @@ use tokio::net::{TcpListener, TcpStream, UnixStream};
 const MAX_BODY: usize = 1 << 20;
 /// The most of a list answer the guard reads to cut it (a host with thousands of containers
 /// lists a few MiB).
-const MAX_LIST: usize = 64 << 20;
+pub const MAX_LIST: usize = 64 << 20;
 
-type Body = BoxBody<Bytes, hyper::Error>;
+pub type Body = BoxBody<Bytes, hyper::Error>;
 
 /// Where the engine listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +48,7 @@ impl Upstream {
         Err(format!("--docker {url:?} must be unix://PATH or tcp://HOST:PORT"))
     }
 
-    async fn send(&self, req: Request<Full<Bytes>>) -> Result<Response<Incoming>, String> {
+    pub(super) async fn send(&self, req: Request<Full<Bytes>>) -> Result<Response<Incoming>, String> {
         let fail = |e: std::io::Error| format!("cannot reach the Docker engine at {self:?}: {e}");
         match self {
             Upstream::Unix(p) => exchange(UnixStream::connect(p).await.map_err(fail)?, req).await,
@@ -104,9 +106,16 @@ enum Conn {
     Unix(UnixStream),
 }
 
+/// What the guard serves with: the node's policy, its own files, the engine.
+pub struct Guard {
+    pub policy: Policy,
+    pub tree: Tree,
+    pub upstream: Upstream,
+}
+
 /// Serves the guard on `listener` until the process ends.
-pub async fn serve(policy: Policy, listener: Listener, upstream: Upstream) {
-    let shared = Arc::new((policy, upstream));
+pub async fn serve(guard: Guard, listener: Listener) {
+    let shared = Arc::new(guard);
     loop {
         let conn = match listener.accept().await {
             Ok(c) => c,
@@ -124,87 +133,87 @@ pub async fn serve(policy: Policy, listener: Listener, upstream: Upstream) {
     }
 }
 
-async fn serve_conn<S>(stream: S, shared: Arc<(Policy, Upstream)>)
+async fn serve_conn<S>(stream: S, shared: Arc<Guard>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let svc = hyper::service::service_fn(move |req| {
         let shared = shared.clone();
-        async move { Ok::<_, Infallible>(handle(&shared.0, &shared.1, req).await) }
+        async move { Ok::<_, Infallible>(handle(&shared, req).await) }
     });
     if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
         tracing::debug!(error = %e, "guard connection closed");
     }
 }
 
-async fn handle(policy: &Policy, upstream: &Upstream, req: Request<Incoming>) -> Response<Body> {
-    let (method, path) = (req.method().to_string(), req.uri().path().to_string());
-    let route = match route(&method, &path) {
-        Ok(r) => r,
-        Err(r) => return refused(&method, &path, r),
+async fn handle(g: &Guard, req: Request<Incoming>) -> Response<Body> {
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let call = match route(method.as_str(), &path, req.uri().query()) {
+        Ok(c) => c,
+        Err(r) => return refused(method.as_str(), &path, r),
     };
-    let (parts, body) = req.into_parts();
-    let bytes = match Limited::new(body, MAX_BODY).collect().await {
+    let bytes = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => return answer(StatusCode::PAYLOAD_TOO_LARGE, "docker-guard: the body is larger than 1 MiB"),
     };
-    if !route.takes_body() && !bytes.is_empty() {
+    if !call.route.takes_body() && !bytes.is_empty() {
         let r = Refusal(format!("a body on {method} is refused: only the create calls carry one"));
-        return refused(&method, &path, r);
+        return refused(method.as_str(), &path, r);
     }
-    let query = parts.uri.query();
-    let checked = match &route {
-        Route::CreateContainer => policy.container_request(query, &bytes).map(Bytes::from),
-        Route::CreateVolume => policy.volume_request(&bytes).map(Bytes::from),
-        Route::Container(id) => match owned(policy, upstream, id).await {
-            Ok(r) => r.map(|()| bytes),
-            Err(e) => return answer(StatusCode::BAD_GATEWAY, &e),
-        },
-        Route::Plain | Route::ListContainers | Route::ListVolumes | Route::InspectImage => Ok(bytes),
-    };
-    let forwarded = match checked {
-        Ok(b) => b,
-        Err(r) => return refused(&method, &path, r),
-    };
-    let Some(out) = forward_request(&parts, &route, forwarded) else {
-        return answer(StatusCode::BAD_REQUEST, "docker-guard: the request cannot be forwarded");
-    };
-    let resp = match upstream.send(out).await {
+    match dispatch(g, &method, &call, &bytes).await {
         Ok(resp) => resp,
-        Err(e) => return answer(StatusCode::BAD_GATEWAY, &e),
-    };
-    match route {
-        Route::ListContainers => cut_list(resp, |b| listing::containers(policy, b)).await,
-        Route::ListVolumes => cut_list(resp, |b| listing::volumes(policy, b)).await,
-        _ => resp.map(|b| b.boxed()),
+        Err(r) => refused(method.as_str(), &path, r),
     }
 }
 
-/// The request as the engine gets it: the checked body (a create's is the guard's own
-/// serialisation), the client's headers but those about the connection and the body's framing.
-fn forward_request(parts: &hyper::http::request::Parts, route: &Route, body: Bytes) -> Option<Request<Full<Bytes>>> {
-    let mut out =
-        Request::builder().method(parts.method.clone()).uri(parts.uri.path_and_query().map_or("/", |p| p.as_str()));
-    for (name, value) in &parts.headers {
-        let framing = matches!(
-            name.as_str(),
-            "host"
-                | "connection"
-                | "keep-alive"
-                | "transfer-encoding"
-                | "content-length"
-                | "content-type"
-                | "expect"
-                | "upgrade"
-        );
-        if !framing {
-            out = out.header(name, value);
+async fn dispatch(g: &Guard, method: &Method, call: &Call, bytes: &[u8]) -> calls::Outcome {
+    match &call.route {
+        Route::CreateContainer => calls::create_container(g, call, bytes).await,
+        Route::CreateVolume => calls::create_volume(g, call, bytes).await,
+        Route::Container(reference, action) => calls::container(g, call, reference, *action).await,
+        Route::InspectImage(name) => calls::inspect_image(g, call, name).await,
+        Route::ListContainers => Ok(list(g, call, listing::containers).await),
+        Route::ListVolumes => Ok(list(g, call, listing::volumes).await),
+        Route::Plain(_) => Ok(forward(g, method, &call.forward_path(""), None).await.into_response()),
+    }
+}
+
+async fn list(g: &Guard, call: &Call, cut: fn(&Policy, &[u8]) -> Result<Vec<u8>, String>) -> Response<Body> {
+    match forward(g, &Method::GET, &call.forward_path(""), None).await {
+        Sent::Answer(resp) => cut_list(resp, |b| cut(&g.policy, b)).await,
+        failed => failed.into_response(),
+    }
+}
+
+/// What the engine made of a forwarded call.
+pub enum Sent {
+    Answer(Response<Incoming>),
+    Failed(String),
+}
+
+impl Sent {
+    pub fn into_response(self) -> Response<Body> {
+        match self {
+            Sent::Answer(resp) => resp.map(|b| b.boxed()),
+            Sent::Failed(e) => answer(StatusCode::BAD_GATEWAY, &e),
         }
     }
-    if route.takes_body() {
+}
+
+/// Sends the engine `method path` (a path and query the guard built) with `body` (the guard's
+/// own serialisation, for a create) and nothing of the client's request but its meaning.
+pub async fn forward(g: &Guard, method: &Method, path: &str, body: Option<Vec<u8>>) -> Sent {
+    let mut out = Request::builder().method(method.clone()).uri(path).header("host", "docker");
+    if body.is_some() {
         out = out.header("content-type", "application/json");
     }
-    out.header("host", "docker").body(Full::new(body)).ok()
+    let Ok(req) = out.body(Full::new(Bytes::from(body.unwrap_or_default()))) else {
+        return Sent::Failed("docker-guard: the request cannot be forwarded".into());
+    };
+    match g.upstream.send(req).await {
+        Ok(resp) => Sent::Answer(resp),
+        Err(e) => Sent::Failed(e),
+    }
 }
 
 /// A list answer cut to this node's objects; an answer that is not a success passes as is.
@@ -222,41 +231,16 @@ async fn cut_list(resp: Response<Incoming>, cut: impl Fn(&[u8]) -> Result<Vec<u8
     }
 }
 
-/// Whether container `id` is one of this node's, asked of the engine; one the engine does
-/// not know is let through (it answers 404 itself).
-async fn owned(policy: &Policy, upstream: &Upstream, id: &str) -> Result<Result<(), Refusal>, String> {
-    let req = Request::get(format!("/containers/{id}/json"))
-        .header("host", "docker")
-        .body(Full::new(Bytes::new()))
-        .map_err(|e| e.to_string())?;
-    let resp = upstream.send(req).await?;
-    if resp.status() == StatusCode::NOT_FOUND {
-        return Ok(Ok(()));
-    }
-    let status = resp.status();
-    let body = resp.into_body().collect().await.map_err(|e| format!("Docker engine: {e}"))?.to_bytes();
-    if !status.is_success() {
-        return Err(format!("Docker engine answered {status} to the ownership check of {id}"));
-    }
-    let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-    let labels = &v["Config"]["Labels"];
-    if policy.owns(|k| labels.get(k).and_then(serde_json::Value::as_str)) {
-        Ok(Ok(()))
-    } else {
-        Ok(Err(Refusal(format!("container {id} is not one of node {}'s (fleet.node label)", policy.node))))
-    }
-}
-
 fn refused(method: &str, path: &str, r: Refusal) -> Response<Body> {
     tracing::warn!(method, path, rule = %r.0, "docker-guard refused a request");
     answer(StatusCode::FORBIDDEN, &format!("docker-guard: {}", r.0))
 }
 
-fn answer(status: StatusCode, message: &str) -> Response<Body> {
+pub fn answer(status: StatusCode, message: &str) -> Response<Body> {
     json_response(status, serde_json::json!({ "message": message }).to_string().into_bytes())
 }
 
-fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Body> {
+pub fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Body> {
     let mut resp = Response::new(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed());
     *resp.status_mut() = status;
     resp.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("application/json"));

@@ -112,7 +112,7 @@ pub fn cases(own: &Value, host: &Path) -> Vec<Case> {
                 "Mounts",
                 &format!(r#"[{{"Type":"bind","Source":"{h}/state/agents/evil/etc","Target":"/h","ReadOnly":true}}]"#),
             ),
-            rule: "is a symbolic link",
+            rule: "is not allowed: only",
         },
         Case {
             what: "Binds of /",

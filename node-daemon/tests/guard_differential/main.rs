@@ -15,7 +15,7 @@ mod oracle;
 
 use fleet_e2e::{cleanup, docker_available, ensure_test_images, image};
 use fleet_node::config::NodeConfig;
-use fleet_node::guard::{self, policy::Policy, Upstream};
+use fleet_node::guard::{self, Upstream};
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
@@ -47,7 +47,7 @@ impl Lab {
             "controllerUrl: http://127.0.0.1:1\nname: {prefix}-node\ncapacity: {{slots: 4}}\n\
              executors:\n  k: {{image: \"{img}\", dataPath: /data, capAdd: [NET_BIND_SERVICE], pidsLimit: 128,\n\
              \x20     user: \"65534:65534\", maxResources: {{cpus: 1, memoryMb: 256}}}}\n\
-             stateDir: {d}/state\nsecretsDir: {d}/secrets\ncontainerPrefix: {prefix}\n",
+             stateDir: {d}/state\nsecretsDir: {d}/secrets\nguardDir: {d}/guard\ncontainerPrefix: {prefix}\n",
             img = image("sleep"),
         );
         let cfg = NodeConfig::parse(&text, "test", &|_| None).unwrap();
@@ -58,8 +58,14 @@ impl Lab {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let upstream = Upstream::parse("unix:///var/run/docker.sock").unwrap();
-        tokio::spawn(guard::serve(Policy::from_config(&cfg), guard::Listener::Tcp(listener), upstream));
-        Lab { dir, cfg, prefix: prefix.to_string(), url, http: reqwest::Client::new() }
+        let guard = guard::prepare(&cfg, None, upstream).expect("the guard prepares");
+        tokio::spawn(guard::serve(guard, guard::Listener::Tcp(listener)));
+        let lab = Lab { dir, cfg, prefix: prefix.to_string(), url, http: reqwest::Client::new() };
+        // The replica's data volume, made through the guard first, as fleet-node makes it.
+        let volume = fleet_node::runtime::docker::volume_body(&format!("{prefix}-coder-0-data"), &lab.cfg.name);
+        let (status, text) = lab.create_volume(&serde_json::to_value(volume).unwrap()).await;
+        assert_eq!(status, 201, "{text}");
+        lab
     }
 
     /// fleet-node's own create body for a replica of kind `k`, as plan.rs and bollard make it.

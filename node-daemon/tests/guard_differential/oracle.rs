@@ -91,16 +91,21 @@ pub fn assert_clean(lab: &Lab, c: &Value, what: &str) {
     }
 }
 
-/// A bind comes read-only from the node's PAT directory or secrets; a volume is local and
-/// named with the prefix.
+/// A bind is read-only, one of the guard's own files (a copy of the PAT or of a secret, in a
+/// directory of `guardDir`), and holds what its source held; a volume is local and named
+/// with the prefix.
 fn assert_mount_clean(lab: &Lab, m: &Value, what: &str) {
-    let source = m["Source"].as_str().unwrap_or("");
+    let source = std::path::Path::new(m["Source"].as_str().unwrap_or(""));
     let ok = match m["Type"].as_str() {
         Some("bind") => {
-            let real = std::fs::canonicalize(source).unwrap_or_default();
-            let pats = std::fs::canonicalize(lab.cfg.state_dir.join("agents")).unwrap();
-            let secrets = std::fs::canonicalize(&lab.cfg.secrets_dir).unwrap();
-            m["RW"] == false && ((real.starts_with(&pats) && real != pats) || real.parent() == Some(secrets.as_path()))
+            let in_guard = source.parent().and_then(|d| d.parent()) == Some(lab.cfg.guard_dir.as_path());
+            let copied = match source.file_name().and_then(|n| n.to_str()) {
+                Some("agent-pat") => Some(lab.cfg.state_dir.join("agents/coder/agent-pat")),
+                Some(n) => n.strip_prefix("secret-").map(|s| lab.cfg.secrets_dir.join(s)),
+                None => None,
+            };
+            let same = copied.is_some_and(|c| std::fs::read(c).ok() == std::fs::read(source).ok());
+            m["RW"] == false && in_guard && same && !std::fs::symlink_metadata(source).is_ok_and(|f| f.is_symlink())
         }
         Some("volume") => {
             m["Driver"] == "local" && m["Name"].as_str().unwrap_or("").starts_with(&format!("{}-", lab.prefix))

@@ -7,6 +7,7 @@ use std::path::Path;
 /// A node.yaml with two kinds, and its host directories (a PAT and a secret in them).
 struct Node {
     dir: tempfile::TempDir,
+    cfg: crate::config::NodeConfig,
     policy: Policy,
 }
 
@@ -26,7 +27,7 @@ fn node() -> Node {
          hostSecretsDir: {host}/secrets\nnetwork: fleet-agents\ncontainerPrefix: fl\n"
     );
     let cfg = crate::config::NodeConfig::parse(&yaml, "node.yaml", &|_| None).unwrap();
-    Node { policy: Policy::from_config(&cfg), dir }
+    Node { policy: Policy::from_config(&cfg, (4242, 4243)), cfg, dir }
 }
 
 /// The spec of a replica of kind `k` as plan.rs makes it.
@@ -68,10 +69,11 @@ impl Node {
     }
 
     fn create_raw(&self, bytes: &[u8]) -> Result<Value, String> {
-        self.policy
-            .container_request(Some("name=fl-coder-0"), bytes)
-            .map(|out| serde_json::from_slice(&out).unwrap())
-            .map_err(|r| r.0)
+        self.admit(bytes).map(|a| serde_json::from_slice(&body::to_bytes(&a.body)).unwrap())
+    }
+
+    fn admit(&self, bytes: &[u8]) -> Result<Admitted, String> {
+        self.policy.container_request(Some("fl-coder-0"), bytes).map_err(|r| r.0)
     }
 
     /// The refusal of the node's own body changed by `change`.
@@ -91,8 +93,19 @@ fn the_node_s_own_bodies_pass_and_are_forwarded_as_they_were() {
     b["Image"] = json!("reg/obs:1.4");
     assert!(n.create(&b).is_ok(), "an image the kind's list admits");
     let vol = serde_json::to_vec(&volume_body("fl-coder-0-data", "n1")).unwrap();
-    let out: Value = serde_json::from_slice(&n.policy.volume_request(&vol).unwrap()).unwrap();
+    let out: Value = serde_json::from_slice(&body::to_bytes(&n.policy.volume_request(&vol).unwrap())).unwrap();
     assert_eq!(out, serde_json::from_slice::<Value>(&vol).unwrap());
+}
+
+/// What the proxy must settle beside the body: the files the binds carry (copied by the guard,
+/// never bound from where the node wrote them), the volumes to check by label, the owner.
+#[test]
+fn an_admitted_create_names_its_files_volumes_and_user() {
+    let n = node();
+    let a = n.admit(n.own_body().to_string().as_bytes()).unwrap();
+    assert_eq!(a.files, vec![(0, Source::Pat("coder".into())), (1, Source::Secret("gh".into()))]);
+    assert_eq!(a.volumes, vec!["fl-coder-0-data".to_string()]);
+    assert_eq!(a.owner, Owner { uid: 1000, gid: Some(1000) });
 }
 
 /// The bypasses that were admitted and created by the real engine before the guard read
@@ -172,7 +185,7 @@ fn capabilities_and_security_options_are_the_kind_s() {
     let e = n.refusal(|b| b["HostConfig"]["LogConfig"]["Type"] = json!("syslog"));
     assert!(e.starts_with("HostConfig.LogConfig.Type \"syslog\" is not allowed"));
     let e = n.refusal(|b| b["User"] = json!("0"));
-    assert_eq!(e, "User must be \"1000:1000\", executors.k.user");
+    assert_eq!(e, "User must be \"1000:1000\" (executors.k.user)");
     let e = n.refusal(|b| {
         b.as_object_mut().unwrap().remove("HostConfig");
     });
@@ -214,24 +227,52 @@ fn labels_kind_image_and_name_are_held_to_the_node() {
     let e = n.refusal(|b| b["Image"] = json!("plain:1"));
     assert!(e.starts_with("Image \"plain:1\" is neither kind k's image"), "another kind's image: {e}");
     let body = n.own_body().to_string();
-    for query in [None, Some("name=other-0"), Some("name=fl-a&x=1"), Some("name=fl-%2e%2e")] {
-        assert!(n.policy.container_request(query, body.as_bytes()).is_err(), "{query:?}");
+    for name in [None, Some("other-0"), Some("fl-a&x=1"), Some("fl-a b"), Some("fl-a/b")] {
+        assert!(n.policy.container_request(name, body.as_bytes()).is_err(), "{name:?}");
     }
+}
+
+/// A kind without `user` runs as the node's own user, and never as root unless node.yaml names
+/// it: root nodes give their containers 65534:65534.
+#[test]
+fn a_kind_without_user_runs_as_the_node_s_user() {
+    let n = node();
+    let plain = |user: Value| {
+        let mut b = n.own_body();
+        b["Labels"]["fleet.kind"] = json!("plain");
+        b["Image"] = json!("plain:1");
+        b["User"] = user;
+        b["HostConfig"]["Mounts"].as_array_mut().unwrap().remove(1);
+        b["HostConfig"]["CapAdd"] = json!(null);
+        n.admit(b.to_string().as_bytes())
+    };
+    assert_eq!(plain(json!("4242:4243")).unwrap().owner, Owner { uid: 4242, gid: Some(4243) });
+    for user in [json!("0:0"), json!("0"), json!(null), json!("root"), json!("4242")] {
+        let e = plain(user.clone()).unwrap_err();
+        assert!(e.starts_with("User must be \"4242:4243\" (the node's own user"), "{user}: {e}");
+    }
+    assert_eq!(Policy::from_config(&n.cfg, (0, 0)).default_user.to_string(), "65534:65534");
 }
 
 #[test]
 fn mounts_come_only_from_the_node_s_directories_and_volumes() {
     let n = node();
     let host = n.dir.path().display().to_string();
-    for source in
-        ["/", "/etc", &format!("{host}/state"), &format!("{host}/state/agents"), &format!("{host}/secrets/a/b")]
-    {
+    for source in [
+        "/",
+        "/etc",
+        &format!("{host}/state"),
+        &format!("{host}/state/agents"),
+        &format!("{host}/state/agents/coder"),
+        &format!("{host}/state/agents/other/agent-pat"),
+        &format!("{host}/state/agents/coder/../other/agent-pat"),
+        &format!("{host}/state/agents/coder/agent-pat/x"),
+        &format!("{host}/secrets/a/b"),
+        &format!("{host}/secrets/README.md"),
+    ] {
         let e = n.refusal(|b| b["HostConfig"]["Mounts"][0]["Source"] = json!(source));
         assert!(e.starts_with(&format!("bind source {source:?} is not allowed")), "{source}: {e}");
     }
-    std::os::unix::fs::symlink("/", n.dir.path().join("state/agents/evil")).unwrap();
-    let e = n.refusal(|b| b["HostConfig"]["Mounts"][0]["Source"] = json!(format!("{host}/state/agents/evil/etc")));
-    assert!(e.ends_with("state/agents/evil is a symbolic link"), "{e}");
     let e = n.refusal(|b| b["HostConfig"]["Mounts"][0]["ReadOnly"] = json!(false));
     assert!(e.ends_with("must be ReadOnly"), "{e}");
     let e = n.refusal(|b| b["HostConfig"]["Mounts"][2]["Source"] = json!("postgres-data"));
