@@ -15,6 +15,7 @@ pub mod ops;
 pub mod protocol;
 pub mod rollout;
 pub mod seal;
+pub mod text;
 pub mod types;
 pub mod urls;
 pub mod validate;

@@ -106,6 +106,28 @@ pub struct JoinKeyResponse {
     pub expires_at: String,
 }
 
+/// A join key as `GET /api/v1/join-keys` lists it: never the key itself, which only its
+/// creator saw. `id` is the start of the key's hash in hex, enough to revoke it by.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JoinKeyView {
+    pub id: String,
+    pub note: String,
+    pub created_at: String,
+    pub expires_at: String,
+    /// `unused`, `used` (a node joined with it; it may join that node again within
+    /// [`REJOIN_WINDOW_SECONDS`] of its first use) or `expired` (or revoked).
+    pub state: String,
+    pub used_at: Option<String>,
+    pub node_id: Option<String>,
+    pub allowed_labels: Option<Vec<String>>,
+    pub allowed_kinds: Option<Vec<String>>,
+}
+
+/// How long after its first use a join key may join the same node again (a join whose `201`
+/// was lost is answered again): minutes, not the key's whole TTL.
+pub const REJOIN_WINDOW_SECONDS: i64 = 600;
+
 /// What a derived `Debug` would print of a secret.
 const REDACTED: &str = "<redacted>";
 

@@ -28,9 +28,11 @@ impl std::error::Error for CallError {}
 
 impl Client {
     pub fn new(url: &str, token: Option<String>) -> Client {
+        // A redirect is never followed: the token would go along to wherever it points.
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .connect_timeout(Duration::from_secs(5))
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .expect("a TLS client");
         Client { http, url: url.trim_end_matches('/').to_string(), token }

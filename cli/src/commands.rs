@@ -3,7 +3,9 @@
 use crate::client::{CallError, Client};
 use crate::table::{age, or_dash, Table};
 use crate::Output;
-use fleet_api::{EventView, JoinKeyResponse, List, NodeDetail, NodeView, PlacementExplanation, PlacementView};
+use fleet_api::{
+    EventView, JoinKeyResponse, JoinKeyView, List, NodeDetail, NodeView, PlacementExplanation, PlacementView,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::json;
@@ -496,5 +498,35 @@ pub async fn join_key(
         println!("{}", k.join_key);
         eprintln!("expires {}; shown once: write it to the file node.yaml's joinKeyFile names", k.expires_at);
     }
+    Ok(())
+}
+
+/// `fleetctl join-keys`: what each key was for and what became of it.
+pub async fn join_keys(c: &Client, out: Output) -> Result<()> {
+    let list: List<JoinKeyView> = c.get("/api/v1/join-keys").await?;
+    if out == Output::Json {
+        print_json(&json!({ "items": list.items }));
+        return Ok(());
+    }
+    let mut t = Table::new(&["ID", "STATE", "NOTE", "CREATED", "EXPIRES", "NODE"]);
+    for k in &list.items {
+        let note = crate::clean::text(&k.note);
+        t.row(vec![
+            k.id.clone(),
+            k.state.clone(),
+            note,
+            k.created_at.clone(),
+            k.expires_at.clone(),
+            or_dash(k.node_id.as_ref()),
+        ]);
+    }
+    print!("{}", t.render());
+    Ok(())
+}
+
+/// `fleetctl revoke-join-key <id>`.
+pub async fn revoke_join_key(c: &Client, id: &str) -> Result<()> {
+    c.delete(&format!("/api/v1/join-keys/{}", enc(id))).await?;
+    println!("join key {id} revoked: no node joins with it any more");
     Ok(())
 }

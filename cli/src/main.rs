@@ -139,6 +139,10 @@ enum Command {
         #[arg(long = "allow-kind", value_name = "KIND")]
         allow_kind: Vec<String>,
     },
+    /// The join keys still of interest (unused, used within a week), never the keys themselves.
+    JoinKeys,
+    /// End a join key now, by the id `join-keys` lists: no node joins with it any more.
+    RevokeJoinKey { id: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -215,6 +219,8 @@ async fn main() {
         Command::JoinKey { ttl, note, allow_label, allow_kind } => {
             commands::join_key(&c, out, *ttl, note.as_deref(), allow_label, allow_kind).await
         }
+        Command::JoinKeys => commands::join_keys(&c, out).await,
+        Command::RevokeJoinKey { id } => commands::revoke_join_key(&c, id).await,
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

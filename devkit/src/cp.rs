@@ -27,7 +27,12 @@ pub(crate) fn routes() -> Router<Devkit> {
         .route("/devkit/agents/{key}/start", post(dev_start))
         .route("/devkit/statuses/{key}", get(dev_status))
         .route("/devkit/faults", put(dev_faults).get(dev_get_faults))
-        .route("/devkit/admin-token", post(dev_admin_token))
+}
+
+/// The unauthenticated route that mints admin tokens: served only on a loopback address,
+/// where only this machine's users reach it.
+pub(crate) fn mint_route() -> Router<Devkit> {
+    Router::new().route("/devkit/admin-token", post(dev_admin_token))
 }
 
 fn err(status: StatusCode, code: &str) -> Response {

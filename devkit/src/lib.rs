@@ -73,7 +73,13 @@ impl Devkit {
 
     fn router(&self) -> Router {
         let counted = axum::middleware::from_fn_with_state(self.clone(), count_replica);
-        Router::new().merge(cp::routes()).merge(iam::routes()).layer(counted).with_state(self.clone())
+        let mut r = Router::new().merge(cp::routes()).merge(iam::routes());
+        if self.addr.ip().is_loopback() {
+            r = r.merge(cp::mint_route());
+        } else {
+            tracing::warn!(addr = %self.addr, "devkit: POST /devkit/admin-token is not served on a non-loopback address");
+        }
+        r.layer(counted).with_state(self.clone())
     }
 
     /// Requests a controller replica sent (its `x-fleet-replica` header), of every kind.

@@ -98,15 +98,23 @@ async fn node_compose_comes_up_as_shipped() {
     let yaml = yaml.replace("agent-runner:1.4.0", &image("sleep")).replace("observer-base:1.0.0", &image("sleep2"));
     std::fs::write(dir.join("node.yaml"), yaml).unwrap();
 
-    // Step 1: the agents' network. Step 2: the directories, for uid 10001.
+    // Step 1: the agents' network. Step 2: the directories: the node's state, the secrets
+    // (root's, listable by the node's group), the guard's own.
     let _ = Command::new("docker").args(["network", "create", "fleet-agents"]).output();
-    let (state, secrets) = (dir.join("state"), dir.join("secrets"));
-    for d in [&state, &secrets] {
-        ok(
-            Command::new("install").args(["-d", "-o", "10001", "-g", "10001", "-m", "0700"]).arg(d).output().unwrap(),
-            "install -d",
-        );
+    let (state, secrets, guard) = (dir.join("state"), dir.join("secrets"), dir.join("guard"));
+    for (d, owner, mode) in [(&state, "10001", "0700"), (&secrets, "0", "0750"), (&guard, "0", "0700")] {
+        let args = ["-d", "-o", owner, "-g", if owner == "0" && mode == "0750" { "10001" } else { owner }, "-m", mode];
+        ok(Command::new("install").args(args).arg(d).output().unwrap(), "install -d");
     }
+    ok(
+        Command::new("install")
+            .args(["-o", "0", "-g", "0", "-m", "0600", "/dev/null"])
+            .arg(secrets.join("github-token"))
+            .output()
+            .unwrap(),
+        "install a secret",
+    );
+    std::fs::write(secrets.join("github-token"), "gh-composed").unwrap();
     // Step 3: the key.
     std::fs::write(dir.join("join-key"), f.join_key().await).unwrap();
     ok(Command::new("chown").args(["10001:10001"]).arg(dir.join("join-key")).output().unwrap(), "chown");
@@ -131,22 +139,26 @@ async fn node_compose_comes_up_as_shipped() {
         ("FLEET_NODE_NAME", "e2ecmp-node".to_string()),
         ("FLEET_STATE_DIR", state.display().to_string()),
         ("FLEET_SECRETS_DIR", secrets.display().to_string()),
+        ("FLEET_GUARD_DIR", guard.display().to_string()),
     ];
     let up = compose(&dir, project).args(["up", "-d"]).envs(env.iter().map(|(k, v)| (*k, v.as_str()))).output();
     ok(up.unwrap(), "docker compose up");
-    let logs = || {
+    let service_logs = |service: &str| {
         let out = compose(&dir, project)
-            .args(["logs", "--no-color", "fleet-node"])
+            .args(["logs", "--no-color", service])
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
     };
+    let logs = || service_logs("fleet-node");
+    // On a failure below, both services' logs say why.
+    let _explain = OnPanic(|| format!("fleet-node:\n{}\ndocker-guard:\n{}", logs(), service_logs("docker-guard")));
     eventually(60, "joined the fleet", || async { logs().contains("joined the fleet as ").then_some(()) }).await;
 
     f.devkit.put_agent(serde_json::json!({"key": "composed", "revision": 1, "state": "running",
         "identity": {"kind": "agent"}, "executor": {"kind": "claude-code", "image": null},
-        "placement": {"replicas": 1}, "drainSeconds": 2}));
+        "placement": {"replicas": 1, "secrets": ["github-token"]}, "drainSeconds": 2}));
     let container = "fleet-composed-0";
     let _agent = scopeguard(container);
     eventually(90, "started fleet-composed-0", || async {
@@ -155,6 +167,21 @@ async fn node_compose_comes_up_as_shipped() {
     .await;
     let pat = eventually(60, "the agent reads its PAT", || async { pat_seen_by(container) }).await;
     assert_eq!(live_pat(&f, "composed"), vec![pat], "the PAT IAM issued, inside the container");
+    // The secret reaches the agent (the guard's copy, given to uid 10001), while the node's
+    // own uid cannot read the file it came from (docs/behaviour.md#the-guards-own-files).
+    assert!(support::logs(container).contains("secret github-token=gh-composed"), "{}", support::logs(container));
+    let as_node = Command::new("setpriv")
+        .args(["--reuid", "10001", "--regid", "10001", "--clear-groups", "cat"])
+        .arg(secrets.join("github-token"))
+        .output()
+        .unwrap();
+    assert!(!as_node.status.success(), "the node's uid reads the secret: {}", String::from_utf8_lossy(&as_node.stdout));
+    let mounts = Command::new("docker").args(["inspect", "-f", "{{json .Mounts}}", container]).output().unwrap();
+    let mounts = String::from_utf8_lossy(&mounts.stdout).to_string();
+    assert!(
+        mounts.contains(&guard.display().to_string()) && !mounts.contains(&state.display().to_string()),
+        "{mounts}"
+    );
     let net = Command::new("docker")
         .args(["inspect", "-f", "{{json .NetworkSettings.Networks}}", container])
         .output()
@@ -163,6 +190,17 @@ async fn node_compose_comes_up_as_shipped() {
     assert!(!logs().contains("no such container"), "{}", logs());
     _down.now();
     assert_gone(project);
+}
+
+/// Prints what `explain` says when the test panics while this lives.
+struct OnPanic<F: Fn() -> String>(F);
+
+impl<F: Fn() -> String> Drop for OnPanic<F> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", (self.0)());
+        }
+    }
 }
 
 /// Removes the agent container the node started (it outlives the node by design).

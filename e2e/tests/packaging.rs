@@ -19,7 +19,8 @@ fn example_node_yaml_validates_and_names_unset_variables() {
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains(
-            "unset environment variables: FLEET_CONTROLLER_URL, FLEET_NODE_NAME, FLEET_STATE_DIR, FLEET_SECRETS_DIR"
+            "unset environment variables: FLEET_CONTROLLER_URL, FLEET_NODE_NAME, FLEET_STATE_DIR, FLEET_SECRETS_DIR, \
+             FLEET_GUARD_DIR"
         ),
         "{}",
         String::from_utf8_lossy(&out.stderr)
@@ -32,6 +33,7 @@ fn example_node_yaml_validates_and_names_unset_variables() {
         .env("FLEET_NODE_NAME", "worker-1")
         .env("FLEET_STATE_DIR", "/var/lib/fleet-node")
         .env("FLEET_SECRETS_DIR", "/etc/fleet-node/secrets")
+        .env("FLEET_GUARD_DIR", "/var/lib/fleet-guard")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

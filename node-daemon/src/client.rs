@@ -108,14 +108,35 @@ async fn read_capped(mut resp: reqwest::Response, cap: usize) -> Result<Vec<u8>,
     Ok(out)
 }
 
+/// Redirects followed only to the controller's own scheme, host and port: a `307` elsewhere
+/// would re-post the join key there (docs/behaviour.md#hardening).
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|a| match a.previous().last() {
+        Some(from) if !fleet_api::urls::same_origin(from, a.url()) => {
+            let to = a.url().to_string();
+            a.error(format!("a redirect to {to} is refused: only the controller's own scheme, host and port"))
+        }
+        _ if a.previous().len() > 5 => a.stop(),
+        _ => a.follow(),
+    })
+}
+
 fn net(e: reqwest::Error) -> ClientError {
-    ClientError::Retry(format!("cannot reach the controller: {e}"))
+    let mut detail = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    // reqwest's own text hides the cause ("error following redirect"): it is what to fix.
+    while let Some(cause) = source {
+        detail.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    ClientError::Retry(format!("cannot reach the controller: {detail}"))
 }
 
 impl Client {
     pub fn new(base: &str, ca_file: Option<&Path>) -> anyhow::Result<Client> {
         let mut b = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
+            .redirect(same_origin_redirects())
             .user_agent(concat!("fleet-node/", env!("CARGO_PKG_VERSION")));
         if let Some(ca) = ca_file {
             let pem = std::fs::read(ca).map_err(|e| anyhow::anyhow!("caFile {}: {e}", ca.display()))?;

@@ -55,11 +55,29 @@ enum Command {
     },
 }
 
+/// Fields as the default text format writes them (`name=value`, the message bare), with
+/// every control character in a value escaped.
+fn escaping_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> {
+    use tracing_subscriber::field::MakeExt;
+    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let text = format!("{value:?}");
+        let text = fleet_api::text::escape_controls(&text);
+        match field.name() {
+            "message" => write!(w, "{text}"),
+            name => write!(w, "{name}={text}"),
+        }
+    })
+    .delimited(" ")
+}
+
 fn init_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     // Colours only on a terminal: logs written to files and collectors stay plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    // Text lines escape control characters in every field: what a node, the CP or a client
+    // wrote cannot start a line of its own (docs/behaviour.md#hardening).
+    let b = b.fmt_fields(escaping_fields());
     if std::env::var("FLEET_LOG_FORMAT").as_deref() == Ok("json") {
         b.json().init();
     } else {

@@ -366,6 +366,14 @@ impl<R: Runtime> Supervisor<R> {
                     rec.status.state = rec.running_state();
                     tracing::info!(container = %name, restarts = rec.status.restarts, "restarted");
                 }
+                Err(e) if e.to_string().contains(crate::runtime::NOT_THE_GUARDS_FILES) => {
+                    // Made before the Docker guard copied what containers bind: the guard will
+                    // not start it again, so it is made anew (the next tick creates it).
+                    tracing::warn!(container = %name, error = %e, "removing a container the Docker guard will not start; it is created again");
+                    let _ = self.rt.remove(id).await;
+                    rec.container = None;
+                    rec.next_attempt = None;
+                }
                 Err(e) => rec.fail(now, fleet_api::codes::refusal::start_failed(&e.to_string())),
             }
         }

@@ -47,6 +47,7 @@ fn check_passes_the_deploy_example() {
         ("FLEET_NODE_NAME", name),
         ("FLEET_STATE_DIR", state.as_path()),
         ("FLEET_SECRETS_DIR", secrets.as_path()),
+        ("FLEET_GUARD_DIR", Path::new("/var/lib/fleet-guard")),
     ];
     let out = check(&file, &env);
     let stdout = String::from_utf8_lossy(&out.stdout);

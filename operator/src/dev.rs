@@ -193,7 +193,7 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
     let admin_token = devkit.mint("fleet", &["fleet:admin"], 86_400);
     let (join_key, _) = controller.store.issue_join_key(Duration::from_secs(3600), "dev", &Default::default()).await?;
     let key_file = dir.join("join-key");
-    std::fs::write(&key_file, &join_key)?;
+    write_private(&key_file, join_key.as_bytes())?;
     let node_yaml = dir.join("node.yaml");
     let yaml = format!(
         "# Written by `fleet-controller dev`: a node on this machine's Docker.\n\
@@ -217,6 +217,15 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
     );
     std::fs::write(&node_yaml, yaml)?;
     Ok(DevFleet { devkit, controller, admin_token, join_key, node_yaml })
+}
+
+/// A file only this user may read (`0600`): the join key is a secret.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(bytes)
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {

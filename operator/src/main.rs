@@ -98,11 +98,29 @@ enum Command {
     },
 }
 
+/// Fields as the default text format writes them (`name=value`, the message bare), with
+/// every control character in a value escaped.
+fn escaping_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> {
+    use tracing_subscriber::field::MakeExt;
+    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let text = format!("{value:?}");
+        let text = fleet_api::text::escape_controls(&text);
+        match field.name() {
+            "message" => write!(w, "{text}"),
+            name => write!(w, "{name}={text}"),
+        }
+    })
+    .delimited(" ")
+}
+
 fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     // Colours only on a terminal: logs written to files and collectors stay plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    // Text lines escape control characters in every field: what a node, the CP or a client
+    // wrote cannot start a line of its own (docs/behaviour.md#hardening).
+    let b = b.fmt_fields(escaping_fields());
     match format {
         LogFormat::Json => b.json().init(),
         LogFormat::Text => b.init(),
@@ -203,7 +221,8 @@ async fn healthcheck() -> anyhow::Result<()> {
     let listen = std::env::var("FLEET_LISTEN").unwrap_or_else(|_| fleet_controller::config::defaults::LISTEN.into());
     let port = listen.rsplit(':').next().unwrap_or("8040");
     let url = format!("http://127.0.0.1:{port}/healthz");
-    let resp = reqwest::Client::builder().timeout(Duration::from_secs(3)).build()?.get(&url).send().await?;
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(3)).redirect(reqwest::redirect::Policy::none());
+    let resp = client.build()?.get(&url).send().await?;
     anyhow::ensure!(resp.status().is_success(), "{url} answered {}", resp.status());
     Ok(())
 }

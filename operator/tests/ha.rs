@@ -446,9 +446,40 @@ async fn forwarded_reads_carry_a_signature_not_the_token() {
         .unwrap();
     assert_eq!(r.status(), 401);
     assert!(r.text().await.unwrap().contains("signature is not the replicas'"));
-    let r = send_signed(signer, now - 31_000).await.unwrap();
+    let r = send_signed(fleet_controller::http::signed::Signer::new(REPLICA_SECRET.as_bytes()), now - 31_000)
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
-    assert!(r.text().await.unwrap().contains("signed more than 30 s ago"));
+    assert!(r.text().await.unwrap().contains("not signed within 30 s of now"));
+    // A forged time at the edge of i64 (a debug build once panicked on it).
+    let mut forged = http.get(format!("{}/api/v1/nodes?limit=5", leader.proc.url)).header("x-fleet-forwarded", "s1");
+    for (k, v) in signer.headers("GET", "/api/v1/nodes?limit=5", &admin, "s1", now) {
+        forged = forged.header(k, if k == "x-fleet-forwarded-at" { i64::MIN.to_string() } else { v });
+    }
+    let r = forged.send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.text().await.unwrap().contains("not signed within 30 s of now"));
+    // A signed read is answered once; the same headers again are a replay.
+    let headers = signer.headers("GET", "/api/v1/nodes?limit=5", &admin, "s1", now);
+    let again = || {
+        let mut req = http.get(format!("{}/api/v1/nodes?limit=5", leader.proc.url)).header("x-fleet-forwarded", "s1");
+        for (k, v) in &headers {
+            req = req.header(*k, v);
+        }
+        req
+    };
+    assert_eq!(again().send().await.unwrap().status(), 200);
+    let r = again().send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.text().await.unwrap().contains("already answered once (a replay)"));
+    // A signed read cannot carry a body its signature does not cover.
+    let mut with_body = http.get(format!("{}/api/v1/nodes?limit=5", leader.proc.url)).header("x-fleet-forwarded", "s1");
+    for (k, v) in signer.headers("GET", "/api/v1/nodes?limit=5", &admin, "s1", now) {
+        with_body = with_body.header(k, v);
+    }
+    let r = with_body.body("{}").send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.text().await.unwrap().contains("carries a body"));
 
     // No secret on PostgreSQL: the controller does not start, and says which variable.
     let mut env = env_for(&dk, &dir.path().join("nosecret"), free_port(), free_port());

@@ -306,18 +306,26 @@ impl Fleet {
         std::fs::create_dir_all(root.join("secrets")).unwrap();
         let key = self.join_key().await;
         std::fs::write(root.join("join-key"), &key).unwrap();
+        // Every node reaches the engine through its own docker-guard, as the shipped compose
+        // file has it, unless the test names another engine.
+        let guarded = !extra.contains("dockerUrl:");
+        let guard = if guarded {
+            format!("dockerUrl: unix://{r}/guard.sock\nguardDir: {r}/guard\n", r = root.display())
+        } else {
+            String::new()
+        };
         let yaml = format!(
             "controllerUrl: {url}\nname: {name}\ncapacity: {{slots: {slots}}}\n\
              executors:\n  k: {{image: \"{img}\", dataPath: /data, images: [\"fleet-test-agent:*\"]}}\n\
              stateDir: {root}/state\nsecretsDir: {root}/secrets\njoinKeyFile: {root}/join-key\n\
-             observeSeconds: 5\ncontainerPrefix: {name}\n{ca}{extra}",
+             observeSeconds: 5\ncontainerPrefix: {name}\n{guard}{ca}{extra}",
             url = self.public_url,
             ca = self.tls.as_ref().map(|t| format!("caFile: {}\n", t.ca.display())).unwrap_or_default(),
             img = fleet_e2e::image("sleep"),
             root = root.display(),
         );
         std::fs::write(root.join("node.yaml"), yaml).unwrap();
-        NodeDir { root, name: name.to_string(), prefix: name.to_string(), proc: None }
+        NodeDir { root, name: name.to_string(), prefix: name.to_string(), proc: None, guarded, guard: None }
     }
 
     /// The last status the CP accepted for `agent`, once `pred` holds.
@@ -337,6 +345,11 @@ pub struct NodeDir {
     pub name: String,
     pub prefix: String,
     pub proc: Option<Proc>,
+    /// Whether the node reaches the engine through its docker-guard.
+    pub guarded: bool,
+    /// The guard, started with the node and kept across the node's restarts (a process of
+    /// its own, as in the compose file).
+    pub guard: Option<Proc>,
 }
 
 impl NodeDir {
@@ -348,12 +361,30 @@ impl NodeDir {
         self.start_with(&[]);
     }
 
-    /// Starts the node with extra environment.
+    /// Starts the node with extra environment (and its guard, the first time).
     pub fn start_with(&mut self, extra: &[(&str, &str)]) {
         let mut env: HashMap<String, String> = [("RUST_LOG".to_string(), "info".to_string())].into();
         env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let cfg = self.config().display().to_string();
+        if self.guarded && self.guard.is_none() {
+            self.start_guard(&cfg, &env);
+        }
         self.proc = Some(Proc::spawn(&bin("fleet-node"), &["--config", &cfg], &env, &self.root.join("node.log")));
+    }
+
+    fn start_guard(&mut self, cfg: &str, env: &HashMap<String, String>) {
+        let listen = format!("unix://{}", self.root.join("guard.sock").display());
+        let args = ["--config", cfg, "docker-guard", "--listen", &listen];
+        self.guard = Some(Proc::spawn(&bin("fleet-node"), &args, env, &self.root.join("guard.log")));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.root.join("guard.sock").exists() {
+            assert!(Instant::now() < deadline, "the docker-guard did not listen:\n{}", self.guard_log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn guard_log(&self) -> String {
+        std::fs::read_to_string(self.root.join("guard.log")).unwrap_or_default()
     }
 
     pub fn kill9(&mut self) {

@@ -99,8 +99,9 @@ fn refresh_files(g: &Guard, found: &Found) -> Result<(), Refusal> {
     for bind in &found.binds {
         let Some((dir, source)) = g.tree.parse(bind, found.label(LABEL_AGENT)) else {
             return Err(Refusal(format!(
-                "container {} binds {bind:?}, which is not one of the guard's files: remove it and let fleet-node create it again",
-                found.id
+                "container {} binds {bind:?}, which {}: remove it and let fleet-node create it again",
+                found.id,
+                crate::runtime::NOT_THE_GUARDS_FILES
             )));
         };
         if let Source::Secret(name) = &source {

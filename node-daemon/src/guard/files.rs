@@ -214,8 +214,10 @@ fn write_for(path: &Path, content: &[u8], owner: Owner) -> std::io::Result<()> {
         .custom_flags(OFlags::NOFOLLOW.bits() as i32)
         .open(&tmp)?;
     f.write_all(content)?;
-    std::os::unix::fs::fchown(&f, Some(owner.uid), owner.gid)?;
+    // The mode first, while the file is still the guard's: once given away, changing it would
+    // take CAP_FOWNER, which the guard has no need of otherwise.
     f.set_permissions(std::fs::Permissions::from_mode(0o400))?;
+    std::os::unix::fs::fchown(&f, Some(owner.uid), owner.gid)?;
     std::fs::rename(&tmp, path)
 }
 

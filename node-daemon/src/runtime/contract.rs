@@ -16,6 +16,11 @@ pub const LABEL_SPEC_ID: &str = "fleet.spec-id";
 /// The executor kind: the Docker guard holds the container to that kind's limits.
 pub const LABEL_KIND: &str = "fleet.kind";
 
+/// What the Docker guard says of a container whose binds are not its own copies (one made
+/// before the guard copied what containers bind): it will not start it, and fleet-node makes it
+/// anew (docs/behaviour.md#the-guards-own-files).
+pub const NOT_THE_GUARDS_FILES: &str = "is not one of the guard's files";
+
 /// A read-only bind mount from the host.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Bind {

@@ -23,6 +23,8 @@ pub struct FakeState {
     pub containers: BTreeMap<String, FakeContainer>,
     pub next_id: u64,
     pub fail_create: Option<String>,
+    /// What starting an existing container answers instead of starting it.
+    pub fail_start: Option<String>,
     /// Images the engine does not have (every other one is present).
     pub missing_images: Vec<String>,
     pub down: bool,
@@ -135,6 +137,9 @@ impl Runtime for FakeRuntime {
     async fn start(&self, id: &str) -> Result<(), RtError> {
         self.check(format!("start {id}"))?;
         let mut st = self.state.lock();
+        if let Some(m) = st.fail_start.clone() {
+            return Err(RtError::Failed(m));
+        }
         let c = st.containers.get_mut(id).ok_or(RtError::NotFound)?;
         c.running = true;
         c.exit_code = None;

@@ -148,6 +148,30 @@ async fn exit_0_and_75_restart_at_once_at_most_every_10s() {
     assert_eq!(state(&s, &w).state, ReplicaState::Running);
 }
 
+/// A container the Docker guard will not start again (its binds are not the guard's own
+/// copies: made before the guard copied them) is removed and made anew, not retried forever.
+#[tokio::test(start_paused = true)]
+async fn a_container_the_guard_will_not_start_is_made_anew() {
+    let rt = FakeRuntime::default();
+    let mut s = Supervisor::new(rt.clone());
+    let w = vec![run("a", 0, "img:1")];
+    tick(&mut s, &w).await;
+    let old = rt.by_name("fleet-a-0").unwrap().id;
+    tokio::time::advance(Duration::from_secs(30)).await;
+    rt.exit("fleet-a-0", 75);
+    rt.state.lock().fail_start = Some(format!(
+        "docker-guard: container {old} binds \"/var/lib/fleet-node/agents/a/agent-pat\", which {}: remove it",
+        crate::runtime::NOT_THE_GUARDS_FILES
+    ));
+    tick(&mut s, &w).await;
+    assert!(rt.by_name("fleet-a-0").is_none(), "removed, not retried");
+    rt.state.lock().fail_start = None;
+    tick(&mut s, &w).await;
+    let new = rt.by_name("fleet-a-0").expect("made anew");
+    assert_ne!(new.id, old);
+    assert_eq!(state(&s, &w).state, ReplicaState::Running);
+}
+
 /// Ticks every second until the replica restarts; returns how long that took.
 async fn time_to_restart(s: &mut Supervisor<FakeRuntime>, w: &[Wanted]) -> u64 {
     let before = state(s, w).restarts;

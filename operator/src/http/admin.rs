@@ -16,8 +16,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use fleet_api::claims::Allowance;
 use fleet_api::{
-    ErrorBody, JoinKeyRequest, JoinKeyResponse, List, NodeDetail, NodeView, PlacementView, JOIN_KEY_TTL_DEFAULT,
-    JOIN_KEY_TTL_MAX, JOIN_KEY_TTL_MIN,
+    ErrorBody, JoinKeyRequest, JoinKeyResponse, JoinKeyView, List, NodeDetail, NodeView, PlacementView,
+    JOIN_KEY_TTL_DEFAULT, JOIN_KEY_TTL_MAX, JOIN_KEY_TTL_MIN,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,6 +50,31 @@ pub async fn create_join_key(
     let (key, expires) = app.store.issue_join_key(Duration::from_secs(ttl), &note, &allowed).await?;
     tracing::info!(by = %admin.sub(), note = %super::error::cut(&note), ttl_seconds = ttl, "join key issued");
     Ok((StatusCode::CREATED, Json(JoinKeyResponse { join_key: key, expires_at: clock::rfc3339_ms(expires) })))
+}
+
+/// The join keys still of interest (unexpired, or used within a week), newest first, at most
+/// 1,000: never the keys themselves.
+#[utoipa::path(get, path = "/api/v1/join-keys", tag = "admin", security(("admin" = ["fleet:read"])),
+    responses((status = 200, body = List<JoinKeyView>), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
+pub async fn list_join_keys(State(app): State<Arc<App>>, _: CanRead) -> Result<Json<List<JoinKeyView>>, ApiError> {
+    Ok(Json(List::page(app.store.join_keys().await?, None)))
+}
+
+/// Ends a join key now: no node joins with it, and the node it joined cannot join again with it.
+#[utoipa::path(delete, path = "/api/v1/join-keys/{id}", tag = "admin", security(("admin" = ["fleet:admin"])),
+    params(("id" = String, Path, description = "the key's id, as GET /api/v1/join-keys lists it")),
+    responses((status = 204, description = "revoked (or already expired)"), (status = 404, description = "not_found", body = ErrorBody), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
+pub async fn revoke_join_key(
+    State(app): State<Arc<App>>,
+    admin: CanAdmin,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let found = id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()) && app.store.revoke_join_key(&id).await?;
+    if !found {
+        return Err(ApiError::not_found(format!("no join key with id {:?}", super::error::cut(&id))));
+    }
+    tracing::info!(by = %admin.sub(), id = %id, "join key revoked");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Every node with its announced attributes, liveness and lifecycle, by name.

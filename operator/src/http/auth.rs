@@ -60,7 +60,7 @@ struct KeySet {
 impl KeySet {
     fn from_jwks(set: &JwkSet) -> KeySet {
         let mut k = KeySet::default();
-        for jwk in &set.keys {
+        for jwk in set.keys.iter().filter(|j| for_signatures(j)) {
             let (Some(alg), Ok(key)) = (alg_of(jwk), DecodingKey::from_jwk(jwk)) else { continue };
             match &jwk.common.key_id {
                 Some(kid) => {
@@ -92,7 +92,15 @@ pub struct Jwks {
     /// Serialises fetches so a burst of unknown kids makes one request.
     fetching: tokio::sync::Mutex<()>,
     refresh_every: Duration,
+    /// Since when the JWKS has answered with no usable key while the last keys were kept.
+    unusable_since: Mutex<Option<Instant>>,
+    keep_keys_for: Duration,
 }
+
+/// How long the last keys are kept while the JWKS answers with no usable key: IAM publishing
+/// an empty set by mistake does not lock every admin out at once, and a key it removed is not
+/// trusted for ever.
+pub const KEEP_KEYS_FOR: Duration = Duration::from_secs(3600);
 
 #[derive(Deserialize)]
 struct Claims {
@@ -108,6 +116,29 @@ pub struct Admin {
     /// The token's `sub` (cut and escaped for logs), or `?`.
     pub sub: String,
     pub scopes: Vec<String>,
+}
+
+/// Whether a JWK may verify signatures: one marked for encryption only (`use: enc`, or
+/// `key_ops` without `verify`) is not a signing key, whatever its type.
+fn for_signatures(jwk: &jsonwebtoken::jwk::Jwk) -> bool {
+    use jsonwebtoken::jwk::{KeyOperations, PublicKeyUse};
+    let use_ok = jwk.common.public_key_use.as_ref().is_none_or(|u| *u == PublicKeyUse::Signature);
+    let ops_ok = jwk.common.key_operations.as_ref().is_none_or(|ops| ops.contains(&KeyOperations::Verify));
+    use_ok && ops_ok
+}
+
+/// Whether a JWT's header names `crit` extensions: Fleet understands none, so RFC 7515 says
+/// such a token must be refused.
+fn names_crit(token: &str) -> bool {
+    use base64::Engine;
+    let head = token.split('.').next().unwrap_or("");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(head).unwrap_or_default();
+    serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&bytes).is_ok_and(|h| h.contains_key("crit"))
+}
+
+/// A `scope` claim's scopes: separated by spaces (RFC 6749, section 3.3), not by any other whitespace.
+pub fn scopes_of(claim: &str) -> Vec<String> {
+    claim.split(' ').filter(|s| !s.is_empty()).map(str::to_string).collect()
 }
 
 fn alg_of(jwk: &jsonwebtoken::jwk::Jwk) -> Option<Algorithm> {
@@ -131,7 +162,15 @@ impl Jwks {
             tried: Mutex::new(None),
             fetching: tokio::sync::Mutex::new(()),
             refresh_every,
+            unusable_since: Mutex::new(None),
+            keep_keys_for: KEEP_KEYS_FOR,
         }
+    }
+
+    /// How long the last keys are kept while the JWKS holds no usable key ([`KEEP_KEYS_FOR`]).
+    pub fn keeping_keys_for(mut self, d: Duration) -> Self {
+        self.keep_keys_for = d;
+        self
     }
 
     /// The background refresh, for the life of the controller.
@@ -161,9 +200,24 @@ impl Jwks {
     async fn fetch_and_swap(&self) {
         *self.tried.lock() = Some(Instant::now());
         match self.fetch().await.map(|set| KeySet::from_jwks(&set)) {
-            Ok(set) if !set.is_empty() => *self.keys.write() = Arc::new(set),
-            Ok(_) => tracing::warn!(url = %self.url, "the JWKS holds no usable key; keeping the last keys"),
+            Ok(set) if !set.is_empty() => {
+                *self.unusable_since.lock() = None;
+                *self.keys.write() = Arc::new(set);
+            }
+            Ok(_) => self.no_usable_key(),
             Err(e) => tracing::warn!(error = %e, url = %self.url, "cannot fetch the JWKS; keeping the last keys"),
+        }
+    }
+
+    /// The JWKS answered with no usable key: the last keys are kept for [`KEEP_KEYS_FOR`], then
+    /// dropped (no admin token verifies until the JWKS has a key again).
+    fn no_usable_key(&self) {
+        let since = *self.unusable_since.lock().get_or_insert_with(Instant::now);
+        if since.elapsed() < self.keep_keys_for {
+            tracing::warn!(url = %self.url, "the JWKS holds no usable key; keeping the last keys for at most an hour");
+        } else if !self.keys.read().is_empty() {
+            tracing::error!(url = %self.url, "the JWKS has held no usable key for an hour; the last keys are dropped");
+            *self.keys.write() = Arc::default();
         }
     }
 
@@ -195,6 +249,11 @@ impl Jwks {
         if !matches!(header.alg, Algorithm::RS256 | Algorithm::ES256 | Algorithm::EdDSA) {
             return Err(ApiError::invalid_token("the token's algorithm is not RS256, ES256 or EdDSA"));
         }
+        if names_crit(token) {
+            return Err(ApiError::invalid_token(
+                "the token's header names crit extensions, which Fleet does not understand",
+            ));
+        }
         let mut keys = self.candidates(header.kid.as_deref());
         if keys.is_empty() {
             self.refresh_for_unknown_key(header.kid.as_deref()).await;
@@ -216,7 +275,7 @@ impl Jwks {
             }
             match jsonwebtoken::decode::<Claims>(token, &key, &v) {
                 Ok(data) => {
-                    let scopes = data.claims.scope.unwrap_or_default().split_whitespace().map(str::to_string).collect();
+                    let scopes = scopes_of(&data.claims.scope.unwrap_or_default());
                     let sub = data.claims.sub.as_deref().map(super::error::cut).unwrap_or_else(|| "?".into());
                     return Ok(Admin { sub, scopes });
                 }

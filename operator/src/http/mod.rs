@@ -32,7 +32,7 @@ pub mod ui;
 pub use app::{App, Reconciler};
 
 use crate::metrics::Metrics;
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 use error::ApiError;
 use std::sync::Arc;
@@ -51,7 +51,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/openapi.json", get(openapi::serve))
-        .route("/api/v1/join-keys", post(admin::create_join_key))
+        .route("/api/v1/join-keys", post(admin::create_join_key).get(admin::list_join_keys))
+        .route("/api/v1/join-keys/{id}", delete(admin::revoke_join_key))
         .route("/api/v1/nodes", get(admin::list_nodes))
         .route("/api/v1/nodes/{id}", get(admin::get_node).post(ops::node_action).delete(ops::delete_node))
         .route("/api/v1/nodes/{id}/allowed", put(ops::set_allowed))

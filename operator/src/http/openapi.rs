@@ -17,6 +17,8 @@ use utoipa::{Modify, OpenApi};
         super::health::healthz,
         super::health::readyz,
         super::admin::create_join_key,
+        super::admin::list_join_keys,
+        super::admin::revoke_join_key,
         super::admin::list_nodes,
         super::admin::get_node,
         super::admin::list_placements,

@@ -56,7 +56,7 @@ struct IdentityBody<'a> {
 }
 
 fn unreachable(e: reqwest::Error) -> PlatformError {
-    PlatformError::Unreachable { service: SERVICE, detail: e.to_string() }
+    super::error::unreachable(SERVICE, &e)
 }
 
 impl CpClient {

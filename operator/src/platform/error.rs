@@ -30,6 +30,18 @@ impl PlatformError {
     }
 }
 
+/// What a failed request came to, with its causes: reqwest's own text hides them ("error
+/// following redirect"), and the cause is what an operator needs (which redirect was refused).
+pub fn unreachable(service: &'static str, e: &reqwest::Error) -> PlatformError {
+    let mut detail = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        detail.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    PlatformError::Unreachable { service, detail }
+}
+
 /// Reads a body cut to a length safe to log: error bodies from peers are not trusted.
 pub async fn short_body(resp: reqwest::Response) -> String {
     short_text(&resp.text().await.unwrap_or_default())

@@ -56,7 +56,7 @@ impl std::fmt::Debug for IssuedPat {
 }
 
 fn unreachable(e: reqwest::Error) -> PlatformError {
-    PlatformError::Unreachable { service: SERVICE, detail: e.to_string() }
+    super::error::unreachable(SERVICE, &e)
 }
 
 impl IamClient {

@@ -51,7 +51,7 @@ impl TokenSource {
             .gated(&self.gate, "IAM")?
             .send()
             .await
-            .map_err(|e| PlatformError::Unreachable { service: "IAM", detail: e.to_string() })?;
+            .map_err(|e| super::error::unreachable("IAM", &e))?;
         let status = resp.status().as_u16();
         if status != 200 {
             return Err(PlatformError::Status { service: "IAM", status, body: short_body(resp).await });

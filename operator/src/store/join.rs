@@ -43,6 +43,18 @@ impl Parts {
         Ok((key, expires))
     }
 
+    /// The join keys still of interest (unexpired, or used within a week), newest first, at
+    /// most 1,000: what each was for and what became of it, never the key.
+    pub async fn join_keys(&self) -> Result<Vec<fleet_api::JoinKeyView>, DbError> {
+        let now = clock::now_ms();
+        Ok(self.db.join_keys(now, 1000).await?.into_iter().map(|r| join_key_view(r, now)).collect())
+    }
+
+    /// Ends a join key now, by its id: no join and no re-join with it from here on.
+    pub async fn revoke_join_key(&self, id: &str) -> Result<bool, DbError> {
+        self.db.revoke_join_key(id, clock::now_ms()).await
+    }
+
     /// Joins a node (body already validated). The key is looked up in the database, in the
     /// transaction that marks it used and creates the node; the node takes the key's
     /// allowance, and what it claims is split under it from the start.
@@ -122,5 +134,25 @@ impl Parts {
         let msg = "joined again with the same key, name and public key; the previous token no longer works";
         self.events.record(Event::new(Kind::NodeJoined, msg).node(&id, &name));
         JoinResponse { node_id: id.to_string(), node_token: token }
+    }
+}
+
+fn join_key_view(r: super::db::rows::JoinKeyRow, now: i64) -> fleet_api::JoinKeyView {
+    let allowed = allowance_of(r.allowed.as_deref()).unwrap_or_default();
+    let state = match (r.used_ms, r.expires_ms > now) {
+        (_, false) => "expired",
+        (Some(_), true) => "used",
+        (None, true) => "unused",
+    };
+    fleet_api::JoinKeyView {
+        id: super::secret::hex_id(&r.hash),
+        note: r.note,
+        created_at: clock::rfc3339_ms(r.created_ms),
+        expires_at: clock::rfc3339_ms(r.expires_ms),
+        state: state.into(),
+        used_at: r.used_ms.map(clock::rfc3339_ms),
+        node_id: r.node_id,
+        allowed_labels: allowed.allowed_labels,
+        allowed_kinds: allowed.allowed_kinds,
     }
 }

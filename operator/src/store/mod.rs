@@ -164,6 +164,16 @@ impl Store {
         self.parts.issue_join_key(ttl, note, allowed).await
     }
 
+    /// The join keys still of interest, newest first.
+    pub async fn join_keys(&self) -> Result<Vec<fleet_api::JoinKeyView>, DbError> {
+        self.parts.join_keys().await
+    }
+
+    /// Ends a join key now, by its id; whether there was one.
+    pub async fn revoke_join_key(&self, id: &str) -> Result<bool, DbError> {
+        self.parts.revoke_join_key(id).await
+    }
+
     /// Gives the node (id or name) another allowance, applied at once to what it last
     /// claimed; `None` when there is no such node.
     pub async fn set_allowance(

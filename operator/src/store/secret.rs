@@ -14,3 +14,9 @@ pub fn random_secret(prefix: &str) -> String {
     let bytes: [u8; 32] = rand::random();
     format!("{prefix}{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
 }
+
+/// The id a join key is listed and revoked by: the first 8 bytes of its hash, in hex (not the
+/// key, and not enough of the hash to stand for it).
+pub fn hex_id(hash: &[u8]) -> String {
+    hash.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}

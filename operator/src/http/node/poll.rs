@@ -42,8 +42,9 @@ pub fn parse_wait(query: Option<&str>) -> Result<Wait, ApiError> {
 }
 
 /// The long-poll once the node is known: at once when the generation differs from `since`,
-/// `304` for `wait` 0, else held until it changes or `wait` runs out.
-pub async fn hold(app: &App, node: &Id, wait: Wait) -> Outcome {
+/// `304` for `wait` 0, else held until it changes or `wait` runs out — and then answered only
+/// while its token is still the node's (a re-join or a deletion meanwhile ends it with `401`).
+pub async fn hold(app: &App, node: &Id, tag: u64, wait: Wait) -> Outcome {
     let Some((mut generation, mut body)) = app.store.desired_body(node) else {
         return Err(ApiError::node_token_invalid());
     };
@@ -78,12 +79,22 @@ pub async fn hold(app: &App, node: &Id, wait: Wait) -> Outcome {
         }
     }
     let _ = tokio::time::timeout(Duration::from_secs(wait.seconds), rx.changed()).await;
+    if app.store.read().node(node).map(|n| token_tag(&n.token_hash)) != Some(tag) {
+        return Err(ApiError::node_token_invalid());
+    }
     match app.store.desired_body(node) {
         Some((g, body)) if g != generation => Box::pin(desired_reply(app, node, g, body)).await,
         Some(_) => Ok(Reply::NotModified),
         // Deleted while the poll was held (docs/behaviour.md#node-lifecycle).
         None => Err(ApiError::node_token_invalid()),
     }
+}
+
+/// The first 8 bytes of a token's hash: what a held long-poll keeps of its token (every byte
+/// a held connection keeps is kept 10,000 times over), enough to tell it from the token a
+/// re-join made.
+pub fn token_tag(token_hash: &[u8; 32]) -> u64 {
+    u64::from_le_bytes(token_hash[..8].try_into().expect("8 of 32 bytes"))
 }
 
 /// The desired state as served: the held body, or the stored one read back. Once served,

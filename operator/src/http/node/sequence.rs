@@ -98,10 +98,12 @@ pub enum Next {
     Hold(Held),
 }
 
-/// A long-poll to hold: the node, known by its token, and its `since` and `wait`.
+/// A long-poll to hold: the node, known by its token (the start of whose hash is kept, so the
+/// poll answers only while the token still is the node's), and its `since` and `wait`.
 #[derive(Debug)]
 pub struct Held {
     node: Id,
+    token_tag: u64,
     wait: Wait,
 }
 
@@ -109,7 +111,7 @@ impl Held {
     /// The long-poll's outcome, once the generation changes or the wait runs out. The hold's
     /// own future, not one around it: every held connection keeps it.
     pub fn answer<'a>(&'a self, app: &'a App) -> impl Future<Output = Outcome> + Send + 'a {
-        poll::hold(app, &self.node, self.wait)
+        poll::hold(app, &self.node, self.token_tag, self.wait)
     }
 }
 
@@ -141,7 +143,10 @@ pub async fn prepare<B: ReadBody>(app: &App, req: &NodeRequest<'_>, body: &mut B
     }
     Ok(match wait {
         None => Next::Answer(Ok(Reply::Accepted)),
-        Some(wait) => Next::Hold(Held { node, wait }),
+        Some(wait) => {
+            let token_tag = poll::token_tag(&crate::store::secret::hash(req.token.unwrap_or("")));
+            Next::Hold(Held { node, token_tag, wait })
+        }
     })
 }
 

@@ -11,7 +11,7 @@ pub mod sql;
 pub mod writer;
 
 pub use error::DbError;
-pub use rows::{AgentsWrite, CredRow, Fence, JoinOutcome, NodeRow, PassWrite, Snapshot};
+pub use rows::{AgentsWrite, CredRow, Fence, JoinKeyRow, JoinOutcome, NodeRow, PassWrite, Snapshot};
 
 use rows::Op;
 use sql::{fence_of, on, open_pg, open_sqlite, pg, sqlite, Pool};
@@ -108,6 +108,16 @@ impl Db {
         now_ms: i64,
     ) -> Result<(), DbError> {
         on!(&self.pool, insert_join_key(hash, expires_ms, note, allowed, now_ms))
+    }
+
+    /// The join keys still of interest: unexpired, or used within the last week; newest first.
+    pub async fn join_keys(&self, now_ms: i64, limit: i64) -> Result<Vec<JoinKeyRow>, DbError> {
+        on!(&self.pool, join_keys(now_ms, limit))
+    }
+
+    /// Ends the join key whose hash starts with `id` (hex); whether there was one.
+    pub async fn revoke_join_key(&self, id: &str, now_ms: i64) -> Result<bool, DbError> {
+        on!(&self.pool, revoke_join_key(id, now_ms))
     }
 
     /// The allowance a join key carries (JSON); `None` for a key without one, or no such key.
@@ -367,6 +377,50 @@ mod tests {
         let s = db.load().await.unwrap();
         let seen: Vec<_> = s.nodes.iter().map(|n| (n.id.as_str(), n.last_seen_ms, n.info.as_str())).collect();
         assert!(seen.contains(&("n1", 7, "{\"a\":2}")) && seen.contains(&("n2", 6, "{}")), "{seen:?}");
+    }
+
+    /// A used join key joins its node again (its first `201` lost) only within
+    /// [`fleet_api::REJOIN_WINDOW_SECONDS`] of its first use, never after it was revoked; the
+    /// list shows a key's state and never the key.
+    #[tokio::test]
+    async fn a_used_key_rejoins_only_for_minutes_and_a_revoked_one_never() {
+        for fresh in each() {
+            eprintln!("on {}", fresh.backend);
+            let db = open_leading(&fresh.url).await;
+            let node = |token: &[u8]| NodeRow {
+                id: "n1".into(),
+                name: "one".into(),
+                token_hash: token.to_vec(),
+                public_key: vec![7; 32],
+                joined_ms: 1,
+                last_seen_ms: 1,
+                info: "{}".into(),
+                lifecycle: Default::default(),
+                allowed: None,
+            };
+            let window = fleet_api::REJOIN_WINDOW_SECONDS * 1000;
+            let t0 = 1_000_000;
+            db.insert_join_key(b"key", i64::MAX, "worker", None, 0).await.unwrap();
+            assert!(matches!(db.join(b"key", &node(b"t1"), t0).await.unwrap(), JoinOutcome::Joined));
+            let again = db.join(b"key", &node(b"t2"), t0 + window - 1).await.unwrap();
+            assert!(matches!(again, JoinOutcome::Rejoined { .. }), "within the window");
+            let late = db.join(b"key", &node(b"t3"), t0 + window + 1).await.unwrap();
+            assert!(matches!(late, JoinOutcome::KeyInvalid), "past the window, however long the key's TTL");
+
+            let listed = db.join_keys(t0, 10).await.unwrap();
+            assert_eq!((listed.len(), listed[0].used_ms, listed[0].node_id.as_deref()), (1, Some(t0), Some("n1")));
+            let id = crate::store::secret::hex_id(&listed[0].hash);
+            db.insert_join_key(b"key2", i64::MAX, "", None, 0).await.unwrap();
+            let id2 = crate::store::secret::hex_id(b"key2");
+            assert!(db.revoke_join_key(&id2, t0).await.unwrap(), "found by its id");
+            assert!(!db.revoke_join_key("0000000000000000", t0).await.unwrap());
+            let mut other = node(b"t4");
+            (other.id, other.name) = ("n2".into(), "two".into());
+            assert!(matches!(db.join(b"key2", &other, t0 + 1).await.unwrap(), JoinOutcome::KeyInvalid), "revoked");
+            assert!(db.revoke_join_key(&id, t0).await.unwrap());
+            let rejoin = db.join(b"key", &node(b"t5"), t0 + 2).await.unwrap();
+            assert!(matches!(rejoin, JoinOutcome::KeyInvalid), "a revoked key joins its node again neither");
+        }
     }
 
     fn agent_list(n: usize, revision: u64) -> crate::model::AgentList {

@@ -12,6 +12,18 @@ pub struct Fence {
     pub epoch: i64,
 }
 
+/// A join key row as listed (its hash, never the key).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct JoinKeyRow {
+    pub hash: Vec<u8>,
+    pub note: String,
+    pub created_ms: i64,
+    pub expires_ms: i64,
+    pub used_ms: Option<i64>,
+    pub node_id: Option<String>,
+    pub allowed: Option<String>,
+}
+
 /// A node row as stored.
 #[derive(Debug, Clone)]
 pub struct NodeRow {

@@ -5,7 +5,9 @@
 // `fence` first, in their transaction.
 
 use crate::store::db::error::DbError;
-use crate::store::db::rows::{AgentsWrite, Batch, CredRow, Fence, JoinOutcome, NodeRow, PassWrite, Snapshot};
+use crate::store::db::rows::{
+    AgentsWrite, Batch, CredRow, Fence, JoinKeyRow, JoinOutcome, NodeRow, PassWrite, Snapshot,
+};
 use crate::store::records::event::{Event, Filter};
 use fleet_api::EventView;
 use sqlx::query_builder::Separated;
@@ -73,6 +75,34 @@ pub async fn insert_join_key(
     Ok(())
 }
 
+/// The join keys still of interest at `now_ms`: unexpired, or used within the last week; the
+/// newest first, at most `limit`.
+pub async fn join_keys(p: &Pool, now_ms: i64, limit: i64) -> Result<Vec<JoinKeyRow>, DbError> {
+    let rows = sqlx::query_as(
+        "SELECT hash, note, created_ms, expires_ms, used_ms, node_id, allowed FROM join_keys \
+         WHERE expires_ms > $1 OR used_ms > $2 ORDER BY created_ms DESC LIMIT $3",
+    )
+    .bind(now_ms)
+    .bind(now_ms - 7 * 86_400_000)
+    .bind(limit)
+    .fetch_all(p)
+    .await?;
+    Ok(rows)
+}
+
+/// Ends a join key at `now_ms` (for joins and re-joins alike), found by the start of its
+/// hash in hex; whether one was found.
+pub async fn revoke_join_key(p: &Pool, id: &str, now_ms: i64) -> Result<bool, DbError> {
+    let hashes: Vec<Vec<u8>> = sqlx::query_scalar("SELECT hash FROM join_keys").fetch_all(p).await?;
+    let Some(hash) = hashes.into_iter().find(|h| crate::store::secret::hex_id(h) == id) else { return Ok(false) };
+    sqlx::query("UPDATE join_keys SET expires_ms = $1 WHERE hash = $2 AND expires_ms > $1")
+        .bind(now_ms)
+        .bind(&hash)
+        .execute(p)
+        .await?;
+    Ok(true)
+}
+
 /// The allowance a join key carries (JSON), `None` for a key without one or no such key.
 pub async fn join_key_allowance(p: &Pool, hash: &[u8]) -> Result<Option<String>, DbError> {
     let allowed: Option<Option<String>> =
@@ -130,14 +160,17 @@ pub async fn join(p: &Pool, key_hash: &[u8], node: &NodeRow, now_ms: i64) -> Res
     Ok(JoinOutcome::Joined)
 }
 
-/// A used key's second join: the node it made, if the key is within its TTL and the name and
-/// public key match, gets the new token.
+/// A used key's second join: the node it made, if the key is within its TTL and was first used
+/// at most [`fleet_api::REJOIN_WINDOW_SECONDS`] ago, and the name and public key match, gets
+/// the new token.
 async fn rejoin(tx: &mut Conn, key_hash: &[u8], node: &NodeRow, now_ms: i64) -> Result<JoinOutcome, DbError> {
     let made: Option<String> = sqlx::query_scalar(
-        "SELECT node_id FROM join_keys WHERE hash = $1 AND used_ms IS NOT NULL AND expires_ms > $2 AND node_id IS NOT NULL",
+        "SELECT node_id FROM join_keys WHERE hash = $1 AND used_ms IS NOT NULL AND expires_ms > $2 \
+         AND used_ms > $3 AND node_id IS NOT NULL",
     )
     .bind(key_hash)
     .bind(now_ms)
+    .bind(now_ms - fleet_api::REJOIN_WINDOW_SECONDS * 1000)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(id) = made else { return Ok(JoinOutcome::KeyInvalid) };
