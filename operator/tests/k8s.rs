@@ -18,12 +18,12 @@ fn checked_in_crds_match_the_rust_types() {
         "crds/fleet.taimen.dev.yaml is stale: run `cargo run -p fleet-controller -- crds > crds/fleet.taimen.dev.yaml`"
     );
     let chart_copy = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/fleet-controller/files/crds/fleet.taimen.dev.yaml"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/fleet-controller/crds/fleet.taimen.dev.yaml"),
     )
     .unwrap();
     assert!(
         chart_copy == generated,
-        "the chart's CRDs are stale: cp crds/fleet.taimen.dev.yaml charts/fleet-controller/files/crds/"
+        "the chart's CRDs are stale: cp crds/fleet.taimen.dev.yaml charts/fleet-controller/crds/"
     );
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_fleet-controller")).arg("crds").output().unwrap();
     assert!(out.status.success());
