@@ -1,6 +1,7 @@
 //! The Kubernetes mirror never costs the fleet (docs/behaviour.md#kubernetes-mirror), against a
 //! real `kube-apiserver` each test starts for itself and kills: CRDs missing at start are one
-//! error line and the mirror starts once they are applied; an API server killed and started
+//! error line and the mirror starts once they are applied (they apply without a warning,
+//! client- and server-side, with `--validate=strict`); an API server killed and started
 //! again is one line when it goes and one when it is back, the fleet places and issues PATs
 //! meanwhile, and the mirror catches up; in HA, the leader killed while the API server is down
 //! is replaced as fast as ever, and the new leader places and hands out PATs before the API
@@ -50,7 +51,17 @@ async fn missing_crds_and_an_api_server_outage_cost_the_fleet_nothing() {
     let crd_line = "the FleetNode CRD (fleetnodes.fleet.taimen.dev) is not installed in the cluster: apply the CRDs \
                     (`kubectl apply --server-side -f crds/`";
     until(30, "the missing CRDs said", || ctl.log_text().contains(crd_line).then_some(())).await;
-    k.apply(&crds());
+    // The CRDs apply without a warning, client-side and server-side, validated strictly.
+    let file = dir.path().join("crds.yaml");
+    std::fs::write(&file, crds()).unwrap();
+    let file = file.display().to_string();
+    for extra in [&[][..], &["--server-side"][..]] {
+        let mut args = vec!["apply", "--validate=strict", "-f", file.as_str()];
+        args.extend_from_slice(extra);
+        let out = k.kubectl(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && err.trim().is_empty(), "kubectl {args:?}: {err}");
+    }
     until(30, "the mirror starts once the CRDs are there", || get(&k, &ns, "fleetplacement/coder.gpu-1")).await;
 
     // The API server dies. The fleet goes on: a new agent placed with its PAT, a cordon.

@@ -234,6 +234,11 @@ async fn two_controllers_share_a_namespace_and_each_keeps_its_own() {
     })
     .await;
     assert_eq!(before["waiting.pending"], owned["waiting.pending"], "the shared name stays with fleet A");
+    // Each may have deleted its own short-lived objects before (an agent pending until its node
+    // joined); from here on nothing is deleted.
+    let listens = [a.ctl.env["FLEET_METRICS_LISTEN"].clone(), b.ctl.env["FLEET_METRICS_LISTEN"].clone()];
+    let deletes = |i: usize| metric_lines(&listens[i], "op=\"delete\"");
+    let deleted_before = (deletes(0).await, deletes(1).await);
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(60) {
         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -246,9 +251,8 @@ async fn two_controllers_share_a_namespace_and_each_keeps_its_own() {
     let taken = "FleetPlacement \"waiting.pending\" exists in namespace";
     assert_eq!(lines_with(&log_b, taken), 1, "said once:\n{log_b}");
     assert!(log_b.contains("and it belongs to fleet"), "{log_b}");
+    assert_eq!((deletes(0).await, deletes(1).await), deleted_before, "nothing deleted in the minute");
     for f in [&a, &b] {
-        let deletes = metric_lines(&f.ctl.env["FLEET_METRICS_LISTEN"], "op=\"delete\"").await;
-        assert!(deletes.is_empty(), "no controller deleted anything: {deletes:?}");
         let log = f.ctl.log_text();
         assert_eq!(lines_with(&log, " ERROR "), 0, "{log}");
     }
@@ -326,10 +330,12 @@ async fn kubectl_get_shows_the_fleet_at_a_glance() {
     edge.join(&f.admin.join_key().await).await;
     let _n = reporting(vec![f.join("gpu-1", 4).await, edge]);
     until(30, "coder placed on gpu-1", || status_of(k, &ns, "fleetplacement/coder.gpu-1")).await;
-    let (s, v) = f.admin.post("/api/v1/nodes/gpu-1:cordon", json!({})).await;
-    assert_eq!(s, 200, "{v}");
-    until(30, "gpu-1 cordoned in the mirror", || {
-        status_of(k, &ns, "fleetnode/gpu-1").filter(|s| s["scheduling"] == "cordoned" && s["slots"] == "2/4")
+    // A drain with nowhere to go: both of coder's replicas stay, blocked.
+    let (s, v) = f.admin.post("/api/v1/nodes/gpu-1:drain", json!({})).await;
+    assert!(s.is_success(), "{s} {v}");
+    until(30, "gpu-1 draining in the mirror, two replicas blocked", || {
+        status_of(k, &ns, "fleetnode/gpu-1")
+            .filter(|s| s["scheduling"] == "draining (2 left)" && s["drainBlocked"] == 2)
     })
     .await;
     let hashed = fleet_controller::k8s::names::node_object("edge-");
@@ -345,7 +351,7 @@ async fn kubectl_get_shows_the_fleet_at_a_glance() {
     assert_eq!(cols, want, "{nodes}");
     let gpu = rows.iter().find(|r| r["NAME"] == "gpu-1").unwrap();
     let got: Vec<&str> = ["STATUS", "HEALTH", "SCHEDULING", "SLOTS", "VERSION"].map(|c| gpu[c].as_str()).to_vec();
-    assert_eq!(got, ["online", "ok", "cordoned", "2/4", "test"], "{nodes}");
+    assert_eq!(got, ["online", "ok", "draining (2 left)", "2/4", "test"], "{nodes}");
     let wide = kubectl(k, &ns, &["get", "fleetnodes", "-o", "wide"]);
     eprintln!("$ kubectl get fleetnodes -o wide\n{wide}");
     let rows = table(&wide);
@@ -355,6 +361,9 @@ async fn kubectl_get_shows_the_fleet_at_a_glance() {
     let edge = rows.iter().find(|r| r["NAME"] == hashed).unwrap();
     assert_eq!(edge["NODE"], "edge-", "the node's real name beside its hashed object name: {wide}");
     assert!(edge["KINDS"].contains("other") && !edge["FLEET"].is_empty(), "{wide}");
+    let gpu = rows.iter().find(|r| r["NAME"] == "gpu-1").unwrap();
+    assert_eq!((gpu["NODE"].as_str(), gpu["DRAIN BLOCKED"].as_str()), ("gpu-1", "2"), "{wide}");
+    assert_eq!(gpu["FLEET"], edge["FLEET"], "one fleet");
     let places = until(30, "the placements listed", || {
         let out = kubectl(k, &ns, &["get", "fleetplacements"]);
         out.contains("reviewer.pending").then_some(out)

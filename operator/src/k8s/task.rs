@@ -61,6 +61,7 @@ pub async fn run(s: Setup) {
     let fleet_id = fleet_id(&s).await;
     let mut health = Health::new(s.metrics.clone());
     let mut said: Option<String> = None;
+    let mut refusal: Option<String> = None;
     let mut wait = Duration::from_millis(500);
     loop {
         let (client, namespace, url) = match ready(&s.cfg, &mut health).await {
@@ -89,10 +90,26 @@ pub async fn run(s: Setup) {
         health.answered();
         tracing::info!(%namespace, server = %url, fleet = %fleet_id, "Kubernetes mirror on: FleetNode and FleetPlacement \
             objects follow the store");
+        let began = std::time::Instant::now();
         let (why, h) = session(&s, client, &namespace, &fleet_id, health).await;
         health = h;
-        tracing::warn!(error = %why, "the API server refuses the Kubernetes mirror; checking its configuration again");
+        if began.elapsed() > RECHECK * 6 {
+            refusal = None;
+        }
+        refused(&mut refusal, why).await;
     }
+}
+
+/// The cluster refused the mirror as a whole while it ran: said once per reason (again only
+/// after a session that ran a minute), and checked again after [`RECHECK`] — a refusal the
+/// check does not see (a webhook, a quota) would otherwise restart the mirror every round.
+async fn refused(said: &mut Option<String>, why: String) {
+    if said.as_deref() != Some(why.as_str()) {
+        tracing::warn!(error = %why, "the API server refuses the Kubernetes mirror; checking its configuration again \
+            in {} s", RECHECK.as_secs());
+        *said = Some(why);
+    }
+    tokio::time::sleep(RECHECK).await;
 }
 
 async fn ready(cfg: &KubernetesConfig, health: &mut Health) -> Result<(Client, String, String), CheckError> {
