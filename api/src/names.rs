@@ -70,6 +70,24 @@ pub fn is_executor_kind(s: &str) -> bool {
         && b.iter().all(|&c| lower_alnum(c) || c == b'-' || c == b'.' || c == b'_')
 }
 
+/// A Kubernetes namespace name (an RFC 1123 label), the agent-key rule:
+/// `^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`.
+pub fn is_dns_label(s: &str) -> bool {
+    is_agent_key(s)
+}
+
+/// A Kubernetes label value that is not empty (a fleet id marks the mirrors with it): at most 63
+/// characters, `^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`.
+pub fn is_kubernetes_label_value(s: &str) -> bool {
+    let b = s.as_bytes();
+    let inner = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-');
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter().all(inner)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,6 +122,17 @@ mod tests {
         }
         assert!(is_label(&"a".repeat(127)), "127 characters is the limit");
         assert!(!is_label(&"a".repeat(128)), "docs/behaviour.md#hardening: at most 127 characters");
+    }
+
+    #[test]
+    fn kubernetes_label_values() {
+        for ok in ["a", "Fleet_1.prod-2", "0f3a9c", &"a".repeat(63)] {
+            assert!(is_kubernetes_label_value(ok), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "a b", "a/b", "ü", &"a".repeat(64)] {
+            assert!(!is_kubernetes_label_value(bad), "{bad}");
+        }
+        assert!(is_dns_label("fleet-2") && !is_dns_label("Fleet") && !is_dns_label("a.b"));
     }
 
     #[test]

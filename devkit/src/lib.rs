@@ -9,6 +9,7 @@ mod controller_env;
 mod cp;
 mod iam;
 pub mod keys;
+pub mod kube;
 pub mod postgres;
 pub mod state;
 

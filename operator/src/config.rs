@@ -53,8 +53,8 @@ pub struct Config {
     pub trusted_proxies: Vec<crate::cidr::Cidr>,
     /// [ext] `FLEET_CA_FILE`: CAs trusted for outbound TLS besides the built-in roots.
     pub ca_certs: Vec<reqwest::Certificate>,
-    pub kubernetes_mirror: bool,
-    pub kubernetes_namespace: Option<String>,
+    /// `FLEET_KUBERNETES_MIRROR`, `FLEET_KUBERNETES_NAMESPACE`, `FLEET_ID`.
+    pub kubernetes: KubernetesConfig,
     pub log_format: LogFormat,
     /// Header-read and idle timeouts of both listeners ([ext] `FLEET_HTTP_HEADER_READ_SECONDS`,
     /// `FLEET_HTTP_IDLE_SECONDS`).
@@ -81,6 +81,35 @@ pub struct Config {
     /// `FLEET_ROLLOUTS_AT_ONCE`: changed rollouts a pass commits and publishes together as
     /// its rollout phase goes (`reconcile::pass::rollout`); the tests lower it.
     pub rollouts_at_once: usize,
+}
+
+/// The Kubernetes mirror's settings (docs/behaviour.md#kubernetes-mirror); `fleet-controller dev`
+/// reads them too.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KubernetesConfig {
+    /// `FLEET_KUBERNETES_MIRROR`: project the store into FleetNode / FleetPlacement objects.
+    pub mirror: bool,
+    /// `FLEET_KUBERNETES_NAMESPACE`; `None`: the client's namespace (the pod's, in a cluster).
+    pub namespace: Option<String>,
+    /// `FLEET_ID`: this fleet's id instead of the one kept in the store.
+    pub fleet_id: Option<String>,
+}
+
+impl KubernetesConfig {
+    /// The three variables alone, every bad one named.
+    pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<KubernetesConfig, ConfigError> {
+        let mut r = Reader { get, problems: vec![] };
+        let k = r.kubernetes();
+        if r.problems.is_empty() {
+            Ok(k)
+        } else {
+            Err(ConfigError(r.problems))
+        }
+    }
+
+    pub fn from_env() -> Result<KubernetesConfig, ConfigError> {
+        Self::from_lookup(&|k| std::env::var(k).ok())
+    }
 }
 
 /// [`Config::desired_nodes_at_once`] outside the tests.
@@ -276,6 +305,26 @@ impl Reader<'_> {
         blocks
     }
 
+    /// The mirror's switch, namespace and fleet id, each name checked as Kubernetes checks it.
+    fn kubernetes(&mut self) -> KubernetesConfig {
+        let mirror = self.flag("FLEET_KUBERNETES_MIRROR");
+        let namespace = self.opt("FLEET_KUBERNETES_NAMESPACE");
+        if let Some(ns) = namespace.as_deref().filter(|ns| !fleet_api::names::is_dns_label(ns)) {
+            self.problems.push(format!(
+                "FLEET_KUBERNETES_NAMESPACE={ns:?} is not a namespace name (lowercase letters, digits and '-', \
+                 at most 63)"
+            ));
+        }
+        let fleet_id = self.opt("FLEET_ID");
+        if let Some(id) = fleet_id.as_deref().filter(|id| !fleet_api::names::is_kubernetes_label_value(id)) {
+            self.problems.push(format!(
+                "FLEET_ID={id:?} is not a Kubernetes label value (letters, digits, '-', '_' and '.', starting and \
+                 ending with a letter or digit, at most 63)"
+            ));
+        }
+        KubernetesConfig { mirror, namespace, fleet_id }
+    }
+
     fn http_timeouts(&mut self) -> HttpTimeouts {
         let header_read = self.seconds("FLEET_HTTP_HEADER_READ_SECONDS", defaults::HTTP_HEADER_READ_SECONDS, 1, 300);
         let idle = self.seconds("FLEET_HTTP_IDLE_SECONDS", defaults::HTTP_IDLE_SECONDS, 1, 86_400 * 365);
@@ -345,8 +394,7 @@ impl Config {
         let unauth = defaults::UNAUTH_BUFFER_BYTES;
         let unauth_buffer_bytes = r.number("FLEET_UNAUTH_BUFFER_BYTES", unauth, 1 << 20, 1 << 40, " of bytes") as usize;
         let trusted_proxies = r.trusted_proxies();
-        let kubernetes_mirror = r.flag("FLEET_KUBERNETES_MIRROR");
-        let kubernetes_namespace = r.opt("FLEET_KUBERNETES_NAMESPACE");
+        let kubernetes = r.kubernetes();
         let log_format = r.log_format();
         let (replica_name, advertise_url) = r.replica(listen);
         let store = StoreConfig::from_lookup(get);
@@ -396,8 +444,7 @@ impl Config {
             max_connections_per_ip,
             unauth_buffer_bytes,
             trusted_proxies,
-            kubernetes_mirror,
-            kubernetes_namespace,
+            kubernetes,
             log_format,
             http_timeouts,
             leader_lease,
@@ -653,6 +700,32 @@ mod tests {
         for name in ["FLEET_TOKEN_TTL_SECONDS", "FLEET_RECONCILE_SECONDS", "FLEET_LISTEN", "FLEET_LOG_FORMAT"] {
             assert!(all.contains(name), "{all}");
         }
+    }
+
+    /// The mirror's names are checked as Kubernetes checks them, each problem named at start.
+    #[test]
+    fn the_mirrors_namespace_and_fleet_id_are_kubernetes_names() {
+        let mut v = BASE.to_vec();
+        v.extend([
+            ("FLEET_KUBERNETES_MIRROR", "true"),
+            ("FLEET_KUBERNETES_NAMESPACE", "fleet-2"),
+            ("FLEET_ID", "prod.eu"),
+        ]);
+        let k = with(&v).unwrap().kubernetes;
+        assert_eq!(
+            k,
+            KubernetesConfig { mirror: true, namespace: Some("fleet-2".into()), fleet_id: Some("prod.eu".into()) }
+        );
+        let e = KubernetesConfig::from_lookup(&|k| match k {
+            "FLEET_KUBERNETES_NAMESPACE" => Some("Fleet_2".into()),
+            "FLEET_ID" => Some("a/b".into()),
+            _ => None,
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("FLEET_KUBERNETES_NAMESPACE=\"Fleet_2\" is not a namespace name"), "{e}");
+        assert!(e.contains("FLEET_ID=\"a/b\" is not a Kubernetes label value"), "{e}");
+        assert_eq!(with(BASE).unwrap().kubernetes, KubernetesConfig::default(), "off unless asked");
     }
 
     #[test]

@@ -113,6 +113,8 @@ pub struct DevFleet {
     pub admin_token: String,
     pub join_key: String,
     pub node_yaml: PathBuf,
+    /// Where the Kubernetes mirror writes, for the printout.
+    pub mirror: String,
 }
 
 fn abs(p: &Path) -> PathBuf {
@@ -133,6 +135,8 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
         let _ = std::fs::remove_file(dir.join(stale));
     }
     let _ = std::fs::remove_dir_all(dir.join("node-state"));
+    // The mirror's variables, read as `serve` reads them (docs/behaviour.md#development-kit).
+    let kubernetes = crate::config::KubernetesConfig::from_env().map_err(|e| anyhow::anyhow!("{e}"))?;
     let dk_cfg = DevkitConfig::default();
     let devkit = Devkit::start(dk_cfg.clone(), args.devkit_listen)
         .await
@@ -147,7 +151,62 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
     for a in agents {
         devkit.put_agent(a);
     }
-    let cfg = Config {
+    let cfg = controller_config(args, &dir, &devkit, &dk_cfg, kubernetes.clone());
+    let controller = server::start(cfg).await?;
+    let admin_token = devkit.mint("fleet", &["fleet:admin"], 86_400);
+    let (join_key, _) = controller.store.issue_join_key(Duration::from_secs(3600), "dev", &Default::default()).await?;
+    let key_file = dir.join("join-key");
+    write_private(&key_file, join_key.as_bytes())?;
+    let node_yaml = dir.join("node.yaml");
+    let yaml = format!(
+        "# Written by `fleet-controller dev`: a node on this machine's Docker.\n\
+         controllerUrl: http://{addr}\n\
+         name: {node}\n\
+         containerPrefix: {node}\n\
+         labels: []\n\
+         capacity: {{slots: 4}}\n\
+         executors:\n  {kind}: {{image: \"{image}\", dataPath: /data}}\n\
+         stateDir: {dir}/node-state\n\
+         secretsDir: {dir}/secrets\n\
+         joinKeyFile: {key}\n\
+         observeSeconds: 5\n\
+         checkBeforeStop: true\n",
+        addr = controller.addr,
+        node = args.node_name,
+        kind = args.executor_kind,
+        image = args.image,
+        dir = dir.display(),
+        key = key_file.display(),
+    );
+    std::fs::write(&node_yaml, yaml)?;
+    let mirror = mirror_target(&kubernetes).await;
+    Ok(DevFleet { devkit, controller, admin_token, join_key, node_yaml, mirror })
+}
+
+/// Where the mirror writes, said in one line: the namespace and the API server, or why not.
+async fn mirror_target(k: &crate::config::KubernetesConfig) -> String {
+    if !k.mirror {
+        return "off (FLEET_KUBERNETES_MIRROR=true mirrors this fleet into the cluster KUBECONFIG names)".into();
+    }
+    match crate::k8s::task::connect(k).await {
+        Ok((_, ns, url)) => format!(
+            "FleetNode and FleetPlacement objects in namespace {ns} at {url}\n  \
+             kubectl -n {ns} get fleetnodes,fleetplacements"
+        ),
+        Err(why) => format!("on, but {why}"),
+    }
+}
+
+/// The controller's configuration: the devkit as its CP and IAM, the store in `dir`, the
+/// defaults elsewhere, and the mirror's variables from the environment.
+fn controller_config(
+    args: &DevArgs,
+    dir: &Path,
+    devkit: &Devkit,
+    dk_cfg: &DevkitConfig,
+    kubernetes: crate::config::KubernetesConfig,
+) -> Config {
+    Config {
         listen: args.listen,
         metrics_listen: args.metrics_listen,
         store: StoreConfig {
@@ -177,8 +236,7 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
         max_connections_per_ip: crate::config::defaults::MAX_CONNECTIONS_PER_IP as u32,
         unauth_buffer_bytes: crate::config::defaults::UNAUTH_BUFFER_BYTES as usize,
         trusted_proxies: Vec::new(),
-        kubernetes_mirror: false,
-        kubernetes_namespace: None,
+        kubernetes: kubernetes.clone(),
         log_format: LogFormat::Text,
         http_timeouts: Default::default(),
         leader_lease: Duration::from_secs(crate::config::defaults::LEADER_LEASE_SECONDS),
@@ -188,35 +246,7 @@ pub async fn start(args: &DevArgs) -> anyhow::Result<DevFleet> {
         rollout: Default::default(),
         desired_nodes_at_once: crate::config::DESIRED_NODES_AT_ONCE,
         rollouts_at_once: crate::config::ROLLOUTS_AT_ONCE,
-    };
-    let controller = server::start(cfg).await?;
-    let admin_token = devkit.mint("fleet", &["fleet:admin"], 86_400);
-    let (join_key, _) = controller.store.issue_join_key(Duration::from_secs(3600), "dev", &Default::default()).await?;
-    let key_file = dir.join("join-key");
-    write_private(&key_file, join_key.as_bytes())?;
-    let node_yaml = dir.join("node.yaml");
-    let yaml = format!(
-        "# Written by `fleet-controller dev`: a node on this machine's Docker.\n\
-         controllerUrl: http://{addr}\n\
-         name: {node}\n\
-         containerPrefix: {node}\n\
-         labels: []\n\
-         capacity: {{slots: 4}}\n\
-         executors:\n  {kind}: {{image: \"{image}\", dataPath: /data}}\n\
-         stateDir: {dir}/node-state\n\
-         secretsDir: {dir}/secrets\n\
-         joinKeyFile: {key}\n\
-         observeSeconds: 5\n\
-         checkBeforeStop: true\n",
-        addr = controller.addr,
-        node = args.node_name,
-        kind = args.executor_kind,
-        image = args.image,
-        dir = dir.display(),
-        key = key_file.display(),
-    );
-    std::fs::write(&node_yaml, yaml)?;
-    Ok(DevFleet { devkit, controller, admin_token, join_key, node_yaml })
+    }
 }
 
 /// A file only this user may read (`0600`): the join key is a secret.
@@ -239,6 +269,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     println!("web view              {api}/ui");
     println!("devkit CP + IAM       {}   (agents: GET {}/devkit/agents)", fleet.devkit.url, fleet.devkit.url);
     println!("store                 {}", abs(&args.dir).join("fleet.sqlite").display());
+    println!("Kubernetes mirror     {}", fleet.mirror);
     println!();
     println!("Admin token (fleet:admin, 24 h), and fleetctl to look and operate:");
     println!("  export FLEET_URL={api} FLEET_TOKEN={}", fleet.admin_token);

@@ -1,7 +1,8 @@
 //! Who reconciles (docs/behaviour.md#high-availability). On SQLite the one replica leads for as long as it runs. On
 //! PostgreSQL every replica serves nodes, joins and the admin API, and campaigns for the
 //! lease; the one holding it runs the leader's tasks — the pass, the workers (IAM, CP), the
-//! CP watcher, node GC and the Kubernetes mirror — for one term:
+//! CP watcher and node GC — for one term (the Kubernetes mirror follows the role from a task
+//! of its own, so the API server never delays a term):
 //!
 //! - taking the lease, it loads the store again (what the others wrote, a fresh liveness
 //!   grace), arms its writes' fence with the new epoch and starts the term's tasks;
@@ -80,8 +81,9 @@ pub struct Shared {
     pub gate: Arc<CallGate>,
 }
 
-/// Starts the leader's tasks into `tasks`, each a core task: the mirror, the workers, the
-/// pass, node GC and the CP watcher; returns their context.
+/// Starts the leader's tasks into `tasks`, each a core task: the workers, the pass, node GC
+/// and the CP watcher; returns their context. (The Kubernetes mirror runs beside them, in a
+/// task of the process: `server.rs`.)
 pub async fn start_term(s: &Shared, tasks: &mut Supervisor) -> anyhow::Result<Arc<Ctx>> {
     let (cfg, store, metrics) = (s.cfg.clone(), s.store.clone(), s.metrics.clone());
     let ctx = Ctx::new(cfg, store, metrics, s.trigger.clone(), s.pass_clock.clone(), s.gate.clone(), Work::default());
@@ -93,11 +95,6 @@ pub async fn start_term(s: &Shared, tasks: &mut Supervisor) -> anyhow::Result<Ar
                 .queue
                 .add_after(work::WorkKey::Revoke(r.cred.id().into()), Duration::from_millis((at - now).max(0) as u64));
         }
-    }
-    if s.cfg.kubernetes_mirror {
-        let mut mirror = crate::k8s::connect(s.cfg.kubernetes_namespace.as_deref(), s.metrics.clone()).await?;
-        mirror.gate = Some(s.gate.clone());
-        tasks.spawn("mirror", crate::k8s::run(mirror, s.store.clone(), s.cfg.node_offline_after));
     }
     for _ in 0..work::workers(s.store.db().is_shared()) {
         tasks.spawn("worker", work::worker(ctx.clone()));

@@ -114,7 +114,8 @@ fn escaping_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> {
 }
 
 fn init_logs(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let wanted = fleet_controller::k8s::health::log_filter(std::env::var("RUST_LOG").ok().as_deref());
+    let filter = tracing_subscriber::EnvFilter::try_new(&wanted).unwrap_or_else(|_| "info".into());
     // Colours only on a terminal: logs written to files and collectors stay plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);

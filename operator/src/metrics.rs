@@ -91,6 +91,10 @@ pub struct Metrics {
     pub agent_fields_replaced: Counter,
     pub joins: Family<OutcomeLabels, Counter>,
     pub mirror_writes: Family<MirrorLabels, Counter>,
+    /// 1 while the Kubernetes mirror's calls are answered and its checks pass.
+    pub mirror_up: Gauge,
+    /// The mirror's calls the API server did not answer (unreachable, 5xx, 429).
+    pub mirror_api_failures: Counter,
     pub connections_refused: Counter,
     pub connections_refused_per_ip: Counter,
     /// Connections closed to keep strangers' buffers within FLEET_UNAUTH_BUFFER_BYTES.
@@ -133,6 +137,8 @@ impl Default for Metrics {
             agent_fields_replaced: Counter::default(),
             joins: Family::default(),
             mirror_writes: Family::default(),
+            mirror_up: Gauge::default(),
+            mirror_api_failures: Counter::default(),
             connections_refused: Counter::default(),
             connections_refused_per_ip: Counter::default(),
             unauth_shed: Counter::default(),
@@ -181,11 +187,7 @@ impl Default for Metrics {
             m.agent_fields_replaced.clone(),
         );
         registry.register("joins", "Join attempts by outcome", m.joins.clone());
-        registry.register(
-            "mirror_writes",
-            "Kubernetes mirror writes by kind, operation and outcome",
-            m.mirror_writes.clone(),
-        );
+        register_mirror(&mut registry, &m);
         registry.register(
             "connections_refused",
             "Connections closed at accept because FLEET_MAX_CONNECTIONS were open",
@@ -209,6 +211,25 @@ impl Default for Metrics {
         register_memory(&mut registry, &m);
         Metrics { registry, ..m }
     }
+}
+
+/// The Kubernetes mirror's (`fleet_mirror_*`).
+fn register_mirror(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "mirror_writes",
+        "Kubernetes mirror requests by kind, operation and outcome",
+        m.mirror_writes.clone(),
+    );
+    registry.register(
+        "mirror_up",
+        "1 while the Kubernetes mirror's calls are answered and its start-up checks pass",
+        m.mirror_up.clone(),
+    );
+    registry.register(
+        "mirror_api_failures",
+        "Kubernetes mirror calls the API server did not answer (unreachable, 5xx, 429)",
+        m.mirror_api_failures.clone(),
+    );
 }
 
 /// The allocator's own figures (`fleet_memory_*`).

@@ -111,6 +111,17 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             None
         }
     };
+    if cfg.kubernetes.mirror && cfg.credentials.is_some() {
+        let setup = crate::k8s::task::Setup {
+            cfg: cfg.kubernetes.clone(),
+            store: store.clone(),
+            role: role.clone(),
+            gate: shared.gate.clone(),
+            metrics: metrics.clone(),
+            offline_after: cfg.node_offline_after,
+        };
+        tasks.spawn("mirror", crate::k8s::task::run(setup));
+    }
     tasks.spawn("report-flusher", flush_every_second(store.clone()));
     let http = crate::platform::http_client_trusting(&cfg.ca_certs);
     let jwks = Arc::new(Jwks::new(http, &cfg.jwks_url, &cfg.iam_issuer, &cfg.audience, cfg.jwks_refresh));

@@ -1,88 +1,33 @@
-//! The Kubernetes mirror against kube's mock-service pattern: a `tower_test` pair stands in
-//! for the API server, records every request the mirror makes and answers it the way the API
-//! server would (server-side apply echoes the object; delete answers a Status). Each test
-//! asserts the exact requests: create, update on change, nothing when unchanged, put back
-//! after a delete or an edit by hand, delete of vanished objects, backoff, the rate bound,
-//! and the start-up check of the CRDs.
+//! The Kubernetes mirror's requests, against a fake API server behind kube's `tower-test`
+//! mock service (`support::fake_kube`, which keeps the objects): each test asserts the exact
+//! requests — create, then a status apply carrying the object's uid; a status write only on a
+//! change; nothing while unchanged; put back after a delete or a hand edit; a status another
+//! manager added to taken back; deletes of vanished objects by uid; another fleet's object
+//! left alone; backoff; the rate bound; and the start-up check's messages. What the real API
+//! server makes of these requests is tested in `k8s_real.rs`.
 
 mod support;
 
 use fleet_api::{Capacity, Health, NodeStatus, NodeView, PlacementStatus, PlacementView};
+use fleet_controller::k8s::belief::Seen;
+use fleet_controller::k8s::check::{check, CheckError};
 use fleet_controller::k8s::desired::{self, Wanted};
-use fleet_controller::k8s::mirror::{Kind, Mirror, Seen, WRITE_BURST};
+use fleet_controller::k8s::health::Health as MirrorHealth;
+use fleet_controller::k8s::kind::Kind;
+use fleet_controller::k8s::mirror::{Mirror, WRITE_BURST};
 use fleet_controller::metrics::Metrics;
-use http::{Request, Response};
-use kube::client::Body;
-use kube::Client;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use support::fake_kube::{self, Call, Server};
 
-#[derive(Debug, Clone)]
-struct Call {
-    method: String,
-    path: String,
-    query: String,
-    content_type: String,
-    body: Value,
-}
-
-impl Call {
-    fn short(&self) -> String {
-        let p = self.path.trim_start_matches("/apis/fleet.taimen.dev/v1alpha1/namespaces/fleet/");
-        format!("{} {p}", self.method)
-    }
-}
-
-/// How the fake API server answers: by default like a real one; `fail_with` makes every
-/// request fail with that code, `refuse` every request for the object of that name with 422
-/// (the answer to an object the API server finds invalid).
-#[derive(Default)]
-struct Server {
-    calls: Vec<Call>,
-    fail_with: Option<u16>,
-    refuse: Option<String>,
-}
+const FLEET: &str = "f1";
 
 fn mirror() -> (Mirror, Arc<Mutex<Server>>) {
-    let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let server = Arc::new(Mutex::new(Server::default()));
-    let s = server.clone();
-    tokio::spawn(async move {
-        while let Some((req, send)) = handle.next_request().await {
-            let (parts, body) = req.into_parts();
-            let bytes = body.collect_bytes().await.unwrap();
-            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            let call = Call {
-                method: parts.method.to_string(),
-                path: parts.uri.path().to_string(),
-                query: parts.uri.query().unwrap_or("").to_string(),
-                content_type: parts
-                    .headers
-                    .get("content-type")
-                    .map(|v| v.to_str().unwrap().to_string())
-                    .unwrap_or_default(),
-                body: body.clone(),
-            };
-            let fail = {
-                let mut s = s.lock();
-                s.calls.push(call.clone());
-                let refused = s.refuse.as_ref().is_some_and(|n| call.path.split('/').nth(7) == Some(n.as_str()));
-                if refused {
-                    Some(422)
-                } else {
-                    s.fail_with
-                }
-            };
-            let (code, answer) = support::kube_answer(&call.method, &call.path, body, fail);
-            send.send_response(
-                Response::builder().status(code).body(Body::from(serde_json::to_vec(&answer).unwrap())).unwrap(),
-            );
-        }
-    });
-    let client = Client::new(svc, "fleet");
-    (Mirror::new(client, "fleet", Arc::new(Metrics::default())), server)
+    let (client, server) = fake_kube::client();
+    let metrics = Arc::new(Metrics::default());
+    (Mirror::new(client, "fleet", FLEET, metrics.clone(), MirrorHealth::new(metrics)), server)
 }
 
 fn take(server: &Arc<Mutex<Server>>) -> Vec<Call> {
@@ -91,6 +36,12 @@ fn take(server: &Arc<Mutex<Server>>) -> Vec<Call> {
 
 fn shorts(calls: &[Call]) -> Vec<String> {
     calls.iter().map(Call::short).collect()
+}
+
+/// The object the fake server holds, as a watch would show it.
+fn stored(server: &Arc<Mutex<Server>>, plural: &str, name: &str) -> kube::api::DynamicObject {
+    let v = server.lock().objects[&(plural.to_string(), name.to_string())].clone();
+    serde_json::from_value(v).unwrap()
 }
 
 fn node(id: &str, name: &str, slots: u32, seen: &str) -> NodeView {
@@ -146,7 +97,7 @@ const T0: &str = "2026-11-30T10:00:00.000Z";
 const T1: &str = "2026-11-30T10:00:20.000Z";
 
 #[tokio::test]
-async fn creates_with_server_side_apply_then_writes_nothing_while_unchanged() {
+async fn creates_then_applies_the_status_by_uid_then_writes_nothing_while_unchanged() {
     let (mut m, server) = mirror();
     let w =
         wanted(vec![node("n-1", "gpu-1", 4, T0)], vec![placed("coder", "n-1", 2), pending("reviewer", 1, "no_node")]);
@@ -155,24 +106,28 @@ async fn creates_with_server_side_apply_then_writes_nothing_while_unchanged() {
     assert_eq!(
         shorts(&calls),
         [
-            "PATCH fleetnodes/gpu-1",
+            "POST fleetnodes",
             "PATCH fleetnodes/gpu-1/status",
-            "PATCH fleetplacements/coder.gpu-1",
+            "POST fleetplacements",
             "PATCH fleetplacements/coder.gpu-1/status",
-            "PATCH fleetplacements/reviewer.pending",
+            "POST fleetplacements",
             "PATCH fleetplacements/reviewer.pending/status",
         ]
     );
-    for c in &calls {
-        assert_eq!(c.content_type, "application/apply-patch+yaml", "{}", c.short());
-        assert!(c.query.contains("fieldManager=fleet-controller") && c.query.contains("force=true"), "{}", c.query);
-    }
     let obj = &calls[0].body;
     assert_eq!(obj["apiVersion"], "fleet.taimen.dev/v1alpha1");
     assert_eq!(obj["kind"], "FleetNode");
-    assert_eq!(obj["metadata"]["labels"]["app.kubernetes.io/managed-by"], "fleet-controller");
+    assert_eq!(
+        obj["metadata"]["labels"],
+        json!({"app.kubernetes.io/managed-by": "fleet-controller", "fleet.taimen.dev/fleet": FLEET})
+    );
     assert_eq!(obj["spec"], json!({"nodeId": "n-1"}));
-    let st = &calls[1].body["status"];
+    assert!(calls[0].query.contains("fieldManager=fleet-controller"), "{}", calls[0].query);
+    let status_write = &calls[1];
+    assert_eq!(status_write.content_type, "application/apply-patch+yaml");
+    assert!(status_write.query.contains("fieldManager=fleet-controller") && status_write.query.contains("force=true"));
+    assert_eq!(status_write.body["metadata"]["uid"], "uid-1", "the status lands only on the object just made");
+    let st = &status_write.body["status"];
     assert_eq!(st["name"], "gpu-1");
     assert_eq!(st["status"], "online");
     assert_eq!(st["health"], "ok");
@@ -220,20 +175,13 @@ async fn a_change_writes_only_the_status_that_changed() {
     assert_eq!(calls[2].body["status"]["replicas"], 3);
 }
 
-fn as_seen(call_spec: &Call, call_status: &Call, name: &str) -> kube::api::DynamicObject {
-    let mut v = call_spec.body.clone();
-    v["status"] = call_status.body["status"].clone();
-    v["metadata"]["name"] = json!(name);
-    serde_json::from_value(v).unwrap()
-}
-
 #[tokio::test]
 async fn puts_back_a_mirror_deleted_or_edited_by_hand() {
     let (mut m, server) = mirror();
     let w = wanted(vec![node("n-1", "gpu-1", 4, T0)], vec![]);
     m.sync(&w).await;
-    let created = take(&server);
-    let original = as_seen(&created[0], &created[1], "gpu-1");
+    take(&server);
+    let original = stored(&server, "fleetnodes", "gpu-1");
 
     // The watch echoes our own write: nothing to do.
     m.seen(Kind::Node, Seen::Applied(Box::new(original.clone())));
@@ -248,21 +196,58 @@ async fn puts_back_a_mirror_deleted_or_edited_by_hand() {
     assert_eq!(shorts(&calls), ["PATCH fleetnodes/gpu-1/status"]);
     assert_eq!(calls[0].body["status"]["status"], "online");
 
-    // An edit into another shape altogether (a required field removed) is put back too.
+    // An edit into another shape altogether (a required field removed), or a label removed, is
+    // put back by an apply of the spec and labels.
     let mut broken = original.clone();
     broken.data["spec"] = json!({"somethingElse": 1});
     m.seen(Kind::Node, Seen::Applied(Box::new(broken)));
     m.sync(&w).await;
     assert_eq!(shorts(&take(&server)), ["PATCH fleetnodes/gpu-1"]);
+    let mut unlabelled = original.clone();
+    unlabelled.metadata.labels.as_mut().unwrap().remove("fleet.taimen.dev/fleet");
+    m.seen(Kind::Node, Seen::Applied(Box::new(unlabelled)));
+    m.sync(&w).await;
+    let calls = take(&server);
+    assert_eq!(shorts(&calls), ["PATCH fleetnodes/gpu-1"]);
+    assert_eq!(calls[0].body["metadata"]["labels"]["fleet.taimen.dev/fleet"], FLEET);
+    assert_eq!(calls[0].body["metadata"]["uid"], "uid-1");
 
-    // Someone deletes it: both writes again.
+    // Someone deletes it: made again.
+    server.lock().objects.clear();
     m.seen(Kind::Node, Seen::Deleted("gpu-1".into()));
     assert_eq!(m.sync(&w).await, 2);
-    assert_eq!(shorts(&take(&server)), ["PATCH fleetnodes/gpu-1", "PATCH fleetnodes/gpu-1/status"]);
+    let calls = take(&server);
+    assert_eq!(shorts(&calls), ["POST fleetnodes", "PATCH fleetnodes/gpu-1/status"]);
+    assert_eq!(calls[1].body["metadata"]["uid"], "uid-2", "the new object's uid");
+}
+
+/// docs/behaviour.md#kubernetes-mirror: a status field the store does not want, added by
+/// another manager, is taken back by an apply with `null` in it, then one without it.
+#[tokio::test]
+async fn a_status_field_another_manager_added_is_taken_back_in_two_applies() {
+    let (mut m, server) = mirror();
+    let w = wanted(vec![node("n-1", "gpu-1", 4, T0)], vec![placed("coder", "n-1", 1)]);
+    m.sync(&w).await;
+    take(&server);
+    let mut edited = stored(&server, "fleetplacements", "coder.gpu-1");
+    edited.data["status"]["reason"] = json!("hand-made");
+    edited.data["status"]["rollout"] = json!("halted");
+    m.seen(Kind::Placement, Seen::Applied(Box::new(edited)));
+    assert_eq!(m.sync(&w).await, 2);
+    let calls = take(&server);
+    assert_eq!(
+        shorts(&calls),
+        ["PATCH fleetplacements/coder.gpu-1/status", "PATCH fleetplacements/coder.gpu-1/status"]
+    );
+    assert_eq!(calls[0].body["status"]["reason"], Value::Null);
+    assert_eq!(calls[0].body["status"]["rollout"], Value::Null);
+    assert!(calls[0].body["status"].get("reason").is_some(), "present, as null");
+    assert!(calls[1].body["status"].get("reason").is_none() && calls[1].body["status"].get("rollout").is_none());
+    assert_eq!(m.sync(&w).await, 0, "the answer shows the store's status: done");
 }
 
 #[tokio::test]
-async fn deletes_mirrors_of_vanished_nodes_and_placements_and_leftovers_found_at_start() {
+async fn deletes_mirrors_of_vanished_nodes_and_placements_by_uid_and_leftovers_found_at_start() {
     let (mut m, server) = mirror();
     let w = wanted(
         vec![node("n-1", "gpu-1", 4, T0), node("n-2", "gpu-2", 4, T0)],
@@ -283,16 +268,19 @@ async fn deletes_mirrors_of_vanished_nodes_and_placements_and_leftovers_found_at
         ]
     );
     assert_eq!(calls[0].body["status"]["slots"], "2/4", "gpu-1 now holds both replicas");
+    assert_eq!(calls[1].body["preconditions"]["uid"], "uid-2", "only the object it made");
     assert_eq!(m.sync(&w).await, 0);
 
     // After a restart the watch lists a mirror of a node that no longer exists: deleted.
     let (mut m, server) = mirror();
     let stale: kube::api::DynamicObject = serde_json::from_value(json!({
         "apiVersion": "fleet.taimen.dev/v1alpha1", "kind": "FleetNode",
-        "metadata": {"name": "old-host", "namespace": "fleet"},
+        "metadata": {"name": "old-host", "namespace": "fleet", "uid": "u-old",
+                     "labels": {"app.kubernetes.io/managed-by": "fleet-controller", "fleet.taimen.dev/fleet": FLEET}},
         "spec": {"nodeId": "n-9"}
     }))
     .unwrap();
+    server.lock().objects.insert(("fleetnodes".into(), "old-host".into()), serde_json::to_value(&stale).unwrap());
     m.seen(Kind::Node, Seen::Relist);
     m.seen(Kind::Node, Seen::Applied(Box::new(stale)));
     m.seen(Kind::Node, Seen::RelistDone);
@@ -306,14 +294,45 @@ async fn a_relist_forgets_mirrors_deleted_while_the_watch_was_down() {
     let (mut m, server) = mirror();
     let w = wanted(vec![node("n-1", "gpu-1", 4, T0), node("n-2", "gpu-2", 4, T0)], vec![]);
     m.sync(&w).await;
-    let c = take(&server);
-    let gpu1 = as_seen(&c[0], &c[1], "gpu-1");
+    take(&server);
+    let gpu1 = stored(&server, "fleetnodes", "gpu-1");
     // gpu-2 vanished from the cluster without a delete event reaching us.
+    server.lock().objects.remove(&("fleetnodes".to_string(), "gpu-2".to_string()));
     m.seen(Kind::Node, Seen::Relist);
     m.seen(Kind::Node, Seen::Applied(Box::new(gpu1)));
     m.seen(Kind::Node, Seen::RelistDone);
     m.sync(&w).await;
-    assert_eq!(shorts(&take(&server)), ["PATCH fleetnodes/gpu-2", "PATCH fleetnodes/gpu-2/status"]);
+    assert_eq!(shorts(&take(&server)), ["POST fleetnodes", "PATCH fleetnodes/gpu-2/status"]);
+}
+
+/// Objects belong to one fleet: a name taken by another fleet's object is left alone (and
+/// waits on its backoff), while an old mirror of Fleet's without a fleet label is adopted.
+#[tokio::test]
+async fn another_fleets_object_is_left_alone_and_an_unlabelled_one_adopted() {
+    let (mut m, server) = mirror();
+    let theirs = json!({"apiVersion": "fleet.taimen.dev/v1alpha1", "kind": "FleetNode",
+        "metadata": {"name": "gpu-1", "uid": "theirs", "labels": {"app.kubernetes.io/managed-by": "fleet-controller", "fleet.taimen.dev/fleet": "other"}},
+        "spec": {"nodeId": "x"}});
+    let old = json!({"apiVersion": "fleet.taimen.dev/v1alpha1", "kind": "FleetNode",
+        "metadata": {"name": "gpu-2", "uid": "old", "labels": {"app.kubernetes.io/managed-by": "fleet-controller"}},
+        "spec": {"nodeId": "n-2"}});
+    server.lock().objects.insert(("fleetnodes".into(), "gpu-1".into()), theirs.clone());
+    server.lock().objects.insert(("fleetnodes".into(), "gpu-2".into()), old);
+    let w = wanted(vec![node("n-1", "gpu-1", 4, T0), node("n-2", "gpu-2", 4, T0)], vec![]);
+    m.sync(&w).await;
+    assert_eq!(
+        shorts(&take(&server)),
+        ["POST fleetnodes", "GET fleetnodes/gpu-1", "POST fleetnodes", "GET fleetnodes/gpu-2"]
+    );
+    m.sync(&w).await;
+    let calls = take(&server);
+    assert_eq!(shorts(&calls), ["PATCH fleetnodes/gpu-2", "PATCH fleetnodes/gpu-2/status"], "adopted, and gpu-1 waits");
+    assert_eq!(calls[0].body["metadata"]["labels"]["fleet.taimen.dev/fleet"], FLEET);
+    assert_eq!(calls[0].body["metadata"]["uid"], "old");
+    assert_eq!(server.lock().objects[&("fleetnodes".to_string(), "gpu-1".to_string())], theirs, "untouched");
+    // Not wanted any more: this fleet deletes its own only.
+    m.sync(&wanted(vec![], vec![])).await;
+    assert_eq!(shorts(&take(&server)), ["DELETE fleetnodes/gpu-2"]);
 }
 
 #[tokio::test]
@@ -338,31 +357,30 @@ async fn an_object_the_api_server_refuses_holds_back_no_other() {
     let (mut m, server) = mirror();
     server.lock().refuse = Some("gpu-1".into());
     let nodes = |slots| vec![node("n-1", "gpu-1", 4, T0), node("n-2", "gpu-2", slots, T0), node("n-3", "gpu-3", 4, T0)];
-    assert_eq!(m.sync(&wanted(nodes(4), vec![])).await, 5, "gpu-1's apply refused, the others written");
+    assert_eq!(m.sync(&wanted(nodes(4), vec![])).await, 5, "gpu-1's create refused, the others written");
     assert_eq!(
         shorts(&take(&server)),
         [
-            "PATCH fleetnodes/gpu-1",
-            "PATCH fleetnodes/gpu-2",
+            "POST fleetnodes",
+            "POST fleetnodes",
             "PATCH fleetnodes/gpu-2/status",
-            "PATCH fleetnodes/gpu-3",
+            "POST fleetnodes",
             "PATCH fleetnodes/gpu-3/status"
         ]
     );
     // While gpu-1 waits, a change of gpu-2 is written and gpu-1 is not asked again.
     m.sync(&wanted(nodes(8), vec![])).await;
-    let calls = shorts(&take(&server));
-    assert!(!calls.is_empty() && calls.iter().all(|c| c.contains("gpu-2")), "{calls:?}");
+    assert_eq!(shorts(&take(&server)), ["PATCH fleetnodes/gpu-2/status"]);
     // Refused again after its first backoff (1 s): it waits twice as long.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     m.sync(&wanted(nodes(8), vec![])).await;
-    assert_eq!(shorts(&take(&server)), ["PATCH fleetnodes/gpu-1"]);
+    assert_eq!(shorts(&take(&server)), ["POST fleetnodes"]);
     server.lock().refuse = None;
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     assert_eq!(m.sync(&wanted(nodes(8), vec![])).await, 0, "still within its doubled backoff");
     tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
     m.sync(&wanted(nodes(8), vec![])).await;
-    assert_eq!(shorts(&take(&server)), ["PATCH fleetnodes/gpu-1", "PATCH fleetnodes/gpu-1/status"]);
+    assert_eq!(shorts(&take(&server)), ["POST fleetnodes", "PATCH fleetnodes/gpu-1/status"]);
 }
 
 #[tokio::test]
@@ -372,7 +390,8 @@ async fn a_large_fleet_is_written_at_a_bounded_rate() {
     let w = wanted(nodes, vec![]);
     let first = m.sync(&w).await;
     assert!(first as f64 <= WRITE_BURST, "one round wrote {first}");
-    assert_eq!(take(&server).len(), first);
+    let mut calls = take(&server);
+    assert_eq!(calls.len(), first);
     // The rest follows in later rounds, without rewriting what is done.
     let mut total = first;
     for _ in 0..40 {
@@ -383,23 +402,38 @@ async fn a_large_fleet_is_written_at_a_bounded_rate() {
         }
     }
     assert_eq!(total, 300);
-    let calls = take(&server);
-    let distinct: std::collections::HashSet<_> = calls.iter().map(Call::short).collect();
-    assert_eq!(distinct.len(), calls.len(), "no object written twice");
+    calls.extend(take(&server));
+    let statuses: std::collections::HashSet<_> =
+        calls.iter().filter(|c| c.method == "PATCH").map(Call::short).collect();
+    assert_eq!(statuses.len(), 150, "no status written twice");
 }
 
+/// docs/behaviour.md#kubernetes-mirror: the start-up check names what is wrong and the fix.
 #[tokio::test]
-async fn start_up_check_says_when_the_crds_are_missing_or_forbidden() {
-    let (m, server) = mirror();
-    m.check().await.unwrap();
-    assert_eq!(shorts(&take(&server)), ["GET fleetnodes", "GET fleetplacements"]);
+async fn the_start_up_check_names_each_misconfiguration_and_its_fix() {
+    let (client, server) = fake_kube::client();
+    check(&client, "fleet").await.unwrap();
+    let calls = take(&server);
+    assert_eq!(calls.iter().filter(|c| c.path.ends_with("selfsubjectaccessreviews")).count(), 14, "7 verbs on 2 kinds");
+    assert!(calls.last().unwrap().query.contains("dryRun=All"), "a dry-run create proves the namespace");
+    let misconfigured = |e: CheckError| match e {
+        CheckError::Misconfigured(m) => m,
+        e => panic!("not a misconfiguration: {e}"),
+    };
+    server.lock().denied = vec!["delete".into()];
+    let e = misconfigured(check(&client, "fleet").await.unwrap_err());
+    assert!(e.contains("may not delete fleetnodes, delete fleetplacements in namespace \"fleet\""), "{e}");
+    assert!(e.contains("the chart's Role does with mirror.enabled=true"), "{e}");
+    server.lock().denied.clear();
+    server.lock().namespace_missing = true;
+    let e = misconfigured(check(&client, "fleet").await.unwrap_err());
+    assert!(e.contains("namespace \"fleet\" does not exist: create it (`kubectl create namespace fleet`)"), "{e}");
     server.lock().fail_with = Some(404);
-    let e = m.check().await.unwrap_err().to_string();
+    let e = misconfigured(check(&client, "fleet").await.unwrap_err());
     assert!(e.contains("the FleetNode CRD (fleetnodes.fleet.taimen.dev) is not installed"), "{e}");
-    assert!(e.contains("fleet-controller crds | kubectl apply -f -"), "{e}");
-    server.lock().fail_with = Some(403);
-    let e = m.check().await.unwrap_err().to_string();
-    assert!(e.contains("may not list fleetnodes in namespace \"fleet\""), "{e}");
+    assert!(e.contains("kubectl apply --server-side -f crds/"), "{e}");
+    server.lock().fail_with = Some(503);
+    assert!(matches!(check(&client, "fleet").await, Err(CheckError::Unreachable(_))));
 }
 
 #[test]
@@ -420,7 +454,8 @@ fn names_follow_the_spec() {
 }
 
 /// docs/behaviour.md#kubernetes-mirror: a FleetPlacement carries its agent's rollout while it is
-/// not complete (the `Rollout` printer column), and a change of it is a status write.
+/// not complete (the `Rollout` printer column), and a change of it is a status write — taking
+/// the field back when the rollout ends.
 #[tokio::test]
 async fn a_placement_shows_its_agents_rollout_while_it_is_not_complete() {
     let (mut m, server) = mirror();
@@ -440,5 +475,11 @@ async fn a_placement_shows_its_agents_rollout_while_it_is_not_complete() {
     assert!(status("reviewer.gpu-1").unwrap().get("rollout").is_none());
     let w = desired::wanted_from(&nodes, || views.iter().cloned(), &Default::default());
     m.sync(&w).await;
-    assert_eq!(shorts(&take(&server)), ["PATCH fleetplacements/coder.gpu-1/status"], "the rollout ended");
+    let calls = take(&server);
+    assert_eq!(
+        shorts(&calls),
+        ["PATCH fleetplacements/coder.gpu-1/status", "PATCH fleetplacements/coder.gpu-1/status"],
+        "the rollout ended: its field nulled, then dropped"
+    );
+    assert!(calls[1].body["status"].get("rollout").is_none());
 }

@@ -14,6 +14,13 @@ use serde::{Deserialize, Serialize};
 
 pub const GROUP: &str = "fleet.taimen.dev";
 pub const VERSION: &str = "v1alpha1";
+/// The field manager of every write: `kubectl get -o yaml --show-managed-fields` names it.
+pub const FIELD_MANAGER: &str = "fleet-controller";
+/// Label on every mirror: Fleet made it.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "fleet-controller");
+/// Label on every mirror: the fleet (the controller and its replicas, by the id kept in their
+/// store) that owns it. A controller watches, writes and deletes only objects with its own.
+pub const FLEET_LABEL: &str = "fleet.taimen.dev/fleet";
 
 /// Which store node a `FleetNode` mirrors.
 #[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -52,6 +59,34 @@ pub const VERSION: &str = "v1alpha1";
         type_ = "date",
         json_path = ".status.lastSeenAt",
         description = "last report (refreshed at most once a minute)"
+    ),
+    printcolumn(
+        name = "Node",
+        type_ = "string",
+        json_path = ".status.name",
+        priority = 1,
+        description = "the node's own name (the object's name is a hash when the node's is not a DNS name)"
+    ),
+    printcolumn(
+        name = "Kinds",
+        type_ = "string",
+        json_path = ".status.executorKinds",
+        priority = 1,
+        description = "executor kinds the node runs"
+    ),
+    printcolumn(
+        name = "Drain Blocked",
+        type_ = "integer",
+        json_path = ".status.drainBlocked",
+        priority = 1,
+        description = "replicas a drain left with nowhere else to go"
+    ),
+    printcolumn(
+        name = "Fleet",
+        type_ = "string",
+        json_path = ".metadata.labels.fleet\\.taimen\\.dev/fleet",
+        priority = 1,
+        description = "the fleet (controller) that mirrors this node"
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -130,6 +165,20 @@ pub struct MirrorCapacity {
         type_ = "string",
         json_path = ".status.rollout",
         description = "the agent's rollout when not complete: progressing, paused, halted or reverted"
+    ),
+    printcolumn(
+        name = "Revision",
+        type_ = "integer",
+        json_path = ".status.revision",
+        priority = 1,
+        description = "the agent revision the placement was computed for"
+    ),
+    printcolumn(
+        name = "Fleet",
+        type_ = "string",
+        json_path = ".metadata.labels.fleet\\.taimen\\.dev/fleet",
+        priority = 1,
+        description = "the fleet (controller) that mirrors this placement"
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]

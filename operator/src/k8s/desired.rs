@@ -1,9 +1,11 @@
 //! What the mirrors should show, computed from the store's registry in one short read: one
 //! `FleetNode` per node, one `FleetPlacement` per placement item. Each object carries hashes
 //! of its spec and of its status without `lastSeenAt`, so the mirror can tell a real change
-//! from the once-a-minute refresh of the last-seen time.
+//! from the once-a-minute refresh of the last-seen time, and which optional status fields it
+//! has, so the mirror can tell a field another manager added (docs/behaviour.md#kubernetes-mirror).
 
 use super::crd::{FleetNodeSpec, FleetNodeStatus, FleetPlacementSpec, FleetPlacementStatus, MirrorCapacity};
+use super::kind::Kind;
 use super::names;
 use crate::reconcile::rules::views::Placements;
 use crate::store::State;
@@ -24,6 +26,8 @@ pub struct Want {
     /// Hash of the status with `lastSeenAt` left out.
     pub status_hash: u64,
     pub last_seen: Option<String>,
+    /// Which optional status fields it has (bits of [`Kind::optional_status_fields`]).
+    pub optional: u16,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -46,21 +50,12 @@ pub fn status_key(status: &Value) -> (u64, Option<String>) {
     (hash_json(&s), last_seen)
 }
 
-fn want<S: Serialize, T: Serialize>(name: String, spec: &S, status: &T) -> Want {
+fn want<S: Serialize, T: Serialize>(kind: Kind, name: String, spec: &S, status: &T) -> Want {
     let spec = serde_json::to_value(spec).expect("mirror specs serialise");
     let status = serde_json::to_value(status).expect("mirror statuses serialise");
     let (status_hash, last_seen) = status_key(&status);
-    Want { name, spec_hash: hash_json(&spec), spec, status, status_hash, last_seen }
-}
-
-/// Canonical form of a spec/status read back from the API server: parsed into the typed
-/// structs and serialised again, so field order and defaults match what `want` produces. A
-/// value that does not parse (edited by hand into another shape) canonicalises to `Null`,
-/// which never matches and so is put back.
-pub fn canonical<T: serde::de::DeserializeOwned + Serialize>(v: Option<&Value>) -> Value {
-    v.and_then(|v| serde_json::from_value::<T>(v.clone()).ok())
-        .and_then(|t| serde_json::to_value(t).ok())
-        .unwrap_or(Value::Null)
+    let optional = kind.optional_mask(Some(&status));
+    Want { name, spec_hash: hash_json(&spec), spec, status, status_hash, last_seen, optional }
 }
 
 /// What the mirror needs from the registry, copied under its read lock; the JSON and the
@@ -125,7 +120,7 @@ pub fn wanted_from<I: Iterator<Item = PlacementView>>(
                 scheduling: view.scheduling(),
                 drain_blocked: view.drain.as_ref().map(|d| d.blocked.len() as u32),
             };
-            want(names::node_object(&view.name), &FleetNodeSpec { node_id: view.id.clone() }, &status)
+            want(Kind::Node, names::node_object(&view.name), &FleetNodeSpec { node_id: view.id.clone() }, &status)
         })
         .collect();
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
@@ -147,6 +142,7 @@ pub fn wanted_from<I: Iterator<Item = PlacementView>>(
                 rollout: rollouts.get(&v.agent_key).map(|s| s.to_string()),
             };
             want(
+                Kind::Placement,
                 names::placement_object(&v.agent_key, &where_),
                 &FleetPlacementSpec { agent_key: v.agent_key.clone() },
                 &status,

@@ -1,133 +1,66 @@
-//! The mirror controller: projects the store into `FleetNode` / `FleetPlacement` objects with
-//! server-side apply (docs/behaviour.md#kubernetes-mirror). The store stays the truth; the mirror keeps a *belief* of what
-//! the API server holds — what it wrote, corrected by what its watches report — and each sync
-//! writes only where the wanted object differs from that belief:
+//! The mirror's writes (docs/behaviour.md#kubernetes-mirror): each round plans what differs
+//! between the store and the belief (`plan`) and writes it, as the rate allows.
 //!
-//! - unknown to the belief → apply the object, then its status (create, or put back after a
-//!   delete by hand, which the watch reported);
-//! - spec or status (without `lastSeenAt`) differs → apply what differs (update on change, or
-//!   put back a hand edit);
-//! - only `lastSeenAt` differs → refresh at most once a minute;
-//! - believed but no longer wanted → delete (vanished node or placement).
+//! - An object is created with a plain create: one that exists already is this fleet's (its
+//!   label), an old one of Fleet's without a fleet label (adopted), or another's — another
+//!   fleet's, or not Fleet's at all — which is never touched: the name waits on its backoff and
+//!   the log says whose it is. Every later write carries the object's `uid`, so it never lands
+//!   on an object someone else made in between.
+//! - Spec and labels, then the status, are written by server-side apply (field manager
+//!   `fleet-controller`, forced); a status another manager added to is taken back
+//!   (`fields`). The belief learns each answer.
+//! - A write the API server refuses about that object (a 4xx such as `422` invalid or `409`
+//!   conflict) puts that object on its own backoff (1 s doubling to 60 s) while every other is
+//!   still written; a server that does not answer (unreachable, `5xx`, `429`) stops every
+//!   write for a backoff; one that refuses the mirror as a whole (`401`, `403`, its CRD gone)
+//!   ends the round and sends the task back to its start-up check.
 //!
-//! Writes are paced by a token bucket, so a 10,000-node fleet never floods the API server. An
-//! object the API server refuses (a 4xx about that object: invalid, conflict) is retried on its
-//! own exponential backoff while every other object is still written; an error of the server
-//! as a whole (unreachable, 5xx, throttled, forbidden) stops every write for a backoff. The mirror runs in its own task and
-//! only takes the registry's read lock to compute what it wants, never across an `.await`.
+//! Writes are paced by a token bucket: 50 a second, at most 100 in one round.
 
-use super::crd::{FleetNode, FleetNodeSpec, FleetNodeStatus, FleetPlacement, FleetPlacementSpec, FleetPlacementStatus};
-use super::desired::{canonical, hash_json, status_key, Want, Wanted};
+use super::belief::{Belief, Seen};
+use super::check::is_answer;
+use super::crd::{FIELD_MANAGER, FLEET_LABEL, MANAGED_BY};
+use super::desired::{Want, Wanted};
+use super::fields::{drop_managers_patch, fleet_of, made_by_fleet, nulls_for_extras};
+use super::health::Health;
+use super::kind::Kind;
+use super::plan::{plan, Op, StatusOp};
 use crate::metrics::{Metrics, MirrorLabels};
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
-use kube::core::ApiResource;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::Client;
-use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The field manager of every write: `kubectl get -o yaml --show-managed-fields` names it.
-pub const FIELD_MANAGER: &str = "fleet-controller";
-/// Label on every mirror; the watches select on it.
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "fleet-controller");
-/// `lastSeenAt` alone refreshes a mirror at most this often.
-pub const LAST_SEEN_REFRESH: Duration = Duration::from_secs(60);
 /// Writes per second, steady, and the burst allowed after a quiet spell.
 pub const WRITES_PER_SECOND: f64 = 50.0;
 pub const WRITE_BURST: f64 = 100.0;
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
-const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// The longest a server that does not answer is left alone: the watches' retry (8 s) usually
+/// ends a backoff sooner, since a watch that answers again ends it.
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+const REFUSED_MAX: Duration = Duration::from_secs(60);
 
-/// The next backoff after `last` (none: the first).
-fn doubled(last: Option<Duration>) -> Duration {
-    last.map_or(BACKOFF_MIN, |d| (d * 2).min(BACKOFF_MAX))
+/// How a write failed.
+enum Failed {
+    /// The answer is about this object (invalid, conflict, gone, another's).
+    Object(String),
+    /// The server did not answer, or answered for everyone (5xx, 429).
+    Unanswered(kube::Error),
+    /// The cluster refuses the mirror itself (401, 403, its CRD gone).
+    Refused(String),
 }
 
-/// An answer about this object (invalid, conflict, gone), not about the server as a whole:
-/// unreachable, 5xx, throttled (429) and unauthorised or forbidden (401, 403: every object
-/// would get the same) stop every write instead.
-fn refuses_the_object(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if (400..500).contains(&s.code) && ![401, 403, 429].contains(&s.code))
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Kind {
-    Node,
-    Placement,
-}
-
-impl Kind {
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Node => "FleetNode",
-            Kind::Placement => "FleetPlacement",
+fn failed(e: kube::Error) -> Failed {
+    match &e {
+        kube::Error::Api(s) if [401, 403].contains(&s.code) => Failed::Refused(e.to_string()),
+        // A 404 without an object's name: the resource type itself is gone.
+        kube::Error::Api(s) if s.code == 404 && s.details.as_ref().is_none_or(|d| d.name.is_empty()) => {
+            Failed::Refused(format!("{e} (are the CRDs still installed?)"))
         }
+        _ if is_answer(&e) => Failed::Object(e.to_string()),
+        _ => Failed::Unanswered(e),
     }
-
-    pub fn plural(self) -> &'static str {
-        match self {
-            Kind::Node => "fleetnodes",
-            Kind::Placement => "fleetplacements",
-        }
-    }
-
-    pub fn resource(self) -> ApiResource {
-        match self {
-            Kind::Node => ApiResource::erase::<FleetNode>(&()),
-            Kind::Placement => ApiResource::erase::<FleetPlacement>(&()),
-        }
-    }
-
-    /// Canonical spec and status of an object read from the API server.
-    fn canonical(self, obj: &DynamicObject) -> (Value, Value) {
-        let spec = obj.data.get("spec");
-        let status = obj.data.get("status");
-        match self {
-            Kind::Node => (canonical::<FleetNodeSpec>(spec), canonical::<FleetNodeStatus>(status)),
-            Kind::Placement => (canonical::<FleetPlacementSpec>(spec), canonical::<FleetPlacementStatus>(status)),
-        }
-    }
-}
-
-/// What the mirror believes one object on the API server shows.
-#[derive(Debug, Clone, PartialEq)]
-struct Shown {
-    spec: u64,
-    status: u64,
-    last_seen: Option<String>,
-    /// When the status was last written (or first seen): paces `lastSeenAt` refreshes.
-    at: Instant,
-}
-
-/// A watch event, reduced to what the mirror needs.
-#[derive(Debug, Clone)]
-pub enum Seen {
-    /// The object exists with this content (added, modified, or listed).
-    Applied(Box<DynamicObject>),
-    Deleted(String),
-    /// A relist begins; objects not listed before `RelistDone` are gone.
-    Relist,
-    RelistDone,
-}
-
-#[derive(Default)]
-struct Belief {
-    shown: FxHashMap<String, Shown>,
-    relisted: Option<std::collections::HashSet<String>>,
-    /// Objects the API server refused: not asked again before the instant, then with the
-    /// delay doubled. Only wanted or believed objects keep an entry.
-    refused: FxHashMap<String, (Instant, Duration)>,
-}
-
-enum Op {
-    /// `idx` is the wanted item's position.
-    Apply {
-        idx: usize,
-        spec: bool,
-        status: bool,
-    },
-    Delete,
 }
 
 struct Bucket {
@@ -151,6 +84,7 @@ impl Bucket {
 pub struct Mirror {
     client: Client,
     namespace: String,
+    fleet_id: String,
     nodes: Belief,
     placements: Belief,
     bucket: Bucket,
@@ -161,62 +95,31 @@ pub struct Mirror {
     /// The leader's call gate (docs/behaviour.md#high-availability): no write starts unless
     /// the lease surely runs. `None`: the caller decides (tests).
     pub gate: Option<Arc<crate::platform::CallGate>>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum CheckError {
-    #[error("FLEET_KUBERNETES_MIRROR=true but the {kind} CRD ({plural}.fleet.taimen.dev) is not installed in the cluster: apply crds/ (`fleet-controller crds | kubectl apply -f -`) or install the chart with crds.install=true")]
-    NotInstalled { kind: &'static str, plural: &'static str },
-    #[error("FLEET_KUBERNETES_MIRROR=true but the service account may not list {plural} in namespace {namespace:?} ({message}): the chart's Role grants it when mirror.enabled=true")]
-    Forbidden { plural: &'static str, namespace: String, message: String },
-    #[error("FLEET_KUBERNETES_MIRROR=true but listing {plural} in namespace {namespace:?} failed: {message}")]
-    Other { plural: &'static str, namespace: String, message: String },
+    pub health: Health,
+    /// Set when the cluster refused the mirror as a whole: the task checks again.
+    pub refused: Option<String>,
 }
 
 impl Mirror {
-    pub fn new(client: Client, namespace: &str, metrics: Arc<Metrics>) -> Mirror {
+    pub fn new(client: Client, namespace: &str, fleet_id: &str, metrics: Arc<Metrics>, health: Health) -> Mirror {
         Mirror {
             client,
             namespace: namespace.to_string(),
+            fleet_id: fleet_id.to_string(),
             nodes: Belief::default(),
             placements: Belief::default(),
             bucket: Bucket { tokens: WRITE_BURST, at: Instant::now() },
             backoff: None,
+            health,
             metrics,
             requests: 0,
             gate: None,
+            refused: None,
         }
     }
 
     pub fn api(&self, kind: Kind) -> Api<DynamicObject> {
         Api::namespaced_with(self.client.clone(), &self.namespace, &kind.resource())
-    }
-
-    /// At start: both CRDs installed and listable in the namespace, or a clear error.
-    pub async fn check(&self) -> Result<(), CheckError> {
-        for kind in [Kind::Node, Kind::Placement] {
-            match self.api(kind).list(&ListParams::default().limit(1)).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {
-                    return Err(CheckError::NotInstalled { kind: kind.name(), plural: kind.plural() })
-                }
-                Err(kube::Error::Api(s)) if s.code == 403 => {
-                    return Err(CheckError::Forbidden {
-                        plural: kind.plural(),
-                        namespace: self.namespace.clone(),
-                        message: s.message.clone(),
-                    })
-                }
-                Err(e) => {
-                    return Err(CheckError::Other {
-                        plural: kind.plural(),
-                        namespace: self.namespace.clone(),
-                        message: e.to_string(),
-                    })
-                }
-            }
-        }
-        Ok(())
     }
 
     fn belief(&mut self, kind: Kind) -> &mut Belief {
@@ -226,184 +129,265 @@ impl Mirror {
         }
     }
 
-    /// Feeds a watch event into the belief. An object whose content differs from the belief
-    /// (a hand edit, or an echo of an older write) replaces it, so the next sync puts the
-    /// wanted content back; a delete forgets it, so the next sync recreates it.
+    /// Feeds a watch event into the belief.
     pub fn seen(&mut self, kind: Kind, event: Seen) {
-        let now = Instant::now();
-        let b = self.belief(kind);
-        match event {
-            Seen::Applied(obj) => {
-                let Some(name) = obj.metadata.name.clone() else { return };
-                let (spec, status) = kind.canonical(&obj);
-                let (status_hash, last_seen) = status_key(&status);
-                if let Some(r) = b.relisted.as_mut() {
-                    r.insert(name.clone());
-                }
-                // `at` paces lastSeenAt refreshes from the last write, so an object already
-                // believed keeps its own.
-                let at = b.shown.get(&name).map_or(now, |old| old.at);
-                b.shown.insert(name, Shown { spec: hash_json(&spec), status: status_hash, last_seen, at });
-            }
-            Seen::Deleted(name) => {
-                b.shown.remove(&name);
-            }
-            Seen::Relist => b.relisted = Some(Default::default()),
-            Seen::RelistDone => {
-                if let Some(r) = b.relisted.take() {
-                    b.shown.retain(|k, _| r.contains(k));
-                }
-            }
-        }
+        let id = self.fleet_id.clone();
+        self.belief(kind).seen(kind, event, (&id, FIELD_MANAGER));
+    }
+
+    /// The watches answer again: writes need not wait for their backoff.
+    pub fn answered(&mut self) {
+        self.backoff = None;
+        self.health.answered();
+    }
+
+    /// Forgets what it believed (this replica stopped leading).
+    pub fn forget(&mut self) {
+        self.nodes.clear();
+        self.placements.clear();
+    }
+
+    fn learn(&mut self, kind: Kind, obj: &DynamicObject, status_written: bool) {
+        let id = self.fleet_id.clone();
+        self.belief(kind).learn(kind, obj, (&id, FIELD_MANAGER), status_written);
+    }
+
+    fn uid(&mut self, kind: Kind, name: &str) -> Option<String> {
+        self.belief(kind).shown.get(name).and_then(|s| s.uid.clone())
     }
 
     /// One round: writes what differs, as far as the rate allows; the rest waits for the
-    /// next round. Returns the number of write requests made.
-    /// The bucket is refilled once, at the round's start, so one round writes at most
-    /// [`WRITE_BURST`] however long its requests take.
+    /// next round. Returns the number of write requests made. The bucket is refilled once,
+    /// at the round's start, so one round writes at most [`WRITE_BURST`].
     pub async fn sync(&mut self, wanted: &Wanted) -> usize {
         let now = Instant::now();
-        if let Some((until, _)) = self.backoff {
-            if now < until {
-                return 0;
-            }
+        if self.backoff.is_some_and(|(until, _)| now < until) || self.refused.is_some() {
+            return 0;
         }
         let before = self.requests;
         for (kind, items) in [(Kind::Node, &wanted.nodes), (Kind::Placement, &wanted.placements)] {
-            let ops = self.plan(kind, items, now);
+            let ops = plan(self.belief(kind), items, now);
             for (name, op) in ops {
-                let cost = match op {
-                    Op::Apply { spec, status, .. } => usize::from(spec) + usize::from(status),
-                    Op::Delete => 1,
-                };
-                if !self.bucket.take(now, cost as f64)
-                    || self.gate.as_ref().is_some_and(|g| g.permit("Kubernetes").is_err())
-                {
+                let gated = self.gate.as_ref().is_some_and(|g| g.permit("Kubernetes").is_err());
+                if gated || !self.bucket.take(now, op.cost() as f64) {
                     return self.requests - before;
                 }
-                let result = match &op {
-                    Op::Delete => self.delete(kind, &name).await,
-                    Op::Apply { idx, spec, status } => self.apply(kind, &items[*idx], *spec, *status).await,
-                };
-                match result {
-                    Ok(()) => {
-                        self.backoff = None;
-                        self.belief(kind).refused.remove(&name);
-                    }
-                    Err(e) if refuses_the_object(&e) => self.refused(kind, name, &e),
-                    Err(e) => {
-                        let delay = doubled(self.backoff.map(|(_, d)| d));
-                        tracing::warn!(kind = kind.name(), object = %name, error = %e, retry_in_s = delay.as_secs(), "mirror write failed; backing off");
-                        self.backoff = Some((Instant::now() + delay, delay));
-                        return self.requests - before;
-                    }
+                if !self.run(kind, items, name, op).await {
+                    return self.requests - before;
                 }
             }
         }
         self.requests - before
     }
 
+    /// Runs one op; `false` ends the round.
+    async fn run(&mut self, kind: Kind, items: &[Want], name: String, op: Op) -> bool {
+        let result = match op {
+            Op::Delete { uid } => self.delete(kind, &name, uid).await,
+            Op::Write { idx, create, spec, status } => self.write(kind, &items[idx], create, spec, status).await,
+        };
+        match result {
+            Ok(()) => {
+                self.backoff = None;
+                self.health.answered();
+                self.belief(kind).refused.remove(&name);
+                true
+            }
+            Err(Failed::Object(why)) => {
+                self.health.answered();
+                self.refuse(kind, name, &why);
+                true
+            }
+            Err(Failed::Unanswered(e)) => {
+                let delay = self.backoff.map_or(BACKOFF_MIN, |(_, d)| (d * 2).min(BACKOFF_MAX));
+                self.health.failed(&format!("writing {} {name}", kind.name()), &e);
+                self.backoff = Some((Instant::now() + delay, delay));
+                false
+            }
+            Err(Failed::Refused(why)) => {
+                self.refused = Some(why);
+                false
+            }
+        }
+    }
+
     /// The API server refused this object: it waits for its own backoff, the others go on.
-    fn refused(&mut self, kind: Kind, name: String, e: &kube::Error) {
+    /// Said at `WARN` the first time, at `DEBUG` while it keeps being refused.
+    fn refuse(&mut self, kind: Kind, name: String, why: &str) {
         let b = self.belief(kind);
-        let delay = doubled(b.refused.get(&name).map(|(_, d)| *d));
-        tracing::warn!(kind = kind.name(), object = %name, error = %e, retry_in_s = delay.as_secs(),
-            "the API server refused this mirror; retrying it alone later, the others go on");
+        let last = b.refused.get(&name).map(|(_, d)| *d);
+        let delay = last.map_or(BACKOFF_MIN, |d| (d * 2).min(REFUSED_MAX));
+        if last.is_none() {
+            tracing::warn!(kind = kind.name(), object = %name, error = %why, "the API server refused this mirror; \
+                retrying it alone later, the others go on");
+        } else {
+            tracing::debug!(kind = kind.name(), object = %name, error = %why, retry_in_s = delay.as_secs(), "refused again");
+        }
         b.refused.insert(name, (Instant::now() + delay, delay));
     }
 
-    fn plan(&mut self, kind: Kind, items: &[Want], now: Instant) -> Vec<(String, Op)> {
-        let b = self.belief(kind);
-        let mut ops = Vec::new();
-        let mut wanted_names = std::collections::HashSet::with_capacity(items.len());
-        let waits = |b: &Belief, name: &str| b.refused.get(name).is_some_and(|(until, _)| now < *until);
-        for (idx, w) in items.iter().enumerate() {
-            wanted_names.insert(w.name.as_str());
-            if waits(b, &w.name) {
-                continue;
-            }
-            let op = match b.shown.get(&w.name) {
-                None => Some(Op::Apply { idx, spec: true, status: true }),
-                Some(s) if s.spec != w.spec_hash => {
-                    Some(Op::Apply { idx, spec: true, status: s.status != w.status_hash })
-                }
-                Some(s) if s.status != w.status_hash => Some(Op::Apply { idx, spec: false, status: true }),
-                Some(s) if s.last_seen != w.last_seen && now.duration_since(s.at) >= LAST_SEEN_REFRESH => {
-                    Some(Op::Apply { idx, spec: false, status: true })
-                }
-                Some(_) => None,
-            };
-            if let Some(op) = op {
-                ops.push((w.name.clone(), op));
-            }
+    async fn write(&mut self, kind: Kind, w: &Want, create: bool, spec: bool, status: StatusOp) -> Result<(), Failed> {
+        if create && !self.create(kind, w).await? {
+            return Ok(());
         }
-        let mut gone: Vec<String> =
-            b.shown.keys().filter(|k| !wanted_names.contains(k.as_str()) && !waits(b, k)).cloned().collect();
-        gone.sort();
-        ops.extend(gone.into_iter().map(|n| (n, Op::Delete)));
-        let shown = &b.shown;
-        b.refused.retain(|k, _| wanted_names.contains(k.as_str()) || shown.contains_key(k));
-        ops
-    }
-
-    async fn apply(&mut self, kind: Kind, w: &Want, spec: bool, status: bool) -> Result<(), kube::Error> {
-        let api = self.api(kind);
-        let ar = kind.resource();
-        let pp = PatchParams::apply(FIELD_MANAGER).force();
         if spec {
-            let body = json!({
-                "apiVersion": ar.api_version,
-                "kind": ar.kind,
-                "metadata": { "name": w.name, "labels": { MANAGED_BY.0: MANAGED_BY.1 } },
-                "spec": w.spec,
-            });
-            let r = api.patch(&w.name, &pp, &Patch::Apply(&body)).await;
-            self.count(kind, "apply", &r);
-            r?;
+            self.apply_spec(kind, w).await?;
         }
-        if status {
-            let body = json!({ "apiVersion": ar.api_version, "kind": ar.kind, "status": w.status });
-            let r = api.patch_status(&w.name, &pp, &Patch::Apply(&body)).await;
-            self.count(kind, "apply_status", &r);
-            if let Err(kube::Error::Api(s)) = &r {
-                if s.code == 404 {
-                    // Deleted between the two writes: forget it, the next round recreates it.
-                    self.belief(kind).shown.remove(&w.name);
-                    return Ok(());
-                }
-            }
-            r?;
+        match status {
+            StatusOp::Keep => Ok(()),
+            StatusOp::Apply => self.apply_status(kind, w, &w.status).await,
+            StatusOp::TakeBack => self.take_back(kind, w).await,
         }
-        let b = self.belief(kind);
-        match b.shown.get_mut(&w.name) {
-            // Only the spec was written: the status stays as believed.
-            Some(s) if !status => s.spec = w.spec_hash,
-            _ => {
-                let written = Shown {
-                    spec: w.spec_hash,
-                    status: w.status_hash,
-                    last_seen: w.last_seen.clone(),
-                    at: Instant::now(),
-                };
-                // A status not written is not known: 0 never matches, so the next round writes it.
-                let shown = if status { written } else { Shown { status: 0, last_seen: None, ..written } };
-                b.shown.insert(w.name.clone(), shown);
-            }
-        }
-        tracing::debug!(kind = kind.name(), object = %w.name, spec, status, "mirror written");
-        Ok(())
     }
 
-    async fn delete(&mut self, kind: Kind, name: &str) -> Result<(), kube::Error> {
-        let r = self.api(kind).delete(name, &DeleteParams::default()).await;
+    fn object(&mut self, kind: Kind, name: &str, uid: Option<String>, part: (&str, &Value)) -> Value {
+        let ar = kind.resource();
+        let labels = json!({ MANAGED_BY.0: MANAGED_BY.1, FLEET_LABEL: self.fleet_id });
+        let mut metadata = json!({ "name": name, "labels": labels });
+        if let Some(uid) = uid {
+            metadata["uid"] = json!(uid);
+        }
+        json!({ "apiVersion": ar.api_version, "kind": ar.kind, "metadata": metadata, part.0: part.1 })
+    }
+
+    /// Creates the object; `Ok(false)` when the name is taken by an object that is not this
+    /// fleet's to write (it waits on its backoff, said once).
+    async fn create(&mut self, kind: Kind, w: &Want) -> Result<bool, Failed> {
+        let body: DynamicObject = serde_json::from_value(self.object(kind, &w.name, None, ("spec", &w.spec)))
+            .expect("a mirror object is an object");
+        let pp = PostParams { dry_run: false, field_manager: Some(FIELD_MANAGER.into()) };
+        let r = self.api(kind).create(&pp, &body).await;
+        self.count(kind, "create", &r);
+        match r {
+            Ok(obj) => {
+                self.learn(kind, &obj, false);
+                Ok(true)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => self.existing(kind, &w.name).await,
+            Err(e) => Err(failed(e)),
+        }
+    }
+
+    /// The name exists: this fleet's (believed from now on), an old mirror of Fleet's with no
+    /// fleet label (adopted: the next apply labels it), or another's (left alone).
+    async fn existing(&mut self, kind: Kind, name: &str) -> Result<bool, Failed> {
+        let r = self.api(kind).get(name).await;
+        self.count(kind, "get", &r);
+        let obj = r.map_err(failed)?;
+        let owner = fleet_of(&obj).map(str::to_string);
+        if owner.as_deref() == Some(self.fleet_id.as_str()) || (owner.is_none() && made_by_fleet(&obj)) {
+            self.learn(kind, &obj, false);
+            return Ok(false);
+        }
+        let whose = match owner {
+            Some(other) => format!("it belongs to fleet {other:?} (its {FLEET_LABEL} label)"),
+            None => "it was not made by Fleet".to_string(),
+        };
+        Err(Failed::Object(format!(
+            "{} {name:?} exists in namespace {:?} and {whose}: this fleet leaves it alone and does not mirror its own \
+             object of that name; give each fleet its own namespace (FLEET_KUBERNETES_NAMESPACE)",
+            kind.name(),
+            self.namespace
+        )))
+    }
+
+    async fn apply_spec(&mut self, kind: Kind, w: &Want) -> Result<(), Failed> {
+        let uid = self.uid(kind, &w.name);
+        let body = self.object(kind, &w.name, uid, ("spec", &w.spec));
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let r = self.api(kind).patch(&w.name, &pp, &Patch::Apply(&body)).await;
+        self.count(kind, "apply", &r);
+        self.after_write(kind, &w.name, r, false)
+    }
+
+    async fn apply_status(&mut self, kind: Kind, w: &Want, status: &Value) -> Result<(), Failed> {
+        let uid = self.uid(kind, &w.name);
+        let ar = kind.resource();
+        let mut body =
+            json!({ "apiVersion": ar.api_version, "kind": ar.kind, "metadata": {"name": w.name}, "status": status });
+        if let Some(uid) = uid {
+            body["metadata"]["uid"] = json!(uid);
+        }
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let r = self.api(kind).patch_status(&w.name, &pp, &Patch::Apply(&body)).await;
+        self.count(kind, "apply_status", &r);
+        self.after_write(kind, &w.name, r, true)
+    }
+
+    /// Learns the answer; an object gone (`404`) or made again by someone else (`409`, or
+    /// `422` on its `uid`) is forgotten, so the next round creates it.
+    fn after_write(
+        &mut self,
+        kind: Kind,
+        name: &str,
+        r: kube::Result<DynamicObject>,
+        status: bool,
+    ) -> Result<(), Failed> {
+        match r {
+            Ok(obj) => {
+                self.learn(kind, &obj, status);
+                Ok(())
+            }
+            Err(e) => {
+                if matches!(&e, kube::Error::Api(s) if [404, 409, 422].contains(&s.code)) {
+                    self.belief(kind).shown.remove(name);
+                }
+                Err(failed(e))
+            }
+        }
+    }
+
+    /// The status with `null` in the optional fields another manager added, then without them;
+    /// then the other managers still listed for the status are dropped. Still not the store's
+    /// after that: the object waits on its backoff rather than being written every round.
+    async fn take_back(&mut self, kind: Kind, w: &Want) -> Result<(), Failed> {
+        let present = self.belief(kind).shown.get(&w.name).map_or(0, |s| s.optional);
+        if present & !w.optional != 0 {
+            self.apply_status(kind, w, &nulls_for_extras(kind, &w.status, present)).await?;
+        }
+        self.apply_status(kind, w, &w.status).await?;
+        let foreign = self.belief(kind).shown.get(&w.name).map(|s| s.foreign.clone()).unwrap_or_default();
+        if !foreign.is_empty() {
+            self.drop_managers(kind, &w.name, &foreign).await?;
+        }
+        match self.belief(kind).shown.get(&w.name) {
+            Some(s) if s.optional & !w.optional != 0 || !s.foreign.is_empty() => {
+                Err(Failed::Object("the status still holds fields of other managers after taking it back".into()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Removes other managers' entries from `managedFields` (a JSON patch of the object, each
+    /// removal guarded by a test of the entry's manager and the object's uid).
+    async fn drop_managers(&mut self, kind: Kind, name: &str, foreign: &[(usize, String)]) -> Result<(), Failed> {
+        let mut patch = drop_managers_patch(foreign);
+        if let (Some(uid), Some(ops)) = (self.uid(kind, name), patch.as_array_mut()) {
+            ops.insert(0, json!({"op": "test", "path": "/metadata/uid", "value": uid}));
+        }
+        let api = self.api(kind);
+        let url = format!("{}/{name}?fieldManager={FIELD_MANAGER}", api.resource_url());
+        let req = axum::http::Request::patch(url)
+            .header(axum::http::header::CONTENT_TYPE, "application/json-patch+json")
+            .body(serde_json::to_vec(&patch).expect("a JSON patch serialises"))
+            .expect("a valid request");
+        let r = self.client.request::<DynamicObject>(req).await;
+        self.count(kind, "drop_managers", &r);
+        self.after_write(kind, name, r, false)
+    }
+
+    async fn delete(&mut self, kind: Kind, name: &str, uid: Option<String>) -> Result<(), Failed> {
+        let dp =
+            DeleteParams { preconditions: Some(Preconditions { uid, resource_version: None }), ..Default::default() };
+        let r = self.api(kind).delete(name, &dp).await;
         self.count(kind, "delete", &r);
         match r {
             Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e),
+            // Gone already, or made again by someone else since: either way not ours to delete.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => return Err(failed(e)),
         }
         self.belief(kind).shown.remove(name);
-        tracing::debug!(kind = kind.name(), object = %name, "mirror deleted");
         Ok(())
     }
 

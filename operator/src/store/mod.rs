@@ -149,7 +149,18 @@ impl Store {
     pub async fn follow(&self, me: String, offline_after: Duration, leading: impl Fn() -> bool, kick: impl Fn()) {
         follow::run(self.parts.clone(), me, offline_after, leading, kick).await
     }
+
+    /// This fleet's id (docs/behaviour.md#kubernetes-mirror): made at random by the first
+    /// replica that asks and kept in the store (its `kv` row [`FLEET_ID_KEY`]), so every
+    /// replica of an HA group, and every restart, has the same one.
+    pub async fn fleet_id(&self) -> Result<String, DbError> {
+        let made = format!("{:016x}", rand::random::<u64>());
+        self.db().kv_insert_absent(FLEET_ID_KEY, &made).await
+    }
 }
+
+/// The `kv` row of [`Store::fleet_id`].
+pub const FLEET_ID_KEY: &str = "fleet_id";
 
 /// Nodes: joining, reports, lifecycle.
 impl Store {

@@ -298,3 +298,21 @@ async fn keys_and_nodes_of_an_earlier_version_allow_anything() {
         assert_eq!(store.db().join_key_allowance(&secret::hash("fjk_old")).await.unwrap(), None, "an old key too");
     }
 }
+
+/// docs/behaviour.md#kubernetes-mirror, on both backends: the fleet id is made once and kept —
+/// a second replica on the same database, and the same one after a restart, get the same id.
+#[tokio::test]
+async fn the_fleet_id_is_made_once_and_shared_by_every_replica_of_the_store() {
+    for fresh in db::testing::each() {
+        eprintln!("on {}", fresh.backend);
+        let one = Store::open(&fresh.url).await.unwrap();
+        let two = Store::open(&fresh.url).await.unwrap();
+        let (a, b) = tokio::join!(one.fleet_id(), two.fleet_id());
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!(a, b, "two replicas asking at once agree");
+        assert!(fleet_api::names::is_kubernetes_label_value(&a) && a.len() == 16, "{a}");
+        drop((one, two));
+        let again = Store::open(&fresh.url).await.unwrap();
+        assert_eq!(again.fleet_id().await.unwrap(), a, "kept across a restart");
+    }
+}

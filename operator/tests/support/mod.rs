@@ -2,7 +2,9 @@
 //! process (so it can be `SIGKILL`ed), and nodes as plain HTTP clients of the node protocol.
 #![allow(dead_code)]
 
+pub mod fake_kube;
 pub mod ha;
+pub mod kube;
 pub mod sim;
 
 use fleet_devkit::{Devkit, DevkitConfig};
@@ -428,31 +430,4 @@ pub fn keep_reporting(nodes: Vec<TestNode>) -> tokio::task::JoinHandle<()> {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     })
-}
-
-/// How a Kubernetes API server answers the mirror's requests, for the fake servers of the k8s
-/// tests: with `fail` every request fails with that code (a `Status`); otherwise a list is
-/// empty, a delete succeeds and a server-side apply echoes the object it was given, named
-/// after the path. Returns (HTTP code, body).
-pub fn kube_answer(method: &str, path: &str, body: Value, fail: Option<u16>) -> (u16, Value) {
-    if let Some(code) = fail {
-        let message = if code == 404 { "the server could not find the requested resource" } else { "injected failure" };
-        return (code, json!({"kind":"Status","apiVersion":"v1","status":"Failure","message":message,"code":code}));
-    }
-    match method {
-        "GET" => (
-            200,
-            json!({"apiVersion":"fleet.taimen.dev/v1alpha1","kind":"List","metadata":{"resourceVersion":"1"},"items":[]}),
-        ),
-        "DELETE" => (200, json!({"kind":"Status","apiVersion":"v1","status":"Success","code":200})),
-        _ => {
-            // /apis/fleet.taimen.dev/v1alpha1/namespaces/<ns>/<plural>/<name>[/status]
-            let name = path.split('/').nth(8).unwrap_or_default().to_string();
-            let mut obj = body;
-            obj["metadata"]["name"] = json!(name);
-            obj["metadata"]["namespace"] = json!("fleet");
-            obj["metadata"]["resourceVersion"] = json!("2");
-            (200, obj)
-        }
-    }
 }

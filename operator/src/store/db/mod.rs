@@ -151,6 +151,11 @@ impl Db {
         on!(&self.pool, get_kv(key))
     }
 
+    /// Sets a `kv` row unless it has a value; returns the value it holds.
+    pub async fn kv_insert_absent(&self, key: &str, value: &str) -> Result<String, DbError> {
+        on!(&self.pool, kv_insert_absent(key, value))
+    }
+
     /// The `kv` rows under a key prefix, in key order.
     pub async fn kv_prefix(&self, prefix: &str) -> Result<Vec<(String, String)>, DbError> {
         on!(&self.pool, kv_prefix(prefix))

@@ -353,6 +353,17 @@ pub async fn get_kv(p: &Pool, key: &str) -> Result<Option<String>, DbError> {
     Ok(row.map(|r| r.get::<String, _>(0)))
 }
 
+/// Sets a `kv` row only when its key has none; the value the key holds afterwards (the one a
+/// racing replica stored first, if it won).
+pub async fn kv_insert_absent(p: &Pool, key: &str, value: &str) -> Result<String, DbError> {
+    sqlx::query("INSERT INTO kv (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING")
+        .bind(key)
+        .bind(value)
+        .execute(p)
+        .await?;
+    get_kv(p, key).await?.ok_or_else(|| DbError::Other(format!("the kv row {key} vanished after its insert")))
+}
+
 /// The `kv` rows whose key starts with `prefix`, in key order.
 pub async fn kv_prefix(p: &Pool, prefix: &str) -> Result<Vec<(String, String)>, DbError> {
     let rows = sqlx::query("SELECT key, value FROM kv WHERE substr(key, 1, $2) = $1 ORDER BY key")
