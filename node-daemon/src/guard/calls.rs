@@ -6,7 +6,7 @@
 
 use super::engine::{self, Found};
 use super::files::{Owner, Source};
-use super::proxy::{answer, forward, Body, Guard, Sent};
+use super::forward::{answer, forward, json_response, Body, Guard, Sent};
 use super::route::{Action, Call, Refusal};
 use crate::runtime::{LABEL_AGENT, LABEL_KIND};
 use hyper::{Method, Response, StatusCode};
@@ -80,7 +80,7 @@ pub async fn container(g: &Guard, call: &Call, reference: &str, action: Action) 
     };
     let path = call.forward_path(&found.id);
     match action {
-        Action::Inspect => Ok(super::proxy::json_response(StatusCode::OK, found.raw.to_vec())),
+        Action::Inspect => Ok(json_response(StatusCode::OK, found.raw.to_vec())),
         Action::Start => {
             refresh_files(g, &found)?;
             Ok(forward(g, &Method::POST, &path, None).await.into_response())

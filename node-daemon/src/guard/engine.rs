@@ -3,7 +3,7 @@
 //! call it then forwards names the object by the engine's full id — the object whose labels
 //! were checked, not whichever one the engine would resolve the client's words to later.
 
-use super::proxy::Upstream;
+use super::upstream::Upstream;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use hyper::{Request, StatusCode};

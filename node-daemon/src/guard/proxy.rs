@@ -5,17 +5,15 @@
 //! long as an agent's drain).
 
 use super::calls;
-use super::files::Tree;
+use super::forward::{answer, forward, json_response, Body, Guard, Sent};
 use super::listing;
 use super::policy::Policy;
 use super::route::{route, Call, Refusal, Route};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Bytes, Incoming};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -26,48 +24,6 @@ const MAX_BODY: usize = 1 << 20;
 /// The most of a list answer the guard reads to cut it (a host with thousands of containers
 /// lists a few MiB).
 pub const MAX_LIST: usize = 64 << 20;
-
-pub type Body = BoxBody<Bytes, hyper::Error>;
-
-/// Where the engine listens.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Upstream {
-    Unix(PathBuf),
-    Tcp(String),
-}
-
-impl Upstream {
-    /// `unix://PATH` or `tcp://HOST:PORT`.
-    pub fn parse(url: &str) -> Result<Upstream, String> {
-        if let Some(p) = url.strip_prefix("unix://") {
-            return Ok(Upstream::Unix(p.into()));
-        }
-        if let Some(a) = url.strip_prefix("tcp://") {
-            return Ok(Upstream::Tcp(a.trim_end_matches('/').to_string()));
-        }
-        Err(format!("--docker {url:?} must be unix://PATH or tcp://HOST:PORT"))
-    }
-
-    pub(super) async fn send(&self, req: Request<Full<Bytes>>) -> Result<Response<Incoming>, String> {
-        let fail = |e: std::io::Error| format!("cannot reach the Docker engine at {self:?}: {e}");
-        match self {
-            Upstream::Unix(p) => exchange(UnixStream::connect(p).await.map_err(fail)?, req).await,
-            Upstream::Tcp(a) => exchange(TcpStream::connect(a).await.map_err(fail)?, req).await,
-        }
-    }
-}
-
-async fn exchange<S>(io: S, req: Request<Full<Bytes>>) -> Result<Response<Incoming>, String>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(TokioIo::new(io)).await.map_err(|e| format!("Docker engine: {e}"))?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    sender.send_request(req).await.map_err(|e| format!("Docker engine: {e}"))
-}
 
 /// Where the guard listens: TCP, or a Unix socket (shared with the node on a private volume,
 /// so nothing else on the host can reach it).
@@ -104,13 +60,6 @@ impl Listener {
 enum Conn {
     Tcp(TcpStream),
     Unix(UnixStream),
-}
-
-/// What the guard serves with: the node's policy, its own files, the engine.
-pub struct Guard {
-    pub policy: Policy,
-    pub tree: Tree,
-    pub upstream: Upstream,
 }
 
 /// Serves the guard on `listener` until the process ends.
@@ -185,37 +134,6 @@ async fn list(g: &Guard, call: &Call, cut: fn(&Policy, &[u8]) -> Result<Vec<u8>,
     }
 }
 
-/// What the engine made of a forwarded call.
-pub enum Sent {
-    Answer(Response<Incoming>),
-    Failed(String),
-}
-
-impl Sent {
-    pub fn into_response(self) -> Response<Body> {
-        match self {
-            Sent::Answer(resp) => resp.map(|b| b.boxed()),
-            Sent::Failed(e) => answer(StatusCode::BAD_GATEWAY, &e),
-        }
-    }
-}
-
-/// Sends the engine `method path` (a path and query the guard built) with `body` (the guard's
-/// own serialisation, for a create) and nothing of the client's request but its meaning.
-pub async fn forward(g: &Guard, method: &Method, path: &str, body: Option<Vec<u8>>) -> Sent {
-    let mut out = Request::builder().method(method.clone()).uri(path).header("host", "docker");
-    if body.is_some() {
-        out = out.header("content-type", "application/json");
-    }
-    let Ok(req) = out.body(Full::new(Bytes::from(body.unwrap_or_default()))) else {
-        return Sent::Failed("docker-guard: the request cannot be forwarded".into());
-    };
-    match g.upstream.send(req).await {
-        Ok(resp) => Sent::Answer(resp),
-        Err(e) => Sent::Failed(e),
-    }
-}
-
 /// A list answer cut to this node's objects; an answer that is not a success passes as is.
 async fn cut_list(resp: Response<Incoming>, cut: impl Fn(&[u8]) -> Result<Vec<u8>, String>) -> Response<Body> {
     if !resp.status().is_success() {
@@ -234,15 +152,4 @@ async fn cut_list(resp: Response<Incoming>, cut: impl Fn(&[u8]) -> Result<Vec<u8
 fn refused(method: &str, path: &str, r: Refusal) -> Response<Body> {
     tracing::warn!(method, path, rule = %r.0, "docker-guard refused a request");
     answer(StatusCode::FORBIDDEN, &format!("docker-guard: {}", r.0))
-}
-
-pub fn answer(status: StatusCode, message: &str) -> Response<Body> {
-    json_response(status, serde_json::json!({ "message": message }).to_string().into_bytes())
-}
-
-pub fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Body> {
-    let mut resp = Response::new(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed());
-    *resp.status_mut() = status;
-    resp.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("application/json"));
-    resp
 }

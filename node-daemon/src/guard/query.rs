@@ -5,7 +5,7 @@
 //! twice, a key not on the list, a value of the wrong shape and an escape that is not one are
 //! refused; and what is forwarded is the guard's own encoding of the values it read.
 
-use super::route::{refuse, Refusal};
+use super::refusal::{refuse, Refusal};
 
 /// The shape a query value must have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,14 +3,7 @@
 //! versions take a `HostConfig` in the start body, past the create check).
 
 use super::query::{Allowed, Query, Value};
-
-/// A refused request: the rule, as the 403 body's `message` says it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal(pub String);
-
-pub fn refuse<T>(rule: impl Into<String>) -> Result<T, Refusal> {
-    Err(Refusal(rule.into()))
-}
+pub use super::refusal::{refuse, Refusal};
 
 /// The oldest API version admitted in a path.
 const OLDEST: (u32, u32) = (1, 40);

@@ -5,8 +5,10 @@
 
 use super::engine;
 use super::files::Tree;
+use super::forward::Guard;
 use super::policy::Policy;
-use super::proxy::{serve, Guard, Listener, Upstream};
+use super::proxy::{serve, Listener};
+use super::upstream::Upstream;
 use crate::config::NodeConfig;
 use crate::runtime::{LABEL_AGENT, LABEL_MANAGED, LABEL_NODE};
 use serde_json::Value;

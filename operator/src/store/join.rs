@@ -50,9 +50,13 @@ impl Parts {
         Ok(self.db.join_keys(now, 1000).await?.into_iter().map(|r| join_key_view(r, now)).collect())
     }
 
-    /// Ends a join key now, by its id: no join and no re-join with it from here on.
+    /// Ends a join key now, by its id (the start of its hash): no join and no re-join with it
+    /// from here on. Whether there was one.
     pub async fn revoke_join_key(&self, id: &str) -> Result<bool, DbError> {
-        self.db.revoke_join_key(id, clock::now_ms()).await
+        let hashes = self.db.join_key_hashes().await?;
+        let Some(hash) = hashes.iter().find(|h| super::secret::hex_id(h) == id) else { return Ok(false) };
+        self.db.end_join_key(hash, clock::now_ms()).await?;
+        Ok(true)
     }
 
     /// Joins a node (body already validated). The key is looked up in the database, in the

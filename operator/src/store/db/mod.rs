@@ -115,9 +115,14 @@ impl Db {
         on!(&self.pool, join_keys(now_ms, limit))
     }
 
-    /// Ends the join key whose hash starts with `id` (hex); whether there was one.
-    pub async fn revoke_join_key(&self, id: &str, now_ms: i64) -> Result<bool, DbError> {
-        on!(&self.pool, revoke_join_key(id, now_ms))
+    /// The hashes of every join key.
+    pub async fn join_key_hashes(&self) -> Result<Vec<Vec<u8>>, DbError> {
+        on!(&self.pool, join_key_hashes())
+    }
+
+    /// Ends the join key with `hash` now: no join and no re-join with it.
+    pub async fn end_join_key(&self, hash: &[u8], now_ms: i64) -> Result<(), DbError> {
+        on!(&self.pool, end_join_key(hash, now_ms))
     }
 
     /// The allowance a join key carries (JSON); `None` for a key without one, or no such key.
@@ -414,15 +419,13 @@ mod tests {
 
             let listed = db.join_keys(t0, 10).await.unwrap();
             assert_eq!((listed.len(), listed[0].used_ms, listed[0].node_id.as_deref()), (1, Some(t0), Some("n1")));
-            let id = crate::store::secret::hex_id(&listed[0].hash);
             db.insert_join_key(b"key2", i64::MAX, "", None, 0).await.unwrap();
-            let id2 = crate::store::secret::hex_id(b"key2");
-            assert!(db.revoke_join_key(&id2, t0).await.unwrap(), "found by its id");
-            assert!(!db.revoke_join_key("0000000000000000", t0).await.unwrap());
+            assert_eq!(db.join_key_hashes().await.unwrap().len(), 2);
+            db.end_join_key(b"key2", t0).await.unwrap();
             let mut other = node(b"t4");
             (other.id, other.name) = ("n2".into(), "two".into());
             assert!(matches!(db.join(b"key2", &other, t0 + 1).await.unwrap(), JoinOutcome::KeyInvalid), "revoked");
-            assert!(db.revoke_join_key(&id, t0).await.unwrap());
+            db.end_join_key(b"key", t0).await.unwrap();
             let rejoin = db.join(b"key", &node(b"t5"), t0 + 2).await.unwrap();
             assert!(matches!(rejoin, JoinOutcome::KeyInvalid), "a revoked key joins its node again neither");
         }

@@ -90,17 +90,19 @@ pub async fn join_keys(p: &Pool, now_ms: i64, limit: i64) -> Result<Vec<JoinKeyR
     Ok(rows)
 }
 
-/// Ends a join key at `now_ms` (for joins and re-joins alike), found by the start of its
-/// hash in hex; whether one was found.
-pub async fn revoke_join_key(p: &Pool, id: &str, now_ms: i64) -> Result<bool, DbError> {
-    let hashes: Vec<Vec<u8>> = sqlx::query_scalar("SELECT hash FROM join_keys").fetch_all(p).await?;
-    let Some(hash) = hashes.into_iter().find(|h| crate::store::secret::hex_id(h) == id) else { return Ok(false) };
+/// The hashes of every join key.
+pub async fn join_key_hashes(p: &Pool) -> Result<Vec<Vec<u8>>, DbError> {
+    Ok(sqlx::query_scalar("SELECT hash FROM join_keys").fetch_all(p).await?)
+}
+
+/// Ends the join key with `hash` at `now_ms`, for joins and re-joins alike.
+pub async fn end_join_key(p: &Pool, hash: &[u8], now_ms: i64) -> Result<(), DbError> {
     sqlx::query("UPDATE join_keys SET expires_ms = $1 WHERE hash = $2 AND expires_ms > $1")
         .bind(now_ms)
-        .bind(&hash)
+        .bind(hash)
         .execute(p)
         .await?;
-    Ok(true)
+    Ok(())
 }
 
 /// The allowance a join key carries (JSON), `None` for a key without one or no such key.
