@@ -19,6 +19,7 @@ pub mod text;
 pub mod types;
 pub mod urls;
 pub mod validate;
+pub mod windows;
 
 pub use ops::*;
 pub use rollout::{RolloutPolicy, RolloutState, RolloutView};

@@ -70,6 +70,9 @@ pub struct JoinRequest {
     /// not here is offered every secret of `secrets` (docs/behaviour.md#secrets).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub executor_secrets: BTreeMap<String, Vec<String>>,
+    /// node.yaml's `maintenanceWindows` (docs/behaviour.md#maintenance-windows).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub maintenance_windows: Vec<crate::windows::MaintenanceWindow>,
     #[serde(default)]
     pub version: String,
 }
@@ -178,6 +181,7 @@ mod redaction_tests {
             secrets: vec![],
             executor_secrets: BTreeMap::new(),
             version: "1".into(),
+            maintenance_windows: Vec::new(),
         };
         let resp = JoinResponse { node_id: "id".into(), node_token: "fnt_secret".into() };
         let key = JoinKeyResponse { join_key: "fjk_other".into(), expires_at: "2030".into() };
@@ -311,6 +315,10 @@ pub struct ReplicaReport {
     /// older node, which counts as running what the controller last sent it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec_id: Option<String>,
+    /// Until when the replica said it is busy (RFC 3339; docs/behaviour.md#busy-replicas), only
+    /// while it runs; absent or null when idle. The controller clamps it to the agent's hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_until: Option<String>,
 }
 
 /// `PUT /api/v1/nodes/me/observed` body.
@@ -341,6 +349,11 @@ pub struct ObservedReport {
     pub seq: Option<u64>,
     #[serde(default)]
     pub observe_seconds: Option<u32>,
+    /// node.yaml's `maintenanceWindows`: outside them no voluntary disruption starts on the
+    /// node (docs/behaviour.md#maintenance-windows). Left out when the node has none, so an
+    /// older controller reads the report.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub maintenance_windows: Vec<crate::windows::MaintenanceWindow>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]

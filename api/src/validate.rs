@@ -199,6 +199,7 @@ mod tests {
             boot_id: None,
             seq: None,
             observe_seconds: Some(20),
+            maintenance_windows: Vec::new(),
         }
     }
 
@@ -274,6 +275,7 @@ mod tests {
             secrets: vec![],
             executor_secrets: BTreeMap::new(),
             version: "0.1.0".into(),
+            maintenance_windows: Vec::new(),
         };
         let e = join(&r).unwrap_err();
         assert_eq!(e.field, "publicKey");

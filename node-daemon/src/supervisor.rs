@@ -165,6 +165,7 @@ impl<R: Runtime> Supervisor<R> {
                     last_exit_code: s.last_exit_code,
                     message: s.message.or(note).map(cut_message),
                     spec_id: rec.and_then(|r| r.spec_id.clone()),
+                    busy_until: None,
                 }
             })
             .collect()

@@ -373,6 +373,9 @@ impl NodeDir {
     }
 
     fn start_guard(&mut self, cfg: &str, env: &HashMap<String, String>) {
+        // The node's state directory exists before the guard starts (the compose file's step
+        // 2): the guard learns the node's user from its owner.
+        std::fs::create_dir_all(self.root.join("state")).unwrap();
         let listen = format!("unix://{}", self.root.join("guard.sock").display());
         let args = ["--config", cfg, "docker-guard", "--listen", &listen];
         self.guard = Some(Proc::spawn(&bin("fleet-node"), &args, env, &self.root.join("guard.log")));

@@ -25,6 +25,7 @@ pub(super) fn join_request(cfg: &NodeConfig, key: &str, public_key: &[u8; 32]) -
         capacity: cfg.capacity(),
         executor_secrets: cfg.offered_secrets(&secrets),
         secrets: secrets.into_iter().collect(),
+        maintenance_windows: Vec::new(),
         version: VERSION.to_string(),
     }
 }
@@ -58,6 +59,7 @@ impl Reporter {
             version: VERSION.to_string(),
             boot_id: Some(self.boot_id.clone()),
             seq: Some(self.seq.fetch_add(1, Ordering::SeqCst) + 1),
+            maintenance_windows: Vec::new(),
             observe_seconds: Some(cfg.observe_seconds),
         }
     }

@@ -258,6 +258,7 @@ mod replicas {
             secrets: vec![],
             executor_secrets: Default::default(),
             version: "t".into(),
+            maintenance_windows: Vec::new(),
         }
     }
 
@@ -276,6 +277,7 @@ mod replicas {
             boot_id: Some("boot".into()),
             seq: Some(seq),
             observe_seconds: None,
+            maintenance_windows: Vec::new(),
         }
     }
 

@@ -19,6 +19,7 @@ fn report(labels: &[&str], secrets: &[&str], seq: u64) -> ObservedReport {
         boot_id: Some("b".into()),
         seq: Some(seq),
         observe_seconds: None,
+        maintenance_windows: Vec::new(),
     }
 }
 
@@ -153,6 +154,7 @@ async fn join_node(store: &Store, name: &str, labels: &[&str]) -> Id {
         secrets: vec![],
         executor_secrets: Default::default(),
         version: "t".into(),
+        maintenance_windows: Vec::new(),
     };
     store.join(&req).await.unwrap().node_id.into()
 }
@@ -175,6 +177,7 @@ async fn a_report_on(store: &Store) {
         last_exit_code: None,
         message: None,
         spec_id: None,
+        busy_until: None,
     };
     // Ten replicas in room for sixteen, as parsing leaves them: kept at their length.
     r.replicas = Vec::with_capacity(16);
@@ -235,6 +238,7 @@ async fn allowance_on(store: &Store) {
         secrets: vec![],
         executor_secrets: Default::default(),
         version: "t".into(),
+        maintenance_windows: Vec::new(),
     };
     let id: Id = store.join(&req).await.unwrap().node_id.into();
     let (now, ttl) = (clock::now_ms(), Duration::from_secs(60));

@@ -447,6 +447,7 @@ mod tests {
                 last_exit_code: None,
                 message: Some(message.clone()),
                 spec_id: None,
+                busy_until: None,
             };
             let a = node("a", true, |n| n.info.replicas = vec![crate::store::Seen::of(report, |_| None)]);
             let mut st = state(vec![a], agent("x", json!({"replicas": 1})));

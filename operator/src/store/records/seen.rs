@@ -141,6 +141,7 @@ impl Seen {
             last_exit_code: self.last_exit_code(),
             message: self.message.as_deref().map(String::from),
             spec_id: self.spec_id(),
+            busy_until: None,
         }
     }
 }
@@ -160,6 +161,7 @@ mod tests {
             last_exit_code: Some(-9),
             message: message.map(String::from),
             spec_id: Some("0a1b2c3d".into()),
+            busy_until: None,
         }
     }
 
