@@ -2,9 +2,10 @@
 //! start. A window is a five-field cron schedule of its starts (`*/5 * * * *`), a duration, and
 //! the IANA time zone the schedule reads in; an agent (`placement.rollout.windows`) and a node
 //! (node.yaml `maintenanceWindows`) may each name several, and a disruption starts only inside
-//! one of each that names any. Daylight-saving changes are the time-zone library's (jiff, with
-//! its own copy of the zone database): a start that falls in a skipped hour fires an hour later,
-//! one in a repeated hour fires once, at its second occurrence.
+//! one of each that names any. Daylight-saving changes are the libraries' (croner for the
+//! schedule, chrono-tz for the zone, with its own copy of the zone database): a start that
+//! falls in a skipped hour fires at the first minute after it, one in a repeated hour fires
+//! once, at its first occurrence.
 
 use serde::{Deserialize, Serialize};
 use std::str::FromStr;
@@ -30,8 +31,8 @@ pub struct MaintenanceWindow {
 /// A window read: its schedule and zone parsed once.
 #[derive(Debug, Clone)]
 pub struct Window {
-    schedule: jiff_cron::Schedule,
-    zone: jiff::tz::TimeZone,
+    schedule: croner::Cron,
+    zone: chrono_tz::Tz,
     duration_ms: i64,
 }
 
@@ -51,10 +52,9 @@ impl Window {
         if fields.len() != 5 {
             return Err(format!("schedule {:?} is not five cron fields (minute hour day month weekday)", w.schedule));
         }
-        // jiff-cron reads seconds and years as well: every start is at second 0, any year.
-        let schedule = jiff_cron::Schedule::from_str(&format!("0 {} *", fields.join(" ")))
+        let schedule = croner::Cron::from_str(&fields.join(" "))
             .map_err(|e| format!("schedule {:?} is not a cron schedule: {e}", w.schedule))?;
-        let zone = jiff::tz::TimeZone::get(&w.time_zone)
+        let zone = chrono_tz::Tz::from_str(&w.time_zone)
             .map_err(|_| format!("timeZone {:?} is not an IANA time zone (Europe/Paris, UTC, …)", w.time_zone))?;
         if !(1..=MAX_DURATION_MINUTES).contains(&w.duration_minutes) {
             return Err(format!("durationMinutes {} must be 1…{MAX_DURATION_MINUTES}", w.duration_minutes));
@@ -66,8 +66,9 @@ impl Window {
 
     /// The first start strictly after `ms`, if within [`MAX_GAP_DAYS`].
     fn first_start_after(&self, ms: i64) -> Option<i64> {
-        let at = jiff::Timestamp::from_millisecond(ms).ok()?.to_zoned(self.zone.clone());
-        let next = self.schedule.after(at).next()?.timestamp().as_millisecond();
+        use chrono::TimeZone;
+        let at = self.zone.timestamp_millis_opt(ms).single()?;
+        let next = self.schedule.find_next_occurrence(&at, false).ok()?.timestamp_millis();
         (next - ms <= MAX_GAP_DAYS * 86_400_000).then_some(next)
     }
 
@@ -124,7 +125,7 @@ mod tests {
     }
 
     fn ms(rfc3339: &str) -> i64 {
-        rfc3339.parse::<jiff::Timestamp>().unwrap().as_millisecond()
+        chrono::DateTime::parse_from_rfc3339(rfc3339).unwrap().timestamp_millis()
     }
 
     #[test]
@@ -137,22 +138,26 @@ mod tests {
     }
 
     /// Paris springs forward on 2026-03-29 at 02:00 (to 03:00) and falls back on 2026-10-25 at
-    /// 03:00 (to 02:00): a window at 02:30 local opens at 03:30 the day the hour is skipped, and
-    /// once the day it is repeated.
+    /// 03:00 (to 02:00): a window at 02:30 local opens at 03:00 the day that hour is skipped,
+    /// and once the day it is repeated — wherever the look starts from.
     #[test]
     fn a_window_across_a_daylight_saving_change() {
         let w = window("30 2 * * *", 60, "Europe/Paris");
         // The day before: 02:30 CET is 01:30 UTC.
         assert_eq!(w.at(ms("2026-03-28T01:00:00Z")), Openness::Closed { opens_ms: ms("2026-03-28T01:30:00Z") });
-        // The skipped hour: 02:30 does not exist; the window opens at 03:30 CEST, 01:30 UTC.
-        assert_eq!(w.at(ms("2026-03-29T00:00:00Z")), Openness::Closed { opens_ms: ms("2026-03-29T01:30:00Z") });
+        // The skipped hour: 02:30 does not exist; the window opens at 03:00 CEST, 01:00 UTC,
+        // whether looked at from the day before or the same night.
+        for from in ["2026-03-28T12:00:00Z", "2026-03-28T23:00:00Z", "2026-03-29T00:30:00Z"] {
+            assert_eq!(w.at(ms(from)), Openness::Closed { opens_ms: ms("2026-03-29T01:00:00Z") }, "{from}");
+        }
+        assert_eq!(w.at(ms("2026-03-29T01:59:00Z")), Openness::Open { closes_ms: ms("2026-03-29T02:00:00Z") });
         // The day after, in summer time: 02:30 CEST is 00:30 UTC.
         assert_eq!(w.at(ms("2026-03-29T23:00:00Z")), Openness::Closed { opens_ms: ms("2026-03-30T00:30:00Z") });
         // The repeated hour: 02:30 comes twice (CEST 00:30 UTC, CET 01:30 UTC); the window
-        // opens once, at the second.
-        assert_eq!(w.at(ms("2026-10-24T23:00:00Z")), Openness::Closed { opens_ms: ms("2026-10-25T01:30:00Z") });
-        assert_eq!(w.at(ms("2026-10-25T01:31:00Z")), Openness::Open { closes_ms: ms("2026-10-25T02:30:00Z") });
-        assert_eq!(w.at(ms("2026-10-25T02:30:00Z")), Openness::Closed { opens_ms: ms("2026-10-26T01:30:00Z") });
+        // opens once, at the first.
+        assert_eq!(w.at(ms("2026-10-24T23:00:00Z")), Openness::Closed { opens_ms: ms("2026-10-25T00:30:00Z") });
+        assert_eq!(w.at(ms("2026-10-25T01:00:00Z")), Openness::Open { closes_ms: ms("2026-10-25T01:30:00Z") });
+        assert_eq!(w.at(ms("2026-10-25T01:45:00Z")), Openness::Closed { opens_ms: ms("2026-10-26T01:30:00Z") });
     }
 
     #[test]
