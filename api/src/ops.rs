@@ -89,6 +89,9 @@ pub struct ReplicaPlacement {
     /// The node's report (`running`, `crashloop`, …), `pending` before one.
     pub state: String,
     pub message: Option<String>,
+    /// Until when the replica said it is busy (docs/behaviour.md#busy-replicas); absent when idle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_until: Option<String>,
 }
 
 /// One node's verdict for the agent (`?nodes=true`).

@@ -77,10 +77,23 @@ pub enum OnFailure {
 pub struct RolloutPolicy {
     #[schema(value_type = String, example = "25%")]
     pub max_unavailable: MaxUnavailable,
-    pub min_ready_seconds: u64,
-    pub progress_deadline_seconds: u64,
+    pub min_ready_seconds: u32,
+    pub progress_deadline_seconds: u32,
     pub canary: u32,
     pub on_failure: OnFailure,
+    /// How long a voluntary disruption waits for a busy replica (docs/behaviour.md#busy-replicas);
+    /// at most [`MAX_BUSY_SECONDS`]. Records stored before it read the controller's default.
+    #[serde(default = "default_max_busy")]
+    pub max_busy_seconds: u32,
+}
+
+/// The hard cap of `maxBusySeconds`: no agent holds a disruption longer, whatever it says.
+pub const MAX_BUSY_SECONDS: u32 = 86_400;
+/// `FLEET_ROLLOUT_MAX_BUSY_SECONDS`'s default.
+pub const DEFAULT_MAX_BUSY_SECONDS: u32 = 3_600;
+
+fn default_max_busy() -> u32 {
+    DEFAULT_MAX_BUSY_SECONDS
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
@@ -109,8 +122,9 @@ impl RolloutState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RolloutDefaults {
     pub max_unavailable: MaxUnavailable,
-    pub min_ready_seconds: u64,
-    pub progress_deadline_seconds: u64,
+    pub min_ready_seconds: u32,
+    pub progress_deadline_seconds: u32,
+    pub max_busy_seconds: u32,
 }
 
 impl Default for RolloutDefaults {
@@ -119,6 +133,7 @@ impl Default for RolloutDefaults {
             max_unavailable: MaxUnavailable::Percent(25),
             min_ready_seconds: 10,
             progress_deadline_seconds: 600,
+            max_busy_seconds: DEFAULT_MAX_BUSY_SECONDS,
         }
     }
 }

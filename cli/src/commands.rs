@@ -205,9 +205,15 @@ pub async fn why(c: &Client, out: Output, agent: &str, nodes: bool) -> Result<()
     for p in &e.problems {
         println!("Problem:    {p}");
     }
-    let mut t = Table::new(&["REPLICA", "NODE", "STATE", "MESSAGE"]);
+    let mut t = Table::new(&["REPLICA", "NODE", "STATE", "BUSY UNTIL", "MESSAGE"]);
     for r in &e.replicas {
-        t.row(vec![r.replica.to_string(), or_dash(r.node.as_ref()), r.state.clone(), or_dash(r.message.as_ref())]);
+        t.row(vec![
+            r.replica.to_string(),
+            or_dash(r.node.as_ref()),
+            r.state.clone(),
+            or_dash(r.busy_until.as_ref()),
+            or_dash(r.message.as_ref()),
+        ]);
     }
     println!();
     print!("{}", t.render());

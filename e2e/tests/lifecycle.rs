@@ -35,7 +35,11 @@ async fn join_run_revise_reimage_and_scale() {
     let name = n1.container("coder", 0);
     let pat = eventually(60, "the agent read its PAT", || async { pat_seen_by(&name) }).await;
     assert_eq!(live_pat(&f, "coder"), vec![pat.clone()]);
-    assert!(n1.log().contains(&format!("started {name}")), "the node logs `started <container-name>`:\n{}", n1.log());
+    // The container may print its PAT before the node has written its own line about it.
+    eventually(10, "the node logs `started <container-name>`", || async {
+        n1.log().contains(&format!("started {name}")).then_some(())
+    })
+    .await;
     let s = f.status_where("coder", 30, "coder running", |s| s["phase"] == "running").await;
     assert_eq!(s["observedRevision"], 1);
     let id = container(&name).unwrap()["Id"].as_str().unwrap().to_string();

@@ -22,6 +22,7 @@ fn request(key: String, name: String) -> JoinRequest {
         secrets: vec![],
         executor_secrets: Default::default(),
         version: "0.1.0".into(),
+        maintenance_windows: Vec::new(),
     }
 }
 
@@ -40,6 +41,7 @@ fn report(seq: u64) -> ObservedReport {
         boot_id: Some("b".into()),
         seq: Some(seq),
         observe_seconds: Some(20),
+        maintenance_windows: Vec::new(),
     }
 }
 

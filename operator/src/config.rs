@@ -552,10 +552,19 @@ impl Reader<'_> {
             }
         };
         let week = 7 * 86_400;
-        let min_ready_seconds = self.seconds("FLEET_ROLLOUT_MIN_READY_SECONDS", d.min_ready_seconds, 0, week);
-        let deadline = d.progress_deadline_seconds;
-        let progress_deadline_seconds = self.seconds("FLEET_ROLLOUT_PROGRESS_DEADLINE_SECONDS", deadline, 1, week);
-        fleet_api::rollout::RolloutDefaults { max_unavailable, min_ready_seconds, progress_deadline_seconds }
+        let mut secs =
+            |name: &str, default: u32, min: u64, max: u64| self.seconds(name, default.into(), min, max) as u32;
+        let min_ready_seconds = secs("FLEET_ROLLOUT_MIN_READY_SECONDS", d.min_ready_seconds, 0, week);
+        let progress_deadline_seconds =
+            secs("FLEET_ROLLOUT_PROGRESS_DEADLINE_SECONDS", d.progress_deadline_seconds, 1, week);
+        let cap = fleet_api::rollout::MAX_BUSY_SECONDS.into();
+        let max_busy_seconds = secs("FLEET_ROLLOUT_MAX_BUSY_SECONDS", d.max_busy_seconds, 0, cap);
+        fleet_api::rollout::RolloutDefaults {
+            max_unavailable,
+            min_ready_seconds,
+            progress_deadline_seconds,
+            max_busy_seconds,
+        }
     }
 
     /// This replica's name and the URL other replicas forward to it by.

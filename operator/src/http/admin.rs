@@ -139,11 +139,12 @@ pub async fn get_node(
 ) -> Result<Json<NodeDetail>, ApiError> {
     let st = app.store.read();
     let n = st.resolve(&id).and_then(|id| st.node(&id)).ok_or_else(|| super::ops::unknown_node(&id))?;
+    let now = clock::now_ms();
     Ok(Json(NodeDetail {
-        node: st.node_view(n, clock::now_ms(), app.offline_after),
+        node: st.node_view(n, now, app.offline_after),
         generation: st.desired(&n.id).map(|d| d.generation).unwrap_or(0),
         applied_generation: n.info.applied_generation,
-        replicas: n.info.replicas.iter().map(crate::store::Seen::to_report).collect(),
+        replicas: st.replica_reports(n, now),
     }))
 }
 

@@ -42,6 +42,7 @@ impl Parts {
         // replicas instead of 720 bytes).
         let index = st.agent_index();
         let known = |key: &str| index.get_key_value(key).map(|(k, _)| k.clone());
+        let busy = super::records::node::busy_of(&r.replicas, now);
         let mut replicas: Vec<Seen> = Vec::with_capacity(r.replicas.len());
         replicas.extend(r.replicas.into_iter().map(|p| Seen::of(p, known)));
         let mut info = NodeInfo {
@@ -60,7 +61,12 @@ impl Parts {
         // The event is about a change of what is refused, not every report that repeats it.
         let refused = refused_changed(&rec.info, &info).then(|| info.refused_facts());
         let name = rec.name.clone();
-        let outcome = st.observe(node, info, now, now, offline_after, true);
+        let mut outcome = st.observe(node, info, now, now, offline_after, true);
+        if st.set_busy(node, busy) {
+            if let ReportOutcome::Accepted { changed, .. } = &mut outcome {
+                *changed = true;
+            }
+        }
         drop(st);
         if let Some(refused) = refused.filter(|r| !r.is_empty()) {
             tracing::warn!(node = %name, refused = %refused.describe(), "node claims what its allowance refuses");

@@ -71,7 +71,7 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
             &f.id,
             |k| st.agent(k),
             |p| creds.get(p).map(|&c| Arc::clone(c)),
-            |a, n| look_of(a, n, st.rollout(&a.key), None),
+            |a, n, r| look_of(a, n, r, st.rollout(&a.key), None),
         );
         let json = desired_json(&entries, &ctx.cfg.iam_tenant, boxes);
         if !st.desired(&f.id).is_some_and(|d| d.same_agents(&json)) {

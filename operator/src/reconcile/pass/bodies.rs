@@ -83,7 +83,7 @@ fn to_rebuild<'m>(ctx: &Ctx, memo: &'m Memo, rolled: &Rolled, salt: u64, chunk: 
     chunk
         .iter()
         .filter_map(|node| {
-            let look = |a: &Agent, n: &Id| look_of(a, n, rolled.get(&st, &a.key), memo.own_spec(&a.key));
+            let look = |a: &Agent, n: &Id, r: u32| look_of(a, n, r, rolled.get(&st, &a.key), memo.own_spec(&a.key));
             let entries = entries_of(&memo.per_node, node, |k| memo.agent(k), |p| st.live_cred(p).cloned(), look);
             let hash = input_hash(salt, &entries, |key| memo.fingerprint(key));
             let current = st.desired(node).cloned();

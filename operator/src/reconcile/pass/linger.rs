@@ -34,8 +34,8 @@ pub const RELEASE_SLACK_MS: i64 = 5_000;
 pub struct Lingered {
     /// Started or changed (`Some`) or ended (`None`), to store and publish.
     pub changed: Vec<((Id, u32), Option<Linger>)>,
-    /// The lingering replicas after this pass: (agent, their draining node).
-    pub from: Vec<(Id, Id)>,
+    /// The lingering replicas after this pass: (agent, their draining node, replica).
+    pub from: Vec<(Id, Id, u32)>,
     /// When the next one needs another look (ms).
     pub next_due: Option<i64>,
 }
@@ -101,10 +101,10 @@ pub fn track(ctx: &Ctx, memo: &mut Memo, snap: &Snapshot, placed: &mut Placed, p
         }
         let due = due(ctx, memo, &agent, &l);
         out.next_due = Some(out.next_due.map_or(due, |d: i64| d.min(due)));
-        out.from.push((agent, l.from));
+        out.from.push((agent, l.from, r));
     }
     for (agent, r, from) in let_go {
-        let keep_agent = out.from.iter().any(|(a, f)| *a == agent && *f == from);
+        let keep_agent = out.from.iter().any(|(a, f, _)| *a == agent && *f == from);
         unlist(memo, placed, &agent, r, &from, keep_agent);
     }
     out

@@ -80,30 +80,48 @@ pub fn is_placed(per_node: &PerNode, pair: &(Id, Id)) -> bool {
 }
 
 /// A node's desired-state entries: every agent bound there whose credential for the node
-/// exists (docs/behaviour.md#desired-state-and-observed-report: an agent enters only once it does).
+/// exists (docs/behaviour.md#desired-state-and-observed-report: an agent enters only once it does),
+/// one entry for each template its replicas there are sent.
 pub fn entries_of<'a>(
     per_node: &'a PerNode,
     node: &Id,
     agent: impl Fn(&str) -> Option<&'a Agent>,
     cred: impl Fn(&(Id, Id)) -> Option<Arc<Cred>>,
-    look: impl Fn(&Agent, &Id) -> Look,
+    look: impl Fn(&Agent, &Id, u32) -> Look,
 ) -> Vec<Entry<'a>> {
-    per_node
-        .get(node)
-        .into_iter()
-        .flatten()
-        .filter_map(|(key, reps)| {
-            let a = agent(key)?;
-            Some((a, reps.as_slice(), cred(&(key.clone(), node.clone()))?, look(a, node)))
-        })
-        .collect()
+    let mut out = Vec::new();
+    for (key, reps) in per_node.get(node).into_iter().flatten() {
+        let Some(a) = agent(key) else { continue };
+        let Some(c) = cred(&(key.clone(), node.clone())) else { continue };
+        for (reps, look) in by_look(reps.as_slice(), |r| look(a, node, r)) {
+            out.push((a, reps, c.clone(), look));
+        }
+    }
+    out
 }
 
-/// The template a node is sent for an agent: its rollout's for that node, else the agent's
-/// own (`own` gives its id when known without hashing it again).
-pub fn look_of(a: &Agent, node: &Id, rollout: Option<&Arc<Rollout>>, own: Option<SpecId>) -> Look {
+/// Replicas grouped by the template each is sent, in the order the templates first come; all
+/// of them as they are when they share one (the common case: no copy).
+fn by_look(reps: &[u32], look: impl Fn(u32) -> Look) -> Vec<(Cow<'_, [u32]>, Look)> {
+    let looks: Vec<Look> = reps.iter().map(|r| look(*r)).collect();
+    if looks.windows(2).all(|w| w[0].id() == w[1].id()) {
+        return looks.into_iter().next().map(|l| (Cow::Borrowed(reps), l)).into_iter().collect();
+    }
+    let mut groups: Vec<(Vec<u32>, Look)> = Vec::new();
+    for (r, l) in reps.iter().zip(looks) {
+        match groups.iter_mut().find(|(_, g)| g.id() == l.id()) {
+            Some((g, _)) => g.push(*r),
+            None => groups.push((vec![*r], l)),
+        }
+    }
+    groups.into_iter().map(|(g, l)| (Cow::Owned(g), l)).collect()
+}
+
+/// The template a replica is sent on a node: its rollout's for it, else the agent's own
+/// (`own` gives its id when known without hashing it again).
+pub fn look_of(a: &Agent, node: &Id, replica: u32, rollout: Option<&Arc<Rollout>>, own: Option<SpecId>) -> Look {
     match rollout {
-        Some(r) => Look::Rolled(r.template_on(node).clone()),
+        Some(r) => Look::Rolled(r.template_of(node, replica).clone()),
         None => Look::Own(own.unwrap_or_else(|| Template::of(a, 0).id())),
     }
 }

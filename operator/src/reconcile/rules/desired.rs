@@ -7,13 +7,16 @@ use crate::model::{Agent, SpecId, Template};
 use crate::store::Cred;
 use fleet_api::{DesiredAgent, DesiredIdentity, Executor, SealedCredential};
 use rustc_hash::{FxHashMap as HashMap, FxHasher as DefaultHasher};
+use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-/// One agent on one node: the agent, its replica indexes there, the pair's credential and
-/// the template the node is sent. The credential and template are handles, so entries taken
-/// under the registry's lock outlive it.
-pub type Entry<'a> = (&'a Agent, &'a [u32], Arc<Cred>, Look);
+/// One agent on one node: the agent, replica indexes of it there, the pair's credential and
+/// the template those replicas are sent. The credential and template are handles, so entries
+/// taken under the registry's lock outlive it. An agent whose replicas on the node run
+/// different templates (a rollout stepping them one at a time) has an entry for each, with
+/// its own replicas: the node keeps each replica's container to its own entry.
+pub type Entry<'a> = (&'a Agent, Cow<'a, [u32]>, Arc<Cred>, Look);
 
 /// Which template a node is sent for an agent (docs/behaviour.md#rolling-out-a-change).
 #[derive(Debug, Clone, PartialEq)]
@@ -191,7 +194,7 @@ mod tests {
     fn the_body_format_is_pinned() {
         let a = agent();
         let look = Look::Own(Template::of(&a, 0).id());
-        let entries: Vec<Entry> = vec![(&a, &[0, 2], cred(), look)];
+        let entries: Vec<Entry> = vec![(&a, Cow::Borrowed(&[0, 2]), cred(), look)];
         let body = String::from_utf8(desired_json(&entries, "tenant-1", &Boxes::default())).unwrap();
         let pinned = r#"[{"agentKey":"coder","revision":3,"replicaIndexes":[0,2],"executor":{"kind":"k","image":"img:1"},"secrets":[],"resources":{"cpus":null,"memoryMb":null},"drainSeconds":7,"identity":{"principalId":"principal-1","tenantId":"tenant-1","credential":{"credentialId":"pat-1","ciphertext":"Ym94","expiresAt":"2027-01-15T08:00:00Z"}},"specId":"8976bc58"}]"#;
         assert_eq!(body, pinned, "the body changed: raise BODY_FORMAT (now {BODY_FORMAT}) and pin the new one here");
@@ -201,7 +204,7 @@ mod tests {
     fn the_input_hash_holds_the_tenant_and_the_format() {
         let a = agent();
         let look = Look::Own(Template::of(&a, 0).id());
-        let entries: Vec<Entry> = vec![(&a, &[0], cred(), look)];
+        let entries: Vec<Entry> = vec![(&a, Cow::Borrowed(&[0]), cred(), look)];
         let h = |salt| input_hash(salt, &entries, |_| Some(1));
         assert_eq!(h(hash_salt("tenant-1")), h(hash_salt("tenant-1")));
         assert_ne!(h(hash_salt("tenant-1")), h(hash_salt("tenant-2")));

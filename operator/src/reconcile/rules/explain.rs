@@ -40,7 +40,9 @@ pub fn explain(
         .replicas
         .iter()
         .map(|r| {
-            let node_id = st.outcome().bindings.get(key, r.replica).map(|n| n.to_string());
+            let bound = st.outcome().bindings.get(key, r.replica);
+            let node_id = bound.map(|n| n.to_string());
+            let busy = bound.and_then(|n| st.busy_until_ms(n, key, r.replica, now));
             ReplicaPlacement {
                 replica: r.replica,
                 node_id,
@@ -50,6 +52,7 @@ pub fn explain(
                     .and_then(|v| v.as_str().map(String::from))
                     .unwrap_or_default(),
                 message: r.message.clone(),
+                busy_until: busy.map(crate::clock::rfc3339_ms),
             }
         })
         .collect();

@@ -69,6 +69,6 @@ fn ready(s: &Sources, a: &Agent, rollout: Option<&Arc<Rollout>>, r: u32, node: &
         return false;
     }
     let Some(p) = s.st.node(node).and_then(|n| n.info.replica(&a.key, r)) else { return false };
-    let handed = rollout.map(|ro| ro.template_on(node).id().0);
+    let handed = rollout.map(|ro| ro.template_of(node, r).id().0);
     p.state == ReplicaState::Running && handed.is_none_or(|id| p.spec == id || p.spec == 0)
 }

@@ -130,6 +130,7 @@ pub fn policy(raw: Option<&Value>, d: &Defaults) -> (RolloutPolicy, Option<Strin
         progress_deadline_seconds: d.progress_deadline_seconds,
         canary: 0,
         on_failure: OnFailure::Halt,
+        max_busy_seconds: d.max_busy_seconds,
     };
     let Some(raw) = raw else { return (p, None) };
     let Some(obj) = raw.as_object() else {
@@ -145,7 +146,7 @@ pub fn policy(raw: Option<&Value>, d: &Defaults) -> (RolloutPolicy, Option<Strin
             None => bad("maxUnavailable", v, "an integer ≥ 0 or a percentage up to 100%"),
         }
     }
-    let seconds = |v: &Value| v.as_u64().filter(|s| *s <= 86_400 * 7);
+    let seconds = |v: &Value| v.as_u64().filter(|s| *s <= 86_400 * 7).map(|s| s as u32);
     if let Some(v) = obj.get("minReadySeconds") {
         match seconds(v) {
             Some(s) => p.min_ready_seconds = s,
@@ -162,6 +163,13 @@ pub fn policy(raw: Option<&Value>, d: &Defaults) -> (RolloutPolicy, Option<Strin
         match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
             Some(n) => p.canary = n,
             None => bad("canary", v, "an integer ≥ 0"),
+        }
+    }
+    if let Some(v) = obj.get("maxBusySeconds") {
+        let cap = fleet_api::rollout::MAX_BUSY_SECONDS;
+        match v.as_u64().filter(|s| *s <= u64::from(cap)) {
+            Some(s) => p.max_busy_seconds = s as u32,
+            None => bad("maxBusySeconds", v, &format!("a number of seconds from 0 to {cap}")),
         }
     }
     if let Some(v) = obj.get("onFailure") {

@@ -47,6 +47,39 @@ impl NodeInfo {
     pub fn replica(&self, agent: &str, replica: u32) -> Option<&Seen> {
         self.replicas.iter().find(|p| *p.agent_key == *agent && p.replica == replica)
     }
+
+    /// Until when (ms) a replica of `agent` said it is busy, if after `now_ms`; `busy` is the
+    /// node's, by position in `replicas` ([`busy_of`]).
+    pub fn busy_until_ms(&self, busy: Option<&[u32]>, agent: &str, replica: u32, now_ms: i64) -> Option<i64> {
+        let at = self.replicas.iter().position(|p| *p.agent_key == *agent && p.replica == replica)?;
+        let until = i64::from(*busy?.get(at)?) * 1000;
+        (until > now_ms).then_some(until)
+    }
+
+    /// Every replica as the API shows it, with its busy lease.
+    pub fn reports(&self, busy: Option<&[u32]>, now_ms: i64) -> Vec<fleet_api::ReplicaReport> {
+        self.replicas
+            .iter()
+            .map(|p| {
+                let mut r = p.to_report();
+                r.busy_until = self.busy_until_ms(busy, &p.agent_key, p.replica, now_ms).map(clock::rfc3339_ms);
+                r
+            })
+            .collect()
+    }
+}
+
+/// Until when each reported replica is busy (Unix seconds, 0 idle), `None` when none is: only
+/// a running replica may be busy, a time past or unreadable is idle, and none is kept busy
+/// past the hard cap ([`fleet_api::rollout::MAX_BUSY_SECONDS`]) from now.
+pub fn busy_of(replicas: &[fleet_api::ReplicaReport], now_ms: i64) -> Option<Box<[u32]>> {
+    let cap = now_ms + i64::from(fleet_api::rollout::MAX_BUSY_SECONDS) * 1000;
+    let until = |r: &fleet_api::ReplicaReport| {
+        let ms = r.busy_until.as_deref().and_then(clock::parse_rfc3339_ms)?;
+        (r.state == fleet_api::ReplicaState::Running && ms > now_ms).then(|| (ms.min(cap) / 1000) as u32)
+    };
+    let busy: Box<[u32]> = replicas.iter().map(|r| until(r).unwrap_or(0)).collect();
+    busy.iter().any(|b| *b > 0).then_some(busy)
 }
 
 #[derive(Debug, Clone)]

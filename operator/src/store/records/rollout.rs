@@ -12,25 +12,52 @@ use fleet_api::RolloutView;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-/// One node's share of the agent under a rollout: 40 bytes, for every node of every agent
-/// under a rollout (the counts saturate; a node holds far fewer of an agent's replicas).
+/// One replica's share of the agent under a rollout, on the node it runs on: 40 bytes, for every
+/// replica of every agent under a rollout. Replicas of one agent on one node step one at a
+/// time, each on its own template (docs/behaviour.md#rolling-out-a-change); the list is sorted
+/// by node, then replica.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeStep {
     pub node: Id,
-    /// The template the node was handed.
+    /// The template the replica was handed.
     pub on: SpecId,
-    /// When it was handed it (ms).
-    pub stepped_ms: i64,
-    /// Since when every replica there has been seen running it without a restart (ms; 0:
-    /// not yet), and the restarts counted then.
-    #[serde(default)]
-    pub ready_since_ms: i64,
+    /// The replica's index; [`EVERY_REPLICA`] in a record stored before steps were per
+    /// replica, where one step stood for the agent's every replica on the node.
+    #[serde(default = "every_replica")]
+    pub replica: u16,
     #[serde(default)]
     pub restarts: u16,
-    /// The agent's replicas on the node, as the last pass saw them bound.
+    /// When it was handed it (ms).
+    pub stepped_ms: i64,
+    /// On the target: since when the replica has been seen running it without a restart (ms;
+    /// 0: not yet), and the restarts counted then. On an older template: since when a step
+    /// of it has waited for the replica to go idle (ms; 0: not waiting).
     #[serde(default)]
-    pub replicas: u16,
+    pub ready_since_ms: i64,
+}
+
+/// The replica of a step stored before steps were per replica: every replica on its node.
+pub const EVERY_REPLICA: u16 = u16::MAX;
+
+fn every_replica() -> u16 {
+    EVERY_REPLICA
+}
+
+impl NodeStep {
+    /// A replica's step on `on`, handed at `stepped_ms`.
+    pub fn new(node: Id, replica: u32, on: SpecId, stepped_ms: i64) -> NodeStep {
+        NodeStep { node, on, replica: step_replica(replica), restarts: 0, stepped_ms, ready_since_ms: 0 }
+    }
+
+    fn key(&self) -> (&str, u16) {
+        (&self.node, self.replica)
+    }
+}
+
+/// A replica index as a step keeps it (indexes stay below 1,000: `placement.replicas`' bound).
+pub fn step_replica(r: u32) -> u16 {
+    u16::try_from(r).unwrap_or(EVERY_REPLICA - 1)
 }
 
 /// A count kept in a [`NodeStep`]: saturated at `u16::MAX`.
@@ -175,8 +202,15 @@ impl Rollout {
         format!("rollout/{agent}")
     }
 
-    pub fn node(&self, node: &str) -> Option<&NodeStep> {
-        self.nodes.binary_search_by(|s| (*s.node).cmp(node)).ok().map(|i| &self.nodes[i])
+    /// Where a replica's step is in the list, or where it would go.
+    pub fn find(&self, node: &str, replica: u32) -> Result<usize, usize> {
+        self.nodes.binary_search_by(|s| s.key().cmp(&(node, step_replica(replica))))
+    }
+
+    /// The replica's step: its own, or a step stored for every replica on its node.
+    pub fn step(&self, node: &str, replica: u32) -> Option<&NodeStep> {
+        let at = self.find(node, replica).or_else(|_| self.find(node, u32::from(EVERY_REPLICA))).ok()?;
+        Some(&self.nodes[at])
     }
 
     /// The template of this id among those the rollout knows.
@@ -184,12 +218,17 @@ impl Rollout {
         std::iter::once(&self.target).chain(self.previous.iter()).chain(self.rare.older.iter()).find(|t| t.id() == id)
     }
 
-    /// What a node is sent: the template it was handed, else (a node new to the agent) the
+    /// What a replica is sent on its node: the template it was handed, else (new there) the
     /// target — or, while the rollout is halted or reverted, the last one that completed.
-    pub fn template_on(&self, node: &str) -> &Arc<Template> {
-        if let Some(t) = self.node(node).and_then(|s| self.template(s.on)) {
+    pub fn template_of(&self, node: &str, replica: u32) -> &Arc<Template> {
+        if let Some(t) = self.step(node, replica).and_then(|s| self.template(s.on)) {
             return t;
         }
+        self.for_new()
+    }
+
+    /// What a replica new to the agent's rollout gets.
+    pub fn for_new(&self) -> &Arc<Template> {
         match (self.state, &self.previous) {
             (RolloutState::Halted | RolloutState::Reverted, Some(p)) => p,
             _ => &self.target,
@@ -198,8 +237,8 @@ impl Rollout {
 
     /// Equal but for what changes with every report (the counts, each node's readiness).
     pub fn same_stored(&self, other: &Rollout) -> bool {
-        fn steps(r: &Rollout) -> impl Iterator<Item = (&Id, SpecId, i64, u16)> {
-            r.nodes.iter().map(|s| (&s.node, s.on, s.stepped_ms, s.replicas))
+        fn steps(r: &Rollout) -> impl Iterator<Item = (&Id, u16, SpecId, i64)> {
+            r.nodes.iter().map(|s| (&s.node, s.replica, s.on, s.stepped_ms))
         }
         self.state == other.state
             && self.target == other.target
@@ -223,7 +262,7 @@ impl Rollout {
             RolloutState::Complete => self.counts.updated,
             _ => {
                 let target = self.target.id();
-                self.nodes.iter().filter(|s| s.on == target).map(|s| u32::from(s.replicas)).sum()
+                self.nodes.iter().filter(|s| s.on == target).count() as u32
             }
         }
     }
@@ -289,22 +328,9 @@ mod tests {
             target: new.clone(),
             previous: Some(old.clone()),
             nodes: Arc::from(vec![
-                NodeStep {
-                    node: "n1".into(),
-                    on: new.id(),
-                    stepped_ms: 5,
-                    ready_since_ms: 0,
-                    restarts: 0,
-                    replicas: 1,
-                },
-                NodeStep {
-                    node: "n2".into(),
-                    on: old.id(),
-                    stepped_ms: 0,
-                    ready_since_ms: 0,
-                    restarts: 0,
-                    replicas: 1,
-                },
+                NodeStep::new("n1".into(), 0, new.id(), 5),
+                NodeStep::new("n2".into(), 0, old.id(), 0),
+                NodeStep::new("n2".into(), 1, new.id(), 7),
             ]),
             paused: false,
             policy: RolloutPolicy {
@@ -313,6 +339,7 @@ mod tests {
                 progress_deadline_seconds: 600,
                 canary: 0,
                 on_failure: OnFailure::Halt,
+                max_busy_seconds: 3600,
             },
             rare: RareBox::default(),
             counts: Counts::default(),
@@ -322,15 +349,34 @@ mod tests {
     }
 
     #[test]
-    fn a_node_is_sent_what_it_was_handed_and_a_new_one_the_target_unless_halted() {
+    fn a_replica_is_sent_what_it_was_handed_and_a_new_one_the_target_unless_halted() {
         let mut r = rollout();
-        assert_eq!(r.template_on("n1").executor.image.as_deref(), Some("a:2"));
-        assert_eq!(r.template_on("n2").executor.image.as_deref(), Some("a:1"));
-        assert_eq!(r.template_on("n3").executor.image.as_deref(), Some("a:2"));
+        let image = |r: &Rollout, n: &str, i: u32| r.template_of(n, i).executor.image.clone().unwrap();
+        assert_eq!(image(&r, "n1", 0), "a:2");
+        assert_eq!((image(&r, "n2", 0), image(&r, "n2", 1)), ("a:1".into(), "a:2".into()), "one node, two templates");
+        assert_eq!(image(&r, "n3", 0), "a:2");
+        assert_eq!(r.updated(), 2);
         r.state = RolloutState::Halted;
-        assert_eq!(r.template_on("n3").executor.image.as_deref(), Some("a:1"));
+        assert_eq!(image(&r, "n3", 0), "a:1");
         let back: Rollout = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(back, r);
+    }
+
+    /// A record stored when a step stood for every replica on its node reads as such.
+    #[test]
+    fn a_step_stored_for_a_whole_node_holds_for_each_of_its_replicas() {
+        let r = rollout();
+        let mut stored = serde_json::to_value(&r).unwrap();
+        let steps = stored["nodes"].as_array_mut().unwrap();
+        steps.truncate(2);
+        for s in steps.iter_mut() {
+            let o = s.as_object_mut().unwrap();
+            o.remove("replica");
+            o.insert("replicas".into(), serde_json::json!(2));
+        }
+        let back: Rollout = serde_json::from_value(stored).unwrap();
+        let image = |n: &str, i: u32| back.template_of(n, i).executor.image.clone().unwrap();
+        assert_eq!((image("n2", 0), image("n2", 1), image("n1", 1)), ("a:1".into(), "a:1".into(), "a:2".into()));
     }
 
     #[test]

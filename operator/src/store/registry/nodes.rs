@@ -89,6 +89,30 @@ impl State {
         }
         ReportOutcome::Accepted { changed: facts_changed || reports_changed, was_online }
     }
+
+    /// A node's busy replicas as its last report says ([`crate::store::records::node::busy_of`]);
+    /// a change is a change of its reports for the pass. Whether it changed.
+    pub(in crate::store) fn set_busy(&mut self, node: &Id, busy: Option<Box<[u32]>>) -> bool {
+        let changed = match &busy {
+            Some(b) => self.busy.insert(node.clone(), b.clone()).as_deref() != Some(&**b),
+            None => self.busy.remove(node).is_some(),
+        };
+        if changed {
+            self.changes.reports.insert(node.clone());
+        }
+        changed
+    }
+
+    /// Until when (ms) a replica said it is busy, if after `now_ms` (docs/behaviour.md#busy-replicas).
+    pub fn busy_until_ms(&self, node: &Id, agent: &str, replica: u32, now_ms: i64) -> Option<i64> {
+        let busy = self.busy.get(node)?;
+        self.nodes.get(node)?.info.busy_until_ms(Some(busy), agent, replica, now_ms)
+    }
+
+    /// A node's replicas as the API shows them, with their busy leases.
+    pub fn replica_reports(&self, n: &NodeRec, now_ms: i64) -> Vec<fleet_api::ReplicaReport> {
+        n.info.reports(self.busy.get(&n.id).map(|b| &**b), now_ms)
+    }
 }
 
 impl State {
@@ -139,6 +163,7 @@ impl State {
         self.desired_hashes.remove(&id);
         self.dirty_nodes.remove(&id);
         self.drains.remove(&id);
+        self.busy.remove(&id);
         let live: Vec<((Id, Id), Id)> = self
             .pairs
             .of_node(&id)

@@ -63,6 +63,11 @@ pub struct State {
     /// Replicas a drain moved that still run on their old node, by (agent, replica); written
     /// by the pass only.
     pub(super) lingering: BTreeMap<(Id, u32), Linger>,
+    /// Until when (Unix seconds) each replica a node reported said it is busy, by position in
+    /// its report, 0 idle (docs/behaviour.md#busy-replicas): only nodes with a busy replica are
+    /// here, so a fleet at rest pays nothing for it. Memory only: a node says it again in its
+    /// next report.
+    pub(super) busy: HashMap<Id, Box<[u32]>>,
     /// What changed since the pass last looked, recorded with each change under the same
     /// lock: the pass recomputes only what these touch.
     pub(super) changes: Changes,

@@ -47,7 +47,7 @@ pub async fn roll(
     snap: &Snapshot,
     placed: &mut Placed,
     orders: Vec<Pending>,
-    lingering: &[(Id, Id)],
+    lingering: &[(Id, Id, u32)],
     plan: &mut Plan,
 ) -> Result<Rolled, DbError> {
     let mut phase = Phase {
@@ -66,8 +66,8 @@ pub async fn roll(
     let mut keys: BTreeSet<Id> =
         ctx.store.read().rollouts().filter(|r| r.state != RolloutState::Complete).map(|r| r.agent.clone()).collect();
     keys.extend(phase.by_agent.keys().cloned());
-    for (agent, node) in lingering {
-        phase.lingering_on.entry(agent).or_default().push(node);
+    for (agent, node, replica) in lingering {
+        phase.lingering_on.entry(agent).or_default().push((node, *replica));
     }
     if snap.replaced.is_some() {
         keys.extend(snap.changed_agents.iter().cloned());
@@ -94,7 +94,7 @@ struct Phase<'a> {
     snap: &'a Snapshot,
     /// Admins' orders by agent.
     by_agent: HashMap<Id, Vec<Pending>>,
-    lingering_on: HashMap<&'a Id, Vec<&'a Id>>,
+    lingering_on: HashMap<&'a Id, Vec<(&'a Id, u32)>>,
     templates: Shared,
     out: Rolled,
     stored: Stored,

@@ -22,8 +22,8 @@ pub struct One<'a> {
     pub snap: &'a Snapshot,
     pub placed: &'a Placed,
     pub a: &'a Agent,
-    /// The nodes a replica of the agent that a drain moved still runs on.
-    pub lingering: Vec<&'a Id>,
+    /// The replicas of the agent a drain moved that still run on their old node: (node, replica).
+    pub lingering: Vec<(&'a Id, u32)>,
     pub events: Vec<Event>,
     pub out: &'a mut Rolled,
     /// The templates the phase made so far, for rollouts to share.
@@ -107,13 +107,11 @@ impl One<'_> {
         x.changed_ms = now;
     }
 
-    /// Every node the agent is bound to, on template `on`.
+    /// Every replica the agent has bound, on template `on`.
     fn seed(&self, on: SpecId) -> Arc<[NodeStep]> {
-        let nodes: BTreeSet<&Id> = self.placed.outcome.bindings.of_agent(&self.a.key).map(|(_, n)| n).collect();
-        nodes
-            .into_iter()
-            .map(|n| NodeStep { node: n.clone(), on, stepped_ms: 0, ready_since_ms: 0, restarts: 0, replicas: 0 })
-            .collect()
+        let bound: BTreeSet<(&Id, u32)> =
+            self.placed.outcome.bindings.of_agent(&self.a.key).map(|(r, n)| (n, r)).collect();
+        bound.into_iter().map(|(n, r)| NodeStep::new(n.clone(), r, on, 0)).collect()
     }
 
     /// One look at a rollout that is not complete: its slots, the step rule, and what it
@@ -159,8 +157,8 @@ impl One<'_> {
             }
             Decision::Step(steps) => {
                 for i in steps {
-                    let (node, _) = gathered.who[i].clone();
-                    self.step(r, &node, target);
+                    let (node, replica) = gathered.who[i].clone();
+                    self.step(r, &node, replica, target);
                     // Being recreated now: not ready, whatever the last report said.
                     recreated += gathered.slots[i].ready;
                 }
@@ -185,20 +183,17 @@ impl One<'_> {
         }
     }
 
-    fn step(&mut self, r: &mut Rollout, node: &Id, target: SpecId) {
+    fn step(&mut self, r: &mut Rollout, node: &Id, replica: u32, target: SpecId) {
         let now = self.snap.now;
-        if let Ok(i) = r.nodes.binary_search_by(|s| s.node.cmp(node)) {
-            let nodes = Arc::make_mut(&mut r.nodes);
-            nodes[i] = NodeStep { on: target, stepped_ms: now, ready_since_ms: 0, restarts: 0, ..nodes[i].clone() };
+        if let Ok(i) = r.find(node, replica) {
+            Arc::make_mut(&mut r.nodes)[i] = NodeStep::new(node.clone(), replica, target, now);
         }
         self.out.nodes.insert(node.clone());
-        let reps: Vec<u32> =
-            self.placed.outcome.bindings.of_agent(&self.a.key).filter(|(_, n)| *n == node).map(|(r, _)| r).collect();
-        self.ctx.metrics.rollout_replicas_updated.inc_by(reps.len() as u64);
+        self.ctx.metrics.rollout_replicas_updated.inc();
         let name = self.memo.name_id(node);
-        let msg = format!("node {name}: replicas {reps:?} get template {target}");
+        let msg = format!("node {name}: replica {replica} gets template {target}");
         tracing::info!(agent = %self.a.key, event = "rollout_step", "{msg}");
-        self.events.push(Event::new(Kind::RolloutStep, msg).agent(&self.a.key).node(node, &name));
+        self.events.push(Event::new(Kind::RolloutStep, msg).agent(&self.a.key).node(node, &name).replica(replica));
     }
 
     /// The first failure: no further step; with `onFailure: revert` the updated replicas get
