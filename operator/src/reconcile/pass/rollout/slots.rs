@@ -18,6 +18,9 @@ use std::sync::Arc;
 pub struct Gathered {
     /// In node-name order.
     pub slots: Vec<Slot>,
+    /// Nodes found running the target they were not handed (a step the store lost): taken
+    /// as stepped, so their bodies are built again with it.
+    pub adopted: Vec<Id>,
     /// Each slot's node and its first replica (for the failure's report).
     pub who: Vec<(Id, u32)>,
     /// When the next readiness or deadline runs out (ms).
@@ -45,7 +48,11 @@ pub fn gather(one: &Sources, r: &mut Rollout) -> Gathered {
     sync_nodes(r, &by_node, one.lingering, one.now);
     let mut order: Vec<(&str, &Id)> = by_node.keys().map(|n| (one.memo.name(n), n)).collect();
     order.sort();
-    let mut g = Gathered { slots: Vec::new(), who: Vec::new(), due: None };
+    let mut g = Gathered { slots: Vec::new(), adopted: Vec::new(), who: Vec::new(), due: None };
+    // A store older than the fleet lost the steps taken since its time: a node that runs the
+    // target already is taken as stepped, never handed the old template back
+    // (docs/behaviour.md#a-store-older-than-the-fleet).
+    let adopt = one.st.catch_up().is_some() && r.state == fleet_api::rollout::RolloutState::Progressing;
     let min_ready = r.policy.min_ready_seconds as i64 * 1000;
     let deadline = r.policy.progress_deadline_seconds as i64 * 1000;
     let target = r.target.id();
@@ -63,6 +70,11 @@ pub fn gather(one: &Sources, r: &mut Rollout) -> Gathered {
         // Worked on apart, and written back only when it moved: the list stays shared.
         let mut step = r.nodes[i].clone();
         step.replicas = step_count(reps.len());
+        if adopt && step.on != target && runs(&reports, target) {
+            step.on = target;
+            step.stepped_ms = one.now;
+            g.adopted.push(node.clone());
+        }
         let slot = if step.on == target {
             updated_slot(&mut step, &reports, online, target, one.now, min_ready, deadline, &mut g.due)
         } else {
@@ -100,6 +112,12 @@ fn sync_nodes(r: &mut Rollout, by_node: &BTreeMap<Id, Vec<u32>>, lingering: &[&I
     let mut nodes: Vec<NodeStep> = r.nodes.iter().filter(|s| stays(s)).cloned().chain(added).collect();
     nodes.sort_by(|a, b| a.node.cmp(&b.node));
     r.nodes = nodes.into();
+}
+
+/// Whether every replica reports running `target` (an older node, which reports no template,
+/// never counts).
+fn runs(reports: &[Option<&Seen>], target: SpecId) -> bool {
+    reports.iter().all(|p| p.is_some_and(|p| p.state == ReplicaState::Running && p.spec == target.0 && p.spec != 0))
 }
 
 /// Replicas on a template older than the target: ready while running on an online node.
