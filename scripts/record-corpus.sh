@@ -7,7 +7,8 @@
 #
 # BIN_DIR holds the release's fleet-controller (built with the default features, so that
 # `fleet-controller dev` exists) and fleet-node. OUT_DIR defaults to
-# operator/tests/corpus/<version>. Needs Docker, busybox-static (the agent image is built FROM
+# operator/tests/corpus/<version>. The commit recorded is this checkout's HEAD; for binaries of
+# another commit (an earlier release's, scripts/build-release.sh) set FLEET_CORPUS_COMMIT. Needs Docker, busybox-static (the agent image is built FROM
 # scratch around it), python3 and sqlite3.
 #
 # What it does: `fleet-controller dev` with its example agents; the release's fleet-node on
@@ -20,7 +21,8 @@
 #   node/            the node's node.yaml, desired.json, token, node-id and keys: the corpus
 #                    tests speak as this node (a throwaway dev fleet's secrets)
 #   containers.json  each agent container's name, image and labels (`fleet.spec` among them)
-#   release.json     the version, the commit and when it was recorded
+#   release.json     the version, the commit it was built from (FLEET_CORPUS_COMMIT, else the
+#                    checkout's HEAD), when it was recorded and the binaries' --version
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$(cd "${1:?usage: scripts/record-corpus.sh BIN_DIR [OUT_DIR]}" && pwd)
@@ -91,7 +93,7 @@ wait_for '[ "$(running)" -ge 3 ] && [ "$(phase coder)" = running ] && [ "$(phase
 echo "== a template change of reviewer, rolled out"
 curl -sf -X POST "http://127.0.0.1:$devkit/devkit/agents/reviewer/template" -H 'content-type: application/json' \
   -d '{"resources": {"memoryMb": 256}}' >/dev/null
-wait_for '[ "$(docker ps -q --filter label=fleet.agent=reviewer --filter label=fleet.node='"$node"' --filter status=running | xargs -r docker inspect --format "{{.HostConfig.Memory}}" | grep -c 268435456)" -eq 2 ]'
+wait_for '[ "$(docker ps -q --filter label=fleet.agent=reviewer --filter label=fleet.node='"$node"' --filter status=running | xargs -r docker inspect --format "{{.HostConfig.Memory}}" 2>/dev/null | grep -c 268435456)" -eq 2 ]'
 sleep 12   # two more report periods, with the rollout complete
 
 echo "== collecting into $out"
@@ -126,7 +128,8 @@ for g, body in sorted(gens.items()):
     open(os.path.join(out, "desired", f"generation-{g:03d}.json"), "w").write(json.dumps(body, indent=1) + "\n")
 print(f"{kept} reports, {len(gens)} desired states")
 EOF
-commit=$(git -C "$bin" rev-parse HEAD 2>/dev/null || git rev-parse HEAD)
-printf '{"version": "%s", "commit": "%s", "recorded": "%s", "binaries": "%s"}\n' \
-  "$version" "${FLEET_CORPUS_COMMIT:-$commit}" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$bin" >"$out/release.json"
+commit=$(git rev-parse HEAD)
+printf '{"version": "%s", "commit": "%s", "recorded": "%s", "binaries": "%s, %s"}\n' \
+  "$version" "${FLEET_CORPUS_COMMIT:-$commit}" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+  "$("$bin/fleet-controller" --version)" "$("$bin/fleet-node" --version)" >"$out/release.json"
 du -sh "$out"
