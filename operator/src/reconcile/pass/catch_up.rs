@@ -21,8 +21,14 @@ use std::collections::{HashMap, HashSet};
 pub struct Ahead {
     /// Nodes whose every pair has a new PAT: built now past the generation each has.
     pub build: HashMap<Id, u64>,
-    /// Nodes still waiting for a PAT: not built (they keep what they run).
+    /// Nodes not built: those ahead still waiting for a PAT, and while the store catches up
+    /// every node not heard from since the store was loaded — its generation, and what it
+    /// runs, are not known yet; a body built for it could take it back, or carry another
+    /// content under the generation it has. They keep what they run.
     pub hold: HashSet<Id>,
+    /// The nodes heard from while the store catches up: looked at again every pass (their
+    /// bodies built where their inputs changed, those held before among them).
+    pub heard: Vec<Id>,
 }
 
 /// The phase: the mark set, kept or cleared, the PAT work it asks for, and the nodes ahead.
@@ -44,13 +50,21 @@ pub fn look(ctx: &Ctx, memo: &Memo, snap: &Snapshot, plan: &mut Plan) -> Ahead {
         None if ahead.is_empty() => return Ahead::default(),
         None => start(memo, snap, &st, &ahead, plan),
     };
-    if ahead.is_empty() && caught_up(&st, &mark) {
+    if ahead.is_empty() && settled(ctx, &st, &mark, snap.now) && caught_up(&st, &mark) {
         tracing::info!(since = %crate::clock::rfc3339_ms(mark.since_ms), "the store caught up with the fleet: no node is ahead of it, every PAT is new since then, and those issued after its time are known");
         plan.rows.kv_delete.push((KEY.to_string(), None));
         plan.publish.catch_up = Some(None);
         return Ahead::default();
     }
-    split(memo, &st, &mark, ahead, plan)
+    let mut out = split(memo, &st, &mark, ahead, plan);
+    for n in st.nodes() {
+        match n.reported {
+            false => drop(out.hold.insert(n.id.clone())),
+            true if !out.hold.contains(&n.id) && !out.build.contains_key(&n.id) => out.heard.push(n.id.clone()),
+            true => {}
+        }
+    }
+    out
 }
 
 /// Marks the store, logs why, and asks for every placed pair's PAT work.
@@ -85,6 +99,16 @@ fn ask_every_pat(memo: &Memo, plan: &mut Plan) {
 /// Whether `issued_ms` is a PAT from before the mark.
 pub fn stale(mark: &CatchUp, issued_ms: i64) -> bool {
     issued_ms < mark.since_ms
+}
+
+/// Every node that runs has reported since the mark: the longest offline threshold of the
+/// fleet has passed (a node that reports not within it is offline). Cleared before, a node
+/// that had not reported yet would find the store older than it again, and every pair would
+/// get a second new PAT.
+fn settled(ctx: &Ctx, st: &State, mark: &CatchUp, now: i64) -> bool {
+    let observe = st.nodes().filter_map(|n| n.info.observe_seconds).max().unwrap_or(0);
+    let threshold = ctx.cfg.node_offline_after.max(std::time::Duration::from_secs(3 * u64::from(observe)));
+    now >= mark.since_ms + threshold.as_millis() as i64
 }
 
 /// No live PAT from before the mark is left.

@@ -46,6 +46,7 @@ use crate::store::db::DbError;
 use crate::store::kept::Placements;
 use place::Placed;
 use snapshot::Snapshot;
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -143,7 +144,8 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     phases.mark("statuses");
     decide::items(memo, &snap, &placed, &mut plan);
     let mut dirty = decide::dirty_nodes(memo, &snap, &placed, &rolled);
-    dirty.extend(ahead.build.keys().filter(|n| !dirty.contains(n)).cloned().collect::<Vec<_>>());
+    let more: HashSet<&Id> = ahead.build.keys().chain(&ahead.heard).filter(|n| !dirty.contains(n)).collect();
+    dirty.extend(more.into_iter().cloned());
     phases.mark("desired");
     if fleet_api::failpoint::on("fail-pass") {
         return Err(DbError::Other("the fail-pass failpoint is set".into()));

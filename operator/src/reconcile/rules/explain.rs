@@ -289,6 +289,7 @@ mod tests {
             allow: Default::default(),
             allowed: None,
             lifecycle: Lifecycle::Schedulable,
+            reported: true,
         };
         f(&mut n);
         n

@@ -146,6 +146,7 @@ pub(super) fn node_from_row(r: NodeRow, now: i64) -> Option<NodeRec> {
         allow: BTreeMap::new(),
         allowed: crate::store::records::claims::allowance_of(r.allowed.as_deref()),
         lifecycle: r.lifecycle,
+        reported: false,
     };
     // Split under the stored allowance: the report written last may predate a change of it.
     rec.readmit();

@@ -72,6 +72,7 @@ impl State {
         let applied = info.applied_generation;
         let ahead = self.desired.get(node).is_some_and(|d| applied > d.generation);
         rec.last_seen_ms = seen_ms.max(rec.last_seen_ms);
+        rec.reported = true;
         rec.set_info(info);
         // The node has the body of the generation it applied, whichever replica served it:
         // a replica that did not serve it learns so only here, and would hold it otherwise.
