@@ -305,3 +305,25 @@ async fn the_late_joiner_is_told_and_runs_on(
     assert_eq!(now, at_t1.keys().cloned().collect::<Vec<_>>(), "n4's containers run on");
     assert!(!at_t1.is_empty(), "n4 ran replicas at T1");
 }
+
+/// A deleted node's token is refused as revoked (`node_token_invalid`: the node exits) also
+/// after the controller restarts — the store keeps deleted nodes' token hashes — while a token
+/// the store never knew is `node_unknown` (docs/behaviour.md#a-store-older-than-the-fleet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_nodes_token_stays_revoked_across_a_restart_and_a_stranger_is_unknown() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let env = env_for(&dk, dir.path(), free_port(), free_port());
+    let mut c = ControllerProcess::spawn(env.clone(), dir.path().join("c1.log")).await;
+    let admin = Admin::new(&c.url, dk.mint("fleet", &["fleet:admin"], 600));
+    let mut node = TestNode::new(&c.url, "gone", json!({"executorKinds": ["k"], "capacity": {"slots": 1}}));
+    node.join(&admin.join_key().await).await;
+    assert_eq!(admin.delete(&format!("/api/v1/nodes/{}", node.id)).await.0, 204);
+    c.kill9();
+    let _c = ControllerProcess::spawn(env, dir.path().join("c2.log")).await;
+    let (s, v) = node.desired(None, 0).await;
+    assert_eq!((s.as_u16(), v["error"].as_str()), (401, Some("node_token_invalid")), "{v}");
+    let stranger = TestNode { token: "fnt_never_seen".into(), ..node };
+    let (s, v) = stranger.desired(None, 0).await;
+    assert_eq!((s.as_u16(), v["error"].as_str()), (401, Some("node_unknown")), "{v}");
+}
