@@ -4,6 +4,15 @@ pub const NOT_CONFIGURED: &str = "not_configured";
 pub const INVALID_TOKEN: &str = "invalid_token";
 pub const INSUFFICIENT_SCOPE: &str = "insufficient_scope";
 pub const NODE_TOKEN_INVALID: &str = "node_token_invalid";
+/// [ext] A node token the store neither knows nor deleted: its store is older than the node
+/// (docs/behaviour.md#a-store-older-than-the-fleet). The node keeps running on its last
+/// desired state.
+pub const NODE_UNKNOWN: &str = "node_unknown";
+/// What a node whose token the store does not know is told: the cause and the fix.
+pub const NODE_UNKNOWN_MESSAGE: &str =
+    "this controller's store does not know this node: it was restored from a backup \
+taken before the node joined (or the node belongs to another fleet); the node keeps running its last desired state — \
+join it again with a new join key (docs/operations.md#a-node-that-joined-after-the-backup)";
 pub const INVALID_REQUEST: &str = "invalid_request";
 pub const PAYLOAD_TOO_LARGE: &str = "payload_too_large";
 pub const TOO_MANY_REQUESTS: &str = "too_many_requests";

@@ -71,7 +71,8 @@ class Lint(unittest.TestCase):
             CHART,
             merged({"mirror": {"enabled": True}, "ingress": {"enabled": True}, "serviceMonitor": {"enabled": True},
                     "database": {"url": "postgres://fleet@db/fleet"}, "alerts": {"enabled": True},
-                    "dashboard": {"enabled": True}, "networkPolicy": {"nodeCidrs": ["10.0.0.0/8"]}}),
+                    "dashboard": {"enabled": True}, "networkPolicy": {"nodeCidrs": ["10.0.0.0/8"]},
+                    "backup": {"enabled": True}}),
             strict=True,
             namespace="fleet",
         )
@@ -144,6 +145,42 @@ class Render(unittest.TestCase):
         self.assertIn("kubectl -n fleet exec deploy/fleet-fleet-controller", notes)
         self.assertNotIn("get fleetnodes", notes)
         self.assertNotIn(("Role", "fleet-fleet-controller-mirror"), objs, "no RBAC while the mirror is off")
+
+    def test_backup_on_sqlite_runs_beside_the_controller(self):
+        objs, _ = render({"backup": {"enabled": True, "keep": 3}})
+        self.assertNotIn(("CronJob", "fleet-fleet-controller-backup"), render()[0], "off by default")
+        job = objs[("CronJob", "fleet-fleet-controller-backup")]
+        self.assertEqual(job["spec"]["schedule"], "17 3 * * *")
+        self.assertEqual(job["spec"]["concurrencyPolicy"], "Forbid")
+        pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        c = pod["containers"][0]
+        self.assertEqual(c["image"], "fleet-controller:0.2.0")
+        self.assertEqual(c["args"], ["backup", "--out", "/backups/fleet-{time}.sqlite", "--keep", "3"])
+        self.assertTrue(c["securityContext"]["readOnlyRootFilesystem"])
+        self.assertEqual(pod["securityContext"]["runAsUser"], 10001)
+        vols = {v["name"]: v for v in pod["volumes"]}
+        self.assertEqual(vols["data"]["persistentVolumeClaim"]["claimName"], "fleet-fleet-controller-data")
+        self.assertEqual(vols["backups"]["persistentVolumeClaim"]["claimName"], "fleet-fleet-controller-backups")
+        term = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+        self.assertEqual(term["topologyKey"], "kubernetes.io/hostname", "on the node that mounts the data volume")
+        self.assertEqual(term["labelSelector"]["matchLabels"]["app.kubernetes.io/instance"], "fleet")
+        env = {e["name"]: e for e in c["env"]}
+        self.assertEqual(env["FLEET_DATA_DIR"]["value"], "/data")
+        self.assertNotIn("FLEET_DATABASE_URL", env)
+        pvc = objs[("PersistentVolumeClaim", "fleet-fleet-controller-backups")]
+        self.assertEqual(pvc["metadata"]["annotations"]["helm.sh/resource-policy"], "keep")
+
+    def test_backup_on_postgresql_reads_the_database_secret(self):
+        objs, _ = render({"backup": {"enabled": True, "persistence": {"existingClaim": "my-backups"}},
+                          "database": {"url": "postgres://fleet@db/fleet"}})
+        pod = objs[("CronJob", "fleet-fleet-controller-backup")]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        env = {e["name"]: e for e in pod["containers"][0]["env"]}
+        self.assertEqual(env["FLEET_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"], "fleet-fleet-controller-database")
+        vols = {v["name"]: v for v in pod["volumes"]}
+        self.assertNotIn("data", vols)
+        self.assertNotIn("affinity", pod)
+        self.assertEqual(vols["backups"]["persistentVolumeClaim"]["claimName"], "my-backups")
+        self.assertNotIn(("PersistentVolumeClaim", "fleet-fleet-controller-backups"), objs)
 
     def test_mirror_on(self):
         objs, notes = render({"mirror": {"enabled": True}})
@@ -347,6 +384,8 @@ class Schema(unittest.TestCase):
         self.refused({"rollout": {"progressDeadlineSeconds": 0}}, "progressDeadlineSeconds")
         self.refused({"mirror": {"namespace": "Fleet_1"}}, "namespace")
         self.refused({"mirror": {"fleetId": "a/b"}}, "fleetId")
+        self.refused({"backup": {"keep": 0}}, "keep")
+        self.refused({"backup": {"enabled": True}, "persistence": {"enabled": False}}, "emptyDir store cannot be backed up")
 
 
 class Crds(unittest.TestCase):

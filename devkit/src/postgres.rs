@@ -61,6 +61,11 @@ impl Postgres {
         self.port
     }
 
+    /// One of the server's programs (`pg_dump`, `pg_restore`…), from the same installation.
+    pub fn program(&self, name: &str) -> PathBuf {
+        self.bin.join(name)
+    }
+
     /// The URL of the database `url` names, reached on `port` of 127.0.0.1 instead (a proxy
     /// the test puts between a controller and this server).
     pub fn via_port(&self, url: &str, port: u16) -> String {

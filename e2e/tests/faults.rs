@@ -187,10 +187,27 @@ async fn the_node_exits_clearly_and_reports_docker_trouble() {
     assert!(!st.success());
     assert!(twin.log().contains("node_name_taken"), "{}", twin.log());
 
-    // 12. The controller stops accepting a node's credential: the node exits non-zero, saying so.
+    // A token the store never knew (its store older than the node,
+    // docs/behaviour.md#a-store-older-than-the-fleet): the node runs on, saying why and what to do.
     sick.kill9();
-    std::fs::write(sick.root.join("state/token"), "fnt_revoked").unwrap();
+    let token = sick.root.join("state/token");
+    let good = std::fs::read_to_string(&token).unwrap();
+    std::fs::write(&token, "fnt_unknown_to_the_store").unwrap();
     sick.start();
+    eventually(30, "the node says the controller does not know it", || async {
+        sick.log().contains("the controller does not know this node").then_some(())
+    })
+    .await;
+    assert!(sick.proc.as_mut().unwrap().child.try_wait().unwrap().is_none(), "it runs on:\n{}", sick.log());
+    sick.kill9();
+    std::fs::write(&token, good).unwrap();
+
+    // 12. The controller stops accepting a node's credential (the node was deleted): the node
+    // exits non-zero, saying so.
+    sick.start();
+    eventually(60, "sick back", || async { f.node_view(&sick.name).await.filter(|n| n["status"] == "online") }).await;
+    let gone = f.http.delete(format!("{}/api/v1/nodes/{}", f.url, sick.name)).bearer_auth(&f.admin_token).send();
+    assert_eq!(gone.await.unwrap().status(), 204);
     let st = sick.proc.as_mut().unwrap().exited(30).await;
     assert!(!st.success());
     assert!(sick.log().contains("the controller no longer accepts this node's credential"), "{}", sick.log());

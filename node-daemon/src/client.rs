@@ -13,6 +13,10 @@ pub enum ClientError {
     /// `401`: the key or the node's credential is not accepted.
     #[error("{0}")]
     Unauthorized(String),
+    /// `401 node_unknown`: the controller's store does not know this node (it is older than
+    /// the node's join); the node keeps running and asks again.
+    #[error("{0}")]
+    Unknown(String),
     /// `400`: the controller names what is wrong.
     #[error("{0}")]
     BadRequest(String),
@@ -54,10 +58,11 @@ pub fn retry_delay(attempt: u32) -> Duration {
 async fn classify(resp: reqwest::Response) -> ClientError {
     let status = resp.status();
     let text = resp.text().await.unwrap_or_default();
-    let msg = serde_json::from_str::<ErrorBody>(&text)
-        .map(|e| format!("{}: {}", e.error, e.message))
-        .unwrap_or_else(|_| text.chars().take(300).collect());
+    let body = serde_json::from_str::<ErrorBody>(&text).ok();
+    let code = body.as_ref().map(|e| e.error.clone()).unwrap_or_default();
+    let msg = body.map(|e| format!("{}: {}", e.error, e.message)).unwrap_or_else(|| text.chars().take(300).collect());
     match status {
+        StatusCode::UNAUTHORIZED if code == fleet_api::codes::NODE_UNKNOWN => ClientError::Unknown(msg),
         StatusCode::UNAUTHORIZED => ClientError::Unauthorized(msg),
         StatusCode::BAD_REQUEST => ClientError::BadRequest(msg),
         StatusCode::CONFLICT => ClientError::Conflict(msg),

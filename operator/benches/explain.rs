@@ -36,6 +36,7 @@ fn node(i: usize, now: i64) -> NodeRec {
         allow: Default::default(),
         allowed: None,
         lifecycle: Default::default(),
+        reported: true,
     }
 }
 

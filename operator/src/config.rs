@@ -351,6 +351,18 @@ fn default_replica_name() -> String {
     format!("{}-{:08x}", if host.is_empty() { "fleet-controller" } else { host }, suffix)
 }
 
+/// A database URL without its password, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
 impl StoreConfig {
     pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> StoreConfig {
         let r = Reader { get, problems: vec![] };

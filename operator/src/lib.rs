@@ -3,6 +3,7 @@
 //! identities and PATs, serves the node protocol and the admin API, and reports agent status
 //! to the Control Plane. `main.rs` is a thin shell over [`server`] and [`dev`].
 
+pub mod backup;
 pub mod cidr;
 pub mod clock;
 pub mod config;

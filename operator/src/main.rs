@@ -80,6 +80,28 @@ enum Command {
         #[arg(long = "allow-kind", value_name = "KIND")]
         allow_kind: Vec<String>,
     },
+    /// Write a consistent copy of the store (FLEET_DATABASE_URL) to a file while a controller
+    /// serves it, and print what it holds.
+    Backup {
+        /// The file to write, mode 0600 (replaced whole when it exists); `{time}` in it becomes
+        /// the UTC time of the backup, e.g. /backups/fleet-{time}.sqlite.
+        #[arg(long, value_name = "FILE")]
+        out: std::path::PathBuf,
+        /// With `{time}` in --out: keep only the newest N backups of that name, removing older ones.
+        #[arg(long, value_name = "N")]
+        keep: Option<usize>,
+    },
+    /// Replace the store (FLEET_DATABASE_URL) with a backup; refused while a controller serves it.
+    Restore {
+        /// A file `fleet-controller backup` wrote.
+        #[arg(value_name = "FILE")]
+        file: std::path::PathBuf,
+    },
+    /// Work on stores while no controller serves them.
+    Store {
+        #[command(subcommand)]
+        command: StoreCommand,
+    },
     /// Exit 0 when /healthz answers on the port of FLEET_LISTEN at 127.0.0.1.
     Healthcheck,
     /// Print the API contract (OpenAPI 3.1 JSON), as checked in at openapi/fleet.json.
@@ -113,6 +135,23 @@ fn escaping_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> {
     .delimited(" ")
 }
 
+#[derive(Subcommand)]
+enum StoreCommand {
+    /// Copy every row of one store into another, empty one (SQLite or PostgreSQL, either way;
+    /// no controller may serve either), then check the two alike table by table.
+    Copy {
+        /// The store to copy: sqlite://PATH or postgres://USER@HOST/DB.
+        #[arg(long, value_name = "URL")]
+        from: String,
+        /// The empty store to copy into (created and migrated when new).
+        #[arg(long, value_name = "URL")]
+        to: String,
+    },
+    /// Mark the store (FLEET_DATABASE_URL) as restored by other means than `restore` (pg_restore,
+    /// a point-in-time recovery, a volume snapshot): the controller catches up with the fleet.
+    MarkRestored,
+}
+
 fn init_logs(format: LogFormat) {
     let wanted = fleet_controller::k8s::health::log_filter(std::env::var("RUST_LOG").ok().as_deref());
     let filter = tracing_subscriber::EnvFilter::try_new(&wanted).unwrap_or_else(|_| "info".into());
@@ -137,6 +176,10 @@ async fn main() -> ExitCode {
         Command::JoinKey { ttl, note, allow_label, allow_kind } => {
             join_key(ttl, &note, allowance(allow_label, allow_kind)).await
         }
+        Command::Backup { out, keep } => backup(&out, keep).await,
+        Command::Restore { file } => restore(&file).await,
+        Command::Store { command: StoreCommand::Copy { from, to } } => copy_store(&from, &to).await,
+        Command::Store { command: StoreCommand::MarkRestored } => mark_restored().await,
         Command::Healthcheck => healthcheck().await,
         Command::Openapi => {
             print!("{}", fleet_controller::http::openapi::document());
@@ -215,6 +258,54 @@ async fn join_key(ttl: u64, note: &str, allowed: fleet_api::claims::Allowance) -
     let (key, expires) = store.issue_join_key(Duration::from_secs(ttl), note, &allowed).await?;
     println!("{key}");
     eprintln!("expires at {}", clock::rfc3339_ms(expires));
+    Ok(())
+}
+
+async fn backup(template: &std::path::Path, keep: Option<usize>) -> anyhow::Result<()> {
+    use fleet_controller::backup::schedule;
+    let url = StoreConfig::from_env().database_url;
+    let started = std::time::Instant::now();
+    let out = schedule::out_file(template, clock::now_ms());
+    let w = fleet_controller::backup::backup(&url, &out).await?;
+    let (secs, url) = (started.elapsed().as_secs_f64(), server::redact(&url));
+    println!("backup of {url} written to {} (mode 0600, {} bytes) in {secs:.2} s", w.file.display(), w.bytes);
+    println!("{}", w.summary);
+    if let Some(keep) = keep {
+        for old in schedule::prune(template, keep.max(1))? {
+            println!("removed the older backup {}", old.display());
+        }
+    }
+    Ok(())
+}
+
+async fn restore(file: &std::path::Path) -> anyhow::Result<()> {
+    let url = StoreConfig::from_env().database_url;
+    let r = fleet_controller::backup::restore(file, &url).await?;
+    println!("restored {} from {}", server::redact(&url), file.display());
+    println!("{}", r.summary);
+    if let Some(aside) = r.set_aside {
+        println!("the store it replaced is kept at {}", aside.display());
+    }
+    if !r.tables.is_empty() {
+        print!("{}", fleet_controller::backup::copy::report(&r.tables));
+    }
+    println!(
+        "the controller catches up with the fleet when it starts (docs/behaviour.md#a-store-older-than-the-fleet)"
+    );
+    Ok(())
+}
+
+async fn copy_store(from: &str, to: &str) -> anyhow::Result<()> {
+    let tables = fleet_controller::backup::copy_store(from, to).await?;
+    println!("copied {} into {}, every table checked alike:", server::redact(from), server::redact(to));
+    print!("{}", fleet_controller::backup::copy::report(&tables));
+    Ok(())
+}
+
+async fn mark_restored() -> anyhow::Result<()> {
+    let url = StoreConfig::from_env().database_url;
+    fleet_controller::backup::mark_restored(&url).await?;
+    println!("{} marked as restored: the controller catches up with the fleet when it starts", server::redact(&url));
     Ok(())
 }
 

@@ -22,6 +22,9 @@ pub struct Running {
     pub ctx: Option<Arc<Ctx>>,
     stop: watch::Sender<bool>,
     tasks: Supervisor,
+    /// On SQLite, the lock that says this controller serves the store (let go when it stops):
+    /// a restore, an offline copy and a second controller are refused meanwhile.
+    _serving: Option<crate::backup::serving::ServeLock>,
 }
 
 impl Running {
@@ -51,17 +54,7 @@ impl Running {
     }
 }
 
-/// A database URL without its password, for messages.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_string(),
-    }
-}
+pub use crate::config::redact;
 
 async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr)
@@ -70,6 +63,8 @@ async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<tokio::net::TcpLis
 }
 
 pub async fn start(cfg: Config) -> anyhow::Result<Running> {
+    let serving = crate::backup::serving::ServeLock::take(&cfg.store.database_url)
+        .map_err(|e| anyhow::anyhow!("cannot serve the store {}: {e}", redact(&cfg.store.database_url)))?;
     let store = Arc::new(
         Store::open_as(&cfg.store.database_url, &cfg.replica_name)
             .await
@@ -167,7 +162,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let mlimit = http::serve::ConnLimit::new(64, metrics.connections_refused.clone());
     tasks.spawn("metrics-listener", http::serve::serve(met, mrouter, None, timeouts, mlimit, shutdown(stop_rx)));
     tracing::info!(%addr, %metrics_addr, configured = cfg.credentials.is_some(), "fleet-controller serving");
-    Ok(Running { addr, metrics_addr, store, ctx, stop, tasks })
+    Ok(Running { addr, metrics_addr, store, ctx, stop, tasks, _serving: serving })
 }
 
 /// On PostgreSQL the leader calls out only while its lease surely runs; the one replica on

@@ -177,11 +177,13 @@ async fn every_status_code_of_the_api() {
     let (s, _) = Admin::new(&url, dk.mint("fleet", &["other:scope"], 600)).get("/api/v1/nodes").await;
     assert_eq!(s.as_u16(), 403);
 
-    // desired: 401 node_token_invalid, 400 for wait > 60, 200, 304 at once and after waiting
+    // desired: 401 node_unknown for a token this store never knew (its node keeps running;
+    // docs/behaviour.md#a-store-older-than-the-fleet), 400 for wait > 60, 200, 304 at once and after waiting
     let mut stranger = n1.clone();
     stranger.token = "fnt_unknown".into();
     let (s, v) = stranger.desired(None, 0).await;
-    assert_eq!((s.as_u16(), v["error"].as_str()), (401, Some("node_token_invalid")));
+    assert_eq!((s.as_u16(), v["error"].as_str()), (401, Some("node_unknown")));
+    assert!(v["message"].as_str().unwrap().contains("join it again with a new join key"), "{v}");
     let (s, v) = n1.desired(None, 61).await;
     assert_eq!((s.as_u16(), v["error"].as_str()), (400, Some("invalid_request")));
     // Also found by schemathesis: a generation beyond the contract's int64 range is refused.
@@ -194,8 +196,12 @@ async fn every_status_code_of_the_api() {
     let (s, _) = n1.desired(Some(g), 1).await;
     assert_eq!(s, 304);
     assert!(t.elapsed() >= Duration::from_millis(900), "held until wait ran out");
+    let (s, _) = n1.desired(Some(g - 1), 0).await;
+    assert_eq!(s, 200, "an older since answers at once");
+    // A node ahead of the store (docs/behaviour.md#a-store-older-than-the-fleet) is never
+    // served the older generation: it is answered as if nothing changed.
     let (s, _) = n1.desired(Some(g + 7), 0).await;
-    assert_eq!(s, 200, "a different since answers at once");
+    assert_eq!(s, 304, "a newer since than the store's is never answered with an older body");
 
     // 429: a fifth held long-poll of one node
     let held: Vec<_> = (0..4)

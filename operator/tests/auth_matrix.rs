@@ -1,6 +1,7 @@
 //! Every route × every kind of bad credential → the exact code of docs/reference.md#http-api and docs/behaviour.md#admin-tokens. Admin
 //! routes answer `401 invalid_token` or `403 insufficient_scope`; node routes
-//! `401 node_token_invalid`; the open routes answer anyway.
+//! `401 node_token_invalid` without a token, `401 node_unknown` with one the store never knew;
+//! the open routes answer anyway.
 
 mod support;
 
@@ -98,7 +99,9 @@ async fn every_route_by_every_bad_credential() {
             let code = body["error"].as_str().unwrap_or("");
             let expected: (u16, &str) = match (kind, *what) {
                 (Kind::Node, "node token") => (0, ""),
-                (Kind::Node, _) => (401, "node_token_invalid"),
+                (Kind::Node, "no token") => (401, "node_token_invalid"),
+                // A bearer token the store never knew (docs/behaviour.md#a-store-older-than-the-fleet).
+                (Kind::Node, _) => (401, "node_unknown"),
                 (_, "admin token") => (0, ""),
                 (Kind::Read, "read scope") => (0, ""),
                 (_, "read scope") | (_, "no fleet scope") => (403, "insufficient_scope"),

@@ -155,7 +155,7 @@ async fn the_exchange_reports_and_waits_for_the_desired_state_in_one_request() {
     let mut stranger = n.clone();
     stranger.token = "fnt_unknown".into();
     let (st, e, _) = stranger.exchange(None, 0, &n.report_body(&[])).await;
-    assert_eq!((st.as_u16(), e["error"].as_str()), (401, Some("node_token_invalid")));
+    assert_eq!((st.as_u16(), e["error"].as_str()), (401, Some("node_unknown")));
     // The old routes keep working beside it, and offer the exchange too.
     let r = n.http.get(format!("{}/api/v1/nodes/me/desired", n.url)).bearer_auth(&n.token).send().await.unwrap();
     assert_eq!(r.status(), 200);
@@ -227,7 +227,7 @@ async fn node_connections_keep_alive_and_hold_the_limits_of_the_api() {
     let mut sock = TcpStream::connect(addr).await.unwrap();
     sock.write_all(&exchange_request("fnt_unknown", "wait=0", &report)).await.unwrap();
     let a = read_answer(&mut sock, &mut Vec::new()).await.unwrap();
-    assert_eq!((a.status, a.json()["error"].clone()), (401, json!("node_token_invalid")));
+    assert_eq!((a.status, a.json()["error"].clone()), (401, json!("node_unknown")));
     let mut sock = TcpStream::connect(addr).await.unwrap();
     let long = format!("GET /api/v1/nodes/me/desired HTTP/1.1\r\nX-Pad: {}\r\n", "p".repeat(70 * 1024));
     let _ = sock.write_all(long.as_bytes()).await;

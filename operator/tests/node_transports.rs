@@ -349,13 +349,9 @@ fn cases(f: &Fleet) -> Vec<Case> {
             .to(To::Bare),
         case("not configured: join", request("POST", join, None, Some(b"{}")), 503, "not_configured").to(To::Bare),
         case("no token", request("GET", desired, None, None), 401, "node_token_invalid"),
-        case("unknown token", request("PUT", observed, Some("fnt_unknown"), Some(&report)), 401, "node_token_invalid"),
-        case(
-            "an admin token",
-            request("POST", exchange, Some(&f.admin_token), Some(&report)),
-            401,
-            "node_token_invalid",
-        ),
+        case("unknown token", request("PUT", observed, Some("fnt_unknown"), Some(&report)), 401, "node_unknown")
+            .says("new join key"),
+        case("an admin token", request("POST", exchange, Some(&f.admin_token), Some(&report)), 401, "node_unknown"),
         case("a deleted node's token", request("GET", desired, Some(&f.gone.token), None), 401, "node_token_invalid"),
         case("401 before 413", declaring("PUT", observed, None, 2 << 20, b""), 401, "node_token_invalid"),
         case("wait over 60", request("GET", &q("wait=61".into()), a, None), 400, "invalid_request").says("wait:"),
@@ -396,7 +392,10 @@ fn cases(f: &Fleet) -> Vec<Case> {
             "",
         ),
         case("desired, no since", request("GET", desired, a, None), 200, ""),
-        case("desired, since another", request("GET", &q(format!("since={}", f.ga + 7)), a, None), 200, ""),
+        case("desired, since older", request("GET", &q(format!("since={}", f.ga - 1)), a, None), 200, ""),
+        // A node ahead of the store is never served the older generation
+        // (docs/behaviour.md#a-store-older-than-the-fleet).
+        case("desired, since newer", request("GET", &q(format!("since={}", f.ga + 7)), a, None), 304, ""),
         case("desired, since current, wait 0", request("GET", &q(format!("since={}&wait=0", f.ga)), a, None), 304, ""),
         case(
             "join, bad key",

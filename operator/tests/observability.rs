@@ -24,7 +24,8 @@ async fn json_logs_and_metric_families() {
 
     let text = eventually(10, "the placement logged", || async {
         let t = std::fs::read_to_string(&log).ok()?;
-        t.contains("replica placed").then_some(t)
+        // The PAT's line is written once its commit is done, a moment after IAM answered.
+        (t.contains("replica placed") && t.contains("PAT issued and sealed to the node")).then_some(t)
     })
     .await;
     let events: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();

@@ -72,6 +72,12 @@ impl Proc {
         let _ = self.child.wait();
     }
 
+    /// SIGTERM, as an orchestrator stops it, and waits for it to end.
+    pub fn term(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        self.child.wait().unwrap()
+    }
+
     /// Exit status once the process has ended by itself.
     pub async fn exited(&mut self, secs: u64) -> std::process::ExitStatus {
         let deadline = Instant::now() + Duration::from_secs(secs);
@@ -485,6 +491,7 @@ impl Partition {
 /// endpoints).
 pub struct Spread {
     pub url: String,
+    backends: Arc<parking_lot::Mutex<Vec<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -492,10 +499,13 @@ impl Spread {
     pub async fn start(backends: Vec<String>) -> Spread {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
+        let backends = Arc::new(parking_lot::Mutex::new(backends));
+        let held = backends.clone();
         let task = tokio::spawn(async move {
             let mut next = 0usize;
             loop {
                 let Ok((mut c, _)) = listener.accept().await else { return };
+                let backends = held.lock().clone();
                 let order: Vec<String> =
                     (0..backends.len()).map(|i| backends[(next + i) % backends.len()].clone()).collect();
                 next = next.wrapping_add(1);
@@ -509,7 +519,12 @@ impl Spread {
                 });
             }
         });
-        Spread { url, task }
+        Spread { url, backends, task }
+    }
+
+    /// New connections go to these backends from now on (a Service's endpoints changing).
+    pub fn set(&self, backends: Vec<String>) {
+        *self.backends.lock() = backends;
     }
 }
 

@@ -2,17 +2,41 @@
 //! `desired.json` and hands it to the converge loop, and reports what the node has at least
 //! every `observeSeconds` — over one exchange request while the controller offers it, else as
 //! the pull and report loops over the two routes of docs/behaviour.md#desired-state-and-observed-report. Failures back off and try again;
-//! only a rejected credential ends the link (and the process).
+//! only a rejected credential ends the link (and the process). A controller whose store does
+//! not know the node (`node_unknown`, docs/behaviour.md#a-store-older-than-the-fleet) is asked
+//! again each minute while the agents keep running on the last desired state.
 
 use super::announce::Reporter;
 use super::desired::{parse_desired, DesiredTx};
-use super::fatal::{Fatal, CREDENTIAL_REJECTED};
+use super::fatal::{Fatal, CREDENTIAL_REJECTED, NODE_UNKNOWN};
 use crate::client::{retry_delay, Client, ClientError, Offer};
 use crate::config::NodeConfig;
 use crate::state::{Identity, StateDir};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+
+/// How often a node the controller does not know asks again: its store may come back (a
+/// newer backup restored), or the node be joined again.
+pub(super) const UNKNOWN_RETRY: Duration = Duration::from_secs(60);
+/// How often it says so in its log while it lasts.
+const UNKNOWN_SAID_EVERY: Duration = Duration::from_secs(600);
+
+/// A loop's record of saying that the controller does not know this node.
+#[derive(Default)]
+struct Unknown {
+    said: Option<Instant>,
+}
+
+impl Unknown {
+    /// Says it (the controller's message with the node's own), at most every ten minutes.
+    fn say(&mut self, message: &str) {
+        if self.said.is_none_or(|t| t.elapsed() >= UNKNOWN_SAID_EVERY) {
+            tracing::error!(controller = %message, "{NODE_UNKNOWN}");
+            self.said = Some(Instant::now());
+        }
+    }
+}
 
 /// The node's side of the conversation with the controller (docs/behaviour.md#the-nodes-loops): the exchange while
 /// the controller offers it — one request that reports and long-polls, so one connection —
@@ -106,12 +130,16 @@ impl Link {
     async fn exchange_loop(&self, tx: &DesiredTx, fatal: &mpsc::Sender<Fatal>) -> Stopped {
         tracing::info!("the controller offers the exchange: reports and the desired state share one connection");
         let wait = u64::from(self.cfg.observe_seconds).min(60);
-        let mut attempt = 0;
+        let (mut attempt, mut unknown) = (0, Unknown::default());
         loop {
             let report = self.reporter.next();
             match self.client.exchange(&self.identity.token, Self::since(tx), wait, &report).await {
                 Ok(Some(bytes)) => self.take_or_back_off(tx, &bytes, &mut attempt).await,
                 Ok(None) => attempt = 0,
+                Err(ClientError::Unknown(m)) => {
+                    unknown.say(&m);
+                    tokio::time::sleep(UNKNOWN_RETRY).await;
+                }
                 Err(ClientError::Unauthorized(_)) => {
                     let _ = fatal.send(Fatal(CREDENTIAL_REJECTED.into())).await;
                     return Stopped::Fatal;
@@ -138,11 +166,15 @@ impl Link {
 
     /// Two-route protocol: long-poll `desired?since=&wait=60`; returns only to stop the process.
     async fn pull_loop(&self, tx: &DesiredTx, fatal: &mpsc::Sender<Fatal>) {
-        let mut attempt = 0;
+        let (mut attempt, mut unknown) = (0, Unknown::default());
         loop {
             match self.client.desired(&self.identity.token, Self::since(tx), 60).await {
                 Ok(Some(bytes)) => self.take_or_back_off(tx, &bytes, &mut attempt).await,
                 Ok(None) => attempt = 0,
+                Err(ClientError::Unknown(m)) => {
+                    unknown.say(&m);
+                    tokio::time::sleep(UNKNOWN_RETRY).await;
+                }
                 Err(ClientError::Unauthorized(_)) => {
                     let _ = fatal.send(Fatal(CREDENTIAL_REJECTED.into())).await;
                     return;
@@ -162,10 +194,12 @@ impl Link {
     async fn report_loop(&self, fatal: &mpsc::Sender<Fatal>) {
         let mut tick = tokio::time::interval(Duration::from_secs(u64::from(self.cfg.observe_seconds)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut unknown = Unknown::default();
         loop {
             tick.tick().await;
             match self.client.observed(&self.identity.token, &self.reporter.next()).await {
                 Ok(()) => {}
+                Err(ClientError::Unknown(m)) => unknown.say(&m),
                 Err(ClientError::Unauthorized(_)) => {
                     let _ = fatal.send(Fatal(CREDENTIAL_REJECTED.into())).await;
                     return;

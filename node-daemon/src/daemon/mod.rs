@@ -18,7 +18,7 @@ mod shared;
 
 pub use announce::VERSION;
 pub use desired::parse_desired;
-pub use fatal::{Fatal, CREDENTIAL_REJECTED, NOT_JOINED};
+pub use fatal::{Fatal, CREDENTIAL_REJECTED, NODE_UNKNOWN, NOT_JOINED};
 pub use shared::Shared;
 
 use crate::client::Client;

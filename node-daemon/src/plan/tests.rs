@@ -271,3 +271,15 @@ fn the_template_name_labels_the_container_and_a_restart_stamp_changes_the_spec()
     bad.spec_id = Some("NOT A NAME".into());
     assert!(!spec(&bad, 0, "img:1", &cfg).labels.contains_key(crate::runtime::LABEL_SPEC_ID));
 }
+
+/// The hash of one fixed container, written out: a change of what the spec serialises (a
+/// field added, renamed or reordered) changes every container's hash, and a node upgraded
+/// onto such a build recreates every container it adopts (docs/behaviour.md#container-rules).
+/// A new field must leave this value as it is while it holds its default.
+#[test]
+fn the_spec_hash_of_a_fixed_container_is_the_one_every_release_computed() {
+    let (_t, mut c, _st, _sk, pk) = setup();
+    c.executors.get_mut("k").unwrap().user = Some("10001:10001".into());
+    let s = spec(&agent(&pk, None, &["github-token"]), 1, "base:1", &c);
+    assert_eq!(s.hash(), "45ed71a08f8e92fbf28bf399");
+}

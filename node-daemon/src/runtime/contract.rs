@@ -28,7 +28,12 @@ pub struct Bind {
     pub target: String,
 }
 
-/// Everything a replica's container is created with.
+/// Everything a replica's container is created with. Its JSON is what `fleet.spec` hashes
+/// (`plan::spec`), so it is a contract across versions: a field added here must be left out of
+/// the JSON while it holds its default (`skip_serializing_if`), as the restart stamp is left out
+/// of the hash while it is 0 — else a node upgraded onto the new build recreates every
+/// container it adopts (docs/behaviour.md#container-rules; `node-daemon/tests/corpus.rs` holds
+/// each build to the containers earlier releases created).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ContainerSpec {
     pub name: String,

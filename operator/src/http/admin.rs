@@ -313,6 +313,7 @@ mod tests {
             allow: Default::default(),
             allowed: None,
             lifecycle: Default::default(),
+            reported: false,
         }
     }
 

@@ -32,7 +32,9 @@ pub async fn node(store: &Store, headers: &HeaderMap, offline_after: std::time::
     node_by_token(store, bearer(headers), offline_after).await
 }
 
-/// The node a bearer token belongs to (`401 node_token_invalid` for none).
+/// The node a bearer token belongs to: `401 node_token_invalid` for none or a deleted node's,
+/// `401 node_unknown` for a token this store never knew — its store is older than the node
+/// (docs/behaviour.md#a-store-older-than-the-fleet).
 pub async fn node_by_token(store: &Store, token: Option<&str>, offline_after: Duration) -> Result<Id, ApiError> {
     let token = token.ok_or_else(ApiError::node_token_invalid)?;
     if let Some(id) = store.read().node_id_by_token(token) {
@@ -47,7 +49,10 @@ pub async fn node_by_token(store: &Store, token: Option<&str>, offline_after: Du
             Err(e) => tracing::warn!(error = %e, "cannot look a node token up in the database"),
         }
     }
-    Err(ApiError::node_token_invalid())
+    if store.read().was_deleted(token) {
+        return Err(ApiError::node_token_invalid());
+    }
+    Err(ApiError::node_unknown())
 }
 
 /// The keys of one JWKS fetch, swapped in whole.

@@ -36,6 +36,10 @@ impl ApiError {
     pub fn node_token_invalid() -> Self {
         Self::new(StatusCode::UNAUTHORIZED, codes::NODE_TOKEN_INVALID, "the node token is missing, unknown or revoked")
     }
+    /// A node token this store neither knows nor deleted (docs/behaviour.md#a-store-older-than-the-fleet).
+    pub fn node_unknown() -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, codes::NODE_UNKNOWN, codes::NODE_UNKNOWN_MESSAGE)
+    }
     /// The message names the bad field; what the client sent in it is bounded (docs/behaviour.md#hardening): a
     /// field name of 60,000 characters makes no 60,000-character answer or log line.
     pub fn invalid_request(message: impl Into<String>) -> Self {

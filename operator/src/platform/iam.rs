@@ -47,6 +47,10 @@ pub struct IssuedPat {
     pub id: String,
     pub token: String,
     pub expires_at: String,
+    /// IAM answered `200`: the key was used before and this is the PAT it made then, not a
+    /// new one (`201`).
+    #[serde(skip)]
+    pub replayed: bool,
 }
 
 impl std::fmt::Debug for IssuedPat {
@@ -118,12 +122,14 @@ impl IamClient {
             .send()
             .await
             .map_err(unreachable)?;
-        let pat: IssuedPat = self
+        let replayed = resp.status() == StatusCode::OK;
+        let mut pat: IssuedPat = self
             .check(resp)
             .await?
             .json()
             .await
             .map_err(|e| PlatformError::Invalid { service: SERVICE, detail: e.to_string() })?;
+        pat.replayed = replayed;
         if pat.token.is_empty() || pat.token.len() > 8192 {
             return Err(PlatformError::Invalid { service: SERVICE, detail: "PAT answer lacks a token".into() });
         }

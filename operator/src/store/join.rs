@@ -111,6 +111,7 @@ impl Parts {
             allow: BTreeMap::new(),
             allowed,
             lifecycle: Lifecycle::default(),
+            reported: true,
         };
         rec.set_info(info);
         let refused = rec.info.refused_facts();

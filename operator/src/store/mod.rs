@@ -372,6 +372,11 @@ impl Store {
         self.parts.credential_stored(pair, cred, retire).await
     }
 
+    /// A PAT IAM replayed while the store catches up with the fleet: known now, retiring.
+    pub async fn credential_found(&self, pair: &(Id, Id), cred: Cred) -> Result<(), DbError> {
+        self.parts.credential_found(pair, cred).await
+    }
+
     /// The credential was revoked in IAM: it is forgotten.
     pub async fn credential_revoked(&self, r: &RetiringCred) -> Result<(), DbError> {
         self.parts.credential_revoked(r).await

@@ -26,6 +26,8 @@ pub struct PassPublish {
     pub statuses: Vec<(Id, Option<Sent>)>,
     /// Every draining node's progress (when placement ran).
     pub drains: Option<rustc_hash::FxHashMap<Id, DrainProgress>>,
+    /// The mark of a store older than the fleet, set (`Some(Some)`) or cleared (`Some(None)`).
+    pub catch_up: Option<Option<crate::store::records::catch_up::CatchUp>>,
 }
 
 impl Parts {
@@ -91,6 +93,27 @@ impl Parts {
             true => (Kind::PatIssued, format!("PAT issued and sealed to {name}")),
         };
         self.events.record(Event::new(kind, msg).agent(&agent).node(&pair.1, &name));
+        Ok(())
+    }
+
+    /// A PAT of `pair` that IAM replayed for its key while the store catches up with the
+    /// fleet: issued after the store's time, unknown to it until now. It is stored as retiring
+    /// (to be revoked at its `revoke_ms`) and the pair's counter goes past it
+    /// (docs/behaviour.md#a-store-older-than-the-fleet).
+    pub async fn credential_found(&self, pair: &(Id, Id), cred: Cred) -> Result<(), DbError> {
+        let row = CredRow {
+            id: cred.id().into_owned(),
+            agent_key: pair.0.to_string(),
+            node_id: pair.1.to_string(),
+            n: cred.n as i64,
+            principal_id: cred.principal_id.to_string(),
+            ciphertext: cred.sealed.to_base64(),
+            expires_ms: cred.expires_ms,
+            issued_ms: cred.issued_ms,
+            revoke_ms: cred.revoke_ms.get(),
+        };
+        self.db.store_credential(&row, (cred.n + 1) as i64, None).await?;
+        self.registry.write().credential_found(pair, cred);
         Ok(())
     }
 
@@ -162,6 +185,9 @@ impl Parts {
             let mut st = self.registry.write();
             for (pair, id, at) in &publish.retired {
                 st.schedule_revoke(pair, id, |_| *at);
+            }
+            if let Some(mark) = publish.catch_up {
+                st.set_catch_up(mark);
             }
             st.publish(publish.outcome, publish.placements, publish.drains, publish.reset_statuses, publish.statuses)
         };

@@ -52,16 +52,15 @@ pub struct ControllerProcess {
 
 impl ControllerProcess {
     pub async fn spawn(env: HashMap<String, String>, log: PathBuf) -> ControllerProcess {
+        Self::spawn_bin(Path::new(env!("CARGO_BIN_EXE_fleet-controller")), env, log).await
+    }
+
+    /// [`ControllerProcess::spawn`] of another build of the controller (an earlier release's).
+    pub async fn spawn_bin(bin: &Path, env: HashMap<String, String>, log: PathBuf) -> ControllerProcess {
         let url = format!("http://{}", env["FLEET_LISTEN"]);
         let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_fleet-controller"))
-            .arg("serve")
-            .env_clear()
-            .envs(&env)
-            .stdout(Stdio::null())
-            .stderr(out)
-            .spawn()
-            .unwrap();
+        let child =
+            Command::new(bin).arg("serve").env_clear().envs(&env).stdout(Stdio::null()).stderr(out).spawn().unwrap();
         let p = ControllerProcess { child, url, env, log };
         p.wait_healthy().await;
         p
@@ -83,6 +82,12 @@ impl ControllerProcess {
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, as an orchestrator stops it (a leader gives its lease up), and waits for it.
+    pub fn term(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
     }
 
     /// `SIGKILL`: no shutdown hook runs.
@@ -139,6 +144,13 @@ impl Admin {
         };
         let s = r.status();
         (s, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// `None` when no answer came (the replica it reached went away under it).
+    pub async fn try_post(&self, path: &str, body: Value) -> Option<(StatusCode, Value)> {
+        let r = self.http.post(format!("{}{path}", self.url)).bearer_auth(&self.token).json(&body).send().await.ok()?;
+        let s = r.status();
+        Some((s, r.json().await.unwrap_or(Value::Null)))
     }
 
     pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {

@@ -25,7 +25,18 @@ pub struct SimNode {
     pub bad: Arc<Mutex<HashSet<String>>>,
     /// Desired states it was served with a generation older than one it had: none may be.
     pub backwards: Arc<AtomicU64>,
+    /// Every container it created, in order: (agent, replica, `specId#credentialId`).
+    pub history: History,
+    /// Set: the node's process is gone (it asks and reports nothing); its containers run on.
+    pub off: Arc<std::sync::atomic::AtomicBool>,
+    /// The refusals its desired-state requests got: (status, body).
+    pub refusals: Arc<Mutex<Vec<(u16, Value)>>>,
+    /// The generation it has.
+    pub generation: Arc<AtomicU64>,
 }
+
+/// The containers a simulated node created: (agent, replica, `specId#credentialId`).
+pub type History = Arc<Mutex<Vec<(String, u32, String)>>>;
 
 pub const START: Duration = Duration::from_millis(300);
 /// How often a node asks for its desired state and reports, unless the test says.
@@ -46,13 +57,20 @@ impl SimNode {
     pub fn start_with(node: TestNode, bad: Arc<Mutex<HashSet<String>>>, period: Duration, start: Duration) -> SimNode {
         let running: Running = Default::default();
         let backwards = Arc::new(AtomicU64::new(0));
+        let (history, off, refusals, has): (History, Arc<std::sync::atomic::AtomicBool>, _, _) =
+            (Default::default(), Default::default(), Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicU64::new(0)));
         let (r, crashing, older) = (running.clone(), bad.clone(), backwards.clone());
+        let (made, gone, refused, held) = (history.clone(), off.clone(), refusals.clone(), has.clone());
         let task = tokio::spawn(async move {
             let mut generation = None;
             let mut desired = Value::Null;
             // Containers coming up: (when they are up, agent, replica, `specId#credentialId`).
             let mut coming: Vec<(Instant, String, u32, String)> = Vec::new();
             loop {
+                if gone.load(Ordering::Relaxed) {
+                    tokio::time::sleep(period).await;
+                    continue;
+                }
                 let asked = tokio::time::timeout(Duration::from_secs(2), node.try_desired(generation, 0)).await;
                 if let Ok(Some((s, v))) = asked {
                     let g = v["generation"].as_u64();
@@ -60,11 +78,16 @@ impl SimNode {
                         older.fetch_add(1, Ordering::Relaxed);
                     } else if s == 200 && g.is_some() {
                         generation = g;
+                        held.store(g.unwrap_or(0), Ordering::Relaxed);
                         desired = v;
+                    } else if s != 200 && s != 304 {
+                        refused.lock().push((s.as_u16(), v));
                     }
                 }
                 let up_at = Instant::now() + start;
-                coming.extend(apply(&r, &desired).into_iter().map(|(a, i, spec)| (up_at, a, i, spec)));
+                let started = apply(&r, &desired);
+                made.lock().extend(started.iter().cloned());
+                coming.extend(started.into_iter().map(|(a, i, spec)| (up_at, a, i, spec)));
                 come_up(&r, &mut coming, &bad.lock());
                 report(&node, &r, generation).await;
                 // As fleet-node reports a container once it is up, not a period later.
@@ -73,7 +96,7 @@ impl SimNode {
                 tokio::time::sleep(next.min(period)).await;
             }
         });
-        SimNode { running, task, bad: crashing, backwards }
+        SimNode { running, task, bad: crashing, backwards, history, off, refusals, generation: has }
     }
 
     /// Replicas not running now.

@@ -130,3 +130,45 @@ async fn an_offered_exchange_carries_reports_and_the_desired_state() {
     assert!(exchanges.load(Ordering::SeqCst) >= 3, "the node speaks the exchange");
     assert!(dir.path().join("state/desired.json").exists(), "the desired state is saved");
 }
+
+/// A controller whose store does not know the node (`node_unknown`): the link keeps going —
+/// no reason to end the process is sent — while a deleted node's `node_token_invalid` ends it
+/// (docs/behaviour.md#a-store-older-than-the-fleet).
+#[tokio::test]
+async fn an_unknown_node_keeps_running_and_a_deleted_one_stops() {
+    let (unknown, _) = stand_in(|_| {
+        (
+            "401 Unauthorized",
+            OFFER,
+            r#"{"error":"node_unknown","message":"this controller's store does not know this node"}"#,
+        )
+    })
+    .await;
+    let (deleted, _) = stand_in(|_| {
+        (
+            "401 Unauthorized",
+            OFFER,
+            r#"{"error":"node_token_invalid","message":"the node token is missing, unknown or revoked"}"#,
+        )
+    })
+    .await;
+    for (url, ends) in [(unknown, false), (deleted, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (link, tx) = link(&url, dir.path());
+        let (fatal, mut reasons) = mpsc::channel(1);
+        let task = tokio::spawn(link.run(tx, fatal));
+        let said = tokio::time::timeout(Duration::from_secs(3), reasons.recv()).await;
+        match said {
+            Ok(Some(Fatal(m))) => assert!(ends && m == CREDENTIAL_REJECTED, "{url}: {m}"),
+            _ => assert!(!ends && !task.is_finished(), "{url}: the link must go on"),
+        }
+        task.abort();
+    }
+}
+
+#[test]
+fn a_node_unknown_answer_is_told_apart_from_a_rejected_credential() {
+    // The words the node logs name the cause and the fix.
+    assert!(NODE_UNKNOWN.contains("restored from a backup") && NODE_UNKNOWN.contains("new join key"));
+    assert!(NODE_UNKNOWN.contains("agents keep running"));
+}

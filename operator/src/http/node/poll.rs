@@ -59,10 +59,13 @@ pub async fn hold(app: &App, node: &Id, tag: u64, wait: Wait) -> Outcome {
             (generation, body) = (g, b);
         }
     }
-    if wait.since != Some(generation) {
+    if newer(generation, wait.since) {
         return Box::pin(desired_reply(app, node, generation, body)).await;
     }
-    // The node has this generation: its body can go.
+    // The node has this generation (its body can go), or a newer one than this store has:
+    // it is held as if nothing changed until the pass moves past it
+    // (docs/behaviour.md#a-store-older-than-the-fleet). An older body would take the node
+    // back.
     drop(body);
     app.store.delivered(node, generation);
     if wait.seconds == 0 {
@@ -74,7 +77,7 @@ pub async fn hold(app: &App, node: &Id, tag: u64, wait: Wait) -> Outcome {
     let mut rx = app.store.hub().subscribe(node);
     // A bump between the read above and the subscription is seen here.
     if let Some((g, body)) = app.store.desired_body(node) {
-        if g != generation {
+        if g != generation && newer(g, wait.since) {
             return Box::pin(desired_reply(app, node, g, body)).await;
         }
     }
@@ -83,7 +86,7 @@ pub async fn hold(app: &App, node: &Id, tag: u64, wait: Wait) -> Outcome {
         return Err(ApiError::node_token_invalid());
     }
     match app.store.desired_body(node) {
-        Some((g, body)) if g != generation => Box::pin(desired_reply(app, node, g, body)).await,
+        Some((g, body)) if g != generation && newer(g, wait.since) => Box::pin(desired_reply(app, node, g, body)).await,
         Some(_) => Ok(Reply::NotModified),
         // Deleted while the poll was held (docs/behaviour.md#node-lifecycle).
         None => Err(ApiError::node_token_invalid()),
@@ -95,6 +98,12 @@ pub async fn hold(app: &App, node: &Id, tag: u64, wait: Wait) -> Outcome {
 /// re-join made.
 pub fn token_tag(token_hash: &[u8; 32]) -> u64 {
     u64::from_le_bytes(token_hash[..8].try_into().expect("8 of 32 bytes"))
+}
+
+/// Whether generation `g` is news to a node that has `since`: it has none, or an older one.
+/// A node with a newer one than `g` is ahead of this store, never served backwards.
+fn newer(g: u64, since: Option<u64>) -> bool {
+    since.is_none_or(|s| g > s)
 }
 
 /// The desired state as served: the held body, or the stored one read back. Once served,

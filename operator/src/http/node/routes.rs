@@ -42,7 +42,7 @@ pub async fn join(
            ("wait" = Option<u64>, Query, description = "seconds to hold, 0…60 (default 0)", minimum = 0, maximum = 60)),
     responses((status = 200, body = DesiredState), (status = 304, description = "unchanged"),
               (status = 400, description = "invalid_request", body = ErrorBody),
-              (status = 429, description = "too_many_requests: more than 4 held polls", body = ErrorBody), (status = 401, description = "node_token_invalid", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
+              (status = 429, description = "too_many_requests: more than 4 held polls", body = ErrorBody), (status = 401, description = "node_token_invalid (no token, or a deleted node's), or node_unknown (a token the store never knew: it is older than the node)", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn desired(
     State(app): State<Arc<App>>,
     conn: Option<Extension<Arc<ConnInfo>>>,
@@ -56,7 +56,7 @@ pub async fn desired(
 #[utoipa::path(put, path = "/api/v1/nodes/me/observed", tag = "node", security(("node" = [])), request_body = ObservedReport,
     responses((status = 204, description = "accepted (or ignored as stale)"),
               (status = 400, description = "invalid_request", body = ErrorBody),
-              (status = 413, description = "payload_too_large", body = ErrorBody), (status = 401, description = "node_token_invalid", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
+              (status = 413, description = "payload_too_large", body = ErrorBody), (status = 401, description = "node_token_invalid (no token, or a deleted node's), or node_unknown (a token the store never knew: it is older than the node)", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn observed(
     State(app): State<Arc<App>>,
     conn: Option<Extension<Arc<ConnInfo>>>,
@@ -76,7 +76,7 @@ pub async fn observed(
               (status = 400, description = "invalid_request", body = ErrorBody),
               (status = 408, description = "request_timeout", body = ErrorBody),
               (status = 413, description = "payload_too_large", body = ErrorBody),
-              (status = 429, description = "too_many_requests: more than 4 held polls", body = ErrorBody), (status = 401, description = "node_token_invalid", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
+              (status = 429, description = "too_many_requests: more than 4 held polls", body = ErrorBody), (status = 401, description = "node_token_invalid (no token, or a deleted node's), or node_unknown (a token the store never knew: it is older than the node)", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
 pub async fn exchange(
     State(app): State<Arc<App>>,
     conn: Option<Extension<Arc<ConnInfo>>>,

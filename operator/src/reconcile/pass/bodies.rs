@@ -11,6 +11,7 @@
 //! stored input hashes of the nodes not yet written no longer match, and the next pass (or
 //! leader) builds those again from what was committed.
 
+use super::catch_up::Ahead;
 use super::memo::Memo;
 use super::rollout::Rolled;
 use crate::model::{Agent, Id};
@@ -28,7 +29,7 @@ use std::sync::Arc;
 pub async fn commit(
     ctx: &Ctx,
     memo: &Memo,
-    now: i64,
+    (now, ahead): (i64, &Ahead),
     rolled: &Rolled,
     mut rows: PassWrite,
     dirty: Vec<Id>,
@@ -40,7 +41,7 @@ pub async fn commit(
     let mut chunks = dirty.chunks(ctx.cfg.desired_nodes_at_once.max(1)).peekable();
     loop {
         let chunk = chunks.next().unwrap_or_default();
-        let rebuilds = to_rebuild(ctx, memo, rolled, salt, chunk);
+        let rebuilds = to_rebuild(ctx, memo, rolled, salt, (chunk, ahead));
         let (desired, hashes) = build(ctx, memo, rebuilds, &mut rows).await?;
         let (r, l) = (std::mem::take(&mut rollouts), std::mem::take(&mut lingering));
         ctx.store.commit_pass(&rows, desired, hashes, r, l).await?;
@@ -69,25 +70,39 @@ fn forget_finished_rotations(ctx: &Ctx, memo: &Memo, now: i64) {
 
 /// A node whose desired state's inputs changed since its body was built: the new hash of
 /// its inputs, its entries and the desired state it has now. The entries hold handles to the
-/// credentials, so the body is built after the registry's lock is let go.
+/// credentials, so the body is built after the registry's lock is let go. `past`: the node
+/// holds this newer generation than the store (docs/behaviour.md#a-store-older-than-the-fleet):
+/// its body is built past it whatever its inputs.
 struct Rebuild<'a> {
     node: Id,
     hash: u64,
     entries: Vec<Entry<'a>>,
     current: Option<DesiredRec>,
+    past: Option<u64>,
 }
 
-/// The nodes of `chunk` whose inputs' hash is not the one their body was built from.
-fn to_rebuild<'m>(ctx: &Ctx, memo: &'m Memo, rolled: &Rolled, salt: u64, chunk: &[Id]) -> Vec<Rebuild<'m>> {
+/// The nodes of `chunk` whose inputs' hash is not the one their body was built from, and
+/// those ahead of the store that are to be built past their generation; never one ahead
+/// that still waits for its new PATs.
+fn to_rebuild<'m>(
+    ctx: &Ctx,
+    memo: &'m Memo,
+    rolled: &Rolled,
+    salt: u64,
+    (chunk, ahead): (&[Id], &Ahead),
+) -> Vec<Rebuild<'m>> {
     let st = ctx.store.read();
     chunk
         .iter()
+        .filter(|node| !ahead.hold.contains(*node))
         .filter_map(|node| {
             let look = |a: &Agent, n: &Id, r: u32| look_of(a, n, r, rolled.get(&st, &a.key), memo.own_spec(&a.key));
             let entries = entries_of(&memo.per_node, node, |k| memo.agent(k), |p| st.live_cred(p).cloned(), look);
             let hash = input_hash(salt, &entries, |key| memo.fingerprint(key));
             let current = st.desired(node).cloned();
-            (st.desired_hash(node) != Some(hash)).then(|| Rebuild { node: node.clone(), hash, entries, current })
+            let past = ahead.build.get(node).copied();
+            let stale = st.desired_hash(node) != Some(hash) || past.is_some();
+            stale.then(|| Rebuild { node: node.clone(), hash, entries, current, past })
         })
         .collect()
 }
@@ -108,7 +123,7 @@ async fn build(
     // The boxes the registry no longer holds (their nodes have them) are read back.
     let wanted: Vec<String> = chunk.iter().flat_map(|r| stored_boxes(&r.entries)).collect();
     let boxes: Boxes = ctx.store.db().ciphertexts(&wanted).await?.into_iter().collect();
-    for Rebuild { node, hash, entries, current } in chunk {
+    for Rebuild { node, hash, entries, current, past } in chunk {
         if let Some(id) = missing_box(&entries, &boxes) {
             // Only a deleted row does this, and a live PAT's row is deleted with its node;
             // the node's desired state is left as it is and built again when it next changes.
@@ -117,18 +132,22 @@ async fn build(
         }
         rows.input_hashes.push((node.to_string(), hash));
         hashes.push((node.clone(), hash));
-        if entries.is_empty() && current.as_ref().is_some_and(|d| d.same_agents(b"[]")) {
+        if past.is_none() && entries.is_empty() && current.as_ref().is_some_and(|d| d.same_agents(b"[]")) {
             // A node that joined and has no agent yet: nothing to build.
             continue;
         }
         ctx.metrics.desired_built.inc();
         // Built as the next generation in the buffer that is served and stored; dropped at
-        // once when its agents are what the node already has.
-        let generation = current.as_ref().map_or(0, |d| d.generation) + 1;
+        // once when its agents are what the node already has — unless the node holds a newer
+        // generation than the store, which the new one goes past.
+        let generation = current.as_ref().map_or(0, |d| d.generation).max(past.unwrap_or(0)) + 1;
         let rec = DesiredRec::build(generation, |out| write_agents(out, &entries, &ctx.cfg.iam_tenant, &boxes));
         let Some(agents) = rec.agents_bytes() else { continue };
-        if current.as_ref().is_some_and(|d| d.same_agents(&agents)) {
+        if past.is_none() && current.as_ref().is_some_and(|d| d.same_agents(&agents)) {
             continue;
+        }
+        if let Some(theirs) = past {
+            tracing::info!(node = %memo.name(&node), theirs, generation, "a node ahead of the store gets a generation past its own");
         }
         tracing::info!(node = %memo.name(&node), generation, agents = entries.len(), "desired state changed");
         if !ctx.work.rotating.is_empty() {

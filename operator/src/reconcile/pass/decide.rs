@@ -42,7 +42,12 @@ pub fn pat_work(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: 
     let ttl_ms = ctx.cfg.token_ttl_seconds as i64 * 1000;
     let now = snap.now;
     let st = ctx.store.read();
-    let wants_pat = |pair: &(Id, Id)| st.live_cred(pair).is_none_or(|c| now >= rotate_at_ms(c, ttl_ms));
+    // A store older than the fleet replaces every PAT from before its mark
+    // (docs/behaviour.md#a-store-older-than-the-fleet).
+    let mark = st.catch_up();
+    let stale = |issued_ms: i64| mark.is_some_and(|m| super::catch_up::stale(m, issued_ms));
+    let wants_pat =
+        |pair: &(Id, Id)| st.live_cred(pair).is_none_or(|c| now >= rotate_at_ms(c, ttl_ms) || stale(c.issued_ms));
     if !snap.full {
         for pair in placed.touched_pairs.keys().chain(snap.changes.creds.iter()) {
             if is_placed(&memo.per_node, pair) && wants_pat(pair) {
@@ -107,6 +112,11 @@ pub fn retire(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: &Placed, plan: &m
         let id = c.id();
         plan.rows.retire.push((id.to_string(), at));
         plan.publish.retired.push((pair.clone(), id.into(), at));
+        // A store older than the fleet may not know the pair's PATs issued since its time:
+        // they are found by their keys and revoked too (docs/behaviour.md#a-store-older-than-the-fleet).
+        if st.catch_up().is_some() {
+            plan.work.push(WorkKey::Sweep(pair.0.clone(), pair.1.clone()));
+        }
     }
 }
 

@@ -22,6 +22,7 @@
 pub mod agents;
 pub mod audit;
 mod bodies;
+mod catch_up;
 mod decide;
 mod drains;
 pub mod gauges;
@@ -45,6 +46,7 @@ use crate::store::db::DbError;
 use crate::store::kept::Placements;
 use place::Placed;
 use snapshot::Snapshot;
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -126,6 +128,7 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
         ctx.work.queue.add(WorkKey::Revoke(id.into()));
     }
     phases.mark("snapshot");
+    let ahead = catch_up::look(ctx, memo, &snap, &mut plan);
     let mut placed = place::place(ctx, memo, &mut snap, &mut plan.rows);
     drains::flip_events(memo, &snap.flips, snap.full, &mut placed.events);
     let lingered = linger::track(ctx, memo, &snap, &mut placed, &mut plan);
@@ -140,14 +143,16 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     decide::statuses(ctx, memo, &snap, &placed, &mut plan);
     phases.mark("statuses");
     decide::items(memo, &snap, &placed, &mut plan);
-    let dirty = decide::dirty_nodes(memo, &snap, &placed, &rolled);
+    let mut dirty = decide::dirty_nodes(memo, &snap, &placed, &rolled);
+    let more: HashSet<&Id> = ahead.build.keys().chain(&ahead.heard).filter(|n| !dirty.contains(n)).collect();
+    dirty.extend(more.into_iter().cloned());
     phases.mark("desired");
     if fleet_api::failpoint::on("fail-pass") {
         return Err(DbError::Other("the fail-pass failpoint is set".into()));
     }
     let rows = std::mem::take(&mut plan.rows);
     let rollouts_changed = !rolled.changed.is_empty() || snap.full;
-    bodies::commit(ctx, memo, snap.now, &rolled, rows, dirty, lingered.changed).await?;
+    bodies::commit(ctx, memo, (snap.now, &ahead), &rolled, rows, dirty, lingered.changed).await?;
     if rollouts_changed {
         count_rollouts(ctx);
     }

@@ -292,6 +292,7 @@ mod tests {
             allow: Default::default(),
             allowed: None,
             lifecycle: Lifecycle::Schedulable,
+            reported: true,
         };
         f(&mut n);
         n

@@ -11,6 +11,7 @@ use crate::platform::iam::PatRequest;
 use crate::platform::PlatformError;
 use crate::reconcile::rules::ceiling::ceiling;
 use crate::reconcile::rules::derive::status_now;
+use crate::store::records::catch_up::CatchUp;
 use crate::store::{Cred, Id, Sealed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,7 +54,9 @@ async fn handle(ctx: &Ctx, key: &WorkKey) -> Outcome {
     let kind = key.kind();
     let span = match key {
         WorkKey::Identity(agent) | WorkKey::Status(agent) => tracing::info_span!("work", kind, agent = %agent),
-        WorkKey::Pat(agent, node) => tracing::info_span!("work", kind, agent = %agent, node = %node),
+        WorkKey::Pat(agent, node) | WorkKey::Sweep(agent, node) => {
+            tracing::info_span!("work", kind, agent = %agent, node = %node)
+        }
         WorkKey::Revoke(id) => tracing::info_span!("work", kind, credential = %id),
     };
     let _timer = ctx.metrics.work_timer(kind);
@@ -63,6 +66,7 @@ async fn handle(ctx: &Ctx, key: &WorkKey) -> Outcome {
             WorkKey::Pat(agent, node) => pat(ctx, agent, node).await,
             WorkKey::Revoke(id) => revoke(ctx, id).await,
             WorkKey::Status(agent) => status(ctx, agent).await,
+            WorkKey::Sweep(agent, node) => sweep(ctx, agent, node).await,
         }
     }
     .instrument(span)
@@ -128,80 +132,232 @@ async fn identity(ctx: &Ctx, agent: &Id) -> Outcome {
     }
 }
 
+/// What is true of a pair now, read in one look at the registry.
+struct PairNow {
+    /// The agent (`None` for a sweep: its pair is not placed, its agent may be gone).
+    a: Option<crate::model::Agent>,
+    node_name: Id,
+    pk: [u8; 32],
+    principal: Option<Id>,
+    active: Option<Arc<Cred>>,
+    next_n: u64,
+    /// The store is older than the fleet (docs/behaviour.md#a-store-older-than-the-fleet).
+    mark: Option<CatchUp>,
+    /// The pair's node holds a newer generation than the store.
+    ahead: bool,
+}
+
+/// The pair must still be placed, the node known; `None` when there is nothing to do.
+fn pair_now(ctx: &Ctx, agent: &Id, node: &Id) -> Option<PairNow> {
+    let st = ctx.store.read();
+    let a = st.agent(agent).cloned()?;
+    let n = st.node(node)?;
+    if !st.is_placed(agent, node) {
+        return None;
+    }
+    let pair = (agent.clone(), node.clone());
+    Some(PairNow {
+        a: Some(a),
+        node_name: n.name.clone(),
+        pk: n.public_key,
+        principal: st.identity(agent).map(|i| i.principal_id.clone()),
+        active: st.live_cred(&pair).cloned(),
+        next_n: st.pair(&pair).next_n,
+        mark: st.catch_up().cloned(),
+        ahead: st.ahead(node).is_some(),
+    })
+}
+
 async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
     let ttl_ms = ctx.cfg.token_ttl_seconds as i64 * 1000;
     let now = clock::now_ms();
-    // What is true now: the pair must still be placed, the node known, the principal made.
-    let (a, node_name, pk, principal, active, pair) = {
-        let st = ctx.store.read();
-        let Some(a) = st.agent(agent).cloned() else { return Outcome::Done };
-        let placed = st.is_placed(agent, node);
-        let Some(n) = st.node(node) else { return Outcome::Done };
-        if !placed {
-            return Outcome::Done;
-        }
-        let principal = st.identity(agent).map(|i| i.principal_id.clone());
-        let active = st.live_cred(&(agent.clone(), node.clone())).cloned();
-        let pair = st.pair(&(agent.clone(), node.clone()));
-        (a, n.name.clone(), n.public_key, principal, active, pair)
-    };
-    if let Some(c) = &active {
-        let due = rotate_at_ms(c, ttl_ms);
-        if now < due {
-            return rotate_at(ctx, node, due);
-        }
-        // A rotation recreates the container: a step in the agent's budget — unless half the
-        // time from its due point to its expiry has gone waiting: an expired PAT stops the
-        // agent for sure.
-        let pair = (agent.clone(), node.clone());
-        let urgent = now >= due + (c.expires_ms - due) / 2;
-        let rotating = &ctx.work.rotating;
-        if urgent {
-            rotating.started(pair.clone(), now);
-            tracing::warn!(agent = %agent, node = %node_name, "PAT rotation waited half its time to expiry for the disruption budget; rotating now");
-        } else if !rotating.may_rotate(&ctx.store.read(), &ctx.cfg.rollout, ctx.cfg.node_offline_after, &pair, now) {
-            tracing::debug!(agent = %agent, node = %node_name, "PAT rotation due; waiting for the agent's disruption budget");
-            return rotate_at(ctx, node, now + super::rotating::WAIT.as_millis() as i64);
+    let Some(p) = pair_now(ctx, agent, node) else { return Outcome::Done };
+    if let Some(c) = &p.active {
+        if let Some(wait) = rotation_waits(ctx, (agent, node), &p, c, now, ttl_ms) {
+            return wait;
         }
     }
-    let Some(principal) = principal else {
+    let Some(principal) = p.principal.clone() else {
         // The identity item runs first; come back when it has had its chance.
         ctx.work.rotating.abandoned(&(agent.clone(), node.clone()));
         ctx.work.queue.add(WorkKey::Identity(agent.clone()));
         return Outcome::Failed;
     };
-    // The key's counter (docs/behaviour.md#iam-calls). `next_n` is stored and is raised only in the commit that
-    // stores the PAT it keyed, so until that commit every attempt — a retry, or the first one
-    // after a crash — uses the same n and IAM replays instead of minting a second PAT; once it
-    // is stored, the next PAT gets n + 1 and never replays an old one. A pair without a row
-    // has never had a PAT stored: its n is 0. Raising the counter in a commit of its own
-    // before the call would buy nothing and cost a second commit per PAT. A row that still
-    // carries a `pending_n` (written by an older version) is honoured.
-    let n = pair.next_n;
-    let ceil = ceiling(&a, &ctx.cfg.token_audiences, &ctx.cfg.token_scopes);
+    let Some(a) = &p.a else { return Outcome::Done };
+    let ceil = ceiling(a, &ctx.cfg.token_audiences, &ctx.cfg.token_scopes);
     let req = PatRequest {
         audiences: ceil.audiences,
         scope_ceiling: ceil.scopes,
         expires_in_seconds: ctx.cfg.token_ttl_seconds,
-        description: format!("fleet: agent {agent} on node {node_name}"),
+        description: format!("fleet: agent {agent} on node {}", p.node_name),
     };
-    let idem = format!("fleet-pat-{agent}-{node}-{n}");
-    let issued = match ctx.iam.issue_pat(&principal, &idem, &req).await {
-        Ok(p) => p,
-        Err(e) => {
-            ctx.metrics.call("iam", "issue_pat", e.outcome());
-            ctx.metrics.pat("failed");
-            note_error(ctx, agent, format!("issuing the PAT for node {node_name}: {}", describe(&e)));
-            ctx.work.rotating.abandoned(&(agent.clone(), node.clone()));
-            return Outcome::Failed;
+    let (issued, n) = match issue(ctx, (agent, node), &p, &principal, &req).await {
+        Ok(done) => done,
+        Err(outcome) => return outcome,
+    };
+    store_issued(ctx, (agent, node), &p, (issued, n, principal), now, ttl_ms).await
+}
+
+/// Whether the live PAT's rotation waits (the outcome to return), or goes now. A rotation
+/// recreates the container: a step in the agent's budget — unless half the time from its due
+/// point to its expiry has gone waiting (an expired PAT stops the agent for sure), or the
+/// store is older than the fleet and the node, ahead of it, waits for this PAT to be served.
+fn rotation_waits(
+    ctx: &Ctx,
+    (agent, node): (&Id, &Id),
+    p: &PairNow,
+    c: &Cred,
+    now: i64,
+    ttl_ms: i64,
+) -> Option<Outcome> {
+    // A PAT from before a store's catch-up mark is replaced now (docs/behaviour.md#a-store-older-than-the-fleet).
+    let stale = p.mark.as_ref().is_some_and(|m| c.issued_ms < m.since_ms);
+    let due = if stale { now } else { rotate_at_ms(c, ttl_ms) };
+    if now < due {
+        return Some(rotate_at(ctx, node, due));
+    }
+    let pair = (agent.clone(), node.clone());
+    let urgent = now >= due + (c.expires_ms - due) / 2;
+    let rotating = &ctx.work.rotating;
+    if urgent || (stale && p.ahead) {
+        rotating.started(pair.clone(), now);
+        if urgent {
+            tracing::warn!(agent = %agent, node = %p.node_name, "PAT rotation waited half its time to expiry for the disruption budget; rotating now");
+        }
+    } else if !rotating.may_rotate(&ctx.store.read(), &ctx.cfg.rollout, ctx.cfg.node_offline_after, &pair, now) {
+        tracing::debug!(agent = %agent, node = %p.node_name, "PAT rotation due; waiting for the agent's disruption budget");
+        return Some(rotate_at(ctx, node, now + super::rotating::WAIT.as_millis() as i64));
+    }
+    None
+}
+
+/// The most PATs one item finds issued after a store's time before it gives up on IAM
+/// (an IAM that replays every key would otherwise hold a worker for good).
+const MOST_FOUND: u64 = 1_000;
+
+/// Issues the pair's next PAT under its key's counter (docs/behaviour.md#iam-calls). `next_n`
+/// is stored and is raised only in the commit that stores the PAT it keyed, so until that
+/// commit every attempt — a retry, or the first one after a crash — uses the same n and IAM
+/// replays instead of minting a second PAT; once it is stored, the next PAT gets n + 1 and
+/// never replays an old one. A pair without a row has never had a PAT stored: its n is 0.
+/// While the store is older than the fleet a replay is a PAT issued after the store's time:
+/// it is stored to be revoked, and the next n is tried, until IAM makes a new one.
+async fn issue(
+    ctx: &Ctx,
+    (agent, node): (&Id, &Id),
+    p: &PairNow,
+    principal: &Id,
+    req: &PatRequest,
+) -> Result<(crate::platform::iam::IssuedPat, u64), Outcome> {
+    let mut n = p.next_n;
+    loop {
+        let idem = format!("fleet-pat-{agent}-{node}-{n}");
+        match ctx.iam.issue_pat(principal, &idem, req).await {
+            Ok(issued) if issued.replayed && p.mark.is_some() && n < p.next_n + MOST_FOUND => {
+                ctx.metrics.call("iam", "issue_pat", "ok");
+                found(ctx, (agent, node), p, issued, (n, principal)).await?;
+                n += 1;
+            }
+            Ok(issued) => {
+                ctx.metrics.call("iam", "issue_pat", "ok");
+                return Ok((issued, n));
+            }
+            Err(e) => {
+                ctx.metrics.call("iam", "issue_pat", e.outcome());
+                ctx.metrics.pat("failed");
+                note_error(ctx, agent, format!("issuing the PAT for node {}: {}", p.node_name, describe(&e)));
+                ctx.work.rotating.abandoned(&(agent.clone(), node.clone()));
+                return Err(Outcome::Failed);
+            }
+        }
+    }
+}
+
+/// A PAT issued after the store's time, found by replaying its key: stored as retiring and
+/// revoked after the grace (its node may still run it until the new one reaches it).
+async fn found(
+    ctx: &Ctx,
+    (agent, node): (&Id, &Id),
+    p: &PairNow,
+    issued: crate::platform::iam::IssuedPat,
+    (n, principal): (u64, &Id),
+) -> Result<(), Outcome> {
+    let now = clock::now_ms();
+    let grace = ctx.cfg.token_revoke_grace;
+    let cred = Cred {
+        sealed: Sealed::raw(&issued.id, &fleet_api::seal::seal_raw(&p.pk, issued.token.as_bytes())),
+        n,
+        principal_id: principal.clone(),
+        expires_ms: clock::parse_rfc3339_ms(&issued.expires_at).unwrap_or(now),
+        issued_ms: now,
+        revoke_ms: Some(now + grace.as_millis() as i64).into(),
+    };
+    drop(issued.token);
+    let id = Id::from(cred.id());
+    if let Err(e) = ctx.store.credential_found(&(agent.clone(), node.clone()), cred).await {
+        tracing::error!(error = %e, "cannot store a PAT found by its key; the retry finds it again");
+        return Err(Outcome::Failed);
+    }
+    tracing::info!(node_name = %p.node_name, credential = %id, n, "a PAT issued after the store's time, found by its idempotency key; revoked after the grace");
+    ctx.work.queue.add_after(WorkKey::Revoke(id), grace);
+    Ok(())
+}
+
+/// A pair the store does not place, whose node (ahead of the store) runs the agent: every PAT
+/// of it issued after the store's time is found by its key and revoked after the grace; the
+/// walk ends at the first key IAM had not used, whose new PAT is revoked with them.
+async fn sweep(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
+    let p = {
+        let st = ctx.store.read();
+        let (Some(n), Some(i), Some(mark)) = (st.node(node), st.identity(agent), st.catch_up()) else {
+            return Outcome::Done;
+        };
+        if st.is_placed(agent, node) {
+            return Outcome::Done;
+        }
+        PairNow {
+            a: None,
+            node_name: n.name.clone(),
+            pk: n.public_key,
+            principal: Some(i.principal_id.clone()),
+            active: None,
+            next_n: st.pair(&(agent.clone(), node.clone())).next_n,
+            mark: Some(mark.clone()),
+            ahead: true,
         }
     };
-    ctx.metrics.call("iam", "issue_pat", "ok");
-    let ciphertext = fleet_api::seal::seal_raw(&pk, issued.token.as_bytes());
+    let principal = p.principal.clone().unwrap_or_default();
+    // A replay answers whatever the key made; a key IAM had not used makes a PAT of the
+    // narrowest kind, revoked at once.
+    let req = PatRequest {
+        audiences: vec!["control-plane".into()],
+        scope_ceiling: Vec::new(),
+        expires_in_seconds: ctx.cfg.token_ttl_seconds,
+        description: format!("fleet: agent {agent} on node {} (found after a restore; revoked)", p.node_name),
+    };
+    match issue(ctx, (agent, node), &p, &principal, &req).await {
+        Ok((last, n)) => match found(ctx, (agent, node), &p, last, (n, &principal)).await {
+            Ok(()) => Outcome::Done,
+            Err(outcome) => outcome,
+        },
+        Err(outcome) => outcome,
+    }
+}
+
+/// Stores the new PAT as the pair's live one, retiring the one it replaces after the grace.
+async fn store_issued(
+    ctx: &Ctx,
+    (agent, node): (&Id, &Id),
+    p: &PairNow,
+    (issued, n, principal): (crate::platform::iam::IssuedPat, u64, Id),
+    now: i64,
+    ttl_ms: i64,
+) -> Outcome {
+    let ciphertext = fleet_api::seal::seal_raw(&p.pk, issued.token.as_bytes());
     let expires_ms = clock::parse_rfc3339_ms(&issued.expires_at).unwrap_or(now + ttl_ms);
     drop(issued.token);
     let grace = ctx.cfg.token_revoke_grace;
-    let retire = active.as_ref().map(|c| (Id::from(c.id()), now + grace.as_millis() as i64));
+    let retire = p.active.as_ref().map(|c| (Id::from(c.id()), now + grace.as_millis() as i64));
     let cred = Cred {
         sealed: Sealed::raw(&issued.id, &ciphertext),
         n,
@@ -218,10 +374,10 @@ async fn pat(ctx: &Ctx, agent: &Id, node: &Id) -> Outcome {
     }
     if let Some((old, _)) = retire {
         ctx.metrics.pat("rotated");
-        tracing::info!(node_name = %node_name, credential = %id, old = %old, "PAT rotated; the old one is revoked after the grace");
+        tracing::info!(node_name = %p.node_name, credential = %id, old = %old, "PAT rotated; the old one is revoked after the grace");
         ctx.work.queue.add_after(WorkKey::Revoke(old), grace);
     } else {
-        tracing::info!(node_name = %node_name, credential = %id, "PAT issued and sealed to the node");
+        tracing::info!(node_name = %p.node_name, credential = %id, "PAT issued and sealed to the node");
     }
     ctx.metrics.pat("issued");
     ctx.store.identity_ok(agent);

@@ -13,6 +13,10 @@ pub enum WorkKey {
     Revoke(Id),
     /// Send the agent's current status to the CP.
     Status(Id),
+    /// Find, by their idempotency keys, the PATs of a pair the store does not place but whose
+    /// node, ahead of a restored store, runs the agent — and revoke them
+    /// (docs/behaviour.md#a-store-older-than-the-fleet).
+    Sweep(Id, Id),
 }
 
 /// When a PAT is due for rotation: less than min(2 days, TTL/3) before expiry — the
@@ -55,6 +59,7 @@ impl WorkKey {
             WorkKey::Pat(..) => "pat",
             WorkKey::Revoke(_) => "revoke",
             WorkKey::Status(_) => "status",
+            WorkKey::Sweep(..) => "sweep",
         }
     }
 }

@@ -502,6 +502,32 @@ mod tests {
         }
     }
 
+    /// A store a newer release migrated further (a migration this build does not know is
+    /// recorded as applied) opens and works: a rolling upgrade runs both side by side, and a
+    /// rollback runs the older one on it (docs/operations.md#versions-and-upgrades).
+    #[tokio::test]
+    async fn a_store_a_newer_release_migrated_opens() {
+        for fresh in each() {
+            eprintln!("on {}", fresh.backend);
+            drop(Db::open(&fresh.url).await.unwrap());
+            let newer = "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+                         VALUES (9999, 'a newer release', TRUE, $1, 1)";
+            let checksum = vec![0u8; 48];
+            if fresh.backend == "sqlite" {
+                let pool = sqlx::SqlitePool::connect(&fresh.url).await.unwrap();
+                sqlx::query(newer).bind(&checksum).execute(&pool).await.unwrap();
+                pool.close().await;
+            } else {
+                let pool = sqlx::PgPool::connect(&fresh.url).await.unwrap();
+                sqlx::query(newer).bind(&checksum).execute(&pool).await.unwrap();
+                pool.close().await;
+            }
+            let db = open_leading(&fresh.url).await;
+            db.insert_join_key(b"k", i64::MAX, "", None, 0).await.unwrap();
+            assert_eq!(testing::count(&db, "join_keys").await, 1);
+        }
+    }
+
     /// A database of a version that kept the agent list as one `kv` value has it moved to the
     /// rows by the migration, on both backends.
     #[tokio::test]

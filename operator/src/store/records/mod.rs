@@ -1,8 +1,9 @@
 //! The records the registry keeps, each in its own module with the size test that guards it:
 //! nodes and their lifecycle, identities and PATs, desired states, reported replicas, sealed
-//! boxes and events. Records are plain data with the rules that read them; how they change is
+//! boxes and events, and the mark of a store older than the fleet. Records are plain data with the rules that read them; how they change is
 //! the registry's business (`store::registry`).
 
+pub mod catch_up;
 pub mod claims;
 pub mod cred;
 pub mod desired;

@@ -27,4 +27,6 @@ pub struct Changes {
     pub rebuild: bool,
     /// Credentials of deleted nodes, to revoke now.
     pub revoke_now: Vec<String>,
+    /// Nodes that reported a newer generation than the store has for them.
+    pub ahead: HashSet<Id>,
 }

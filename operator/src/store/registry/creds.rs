@@ -78,6 +78,14 @@ impl State {
         name
     }
 
+    /// A PAT found by replaying its key (`revoke_ms` set): it waits for its revocation, and
+    /// the pair's counter goes past it.
+    pub(in crate::store) fn credential_found(&mut self, pair: &(Id, Id), cred: Cred) {
+        let entry = self.pairs.entry(&pair.0, &pair.1);
+        entry.next_n = entry.next_n.max(cred.n + 1);
+        self.retiring.insert(cred.id().into(), RetiringCred { pair: pair.clone(), cred: Arc::new(cred) });
+    }
+
     /// A retiring credential was revoked in IAM: it is forgotten. Returns the node's name.
     pub(in crate::store) fn credential_revoked(&mut self, r: &RetiringCred) -> Id {
         let id = r.cred.id();

@@ -5,6 +5,8 @@ use super::state::State;
 use crate::model::{Agent, Id, Shared, Template};
 use crate::store::db::{CredRow, NodeRow, Snapshot};
 use crate::store::kept::{self, Outcome, Placements, StatusBody};
+use crate::store::records::catch_up::{self, CatchUp};
+use crate::store::records::node::{from_hex, DELETED_PREFIX};
 use crate::store::records::{Cred, DesiredRec, IdentityRec, Linger, NodeInfo, NodeRec, RetiringCred, Rollout, Sealed};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -62,6 +64,10 @@ impl State {
                 st.load_rollout(agent, &v, &mut templates);
             } else if k.starts_with(crate::store::records::linger::PREFIX) {
                 st.load_linger(&k, &v);
+            } else if let Some(hash) = k.strip_prefix(DELETED_PREFIX).and_then(from_hex) {
+                st.deleted_tokens.insert(hash);
+            } else if k == catch_up::KEY {
+                st.catch_up = CatchUp::parse(&v);
             }
         }
         st
@@ -140,6 +146,7 @@ pub(super) fn node_from_row(r: NodeRow, now: i64) -> Option<NodeRec> {
         allow: BTreeMap::new(),
         allowed: crate::store::records::claims::allowance_of(r.allowed.as_deref()),
         lifecycle: r.lifecycle,
+        reported: false,
     };
     // Split under the stored allowance: the report written last may predate a change of it.
     rec.readmit();

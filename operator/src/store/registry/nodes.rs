@@ -70,7 +70,9 @@ impl State {
         let period_changed = old.observe_seconds != info.observe_seconds;
         let was_online = rec.online(now, offline_after);
         let applied = info.applied_generation;
+        let ahead = self.desired.get(node).is_some_and(|d| applied > d.generation);
         rec.last_seen_ms = seen_ms.max(rec.last_seen_ms);
+        rec.reported = true;
         rec.set_info(info);
         // The node has the body of the generation it applied, whichever replica served it:
         // a replica that did not serve it learns so only here, and would hold it otherwise.
@@ -87,7 +89,10 @@ impl State {
         if !was_online || period_changed {
             self.changes.seen.insert(node.clone());
         }
-        ReportOutcome::Accepted { changed: facts_changed || reports_changed, was_online }
+        if ahead {
+            self.changes.ahead.insert(node.clone());
+        }
+        ReportOutcome::Accepted { changed: facts_changed || reports_changed || ahead, was_online }
     }
 
     /// A node's busy replicas as its last report says ([`crate::store::records::node::busy_of`]);
@@ -158,6 +163,7 @@ impl State {
     pub(in crate::store) fn forget_node(&mut self, rec: &NodeRec, now: i64) -> Deleted {
         let id = rec.id.clone();
         self.by_token.remove(&rec.token_hash);
+        self.deleted_tokens.insert(rec.token_hash);
         self.by_name.remove(&rec.name);
         self.desired.remove(&id);
         self.desired_hashes.remove(&id);

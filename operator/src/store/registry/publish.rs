@@ -77,6 +77,11 @@ impl State {
         (replaced, self.want_statuses(reset_statuses, statuses))
     }
 
+    /// The mark of a store older than the fleet, as the pass stored it.
+    pub(in crate::store) fn set_catch_up(&mut self, mark: Option<crate::store::records::catch_up::CatchUp>) {
+        self.catch_up = mark;
+    }
+
     /// The rollouts a pass changed: `None` lets one go.
     pub(in crate::store) fn put_rollouts(&mut self, changed: Vec<(Id, Option<Arc<Rollout>>)>) {
         for (agent, r) in changed {

@@ -7,6 +7,7 @@ use super::pairs::Pairs;
 use crate::clock;
 use crate::model::{Agent, AgentList, Id};
 use crate::store::kept::{Outcome, Placements, Sent};
+use crate::store::records::catch_up::CatchUp;
 use crate::store::records::Lifecycle;
 use crate::store::records::{
     Cred, DesiredRec, DrainProgress, IdentityRec, Linger, NodeRec, PairRec, RetiringCred, Rollout,
@@ -68,6 +69,12 @@ pub struct State {
     /// here, so a fleet at rest pays nothing for it. Memory only: a node says it again in its
     /// next report.
     pub(super) busy: HashMap<Id, Box<[u32]>>,
+    /// The token hashes of deleted nodes: such a token is refused as revoked (the node exits),
+    /// any other unknown one as unknown to this store (the node keeps running;
+    /// docs/behaviour.md#a-store-older-than-the-fleet).
+    pub(super) deleted_tokens: HashSet<[u8; 32]>,
+    /// The store is older than the fleet, since when and why; `None` while it is not.
+    pub(super) catch_up: Option<CatchUp>,
     /// What changed since the pass last looked, recorded with each change under the same
     /// lock: the pass recomputes only what these touch.
     pub(super) changes: Changes,
@@ -96,6 +103,23 @@ impl State {
 
     pub fn node_id_by_token(&self, token: &str) -> Option<Id> {
         self.by_token.get(&hash(token)).cloned()
+    }
+
+    /// Whether `token` was the token of a node deleted from this store.
+    pub fn was_deleted(&self, token: &str) -> bool {
+        self.deleted_tokens.contains(&hash(token))
+    }
+
+    /// The mark of a store older than the fleet, while it is.
+    pub fn catch_up(&self) -> Option<&CatchUp> {
+        self.catch_up.as_ref()
+    }
+
+    /// Whether the node holds a newer generation than this store has for it: its report says
+    /// it applied one (docs/behaviour.md#a-store-older-than-the-fleet).
+    pub fn ahead(&self, node: &str) -> Option<u64> {
+        let applied = self.nodes.get(node)?.info.applied_generation;
+        (applied > self.desired.get(node)?.generation).then_some(applied)
     }
 }
 
@@ -201,6 +225,11 @@ impl State {
     /// Every live credential with its pair: (agent, node, credential).
     pub fn live_creds(&self) -> impl Iterator<Item = (&Id, &Id, &Arc<Cred>)> {
         self.pairs.iter().filter_map(|(agent, node, p)| Some((agent, node, p.live.as_ref()?)))
+    }
+
+    /// Every (agent, node) pair the store keeps a PAT counter for, placed or not.
+    pub fn pairs(&self) -> impl Iterator<Item = (&Id, &Id)> {
+        self.pairs.iter().map(|(agent, node, _)| (agent, node))
     }
 
     /// The agents whose pair with `node` has a live credential, in key order.

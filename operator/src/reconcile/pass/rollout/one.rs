@@ -125,6 +125,10 @@ impl One<'_> {
         let sources =
             Sources { a: self.a, memo: self.memo, st: self.st, outcome: &self.placed.outcome, lingering, now };
         let gathered = slots::gather(&sources, r);
+        for node in &gathered.adopted {
+            tracing::info!(agent = %self.a.key, node = %self.memo.name(node), "the node runs the rollout's target already: taken as stepped");
+            self.out.nodes.insert(node.clone());
+        }
         let desired = self.a.desired_replicas();
         let budget = r.policy.max_unavailable.budget(desired);
         let input = rule::Input {

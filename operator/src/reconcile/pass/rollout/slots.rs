@@ -17,6 +17,9 @@ use std::sync::Arc;
 pub struct Gathered {
     /// One a replica, in node-name order, then by replica.
     pub slots: Vec<Slot>,
+    /// Nodes found running the target they were not handed (a step the store lost): taken
+    /// as stepped, so their bodies are built again with it.
+    pub adopted: Vec<Id>,
     /// Each slot's node and replica.
     pub who: Vec<(Id, u32)>,
     /// When the next readiness or deadline runs out (ms).
@@ -47,7 +50,11 @@ pub fn gather(one: &Sources, r: &mut Rollout) -> Gathered {
         .collect();
     sync_steps(r, &bound, one.lingering, one.now);
     bound.sort();
-    let mut g = Gathered { slots: Vec::new(), who: Vec::new(), due: None };
+    let mut g = Gathered { slots: Vec::new(), adopted: Vec::new(), who: Vec::new(), due: None };
+    // A store older than the fleet lost the steps taken since its time: a replica that runs
+    // the target already is taken as stepped, never handed the old template back
+    // (docs/behaviour.md#a-store-older-than-the-fleet).
+    let adopt = one.st.catch_up().is_some() && r.state == fleet_api::rollout::RolloutState::Progressing;
     let timing = Timing {
         now: one.now,
         min_ready: i64::from(r.policy.min_ready_seconds) * 1000,
@@ -60,6 +67,11 @@ pub fn gather(one: &Sources, r: &mut Rollout) -> Gathered {
         let i = r.find(node, rep).expect("synced above");
         // Worked on apart, and written back only when it moved: the list stays shared.
         let mut step = r.nodes[i].clone();
+        if adopt && step.on != target && runs(report, target) {
+            step.on = target;
+            step.stepped_ms = one.now;
+            g.adopted.push(node.clone());
+        }
         let slot = if step.on == target {
             updated_slot(&mut step, report, online, target, &timing, &mut g.due)
         } else {
@@ -105,6 +117,12 @@ fn sync_steps(r: &mut Rollout, bound: &[(&str, &Id, u32)], lingering: &[(&Id, u3
     let mut steps: Vec<NodeStep> = r.nodes.iter().filter(|s| bound_to(s) || lingers(s)).cloned().chain(added).collect();
     steps.sort_by(|a, b| (&a.node, a.replica).cmp(&(&b.node, b.replica)));
     r.nodes = steps.into();
+}
+
+/// Whether the replica reports running `target` (an older node, which reports no template,
+/// never counts).
+fn runs(report: Option<&Seen>, target: SpecId) -> bool {
+    report.is_some_and(|p| p.state == ReplicaState::Running && p.spec == target.0 && p.spec != 0)
 }
 
 /// A replica on a template older than the target: ready while running on an online node.

@@ -70,10 +70,17 @@ pub async fn open_sqlite(url: &str) -> Result<sqlx::SqlitePool, DbError> {
     // work, although SQLite still takes one writer at a time (a cold start converges about a
     // fifth sooner).
     let pool = SqlitePoolOptions::new().max_connections(4).connect_with(opts).await?;
-    sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+    let mut migrations = sqlx::migrate!("./migrations/sqlite");
+    migrations.set_ignore_missing(true);
+    migrations.run(&pool).await?;
     Ok(pool)
 }
 
+/// Migrations a newer release applied and this one does not know are passed over
+/// (`set_ignore_missing` at each open below): they only add (docs/operations.md#versions-and-upgrades),
+/// so a replica of the older release still runs beside a newer one during a rolling upgrade,
+/// and after a rollback.
+///
 /// Sessions of one replica's pool: the notification listener holds one for good; the group
 /// commit, the pass, the report flusher, the follower's reads and the joins of a fleet coming
 /// up at once each hold one for a transaction. With the leader's advisory lock (a session of
@@ -103,7 +110,9 @@ pub async fn open_pg(url: &str, replica: &str) -> Result<sqlx::PgPool, DbError> 
         .connect_with(opts)
         .await?;
     // Replicas starting together migrate one at a time: sqlx takes an advisory lock.
-    sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+    let mut migrations = sqlx::migrate!("./migrations/postgres");
+    migrations.set_ignore_missing(true);
+    migrations.run(&pool).await?;
     Ok(pool)
 }
 

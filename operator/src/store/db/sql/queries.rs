@@ -202,6 +202,15 @@ pub async fn set_lifecycle(p: &Pool, id: &str, c: (bool, Option<i64>, bool, Opti
 
 pub async fn delete_node(p: &Pool, id: &str, now_ms: i64) -> Result<(), DbError> {
     let mut tx = p.begin().await?;
+    // Its token is kept as a deleted one's, refused as revoked rather than as unknown.
+    let gone: Option<(Vec<u8>, String)> =
+        sqlx::query_as("SELECT token_hash, name FROM nodes WHERE id = $1").bind(id).fetch_optional(&mut *tx).await?;
+    if let Some((token_hash, name)) = gone {
+        let key = crate::store::records::node::deleted_key(&token_hash);
+        let value = serde_json::json!({"node": id, "name": name, "deletedMs": now_ms}).to_string();
+        sqlx::query("DELETE FROM kv WHERE key = $1").bind(&key).execute(&mut *tx).await?;
+        sqlx::query("INSERT INTO kv (key, value) VALUES ($1, $2)").bind(&key).bind(value).execute(&mut *tx).await?;
+    }
     for sql in [
         "DELETE FROM nodes WHERE id = $1",
         "DELETE FROM desired WHERE node_id = $1",
@@ -459,7 +468,7 @@ pub async fn commit_batch(p: &Pool, f: Option<&Fence>, b: &Batch<'_>) -> Result<
                 .push_bind(&r.ciphertext)
                 .push_bind(r.expires_ms)
                 .push_bind(r.issued_ms)
-                .push_bind(None::<i64>);
+                .push_bind(r.revoke_ms);
         },
     )
     .await?;
