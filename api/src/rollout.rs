@@ -97,13 +97,16 @@ fn default_max_busy() -> u32 {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum RolloutState {
     Complete,
     Progressing,
     Paused,
     Halted,
     Reverted,
+    /// Progressing, but no replica left to step may start one now: every one is outside a
+    /// maintenance window (docs/behaviour.md#maintenance-windows). Shown only; stored as progressing.
+    WaitingForWindow,
 }
 
 impl RolloutState {
@@ -114,6 +117,7 @@ impl RolloutState {
             RolloutState::Paused => "paused",
             RolloutState::Halted => "halted",
             RolloutState::Reverted => "reverted",
+            RolloutState::WaitingForWindow => "waiting_for_window",
         }
     }
 }
@@ -147,6 +151,17 @@ pub struct TemplateView {
     pub image: Option<String>,
 }
 
+/// A replica a step waits for, why, and until when: `busy` (its work, until its lease ends or
+/// the agent's hold does, whichever is sooner) or `window` (until a maintenance window opens).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitingReplica {
+    pub replica: u32,
+    pub node: String,
+    pub reason: String,
+    pub until: String,
+}
+
 /// An updated replica that failed, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -174,6 +189,12 @@ pub struct RolloutView {
     pub unavailable_replicas: u32,
     pub budget: u32,
     pub failed: Vec<FailedReplica>,
+    /// The replicas the next steps wait for (docs/behaviour.md#busy-replicas).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting: Vec<WaitingReplica>,
+    /// With `state: waiting_for_window`: when the next window opens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_window: Option<String>,
     pub started_at: Option<String>,
     pub changed_at: Option<String>,
     pub message: Option<String>,

@@ -63,68 +63,93 @@ async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<tokio::net::TcpLis
 }
 
 pub async fn start(cfg: Config) -> anyhow::Result<Running> {
-    let serving = crate::backup::serving::ServeLock::take(&cfg.store.database_url)
-        .map_err(|e| anyhow::anyhow!("cannot serve the store {}: {e}", redact(&cfg.store.database_url)))?;
-    let store = Arc::new(
-        Store::open_as(&cfg.store.database_url, &cfg.replica_name)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot open the store {}: {e}", redact(&cfg.store.database_url)))?,
-    );
+    let (serving, store) = open_store(&cfg).await?;
     let metrics = Arc::new(Metrics::default());
     let mut tasks = Supervisor::default();
     if let Some(writer) = store.db().take_writer_task() {
         tasks.adopt("writer", writer);
     }
-    let shared_store = store.db().is_shared();
-    let role = if shared_store { Arc::new(Role::default()) } else { Role::single() };
-    let shared = leader::Shared {
-        cfg: cfg.clone(),
-        store: store.clone(),
-        metrics: metrics.clone(),
-        trigger: Arc::new(Trigger::default()),
-        pass_clock: Arc::new(PassClock::new(cfg.reconcile_every, crate::clock::now_ms())),
-        role: role.clone(),
-        gate: call_gate(&cfg.replica_name, shared_store),
-    };
-    let ctx = match &cfg.credentials {
-        Some(_) if shared_store => {
-            tracing::info!(replica = %cfg.replica_name, url = %cfg.advertise_url, "on PostgreSQL: serving as one replica of several; campaigning for the lease");
-            let (follower, trigger, followed) = (role.clone(), shared.trigger.clone(), store.clone());
-            let (me, offline_after) = (cfg.replica_name.clone(), cfg.node_offline_after);
-            tasks.spawn("follower", async move {
-                followed.follow(me, offline_after, move || follower.leading(), move || trigger.kick()).await
-            });
-            tasks.spawn("lease", leader::campaign(shared.clone()));
-            None
-        }
-        Some(_) => {
-            metrics.leader.set(1);
-            Some(leader::start_term(&shared, &mut tasks).await?)
-        }
-        None => {
-            tracing::warn!("FLEET_CLIENT_ID / FLEET_CLIENT_SECRET are not set: every route but /healthz answers 503 not_configured");
-            None
-        }
-    };
+    let shared = shared_state(&cfg, &store, &metrics);
+    let ctx = start_role(&cfg, &shared, &mut tasks).await?;
     if cfg.kubernetes.mirror && cfg.credentials.is_some() {
-        let setup = crate::k8s::task::Setup {
-            cfg: cfg.kubernetes.clone(),
-            store: store.clone(),
-            role: role.clone(),
-            gate: shared.gate.clone(),
-            metrics: metrics.clone(),
-            offline_after: cfg.node_offline_after,
-        };
-        tasks.spawn("mirror", crate::k8s::task::run(setup));
+        tasks.spawn("mirror", crate::k8s::task::run(mirror_setup(&cfg, &shared)));
     }
     tasks.spawn("report-flusher", flush_every_second(store.clone()));
     let http = crate::platform::http_client_trusting(&cfg.ca_certs);
     let jwks = Arc::new(Jwks::new(http, &cfg.jwks_url, &cfg.iam_issuer, &cfg.audience, cfg.jwks_refresh));
     tasks.spawn("jwks-refresher", jwks.clone().run());
+    let proxies = http::peers::TrustedProxies::new(cfg.trusted_proxies.clone());
+    let app = build_app(&cfg, &shared, jwks, proxies.clone());
+    let (addr, metrics_addr, stop) = serve(&cfg, app, &metrics, proxies, &mut tasks).await?;
+    tracing::info!(%addr, %metrics_addr, configured = cfg.credentials.is_some(), "fleet-controller serving");
+    Ok(Running { addr, metrics_addr, store, ctx, stop, tasks, _serving: serving })
+}
+
+/// The store, and on SQLite the lock saying this controller serves it.
+async fn open_store(cfg: &Config) -> anyhow::Result<(Option<crate::backup::serving::ServeLock>, Arc<Store>)> {
+    let url = &cfg.store.database_url;
+    let serving = crate::backup::serving::ServeLock::take(url)
+        .map_err(|e| anyhow::anyhow!("cannot serve the store {}: {e}", redact(url)))?;
+    let store = Store::open_as(url, &cfg.replica_name)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open the store {}: {e}", redact(url)))?;
+    Ok((serving, Arc::new(store)))
+}
+
+fn shared_state(cfg: &Config, store: &Arc<Store>, metrics: &Arc<Metrics>) -> leader::Shared {
+    let shared_store = store.db().is_shared();
+    leader::Shared {
+        cfg: cfg.clone(),
+        store: store.clone(),
+        metrics: metrics.clone(),
+        trigger: Arc::new(Trigger::default()),
+        pass_clock: Arc::new(PassClock::new(cfg.reconcile_every, crate::clock::now_ms())),
+        role: if shared_store { Arc::new(Role::default()) } else { Role::single() },
+        gate: call_gate(&cfg.replica_name, shared_store),
+    }
+}
+
+/// One replica of several campaigns for the lease and follows meanwhile; a lone controller
+/// leads at once; without credentials nothing reconciles.
+async fn start_role(cfg: &Config, shared: &leader::Shared, tasks: &mut Supervisor) -> anyhow::Result<Option<Arc<Ctx>>> {
+    match &cfg.credentials {
+        Some(_) if shared.store.db().is_shared() => {
+            tracing::info!(replica = %cfg.replica_name, url = %cfg.advertise_url, "on PostgreSQL: serving as one replica of several; campaigning for the lease");
+            let (follower, trigger, followed) = (shared.role.clone(), shared.trigger.clone(), shared.store.clone());
+            let (me, offline_after) = (cfg.replica_name.clone(), cfg.node_offline_after);
+            tasks.spawn("follower", async move {
+                followed.follow(me, offline_after, move || follower.leading(), move || trigger.kick()).await
+            });
+            tasks.spawn("lease", leader::campaign(shared.clone()));
+            Ok(None)
+        }
+        Some(_) => {
+            shared.metrics.leader.set(1);
+            Ok(Some(leader::start_term(shared, tasks).await?))
+        }
+        None => {
+            tracing::warn!("FLEET_CLIENT_ID / FLEET_CLIENT_SECRET are not set: every route but /healthz answers 503 not_configured");
+            Ok(None)
+        }
+    }
+}
+
+fn mirror_setup(cfg: &Config, shared: &leader::Shared) -> crate::k8s::task::Setup {
+    crate::k8s::task::Setup {
+        cfg: cfg.kubernetes.clone(),
+        store: shared.store.clone(),
+        role: shared.role.clone(),
+        gate: shared.gate.clone(),
+        metrics: shared.metrics.clone(),
+        offline_after: cfg.node_offline_after,
+    }
+}
+
+fn build_app(cfg: &Config, shared: &leader::Shared, jwks: Arc<Jwks>, proxies: http::peers::TrustedProxies) -> Arc<App> {
     let reconciler = cfg.credentials.as_ref().map(|_| Reconciler {
         trigger: shared.trigger.clone(),
         pass_clock: shared.pass_clock.clone(),
-        role: role.clone(),
+        role: shared.role.clone(),
         forward: crate::http::forward::Forwarder::new(
             &cfg.ca_certs,
             cfg.replica_secret.as_ref().map(|s| s.0.as_slice()),
@@ -132,41 +157,44 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         replica: cfg.replica_name.clone(),
         rollout_defaults: cfg.rollout.clone(),
     });
-    let proxies = http::peers::TrustedProxies::new(cfg.trusted_proxies.clone());
-    let strangers = http::strangers::Strangers::new(
-        cfg.unauth_buffer_bytes,
-        metrics.unauth_shed.clone(),
-        metrics.unauth_buffer_bytes.clone(),
-    );
-    let guards = http::app::Guards { strangers, proxies: proxies.clone() };
-    let app = App::new(store.clone(), metrics.clone(), reconciler, jwks, cfg.node_offline_after, guards);
+    let m = &shared.metrics;
+    let strangers =
+        http::strangers::Strangers::new(cfg.unauth_buffer_bytes, m.unauth_shed.clone(), m.unauth_buffer_bytes.clone());
+    let guards = http::app::Guards { strangers, proxies };
+    App::new(shared.store.clone(), m.clone(), reconciler, jwks, cfg.node_offline_after, guards)
+}
+
+/// The API and metrics listeners, each a core task stopped through the returned sender.
+async fn serve(
+    cfg: &Config,
+    app: Arc<App>,
+    metrics: &Arc<Metrics>,
+    proxies: http::peers::TrustedProxies,
+    tasks: &mut Supervisor,
+) -> anyhow::Result<(SocketAddr, SocketAddr, watch::Sender<bool>)> {
     let api = bind(cfg.listen, "API").await?;
     let met = bind(cfg.metrics_listen, "metrics").await?;
-    let addr = api.local_addr()?;
-    let metrics_addr = met.local_addr()?;
+    let (addr, metrics_addr) = (api.local_addr()?, met.local_addr()?);
     let (stop, stop_rx) = watch::channel(false);
     let shutdown = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
     let router = http::router(app.clone());
-    let rx = stop_rx.clone();
     let timeouts = cfg.http_timeouts;
     let limit = http::serve::ConnLimit::new(cfg.max_connections, metrics.connections_refused.clone()).per_address(
         cfg.max_connections_per_ip,
         proxies,
         metrics.connections_refused_per_ip.clone(),
     );
+    let rx = stop_rx.clone();
     tasks.spawn("api-listener", http::serve::serve(api, router, Some(app), timeouts, limit, shutdown(rx)));
     let mrouter = http::metrics_router(metrics.clone());
     // The metrics port is scraped by one or two collectors: a small cap of its own.
     let mlimit = http::serve::ConnLimit::new(64, metrics.connections_refused.clone());
     tasks.spawn("metrics-listener", http::serve::serve(met, mrouter, None, timeouts, mlimit, shutdown(stop_rx)));
-    tracing::info!(%addr, %metrics_addr, configured = cfg.credentials.is_some(), "fleet-controller serving");
-    Ok(Running { addr, metrics_addr, store, ctx, stop, tasks, _serving: serving })
+    Ok((addr, metrics_addr, stop))
 }
 
-/// On PostgreSQL the leader calls out only while its lease surely runs; the one replica on
-/// SQLite always may (docs/behaviour.md#high-availability).
 fn call_gate(replica: &str, shared_store: bool) -> Arc<crate::platform::CallGate> {
     if shared_store {
         crate::platform::CallGate::leased(replica)

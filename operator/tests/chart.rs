@@ -44,7 +44,7 @@ fn helm_chart_suite() {
         .unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "chart tests failed:\n{log}");
-    assert!(log.contains("Ran 18 tests"), "{log}");
+    assert!(log.contains("Ran 20 tests"), "{log}");
 }
 
 /// Show 4 of the issue, and the chart's install, upgrade and uninstall for each value set.

@@ -321,8 +321,9 @@ async fn connections_past_the_per_address_cap_are_closed_at_accept_and_counted()
     running.shutdown().await;
 }
 
-/// Joins with a wrong key from `from` (a local address, and `X-Forwarded-For` when given),
-/// back to back until stopped; the statuses seen.
+/// Joins with a wrong key from `from` (a local address, and `X-Forwarded-For` when given), in
+/// bursts of 25 at once so a loaded machine still sends more than the limit within a second,
+/// until stopped and a `429` was seen (or a minute passed); the statuses seen.
 fn failed_joins(
     url: String,
     from: &str,
@@ -334,12 +335,17 @@ fn failed_joins(
         let mut seen = Vec::new();
         let body =
             TestNode::new(&url, "stranger", serde_json::json!({"capacity": {"slots": 1}})).join_body("fjk_wrong");
-        while !stop.load(std::sync::atomic::Ordering::Relaxed) || seen.len() < 40 {
-            let mut req = http.post(format!("{url}/api/v1/nodes:join")).json(&body);
-            if let Some(f) = forwarded {
-                req = req.header("x-forwarded-for", f);
-            }
-            if let Ok(r) = req.send().await {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let done = |seen: &Vec<u16>| stop.load(std::sync::atomic::Ordering::Relaxed) && seen.contains(&429);
+        while !done(&seen) && std::time::Instant::now() < deadline {
+            let burst = (0..25).map(|_| {
+                let mut req = http.post(format!("{url}/api/v1/nodes:join")).json(&body);
+                if let Some(f) = forwarded {
+                    req = req.header("x-forwarded-for", f);
+                }
+                req.send()
+            });
+            for r in futures::future::join_all(burst).await.into_iter().flatten() {
                 seen.push(r.status().as_u16());
             }
         }

@@ -148,8 +148,8 @@ async fn cordon_drain_uncordon_and_delete_a_node() {
     // its name is free.
     let on_b: Vec<String> = pats_for(&dk, "n-b").into_iter().filter(|p| !p.1).map(|p| p.0).collect();
     assert!(!on_b.is_empty());
-    let (s, _) = admin.delete("/api/v1/nodes/n-b").await;
-    assert_eq!(s, 204);
+    let (s, body) = admin.delete("/api/v1/nodes/n-b").await;
+    assert_eq!(s, 204, "{body}");
     assert_eq!(b.desired(None, 0).await.0, 401, "the deleted node's token is refused");
     eventually(5, "every PAT of n-b revoked at once", || async {
         pats_for(&dk, "n-b").iter().all(|(_, revoked)| *revoked).then_some(())

@@ -655,3 +655,95 @@ async fn a_replica_drained_twice_lets_go_of_both_old_nodes() {
     drop(f);
     running.shutdown().await;
 }
+
+/// The image of each replica of `coder` on a simulated node, by replica.
+fn image_by_replica(n: &SimNode) -> Vec<(u32, String)> {
+    n.running.lock().iter().filter(|((a, _), _)| a == "coder").map(|((_, i), e)| (*i, e.1.clone())).collect()
+}
+
+/// One node, three replicas, `maxUnavailable: 1`, replica 1 busy (docs/behaviour.md#busy-replicas):
+/// a new image reaches replicas 0 and 2 first, one at a time, waits for 1 — the view names it
+/// and an event says so — and updates it once it says it is idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_replica_is_updated_last_once_it_is_idle() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let admin = Admin::new(&url, dk.mint("fleet", &["fleet:admin"], 3600));
+    let mut f = Fleet { admin, nodes: Vec::new(), joined: Vec::new(), bad: Default::default() };
+    let bad = f.bad.clone();
+    f.join(&url, "n-0", 3, bad).await;
+    dk.put_agent(with(agent("coder", "k", 3), |a| {
+        a["executor"]["image"] = json!("agent:1");
+        a["placement"]["rollout"] = json!({"maxUnavailable": 1, "minReadySeconds": 1});
+    }));
+    eventually(30, "three replicas running", || async {
+        (f.images() == vec!["agent:1"; 3] && f.down() == 0).then_some(())
+    })
+    .await;
+    let an_hour = fleet_controller::clock::rfc3339_ms(fleet_controller::clock::now_ms() + 3_600_000);
+    f.nodes[0].busy.lock().insert(("coder".into(), 1), an_hour);
+    eventually(10, "the busy lease seen", || async {
+        let (_, v) = f.admin.get("/api/v1/agents/coder/placement").await;
+        v["replicas"][1]["busyUntil"].as_str().map(|_| ())
+    })
+    .await;
+    dk.edit_agent("coder", |a| a["executor"]["image"] = json!("agent:2"));
+    let v = eventually(60, "0 and 2 updated, 1 waited for", || async {
+        let v = f.rollout("coder").await;
+        let images = image_by_replica(&f.nodes[0]);
+        let done = images == vec![(0, "agent:2".into()), (1, "agent:1".into()), (2, "agent:2".into())];
+        (done && f.down() == 0 && v["waiting"][0]["replica"] == 1).then_some(v)
+    })
+    .await;
+    assert_eq!((v["state"].as_str(), v["waiting"][0]["reason"].as_str()), (Some("progressing"), Some("busy")), "{v}");
+    eventually(10, "the wait's event", || async {
+        kinds_all(&f.admin).await.contains(&"disruption_waiting".to_string()).then_some(())
+    })
+    .await;
+    f.nodes[0].busy.lock().clear();
+    f.watch_until(30, "the idle replica updated", |v| v["state"] == "complete", "coder").await;
+    assert_eq!(f.images(), vec!["agent:2"; 3]);
+    drop(f);
+    running.shutdown().await;
+}
+
+/// A busy replica holds a step at most `maxBusySeconds`: then it is updated, busy or not, and
+/// an event says the hold expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_replica_holds_a_step_at_most_max_busy_seconds() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let f = fleet(&dk, &url, json!({"maxUnavailable": 1, "minReadySeconds": 1, "maxBusySeconds": 3})).await;
+    let an_hour = fleet_controller::clock::rfc3339_ms(fleet_controller::clock::now_ms() + 3_600_000);
+    for n in &f.nodes {
+        n.busy.lock().insert(("coder".into(), n.running.lock().keys().next().unwrap().1), an_hour.clone());
+    }
+    eventually(10, "the busy leases seen", || async {
+        let (_, v) = f.admin.get("/api/v1/agents/coder/placement").await;
+        v["replicas"].as_array()?.iter().all(|r| r["busyUntil"].is_string()).then_some(())
+    })
+    .await;
+    dk.edit_agent("coder", |a| a["executor"]["image"] = json!("agent:2"));
+    let worst = f.watch_until(90, "the rollout past every hold", |v| v["state"] == "complete", "coder").await;
+    assert!(worst <= 1, "{worst}");
+    // Events are written each second: the last ones may follow the view.
+    let kinds = eventually(10, "the events written", || async {
+        let k = kinds_all(&f.admin).await;
+        k.contains(&"rollout_completed".to_string()).then_some(k)
+    })
+    .await;
+    assert_eq!(kinds.iter().filter(|k| *k == "busy_hold_expired").count(), 4, "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| *k == "disruption_waiting").count(), 4, "each wait said once: {kinds:?}");
+    drop(f);
+    running.shutdown().await;
+}
+
+/// Every event kind of `coder`, oldest first.
+async fn kinds_all(admin: &Admin) -> Vec<String> {
+    let (_, v) = admin.get("/api/v1/events?agent=coder").await;
+    v["items"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap().to_string()).collect()
+}

@@ -75,6 +75,7 @@ impl Parts {
             capacity: req.capacity.clone(),
             secrets: sorted(&req.secrets),
             version: req.version.clone(),
+            maintenance_windows: NodeInfo::windows_from(&req.maintenance_windows),
             health: Some(Health::Ok),
             ..Default::default()
         };

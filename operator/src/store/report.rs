@@ -52,8 +52,9 @@ impl Parts {
             health: Some(r.health),
             observe_seconds: r.observe_seconds,
             replicas,
+            maintenance_windows: NodeInfo::windows_from(&r.maintenance_windows),
             applied_generation: r.applied_generation,
-            boot_id: r.boot_id,
+            boot_id: r.boot_id.map(Into::into),
             seq: r.seq,
             ..Default::default()
         };

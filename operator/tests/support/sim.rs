@@ -33,7 +33,13 @@ pub struct SimNode {
     pub refusals: Arc<Mutex<Vec<(u16, Value)>>>,
     /// The generation it has.
     pub generation: Arc<AtomicU64>,
+    /// Replicas busy until then (RFC 3339), as their containers say (docs/behaviour.md#busy-replicas);
+    /// reported while they run, forgotten when their container is recreated.
+    pub busy: Busy,
 }
+
+/// (agent, replica) → until when it says it is busy.
+pub type Busy = Arc<Mutex<BTreeMap<(String, u32), String>>>;
 
 /// The containers a simulated node created: (agent, replica, `specId#credentialId`).
 pub type History = Arc<Mutex<Vec<(String, u32, String)>>>;
@@ -61,6 +67,8 @@ impl SimNode {
             (Default::default(), Default::default(), Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicU64::new(0)));
         let (r, crashing, older) = (running.clone(), bad.clone(), backwards.clone());
         let (made, gone, refused, held) = (history.clone(), off.clone(), refusals.clone(), has.clone());
+        let busy: Busy = Default::default();
+        let leases = busy.clone();
         let task = tokio::spawn(async move {
             let mut generation = None;
             let mut desired = Value::Null;
@@ -86,17 +94,19 @@ impl SimNode {
                 }
                 let up_at = Instant::now() + start;
                 let started = apply(&r, &desired);
+                // A lease does not survive its container.
+                started.iter().for_each(|(a, i, _)| drop(leases.lock().remove(&(a.clone(), *i))));
                 made.lock().extend(started.iter().cloned());
                 coming.extend(started.into_iter().map(|(a, i, spec)| (up_at, a, i, spec)));
                 come_up(&r, &mut coming, &bad.lock());
-                report(&node, &r, generation).await;
+                report(&node, &r, &leases, generation).await;
                 // As fleet-node reports a container once it is up, not a period later.
                 let next =
                     coming.iter().map(|c| c.0).min().map_or(period, |t| t.saturating_duration_since(Instant::now()));
                 tokio::time::sleep(next.min(period)).await;
             }
         });
-        SimNode { running, task, bad: crashing, backwards, history, off, refusals, generation: has }
+        SimNode { running, task, bad: crashing, backwards, history, off, refusals, generation: has, busy }
     }
 
     /// Replicas not running now.
@@ -161,15 +171,17 @@ fn come_up(running: &Running, coming: &mut Vec<(Instant, String, u32, String)>, 
 }
 
 /// Reports what runs, with the generation applied.
-async fn report(node: &TestNode, running: &Running, generation: Option<u64>) {
+async fn report(node: &TestNode, running: &Running, busy: &Busy, generation: Option<u64>) {
+    let leases = busy.lock().clone();
     let replicas: Vec<Value> = running
         .lock()
         .iter()
         .map(|((a, i), (spec, _, state, rev))| {
             let spec = spec.split('#').next().unwrap_or_default();
             let message = if state == "crashloop" { json!("exited with code 1") } else { Value::Null };
+            let busy = leases.get(&(a.clone(), *i)).filter(|_| state == "running");
             json!({"agentKey": a, "replica": i, "state": state, "revision": rev, "restarts": 0,
-                   "specId": spec, "message": message})
+                   "specId": spec, "message": message, "busyUntil": busy})
         })
         .collect();
     let mut body = node.report_body(&[]);

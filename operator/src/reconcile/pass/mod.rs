@@ -237,7 +237,7 @@ fn count_rollouts(ctx: &Ctx) {
             (S::Progressing, false) => counts[0] += 1,
             (S::Halted, _) => counts[2] += 1,
             (S::Reverted, _) => counts[3] += 1,
-            (S::Complete | S::Paused, _) => {}
+            (S::Complete | S::Paused | S::WaitingForWindow, _) => {}
         }
     }
     for (state, n) in ["progressing", "paused", "halted", "reverted"].into_iter().zip(counts) {

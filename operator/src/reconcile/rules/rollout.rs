@@ -1,13 +1,15 @@
 //! The step rule of a rollout (docs/behaviour.md#rolling-out-a-change): from where an
-//! agent's replicas stand — node by node, which template each runs, how many are ready, which
-//! failed — to what happens this pass: nothing, a halt, the end, or the nodes that get the
-//! new template now. Pure: the pass gathers the slots, this decides, the pass applies.
+//! agent's replicas stand — replica by replica, which template each runs, whether it is ready,
+//! busy or in a closed maintenance window, which failed — to what happens this pass: nothing,
+//! a halt, the end, or the replicas that get the new template now, idle ones first, and those
+//! that wait (busy, or outside their windows). Pure: the pass gathers the slots, this
+//! decides, the pass applies.
 
 pub use fleet_api::rollout::RolloutDefaults as Defaults;
 use fleet_api::rollout::{MaxUnavailable, OnFailure, RolloutPolicy};
 use serde_json::Value;
 
-/// One node's share of an agent: its replicas there move together (one desired entry).
+/// One replica of an agent (`replicas` 1; the rule reads any count).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Slot {
     pub replicas: u32,
@@ -17,6 +19,31 @@ pub struct Slot {
     pub ready: u32,
     /// On the target and failed: crash-looping, refused, blocked or past its deadline.
     pub failure: Option<String>,
+    /// Whether a step of it waits for its work (docs/behaviour.md#busy-replicas).
+    pub busy: Busy,
+    /// Whether a step may start now under the agent's and its node's maintenance windows.
+    pub window_open: bool,
+}
+
+/// A replica's work, as a step of it sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Busy {
+    Idle,
+    /// Busy, and within the agent's hold: a step waits.
+    Holds,
+    /// Busy past the agent's hold (`maxBusySeconds`): a step goes ahead and says so.
+    HoldOver,
+}
+
+/// The old replicas a step passed over this pass, and those taken though busy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Busy within the hold: waiting for their work.
+    pub busy: Vec<usize>,
+    /// Outside a maintenance window: waiting for one to open.
+    pub window: Vec<usize>,
+    /// Taken although busy: the hold is over.
+    pub expired: Vec<usize>,
 }
 
 /// An agent's rollout as the step rule sees it. `slots` are in node-name order.
@@ -45,43 +72,76 @@ pub enum Decision {
 }
 
 pub fn decide(input: &Input) -> Decision {
+    decide_held(input).0
+}
+
+/// The decision, and which old replicas it passed over or took though busy.
+pub fn decide_held(input: &Input) -> (Decision, Held) {
     let slots = input.slots;
+    let none = Held::default();
     if let Some((i, reason)) =
         slots.iter().enumerate().find_map(|(i, s)| s.on_target.then_some(s.failure.as_ref()?).map(|r| (i, r.clone())))
     {
-        return Decision::Halt { slot: i, reason };
+        return (Decision::Halt { slot: i, reason }, none);
     }
     if slots.iter().all(|s| s.on_target && s.ready >= s.replicas) {
-        return Decision::Complete;
+        return (Decision::Complete, none);
     }
     if !input.stepping {
-        return Decision::Wait;
+        return (Decision::Wait, none);
     }
+    let (old, held) = candidates(slots);
     let ready: u32 = slots.iter().map(|s| s.ready).sum();
-    let old = || slots.iter().enumerate().filter(|(_, s)| !s.on_target).map(|(i, _)| i);
     // No replica ready: there is nothing to protect, and waiting would only hold the old
     // template on replicas that do not run either.
     if ready == 0 {
-        return Decision::Step(old().collect());
+        return (steps_or_wait(old), held);
     }
-    if let Some(d) = canary(input) {
-        return d;
+    if let Some(d) = canary(input, &old) {
+        return (d, held);
     }
+    (steps_or_wait(within_budget(input, &old)), held)
+}
+
+/// The old replicas a step may take now, idle ones first (then those whose hold is over), each
+/// in slot order; and those it passes over.
+fn candidates(slots: &[Slot]) -> (Vec<usize>, Held) {
+    let mut held = Held::default();
+    let mut idle = Vec::new();
+    for (i, s) in slots.iter().enumerate().filter(|(_, s)| !s.on_target) {
+        match (s.window_open, s.busy) {
+            (false, _) => held.window.push(i),
+            (true, Busy::Holds) => held.busy.push(i),
+            (true, Busy::HoldOver) => held.expired.push(i),
+            (true, Busy::Idle) => idle.push(i),
+        }
+    }
+    idle.extend(held.expired.iter().copied());
+    (idle, held)
+}
+
+/// As many of `old`, in order, as the budget allows; a replica down already costs nothing. A
+/// node holding more than the budget is taken alone when nothing else is down.
+fn within_budget(input: &Input, old: &[usize]) -> Vec<usize> {
+    let ready: u32 = input.slots.iter().map(|s| s.ready).sum();
     let mut unavailable = input.desired.saturating_sub(ready);
     let mut steps = Vec::new();
-    for i in old() {
-        let s = &slots[i];
+    for &i in old {
+        let s = &input.slots[i];
         if unavailable + s.replicas <= input.budget {
             steps.push(i);
             unavailable += s.ready;
         } else {
-            // A node holding more than the budget is taken alone, when nothing else is down.
             if steps.is_empty() && unavailable == 0 && s.replicas > input.budget {
                 steps.push(i);
             }
             break;
         }
     }
+    steps
+}
+
+fn steps_or_wait(steps: Vec<usize>) -> Decision {
     if steps.is_empty() {
         Decision::Wait
     } else {
@@ -89,9 +149,10 @@ pub fn decide(input: &Input) -> Decision {
     }
 }
 
-/// The canary phase: the first step takes whole nodes until it holds `canary` replicas, and
-/// nothing more moves until all of them are ready. `None` once past it (or without one).
-fn canary(input: &Input) -> Option<Decision> {
+/// The canary phase: the first step takes replicas (of `old`, in its order) until it holds
+/// `canary` of them, and nothing more moves until all of them are ready. `None` once past it
+/// (or without one).
+fn canary(input: &Input, old: &[usize]) -> Option<Decision> {
     if input.canary == 0 {
         return None;
     }
@@ -108,8 +169,7 @@ fn canary(input: &Input) -> Option<Decision> {
     }
     let updated = slots.iter().filter(|s| s.on_target).count();
     if updated == 0 {
-        let old = slots.iter().enumerate().filter(|(_, s)| !s.on_target).map(|(i, _)| i);
-        return Some(Decision::Step(old.take(cover).collect()));
+        return Some(steps_or_wait(old.iter().copied().take(cover).collect()));
     }
     let all_ready = slots.iter().filter(|s| s.on_target).all(|s| s.ready >= s.replicas);
     (updated <= cover && !all_ready).then_some(Decision::Wait)
@@ -179,8 +239,21 @@ pub fn policy(raw: Option<&Value>, d: &Defaults) -> (RolloutPolicy, Option<Strin
             _ => bad("onFailure", v, "\"halt\" or \"revert\""),
         }
     }
+    if let Err(e) = windows_of(Some(raw)) {
+        error.get_or_insert_with(|| format!("{e}; no window applies"));
+    }
     (p, error)
 }
 
 #[cfg(test)]
 mod tests;
+
+/// The agent's maintenance windows (`placement.rollout.windows`; docs/behaviour.md#maintenance-windows):
+/// none named, or named wrongly (the view's `policyError` says so), is none — always open.
+pub fn windows_of(raw: Option<&Value>) -> Result<Vec<fleet_api::windows::Window>, String> {
+    let Some(v) = raw.and_then(|r| r.get("windows")) else { return Ok(Vec::new()) };
+    let field = "placement.rollout.windows";
+    let list: Vec<fleet_api::windows::MaintenanceWindow> =
+        serde_json::from_value(v.clone()).map_err(|e| format!("{field}: {e}"))?;
+    fleet_api::windows::parse_all(&list, field)
+}

@@ -33,6 +33,8 @@ pub enum Kind {
     RolloutHalted,
     RolloutReverted,
     RolloutCompleted,
+    DisruptionWaiting,
+    BusyHoldExpired,
 }
 
 impl Kind {
@@ -64,6 +66,8 @@ impl Kind {
             Kind::RolloutHalted => "rollout_halted",
             Kind::RolloutReverted => "rollout_reverted",
             Kind::RolloutCompleted => "rollout_completed",
+            Kind::DisruptionWaiting => "disruption_waiting",
+            Kind::BusyHoldExpired => "busy_hold_expired",
         }
     }
 }

@@ -37,12 +37,27 @@ pub struct NodeInfo {
     pub health: Option<Health>,
     pub observe_seconds: Option<u32>,
     pub replicas: Vec<Seen>,
+    /// node.yaml's `maintenanceWindows` (docs/behaviour.md#maintenance-windows), as announced;
+    /// boxed, since most nodes name none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance_windows: Option<Box<Vec<fleet_api::windows::MaintenanceWindow>>>,
     pub applied_generation: u64,
-    pub boot_id: Option<String>,
+    pub boot_id: Option<Box<str>>,
     pub seq: Option<u64>,
 }
 
 impl NodeInfo {
+    /// The windows as announced, boxed only when there are any.
+    pub fn windows_from(
+        list: &[fleet_api::windows::MaintenanceWindow],
+    ) -> Option<Box<Vec<fleet_api::windows::MaintenanceWindow>>> {
+        (!list.is_empty()).then(|| Box::new(list.to_vec()))
+    }
+
+    pub fn windows(&self) -> &[fleet_api::windows::MaintenanceWindow] {
+        self.maintenance_windows.as_deref().map_or(&[], |v| v.as_slice())
+    }
+
     /// What the node last reported of one replica of `agent`.
     pub fn replica(&self, agent: &str, replica: u32) -> Option<&Seen> {
         self.replicas.iter().find(|p| *p.agent_key == *agent && p.replica == replica)
@@ -67,6 +82,27 @@ impl NodeInfo {
             })
             .collect()
     }
+}
+
+/// A node's windows read, `None` when it names none. One it names wrongly (a newer node's
+/// rule, a hand-made report) is left out with a warning: a node cannot hold its disruptions
+/// with a window that never opens.
+pub fn windows_of(
+    node: &str,
+    list: &[fleet_api::windows::MaintenanceWindow],
+) -> Option<std::sync::Arc<[fleet_api::windows::Window]>> {
+    if list.is_empty() {
+        return None;
+    }
+    let read: Vec<_> = list
+        .iter()
+        .filter_map(|w| {
+            fleet_api::windows::Window::parse(w)
+                .map_err(|e| tracing::warn!(node, problem = %e, "a node's maintenance window is ignored"))
+                .ok()
+        })
+        .collect();
+    (!read.is_empty()).then(|| read.into())
 }
 
 /// Until when each reported replica is busy (Unix seconds, 0 idle), `None` when none is: only

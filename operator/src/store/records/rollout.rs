@@ -7,7 +7,7 @@
 
 use crate::clock;
 use crate::model::{Id, SpecId, Template};
-use fleet_api::rollout::{FailedReplica, RolloutPolicy, RolloutState, TemplateView};
+use fleet_api::rollout::{FailedReplica, RolloutPolicy, RolloutState, TemplateView, WaitingReplica};
 use fleet_api::RolloutView;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -119,9 +119,50 @@ pub struct Rare {
     pub failed: Vec<FailedReplica>,
     #[serde(default)]
     pub message: Option<String>,
+    /// The replicas the next steps wait for, as the last look saw them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting: Vec<Waiting>,
+    /// Set while every replica left to step is outside its maintenance windows: when the
+    /// next one opens (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_opens_ms: Option<i64>,
 }
 
-static NONE_RARE: Rare = Rare { older: Vec::new(), policy_error: None, failed: Vec::new(), message: None };
+/// A replica a step waits for: its work (`busy`, until its lease or the hold ends) or a
+/// maintenance window (`window`, until one opens).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Waiting {
+    pub node: Id,
+    pub replica: u32,
+    pub reason: WaitReason,
+    pub until_ms: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WaitReason {
+    Busy,
+    Window,
+}
+
+impl WaitReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitReason::Busy => "busy",
+            WaitReason::Window => "window",
+        }
+    }
+}
+
+static NONE_RARE: Rare = Rare {
+    older: Vec::new(),
+    policy_error: None,
+    failed: Vec::new(),
+    message: None,
+    waiting: Vec::new(),
+    window_opens_ms: None,
+};
 
 /// [`Rare`], boxed only while it holds something. Read through `Deref`; written through
 /// `DerefMut`, which boxes it, and [`RareBox::tidy`] lets an empty box go again. Stored as
@@ -267,10 +308,12 @@ impl Rollout {
         }
     }
 
-    /// The state as shown: a progressing rollout an admin paused is `paused`.
+    /// The state as shown: a progressing rollout an admin paused is `paused`, one whose every
+    /// replica left to step is outside its windows `waiting_for_window`.
     pub fn view_state(&self) -> RolloutState {
         match self.state {
             RolloutState::Progressing if self.paused => RolloutState::Paused,
+            RolloutState::Progressing if self.rare.window_opens_ms.is_some() => RolloutState::WaitingForWindow,
             s => s,
         }
     }
@@ -302,6 +345,18 @@ impl Rollout {
             unavailable_replicas: self.counts.unavailable,
             budget: self.counts.budget,
             failed,
+            waiting: self
+                .rare
+                .waiting
+                .iter()
+                .map(|w| WaitingReplica {
+                    replica: w.replica,
+                    node: node_name(&w.node),
+                    reason: w.reason.as_str().into(),
+                    until: clock::rfc3339_ms(w.until_ms),
+                })
+                .collect(),
+            next_window: self.rare.window_opens_ms.map(clock::rfc3339_ms),
             started_at: (self.started_ms > 0).then(|| clock::rfc3339_ms(self.started_ms)),
             changed_at: (self.changed_ms > 0).then(|| clock::rfc3339_ms(self.changed_ms)),
             message: self.rare.message.clone(),

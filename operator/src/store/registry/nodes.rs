@@ -15,7 +15,21 @@ impl State {
     pub(super) fn insert_node(&mut self, rec: NodeRec) {
         self.by_token.insert(rec.token_hash, rec.id.clone());
         self.by_name.insert(rec.name.clone(), rec.id.clone());
+        self.read_windows(&rec.id, &rec.name, rec.info.windows());
         self.nodes.insert(rec.id.clone(), Box::new(rec));
+    }
+
+    /// A node's maintenance windows, read again from what it announced.
+    fn read_windows(&mut self, id: &Id, name: &str, list: &[fleet_api::windows::MaintenanceWindow]) {
+        match crate::store::records::node::windows_of(name, list) {
+            Some(w) => self.windows.insert(id.clone(), w),
+            None => self.windows.remove(id),
+        };
+    }
+
+    /// A node's maintenance windows (none: always open).
+    pub fn node_windows(&self, node: &Id) -> &[fleet_api::windows::Window] {
+        self.windows.get(node).map(|w| &**w).unwrap_or_default()
     }
 
     /// A node that joined now (here or on another replica): in the registry, in the pass's
@@ -65,7 +79,8 @@ impl State {
             || old.executor_images != info.executor_images
             || old.capacity != info.capacity
             || old.secrets != info.secrets
-            || old.executor_secrets != info.executor_secrets;
+            || old.executor_secrets != info.executor_secrets
+            || old.maintenance_windows != info.maintenance_windows;
         let reports_changed = old.replicas != info.replicas || old.health != info.health;
         let period_changed = old.observe_seconds != info.observe_seconds;
         let was_online = rec.online(now, offline_after);
@@ -73,7 +88,12 @@ impl State {
         let ahead = self.desired.get(node).is_some_and(|d| applied > d.generation);
         rec.last_seen_ms = seen_ms.max(rec.last_seen_ms);
         rec.reported = true;
+        let windows_changed = (rec.info.maintenance_windows != info.maintenance_windows)
+            .then(|| (rec.name.clone(), info.windows().to_vec()));
         rec.set_info(info);
+        if let Some((name, list)) = windows_changed {
+            self.read_windows(node, &name, &list);
+        }
         // The node has the body of the generation it applied, whichever replica served it:
         // a replica that did not serve it learns so only here, and would hold it otherwise.
         self.delivered(node, applied);
@@ -170,6 +190,7 @@ impl State {
         self.dirty_nodes.remove(&id);
         self.drains.remove(&id);
         self.busy.remove(&id);
+        self.windows.remove(&id);
         let live: Vec<((Id, Id), Id)> = self
             .pairs
             .of_node(&id)

@@ -69,6 +69,9 @@ pub struct State {
     /// here, so a fleet at rest pays nothing for it. Memory only: a node says it again in its
     /// next report.
     pub(super) busy: HashMap<Id, Box<[u32]>>,
+    /// The maintenance windows of the nodes that name any, read once when announced
+    /// (docs/behaviour.md#maintenance-windows).
+    pub(super) windows: HashMap<Id, Arc<[fleet_api::windows::Window]>>,
     /// The token hashes of deleted nodes: such a token is refused as revoked (the node exits),
     /// any other unknown one as unknown to this store (the node keeps running;
     /// docs/behaviour.md#a-store-older-than-the-fleet).

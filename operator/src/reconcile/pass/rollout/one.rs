@@ -10,10 +10,15 @@ use crate::reconcile::pass::snapshot::Snapshot;
 use crate::reconcile::rules::rollout::{self as rule, Decision};
 use crate::reconcile::work::Ctx;
 use crate::store::events::{Event, Kind};
+use crate::store::records::rollout::{WaitReason, Waiting};
 use crate::store::{NodeStep, Rollout, State};
 use fleet_api::rollout::{FailedReplica, OnFailure, RolloutState};
 use std::collections::BTreeSet;
 use std::sync::Arc;
+
+/// At most this many waiting replicas are kept for the view: a fleet-wide rollout outside its
+/// windows would otherwise keep one a replica.
+const MAX_WAITING_SHOWN: usize = 8;
 
 /// One agent's share of the phase.
 pub struct One<'a> {
@@ -138,7 +143,8 @@ impl One<'_> {
             canary: r.policy.canary,
             stepping: r.state == RolloutState::Progressing && !r.paused,
         };
-        let decision = rule::decide(&input);
+        let (decision, held) = rule::decide_held(&input);
+        let stepped = matches!(&decision, Decision::Step(s) if !s.is_empty());
         let mut recreated = 0;
         tracing::debug!(agent = %self.a.key, slots = ?gathered.slots, ?decision, "rollout step rule");
         let target = r.target.id();
@@ -160,8 +166,11 @@ impl One<'_> {
                 );
             }
             Decision::Step(steps) => {
-                for i in steps {
+                for &i in &steps {
                     let (node, replica) = gathered.who[i].clone();
+                    if held.expired.contains(&i) {
+                        self.hold_expired(&node, replica, r.policy.max_busy_seconds);
+                    }
                     self.step(r, &node, replica, target);
                     // Being recreated now: not ready, whatever the last report said.
                     recreated += gathered.slots[i].ready;
@@ -170,6 +179,7 @@ impl One<'_> {
             }
             _ => {}
         }
+        self.note_waits(r, &gathered, &held, stepped);
         let updated = match r.state {
             RolloutState::Complete => gathered.slots.iter().map(|s| s.replicas).sum(),
             _ => r.updated(),
@@ -185,6 +195,62 @@ impl One<'_> {
         if let Some(due) = gathered.due {
             self.out.due(due);
         }
+    }
+
+    /// What the next steps wait for, as the view shows it and when to look again: busy
+    /// replicas (a wait's hold counted from its first pass, with an event then) and closed
+    /// windows (the rollout `waiting_for_window` when nothing else moved).
+    fn note_waits(&mut self, r: &mut Rollout, g: &slots::Gathered, held: &rule::Held, stepped: bool) {
+        let mut waiting = Vec::new();
+        for &i in &held.busy {
+            let (node, replica) = g.who[i].clone();
+            let w = g.waits[i];
+            let until = w.busy_until.unwrap_or(w.hold_ends).min(w.hold_ends);
+            self.start_busy_wait(r, &node, replica, until);
+            self.out.due(until);
+            if waiting.len() < MAX_WAITING_SHOWN {
+                waiting.push(Waiting { node, replica, reason: WaitReason::Busy, until_ms: until });
+            }
+        }
+        let opens = held.window.iter().filter_map(|&i| g.waits[i].opens).min();
+        for &i in held.window.iter().take(MAX_WAITING_SHOWN.saturating_sub(waiting.len())) {
+            let (node, replica) = g.who[i].clone();
+            let until = g.waits[i].opens.unwrap_or(i64::MAX);
+            waiting.push(Waiting { node, replica, reason: WaitReason::Window, until_ms: until });
+        }
+        if let Some(at) = opens {
+            self.out.due(at);
+        }
+        r.rare.window_opens_ms = opens.filter(|_| !stepped && held.busy.is_empty());
+        r.rare.waiting = waiting;
+    }
+
+    /// A step waits for a busy replica: from now, its hold runs (the step's `ready_since_ms`),
+    /// and an event says so once.
+    fn start_busy_wait(&mut self, r: &mut Rollout, node: &Id, replica: u32, until: i64) {
+        let Ok(i) = r.find(node, replica) else { return };
+        if r.nodes[i].ready_since_ms > 0 {
+            return;
+        }
+        Arc::make_mut(&mut r.nodes)[i].ready_since_ms = self.snap.now;
+        let name = self.memo.name_id(node);
+        let msg = format!(
+            "the rollout waits for replica {replica} on node {name}, busy, until {} at the latest",
+            crate::clock::rfc3339_ms(until)
+        );
+        tracing::info!(agent = %self.a.key, event = "disruption_waiting", "{msg}");
+        self.events
+            .push(Event::new(Kind::DisruptionWaiting, msg).agent(&self.a.key).node(node, &name).replica(replica));
+    }
+
+    /// A busy replica is stepped: its hold is over.
+    fn hold_expired(&mut self, node: &Id, replica: u32, max_busy: u32) {
+        let name = self.memo.name_id(node);
+        let msg = format!(
+            "replica {replica} on node {name} is still busy after maxBusySeconds ({max_busy} s): it is updated now"
+        );
+        tracing::info!(agent = %self.a.key, event = "busy_hold_expired", "{msg}");
+        self.events.push(Event::new(Kind::BusyHoldExpired, msg).agent(&self.a.key).node(node, &name).replica(replica));
     }
 
     fn step(&mut self, r: &mut Rollout, node: &Id, replica: u32, target: SpecId) {

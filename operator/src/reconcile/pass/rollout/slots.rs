@@ -22,6 +22,8 @@ pub struct Gathered {
     pub adopted: Vec<Id>,
     /// Each slot's node and replica.
     pub who: Vec<(Id, u32)>,
+    /// What each slot of an older template waits for, when it waits.
+    pub waits: Vec<Wait>,
     /// When the next readiness or deadline runs out (ms).
     pub due: Option<i64>,
 }
@@ -50,7 +52,7 @@ pub fn gather(one: &Sources, r: &mut Rollout) -> Gathered {
         .collect();
     sync_steps(r, &bound, one.lingering, one.now);
     bound.sort();
-    let mut g = Gathered { slots: Vec::new(), adopted: Vec::new(), who: Vec::new(), due: None };
+    let mut g = Gathered { slots: Vec::new(), adopted: Vec::new(), who: Vec::new(), waits: Vec::new(), due: None };
     // A store older than the fleet lost the steps taken since its time: a replica that runs
     // the target already is taken as stepped, never handed the old template back
     // (docs/behaviour.md#a-store-older-than-the-fleet).
@@ -59,7 +61,9 @@ pub fn gather(one: &Sources, r: &mut Rollout) -> Gathered {
         now: one.now,
         min_ready: i64::from(r.policy.min_ready_seconds) * 1000,
         deadline: i64::from(r.policy.progress_deadline_seconds) * 1000,
+        max_busy: i64::from(r.policy.max_busy_seconds) * 1000,
     };
+    let agent_windows = crate::reconcile::rules::rollout::windows_of(one.a.rollout().as_ref()).unwrap_or_default();
     let target = r.target.id();
     for (_, node, rep) in bound {
         let online = one.memo.node(node).is_some_and(|f| f.online);
@@ -72,11 +76,14 @@ pub fn gather(one: &Sources, r: &mut Rollout) -> Gathered {
             step.stepped_ms = one.now;
             g.adopted.push(node.clone());
         }
-        let slot = if step.on == target {
-            updated_slot(&mut step, report, online, target, &timing, &mut g.due)
+        let (slot, wait) = if step.on == target {
+            (updated_slot(&mut step, report, online, target, &timing, &mut g.due), Wait::default())
         } else {
-            old_slot(report, online)
+            let busy_until = one.st.busy_until_ms(node, key, rep, one.now);
+            let windows = [&agent_windows[..], one.st.node_windows(node)];
+            old_slot(report, online, &mut step, busy_until, windows, &timing)
         };
+        g.waits.push(wait);
         if step != r.nodes[i] {
             Arc::make_mut(&mut r.nodes)[i] = step;
         }
@@ -86,11 +93,21 @@ pub fn gather(one: &Sources, r: &mut Rollout) -> Gathered {
     g
 }
 
-/// The clock a readiness and a deadline are judged by.
+/// The clock a readiness, a deadline and a busy replica's hold are judged by.
 struct Timing {
     now: i64,
     min_ready: i64,
     deadline: i64,
+    max_busy: i64,
+}
+
+/// What a replica of an older template waits for (docs/behaviour.md#busy-replicas): its work
+/// until `busy_until` (or the hold's end, `hold_ends`, if sooner), and a window until `opens`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Wait {
+    pub busy_until: Option<i64>,
+    pub hold_ends: i64,
+    pub opens: Option<i64>,
 }
 
 /// The rollout's steps as the bindings stand: a replica new to a node is handed what a new
@@ -125,10 +142,45 @@ fn runs(report: Option<&Seen>, target: SpecId) -> bool {
     report.is_some_and(|p| p.state == ReplicaState::Running && p.spec == target.0 && p.spec != 0)
 }
 
-/// A replica on a template older than the target: ready while running on an online node.
-fn old_slot(report: Option<&Seen>, online: bool) -> Slot {
+/// A replica on a template older than the target: ready while running on an online node;
+/// busy while its lease says so (its step's hold counted from when a step first waited for
+/// it: `ready_since_ms` of an old template's step); in a window while the agent's and its
+/// node's both are open.
+fn old_slot(
+    report: Option<&Seen>,
+    online: bool,
+    step: &mut NodeStep,
+    busy_until: Option<i64>,
+    windows: [&[fleet_api::windows::Window]; 2],
+    t: &Timing,
+) -> (Slot, Wait) {
+    use crate::reconcile::rules::rollout::Busy;
+    use fleet_api::windows::{openness, Openness};
     let running = report.is_some_and(|p| p.state == ReplicaState::Running);
-    Slot { replicas: 1, on_target: false, ready: u32::from(online && running), failure: None }
+    if busy_until.is_none() {
+        step.ready_since_ms = 0;
+    }
+    let since = if step.ready_since_ms > 0 { step.ready_since_ms } else { t.now };
+    let hold_ends = since + t.max_busy;
+    let busy = match busy_until {
+        None => Busy::Idle,
+        Some(_) if t.now >= hold_ends => Busy::HoldOver,
+        Some(_) => Busy::Holds,
+    };
+    let opens = windows.iter().filter_map(|w| match openness(w, t.now) {
+        Openness::Closed { opens_ms } => Some(opens_ms),
+        Openness::Open { .. } => None,
+    });
+    let opens = opens.max();
+    let slot = Slot {
+        replicas: 1,
+        on_target: false,
+        ready: u32::from(online && running),
+        failure: None,
+        busy,
+        window_open: opens.is_none(),
+    };
+    (slot, Wait { busy_until, hold_ends, opens })
 }
 
 /// A replica handed the target: ready once it has run it `min_ready` without a restart;
@@ -165,7 +217,8 @@ fn updated_slot(
             soonest(step.stepped_ms + t.deadline + 1);
         }
     }
-    Slot { replicas: 1, on_target: true, ready: u32::from(ready), failure }
+    let busy = crate::reconcile::rules::rollout::Busy::Idle;
+    Slot { replicas: 1, on_target: true, ready: u32::from(ready), failure, busy, window_open: true }
 }
 
 fn is_blocked(p: &Seen) -> bool {

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 fn slot(replicas: u32, on_target: bool, ready: u32) -> Slot {
-    Slot { replicas, on_target, ready, failure: None }
+    Slot { replicas, on_target, ready, failure: None, busy: Busy::Idle, window_open: true }
 }
 
 fn run(slots: &[Slot], desired: u32, budget: u32) -> Decision {
@@ -97,15 +97,23 @@ fn an_invalid_policy_field_falls_back_alone_and_is_named() {
     assert!(e.is_some_and(|e| e.contains("not an object")));
 }
 
+fn busy() -> impl Strategy<Value = Busy> {
+    prop_oneof![Just(Busy::Idle), Just(Busy::Holds), Just(Busy::HoldOver)]
+}
+
 /// Slots whose counts are consistent: `ready` ≤ `replicas`.
 fn slots() -> impl Strategy<Value = Vec<Slot>> {
     prop::collection::vec(
-        (1u32..4, any::<bool>(), 0u32..4).prop_map(|(replicas, on_target, ready)| Slot {
-            replicas,
-            on_target,
-            ready: ready.min(replicas),
-            failure: None,
-        }),
+        (1u32..4, any::<bool>(), 0u32..4, busy(), any::<bool>()).prop_map(
+            |(replicas, on_target, ready, busy, window_open)| Slot {
+                replicas,
+                on_target,
+                ready: ready.min(replicas),
+                failure: None,
+                busy,
+                window_open,
+            },
+        ),
         1..8,
     )
 }
@@ -134,6 +142,7 @@ proptest! {
     /// as many rounds as there are slots (plus one to see it) the decision is `Complete`.
     #[test]
     fn a_rollout_whose_replicas_become_ready_completes(mut slots in slots(), budget in 1u32..5, canary in 0u32..3) {
+        for s in &mut slots { s.busy = Busy::Idle; s.window_open = true; }
         let desired: u32 = slots.iter().map(|s| s.replicas).sum();
         for _ in 0..=2 * slots.len() + 2 {
             match decide(&Input { slots: &slots, desired, budget, canary, stepping: true }) {
@@ -146,6 +155,17 @@ proptest! {
             for s in &mut slots { s.ready = s.replicas; }
         }
         prop_assert!(false, "did not complete: {slots:?}");
+    }
+
+    /// A step never takes a replica whose work holds it or whose windows are closed.
+    #[test]
+    fn a_step_never_takes_a_held_or_closed_replica(slots in slots(), budget in 1u32..5, canary in 0u32..3) {
+        let desired: u32 = slots.iter().map(|s| s.replicas).sum();
+        if let Decision::Step(steps) = decide(&Input { slots: &slots, desired, budget, canary, stepping: true }) {
+            for i in steps {
+                prop_assert!(slots[i].busy != Busy::Holds && slots[i].window_open, "{:?}", slots[i]);
+            }
+        }
     }
 
     /// The first failure halts in the same decision, whatever else stands.
@@ -179,4 +199,41 @@ proptest! {
         let slots = [slot(1, false, ready)];
         prop_assert_eq!(run(&slots, 1, budget), Decision::Step(vec![0]));
     }
+}
+
+/// docs/behaviour.md#busy-replicas: a step prefers idle replicas and passes over busy ones
+/// within their hold; one whose hold is over goes ahead and is named.
+#[test]
+fn idle_replicas_go_first_and_busy_ones_wait_until_their_hold_is_over() {
+    let busy = |mut s: Slot, b: Busy| {
+        s.busy = b;
+        s
+    };
+    let slots = [slot(1, false, 1), busy(slot(1, false, 1), Busy::Holds), slot(1, false, 1)];
+    let run_held =
+        |slots: &[Slot], budget| decide_held(&Input { slots, desired: 3, budget, canary: 0, stepping: true });
+    assert_eq!(run_held(&slots, 1), (Decision::Step(vec![0]), Held { busy: vec![1], ..Held::default() }));
+    let later = [slot(1, true, 1), busy(slot(1, false, 1), Busy::Holds), slot(1, false, 1)];
+    assert_eq!(run_held(&later, 1).0, Decision::Step(vec![2]), "the idle one after it, not the busy one");
+    let left = [slot(1, true, 1), busy(slot(1, false, 1), Busy::Holds), slot(1, true, 1)];
+    assert_eq!(run_held(&left, 1), (Decision::Wait, Held { busy: vec![1], ..Held::default() }));
+    let over = [slot(1, true, 1), busy(slot(1, false, 1), Busy::HoldOver), slot(1, true, 1)];
+    assert_eq!(run_held(&over, 1), (Decision::Step(vec![1]), Held { expired: vec![1], ..Held::default() }));
+}
+
+/// docs/behaviour.md#maintenance-windows: a replica outside its windows takes no step, and the
+/// rollout waits for one to open; a step already taken goes on.
+#[test]
+fn a_replica_outside_its_windows_takes_no_step() {
+    let mut closed = [slot(1, false, 1), slot(1, false, 1)];
+    closed.iter_mut().for_each(|s| s.window_open = false);
+    let (d, held) = decide_held(&Input { slots: &closed, desired: 2, budget: 1, canary: 0, stepping: true });
+    assert_eq!((d, held.window), (Decision::Wait, vec![0, 1]));
+    let mut begun = [slot(1, true, 0), slot(1, false, 1)];
+    begun[1].window_open = false;
+    begun[0].failure = Some("crashloop".into());
+    assert!(matches!(
+        decide(&Input { slots: &begun, desired: 2, budget: 1, canary: 0, stepping: true }),
+        Decision::Halt { .. }
+    ));
 }

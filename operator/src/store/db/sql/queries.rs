@@ -202,9 +202,13 @@ pub async fn set_lifecycle(p: &Pool, id: &str, c: (bool, Option<i64>, bool, Opti
 
 pub async fn delete_node(p: &Pool, id: &str, now_ms: i64) -> Result<(), DbError> {
     let mut tx = p.begin().await?;
+    // A write first: on SQLite a transaction that read before it writes cannot take the write
+    // lock once another connection has written meanwhile (busy at once, not after the timeout).
+    let gone: Option<(Vec<u8>, String)> = sqlx::query_as("DELETE FROM nodes WHERE id = $1 RETURNING token_hash, name")
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
     // Its token is kept as a deleted one's, refused as revoked rather than as unknown.
-    let gone: Option<(Vec<u8>, String)> =
-        sqlx::query_as("SELECT token_hash, name FROM nodes WHERE id = $1").bind(id).fetch_optional(&mut *tx).await?;
     if let Some((token_hash, name)) = gone {
         let key = crate::store::records::node::deleted_key(&token_hash);
         let value = serde_json::json!({"node": id, "name": name, "deletedMs": now_ms}).to_string();
@@ -212,7 +216,6 @@ pub async fn delete_node(p: &Pool, id: &str, now_ms: i64) -> Result<(), DbError>
         sqlx::query("INSERT INTO kv (key, value) VALUES ($1, $2)").bind(&key).bind(value).execute(&mut *tx).await?;
     }
     for sql in [
-        "DELETE FROM nodes WHERE id = $1",
         "DELETE FROM desired WHERE node_id = $1",
         "DELETE FROM placements WHERE node_id = $1",
         "DELETE FROM pat_pairs WHERE node_id = $1",
