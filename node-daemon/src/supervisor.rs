@@ -3,7 +3,8 @@
 //! exit (at once for 0/75, at most once per 10 s; else after 5, 10, 20 … 300 s, `crashloop`
 //! after three failures in a row), drain and recreate on a changed spec, refuse at no cost.
 //! Stops always run in the background; while a replica's old container drains its name is
-//! taken and it reports `draining`.
+//! taken and it reports `draining`. Each running replica's busy lease is read every tick
+//! ([`crate::lease`]); every other replica is idle.
 
 use crate::lease;
 use crate::plan::{container_name, Plan, Wanted, VANISHED_STOP};
