@@ -6,7 +6,7 @@
 //! file of at most [`MAX_BYTES`], and counts only what was written since the container's
 //! current run began: a lease never outlives the run, nor the container, whose directory goes
 //! with it. Behind the Docker guard the directory is the guard's own and the guard reads it
-//! for the node (`GET /fleet/v1/containers/{name}/busy`).
+//! for the node (`GET /fleet/v1/containers/{name}/busy`, [`crate::guard::busy`]).
 
 use rustix::fs::{Mode, OFlags, CWD};
 use std::io::Read;
@@ -184,60 +184,5 @@ impl Leases {
 
 /// How often a lease that cannot be read is said in the log, per container.
 pub const UNREADABLE_SAID_EVERY: Duration = Duration::from_secs(600);
-/// The most of the guard's answer read.
-const MAX_ANSWER: usize = 4096;
-/// How long the guard may take to answer.
-const GUARD_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Where the node reads its containers' leases: their directories here, or, for a container
-/// whose lease directory is the Docker guard's, through the guard.
-#[derive(Debug, Clone)]
-pub struct Reader {
-    pub dirs: Leases,
-    guard: Option<crate::guard::Upstream>,
-}
-
-impl Reader {
-    /// `docker_url`: node.yaml's `dockerUrl`, the guard when there is one.
-    pub fn new(dirs: Leases, docker_url: &str) -> Reader {
-        Reader { dirs, guard: crate::guard::Upstream::parse(docker_url).ok() }
-    }
-
-    /// The lease of container `name`, whose bind at [`TARGET`] is `source`.
-    pub async fn read(&self, name: &str, source: &str) -> Result<Option<Lease>, String> {
-        if self.dirs.is_local(name, source) {
-            return self.dirs.read(name);
-        }
-        let Some(guard) = &self.guard else { return Err(format!("bound from {source}, not this node's")) };
-        match tokio::time::timeout(GUARD_TIMEOUT, from_guard(guard, name)).await {
-            Ok(r) => r,
-            Err(_) => Err("the Docker guard did not answer in time".into()),
-        }
-    }
-}
-
-/// `GET /fleet/v1/containers/{name}/busy` of the Docker guard.
-async fn from_guard(guard: &crate::guard::Upstream, name: &str) -> Result<Option<Lease>, String> {
-    use http_body_util::{BodyExt, Full, Limited};
-    let req = hyper::Request::get(crate::guard::route::busy_path(name))
-        .header("host", "docker")
-        .body(Full::new(hyper::body::Bytes::new()))
-        .map_err(|e| e.to_string())?;
-    let resp = guard.send(req).await?;
-    let status = resp.status();
-    let body = Limited::new(resp.into_body(), MAX_ANSWER).collect().await.map_err(|e| e.to_string())?.to_bytes();
-    if !status.is_success() {
-        return Err(format!("the Docker guard answered {status}: {}", String::from_utf8_lossy(&body)));
-    }
-    let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| format!("the Docker guard's lease: {e}"))?;
-    if let Some(problem) = v["problem"].as_str() {
-        return Err(problem.to_string());
-    }
-    let lease = &v["lease"];
-    let Some(text) = lease["text"].as_str() else { return Ok(None) };
-    let written = UNIX_EPOCH + Duration::from_millis(lease["writtenMs"].as_u64().unwrap_or(0));
-    Ok(Some(Lease { text: text.to_string(), written }))
-}
-
 #[cfg(test)]
 mod tests;

@@ -11,6 +11,7 @@ use crate::plan::{container_name, Plan, Wanted, VANISHED_STOP};
 use crate::runtime::{RtError, Runtime, Seen, LABEL_AGENT, LABEL_SPEC, LABEL_SPEC_ID};
 use fleet_api::codes::refusal;
 use fleet_api::{ReplicaReport, ReplicaState};
+pub use leases::LeaseReader;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -155,7 +156,7 @@ pub struct Supervisor<R: Runtime> {
     /// node.yaml `checkBeforeStop` (docs/behaviour.md#rolling-out-a-change).
     check_before_stop: bool,
     /// Where the replicas' busy leases are (none: every replica is idle).
-    leases: Option<lease::Reader>,
+    leases: Option<LeaseReader>,
 }
 
 impl<R: Runtime> Supervisor<R> {
@@ -171,7 +172,7 @@ impl<R: Runtime> Supervisor<R> {
     }
 
     /// Gives each container a lease directory and reads the replicas' leases from them.
-    pub fn with_leases(mut self, reader: lease::Reader) -> Self {
+    pub fn with_leases(mut self, reader: LeaseReader) -> Self {
         self.leases = Some(reader);
         self
     }
@@ -521,5 +522,6 @@ impl<R: Runtime> Supervisor<R> {
     }
 }
 
+mod leases;
 #[cfg(test)]
 mod tests;

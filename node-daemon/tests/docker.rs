@@ -544,9 +544,10 @@ fn agent_runs(name: &str, script: &str) -> bool {
 /// runs, not a link in its place, not the last run's after a restart, and the directory goes
 /// with the container. Through the docker-guard the guard's own directory is bound and read.
 async fn busy_leases(via: Via, tag: &str) {
-    use fleet_node::lease::{Leases, Reader};
+    use fleet_node::lease::Leases;
+    use fleet_node::supervisor::LeaseReader;
     let mut h = Harness::new(&via, &format!("f62{tag}lease")).await;
-    let leases = Reader::new(Leases::new(&h.cfg.state_dir, h.cfg.host_state_dir()), &h.cfg.docker_url);
+    let leases = LeaseReader::new(Leases::new(&h.cfg.state_dir, h.cfg.host_state_dir()), &h.cfg.docker_url);
     h.sup = Supervisor::new(DockerRuntime::connect(&h.cfg.docker_url, &h.cfg.name).unwrap()).with_leases(leases);
     let d = state(vec![h.agent("worker", None, &[], "c")]);
     h.until(&d, 30, "running", |r| r.state == ReplicaState::Running).await;

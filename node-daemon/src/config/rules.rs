@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Names Fleet sets itself in every agent container; node.yaml may not set them.
-pub const FLEET_ENV: [&str; 4] =
-    ["CONTROL_PLANE_AGENT_KEY", "IAM_PRINCIPAL", "CONTROL_PLANE_IAM_TENANT", "FLEET_REPLICA"];
+pub const FLEET_ENV: [&str; 5] =
+    ["CONTROL_PLANE_AGENT_KEY", "IAM_PRINCIPAL", "CONTROL_PLANE_IAM_TENANT", "FLEET_REPLICA", crate::lease::ENV];
 
 impl NodeConfig {
     /// Every broken rule, each naming its field (the lines are the reader's to add).

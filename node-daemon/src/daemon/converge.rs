@@ -27,8 +27,10 @@ pub(super) async fn supervise<R: Runtime>(
     mut rx: DesiredRx,
     shared: Arc<Shared>,
 ) {
-    let leases =
-        crate::lease::Reader::new(crate::lease::Leases::new(&cfg.state_dir, cfg.host_state_dir()), &cfg.docker_url);
+    let leases = crate::supervisor::LeaseReader::new(
+        crate::lease::Leases::new(&cfg.state_dir, cfg.host_state_dir()),
+        &cfg.docker_url,
+    );
     let mut sup = Supervisor::new(rt).checking_before_stop(cfg.check_before_stop).with_leases(leases);
     let wake = sup.wake.clone();
     let mut current = rx.borrow_and_update().clone();

@@ -457,7 +457,7 @@ fn leased(dir: &std::path::Path, agent: &str, replica: u32, image: &str) -> Want
 
 fn with_leases(rt: FakeRuntime, dir: &std::path::Path) -> Supervisor<FakeRuntime> {
     let leases = crate::lease::Leases::new(dir, dir);
-    Supervisor::new(rt).with_leases(crate::lease::Reader::new(leases, "unix:///nowhere"))
+    Supervisor::new(rt).with_leases(LeaseReader::new(leases, "unix:///nowhere"))
 }
 
 fn write_lease(dir: &std::path::Path, name: &str, text: &str) {
