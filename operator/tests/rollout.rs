@@ -826,3 +826,38 @@ async fn busy_drain_fleet(dk: &fleet_devkit::Devkit, url: &str, policy: Value) -
     .await;
     f
 }
+
+/// A PAT rotation waits for a busy replica on its node while the other nodes' go; close to
+/// its expiry it goes anyway, before the PAT expires, and the wait was said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pat_rotation_waits_for_a_busy_replica_until_its_expiry_is_near() {
+    let dk = devkit().await;
+    dk.set_faults(fleet_devkit::Faults { pat_lifetime_seconds: Some(45), ..Default::default() });
+    let dir = tempfile::tempdir().unwrap();
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let f = fleet(&dk, &url, json!({"maxUnavailable": 1, "minReadySeconds": 0})).await;
+    let cred_of = |n: &SimNode| n.running.lock().values().next().map(|v| v.0.clone());
+    let first: Vec<Option<String>> = f.nodes.iter().map(cred_of).collect();
+    let busy_key = f.nodes[0].running.lock().keys().next().cloned().unwrap();
+    let an_hour = fleet_controller::clock::rfc3339_ms(fleet_controller::clock::now_ms() + 3_600_000);
+    f.nodes[0].busy.lock().insert(busy_key, an_hour);
+    eventually(60, "the other nodes' PATs rotated", || async {
+        f.nodes[1..].iter().zip(&first[1..]).all(|(n, c)| cred_of(n) != *c).then_some(())
+    })
+    .await;
+    assert_eq!(cred_of(&f.nodes[0]), first[0], "the busy replica's PAT waits");
+    let started = std::time::Instant::now();
+    eventually(40, "the busy node's PAT rotated before it expired", || async {
+        (cred_of(&f.nodes[0]) != first[0]).then_some(())
+    })
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(40));
+    let (_, v) = f.admin.get("/api/v1/events?agent=coder").await;
+    let said = v["items"].as_array().unwrap().iter().any(|e| {
+        e["kind"] == "disruption_waiting" && e["message"].as_str().unwrap_or("").contains("PAT rotation")
+    });
+    assert!(said, "the rotation's wait is an event: {v}");
+    drop(f);
+    running.shutdown().await;
+}
