@@ -30,6 +30,8 @@ pub struct Placed {
     pub touched_pairs: HashMap<(Id, Id), bool>,
     /// Replicas that moved from one node to another: (agent, replica, from, to).
     pub relocated: Vec<(Id, u32, Id, Id)>,
+    /// Replicas unbound with no new node (a scale-down, the agent gone): (agent, replica, from).
+    pub unbound: Vec<(Id, u32, Id)>,
     /// What moved, for the event history.
     pub events: Batch,
     /// When a drain's busy replica ends its lease or hold (ms): the pass looks again then.
@@ -61,6 +63,7 @@ pub fn place(ctx: &Ctx, memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWri
         touched_nodes: HashSet::default(),
         touched_pairs: HashMap::default(),
         relocated: Vec::new(),
+        unbound: Vec::new(),
         events: Batch::default(),
         next_due: previous.busy_ends,
     };
@@ -84,6 +87,11 @@ pub fn place(ctx: &Ctx, memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWri
     let moves = diff_bindings(&previous.bindings, &placed.outcome, memo, rows, &mut placed.events);
     placed.relocated =
         moves.iter().filter_map(|(a, r, from, to)| Some((a.clone(), *r, from.clone()?, to.clone()?))).collect();
+    placed.unbound = moves
+        .iter()
+        .filter(|m| m.3.is_none())
+        .filter_map(|(a, r, from, _)| Some((a.clone(), *r, from.clone()?)))
+        .collect();
     waiting_events(&previous, &placed.outcome, &mut placed.events);
     if snap.full {
         memo.per_node = per_node_of(&placed.outcome);

@@ -127,7 +127,14 @@ impl Rotating {
     /// Whether the due rotation of `pair` waits for a window or a busy replica
     /// (docs/behaviour.md#busy-replicas), and the event that says so: `disruption_waiting`
     /// the first time it waits, `busy_hold_expired` when it goes while a replica is busy.
-    pub fn held(&self, st: &State, defaults: &Defaults, pair: &(Id, Id), due: i64, now: i64) -> (Option<Hold>, Option<Event>) {
+    pub fn held(
+        &self,
+        st: &State,
+        defaults: &Defaults,
+        pair: &(Id, Id),
+        due: i64,
+        now: i64,
+    ) -> (Option<Hold>, Option<Event>) {
         let Some(a) = st.agent(&pair.0) else { return (None, None) };
         let max_busy = i64::from(policy(a.rollout().as_ref(), defaults).0.max_busy_seconds) * 1000;
         let busy = busy_on(st, pair, now);
