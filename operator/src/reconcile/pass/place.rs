@@ -105,15 +105,17 @@ pub fn place(ctx: &Ctx, memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWri
 /// The drain moves each agent may take in this run: none to compute unless a node drains.
 fn budget(ctx: &Ctx, memo: &Memo, previous: &Outcome, snap: &Snapshot) -> MoveBudget {
     let draining: Vec<&Id> = memo.facts.iter().filter(|f| f.drain_paced()).map(|f| &f.id).collect();
-    if draining.is_empty() {
-        return MoveBudget::default();
-    }
     let st = ctx.store.read();
+    let mut busy_anywhere = st.busy_replicas(snap.now);
+    busy_anywhere.sort_unstable();
+    if draining.is_empty() {
+        return MoveBudget { busy_anywhere, ..MoveBudget::default() };
+    }
     // A full pass has no bindings by node yet: they are derived as the last pass left them.
     let derived = snap.full.then(|| per_node_lingering(previous, st.lingering()));
     let agent = |k: &str| memo.agent(k);
     let online = |id: &Id| memo.node(id).is_some_and(|f| f.online);
-    move_budget(&Sources {
+    let budget = move_budget(&Sources {
         draining,
         per_node: derived.as_ref().unwrap_or(&memo.per_node),
         bindings: &previous.bindings,
@@ -122,7 +124,8 @@ fn budget(ctx: &Ctx, memo: &Memo, previous: &Outcome, snap: &Snapshot) -> MoveBu
         st: &st,
         defaults: &ctx.cfg.rollout,
         now_ms: snap.now,
-    })
+    });
+    MoveBudget { busy_anywhere, ..budget }
 }
 
 /// `disruption_waiting` when a drain first holds a busy replica, and `busy_hold_expired`

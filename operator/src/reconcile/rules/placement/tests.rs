@@ -142,7 +142,7 @@ fn a_drain_moves_idle_replicas_first_and_holds_a_busy_one() {
         left: [(Arc::from("x"), 1)].into_iter().collect(),
         ready: [0, 1, 2].iter().map(|&r| (Arc::from("x"), r)).collect(),
         busy: busy.iter().map(|&r| ((Arc::from("x"), r), 1_000)).collect(),
-        busy_ends: None,
+        ..MoveBudget::default()
     };
     let out = place_within(&demands, &[a.clone(), b.clone()], &prev, budget(&[0]));
     assert_eq!(on(&out, "x", 0).as_deref(), Some("id-a"), "busy: it stays");
@@ -931,4 +931,19 @@ fn a_spread_agent_preempts_in_the_value_with_the_fewest() {
     let zones: BTreeSet<Option<String>> = [on(&out, "s", 0), on(&out, "s", 1)].into_iter().collect();
     assert_eq!(zones, BTreeSet::from([Some("id-a1".to_string()), Some("id-b1".to_string())]), "one per zone");
     assert_eq!(out.preemptions.len(), 2);
+}
+
+/// docs/behaviour.md#busy-replicas: of equal victims, a preemption takes an idle replica, on
+/// the same node or another, before a busy one.
+#[test]
+fn a_preemption_takes_an_idle_victim_before_a_busy_one() {
+    let nodes = [node("a", 1), node("b", 1)];
+    let prev = bound(&[("low1", 0, "id-a"), ("low2", 0, "id-b")]);
+    let demands = [prio("low1", 1, 0), prio("low2", 1, 0), prio("high", 1, 10)];
+    let busy = |k: &str| MoveBudget { busy_anywhere: vec![(Arc::from(k), 0)], ..MoveBudget::default() };
+    let out = place_within(&demands, &nodes, &prev, busy("low1"));
+    assert_eq!(on(&out, "high", 0).as_deref(), Some("id-b"), "low1 on a is busy: low2 on b goes");
+    assert_eq!(on(&out, "low1", 0).as_deref(), Some("id-a"));
+    let out = place_within(&demands, &nodes, &prev, busy("low2"));
+    assert_eq!(on(&out, "high", 0).as_deref(), Some("id-a"), "low2 on b is busy: low1 on a goes");
 }
