@@ -805,34 +805,7 @@ fn plain_rules(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> 
         type Choice<'n> = ((usize, Vec<i32>, &'n str), usize, Vec<(Arc<str>, u32)>);
         let mut choice: Option<Choice> = None;
         for i in (0..nodes.len()).filter(|&i| fits_static(d, &nodes[i])) {
-            let mut below: Vec<&(&Demand, u32, usize)> =
-                out.iter().filter(|(v, _, at)| *at == i && v.priority < d.priority).collect();
-            below.sort_by(|(x, xr, _), (y, yr, _)| {
-                (
-                    x.priority,
-                    Reverse(need(x).cpus.unwrap_or(0)),
-                    Reverse(need(x).mem.unwrap_or(0)),
-                    Reverse((&x.key, xr)),
-                )
-                    .cmp(&(
-                        y.priority,
-                        Reverse(need(y).cpus.unwrap_or(0)),
-                        Reverse(need(y).mem.unwrap_or(0)),
-                        Reverse((&y.key, yr)),
-                    ))
-            });
-            let mut left = Room { slots: room[i].slots, cpus: room[i].cpus, mem: room[i].mem };
-            let mut victims = Vec::new();
-            for (v, vr, _) in below {
-                if left.fits(&need(d)) {
-                    break;
-                }
-                left.give(&need(v));
-                victims.push((v.key.clone(), *vr, v.priority));
-            }
-            if victims.is_empty() || !left.fits(&need(d)) {
-                continue;
-            }
+            let Some(victims) = plain_victims(d, i, &out, &room[i]) else { continue };
             let mut ps: Vec<i32> = victims.iter().map(|v| v.2).collect();
             ps.sort_by(|a, b| b.cmp(a));
             let rank = (victims.len(), ps, &*nodes[i].name);
@@ -858,6 +831,34 @@ fn plain_rules(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> 
         }
     }
     (out.into_iter().map(|(d, r, i)| (d.key.clone(), r, nodes[i].id.clone())).collect(), preempted)
+}
+
+/// The strictly lower replicas on node `i` that, taken lowest first, make room there for
+/// `d`; `None` when there are none or they are not enough.
+fn plain_victims(
+    d: &Demand,
+    i: usize,
+    out: &[(&Demand, u32, usize)],
+    room: &Room,
+) -> Option<Vec<(Arc<str>, u32, i32)>> {
+    let need = plain::need;
+    let mut below: Vec<&(&Demand, u32, usize)> =
+        out.iter().filter(|(v, _, at)| *at == i && v.priority < d.priority).collect();
+    below.sort_by(|(x, xr, _), (y, yr, _)| {
+        (x.priority, Reverse(need(x).cpus.unwrap_or(0)), Reverse(need(x).mem.unwrap_or(0)), Reverse((&x.key, xr))).cmp(
+            &(y.priority, Reverse(need(y).cpus.unwrap_or(0)), Reverse(need(y).mem.unwrap_or(0)), Reverse((&y.key, yr))),
+        )
+    });
+    let mut left = Room { slots: room.slots, cpus: room.cpus, mem: room.mem };
+    let mut victims = Vec::new();
+    for (v, vr, _) in below {
+        if left.fits(&need(d)) {
+            break;
+        }
+        left.give(&need(v));
+        victims.push((v.key.clone(), *vr, v.priority));
+    }
+    (!victims.is_empty() && left.fits(&need(d))).then_some(victims)
 }
 
 fn arb_prioritised() -> impl Strategy<Value = Vec<Demand<'static>>> {
