@@ -30,6 +30,8 @@ pub struct Placed {
     pub touched_pairs: HashMap<(Id, Id), bool>,
     /// Replicas that moved from one node to another: (agent, replica, from, to).
     pub relocated: Vec<(Id, u32, Id, Id)>,
+    /// Replicas unbound with no new node (a scale-down, the agent gone): (agent, replica, from).
+    pub unbound: Vec<(Id, u32, Id)>,
     /// What moved, for the event history.
     pub events: Batch,
     /// When a drain's busy replica ends its lease or hold (ms): the pass looks again then.
@@ -61,6 +63,7 @@ pub fn place(ctx: &Ctx, memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWri
         touched_nodes: HashSet::default(),
         touched_pairs: HashMap::default(),
         relocated: Vec::new(),
+        unbound: Vec::new(),
         events: Batch::default(),
         next_due: previous.busy_ends,
     };
@@ -84,6 +87,11 @@ pub fn place(ctx: &Ctx, memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWri
     let moves = diff_bindings(&previous.bindings, &placed.outcome, memo, rows, &mut placed.events);
     placed.relocated =
         moves.iter().filter_map(|(a, r, from, to)| Some((a.clone(), *r, from.clone()?, to.clone()?))).collect();
+    placed.unbound = moves
+        .iter()
+        .filter(|m| m.3.is_none())
+        .filter_map(|(a, r, from, _)| Some((a.clone(), *r, from.clone()?)))
+        .collect();
     waiting_events(&previous, &placed.outcome, &mut placed.events);
     if snap.full {
         memo.per_node = per_node_of(&placed.outcome);
@@ -97,15 +105,17 @@ pub fn place(ctx: &Ctx, memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWri
 /// The drain moves each agent may take in this run: none to compute unless a node drains.
 fn budget(ctx: &Ctx, memo: &Memo, previous: &Outcome, snap: &Snapshot) -> MoveBudget {
     let draining: Vec<&Id> = memo.facts.iter().filter(|f| f.drain_paced()).map(|f| &f.id).collect();
-    if draining.is_empty() {
-        return MoveBudget::default();
-    }
     let st = ctx.store.read();
+    let mut busy_anywhere = st.busy_replicas(snap.now);
+    busy_anywhere.sort_unstable();
+    if draining.is_empty() {
+        return MoveBudget { busy_anywhere, ..MoveBudget::default() };
+    }
     // A full pass has no bindings by node yet: they are derived as the last pass left them.
     let derived = snap.full.then(|| per_node_lingering(previous, st.lingering()));
     let agent = |k: &str| memo.agent(k);
     let online = |id: &Id| memo.node(id).is_some_and(|f| f.online);
-    move_budget(&Sources {
+    let budget = move_budget(&Sources {
         draining,
         per_node: derived.as_ref().unwrap_or(&memo.per_node),
         bindings: &previous.bindings,
@@ -114,7 +124,8 @@ fn budget(ctx: &Ctx, memo: &Memo, previous: &Outcome, snap: &Snapshot) -> MoveBu
         st: &st,
         defaults: &ctx.cfg.rollout,
         now_ms: snap.now,
-    })
+    });
+    MoveBudget { busy_anywhere, ..budget }
 }
 
 /// `disruption_waiting` when a drain first holds a busy replica, and `busy_hold_expired`

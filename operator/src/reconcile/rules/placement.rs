@@ -241,6 +241,8 @@ pub struct MoveBudget {
     pub busy: Vec<((Arc<str>, u32), i64)>,
     /// When the first of those ends its lease or its hold (ms): the pass looks again then.
     pub busy_ends: Option<i64>,
+    /// Every replica that says it is busy, sorted: a preemption takes idle ones first.
+    pub busy_anywhere: Vec<(Arc<str>, u32)>,
 }
 
 /// Whether a replica on a draining node leaves it in this run.
@@ -282,6 +284,7 @@ pub fn place_within<'a, 'b, D: Into<Demand<'a>>>(
     let (mut ds, sigs) = signatures(demands.into_iter().map(Into::into));
     ds.sort_by(|a, b| a.key.cmp(&b.key)); // stable, and linear when in key order (a pass's)
     let mut p = Placer::new(ds, sigs, nodes);
+    p.busy_anywhere = std::mem::take(&mut budget.busy_anywhere);
     let mut out = Outcome::default();
     let unbound = p.sticky(previous.bindings);
     p.place_new(unbound, &mut budget, previous.preempted, &mut out);
@@ -330,6 +333,8 @@ struct Placer<'a> {
     by_priority: Vec<u32>,
     /// Preemptions: what this run did and may still do.
     ledger: Ledger,
+    /// The budget's busy replicas, sorted: a preemption takes idle ones first.
+    busy_anywhere: Vec<(Arc<str>, u32)>,
 }
 
 impl<'a> Placer<'a> {
@@ -358,7 +363,23 @@ impl<'a> Placer<'a> {
         // Stable: equal priorities keep key order (the demands are sorted by key).
         by_priority.sort_by_key(|&di| Reverse(ds[di as usize].priority));
         let ledger = Ledger::new(ds.iter().map(|d| d.priority));
-        Placer { nodes, ds, order, rank, by_id, room, first, assigned, sigs, dense, fit_memo, by_priority, ledger }
+        let busy_anywhere = Vec::new();
+        Placer {
+            nodes,
+            ds,
+            order,
+            rank,
+            by_id,
+            room,
+            first,
+            assigned,
+            sigs,
+            dense,
+            fit_memo,
+            by_priority,
+            ledger,
+            busy_anywhere,
+        }
     }
 
     fn static_fit(&mut self, sig: usize, ni: u32) -> bool {
@@ -681,7 +702,8 @@ impl Placer<'_> {
 
     fn weigh(&self, (di, r): (u32, u32)) -> Bound {
         let d = &self.ds[di as usize];
-        Bound { at: (di, r), priority: d.priority, need: self.need(d.sig as usize) }
+        let busy = self.busy_anywhere.binary_search_by(|(k, x)| (&**k, *x).cmp(&(&*d.key, r))).is_ok();
+        Bound { at: (di, r), priority: d.priority, need: self.need(d.sig as usize), busy }
     }
 
     /// Unbinds a victim from node `ni` for replica `by`: its room goes back, its agent waits
