@@ -42,15 +42,17 @@ pub fn env_entry() -> String {
 }
 
 /// Until when (Unix seconds) a lease says busy, at `now`: a time after now, as RFC 3339 or
-/// Unix seconds; anything else (empty, past, unreadable) is idle.
+/// Unix seconds; anything else (empty, past, unreadable) is idle. A time further ahead than
+/// any hold may last is reported as that far (the controller's own cap), not as nonsense.
 pub fn until(text: &str, now: SystemTime) -> Option<i64> {
     let text = text.trim();
     let secs = if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
-        text.parse::<i64>().ok()?
+        text.parse::<i64>().unwrap_or(i64::MAX)
     } else {
         time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?.unix_timestamp()
     };
-    (secs > unix_secs(now)).then_some(secs)
+    let now = unix_secs(now);
+    (secs > now).then(|| secs.min(now + i64::from(fleet_api::rollout::MAX_BUSY_SECONDS)))
 }
 
 /// A lease as reported: busy until when (Unix seconds), counting only what was written since

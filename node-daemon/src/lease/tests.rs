@@ -12,11 +12,14 @@ fn a_lease_is_a_time_after_now_in_rfc_3339_or_unix_seconds() {
     let now = at(NOW);
     assert_eq!(until(&format!("{}\n", NOW + 60), now), Some(NOW + 60));
     assert_eq!(until(&rfc3339(NOW + 60), now), Some(NOW + 60));
-    assert_eq!(until("2026-12-07T19:00:00+01:00", at(0)), Some(rfc_secs("2026-12-07T18:00:00Z")));
+    assert_eq!(until("2026-11-30T02:00:00+01:00", now), Some(rfc_secs("2026-11-30T01:00:00Z")));
     for idle in ["", "\n", "   ", "0", &NOW.to_string(), &(NOW - 5).to_string(), "soon", "-5", "1e9", "12:00"] {
         assert_eq!(until(idle, now), None, "{idle:?}");
     }
     assert_eq!(rfc3339(NOW), "2026-11-30T00:53:20Z", "UTC, whole seconds");
+    let cap = NOW + i64::from(fleet_api::rollout::MAX_BUSY_SECONDS);
+    assert_eq!(until("99999999999999999999999", now), Some(cap), "at most the hard cap ahead");
+    assert_eq!(until("9999-12-31T23:59:59Z", now), Some(cap));
 }
 
 fn rfc_secs(s: &str) -> i64 {
