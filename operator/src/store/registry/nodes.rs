@@ -134,6 +134,17 @@ impl State {
         self.nodes.get(node)?.info.busy_until_ms(Some(busy), agent, replica, now_ms)
     }
 
+    /// Every busy replica whose lease ends after `now_ms`: (node, agent, replica, until ms).
+    /// Walks only the nodes that have one.
+    pub fn busy_replicas(&self, now_ms: i64) -> impl Iterator<Item = (&Id, &str, u32, i64)> + '_ {
+        self.busy.iter().filter_map(|(id, b)| Some((id, self.nodes.get(id)?, b))).flat_map(move |(id, n, b)| {
+            n.info.replicas.iter().zip(b.iter()).filter_map(move |(p, &secs)| {
+                let until = i64::from(secs) * 1000;
+                (until > now_ms).then_some((id, &*p.agent_key, p.replica, until))
+            })
+        })
+    }
+
     /// A node's replicas as the API shows them, with their busy leases.
     pub fn replica_reports(&self, n: &NodeRec, now_ms: i64) -> Vec<fleet_api::ReplicaReport> {
         n.info.reports(self.busy.get(&n.id).map(|b| &**b), now_ms)
