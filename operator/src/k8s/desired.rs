@@ -74,6 +74,16 @@ pub struct Snapshot {
 /// busy replica are in the registry's busy map, so a fleet with none copies nothing.
 pub type BusyReplicas = FxHashMap<(String, String), Vec<(u32, i64)>>;
 
+/// The busy replicas of a placement item, by replica.
+fn busy_of(v: &PlacementView, busy: &BusyReplicas) -> Vec<MirrorBusy> {
+    let Some(node) = &v.node_id else { return Vec::new() };
+    let Some(list) = busy.get(&(v.agent_key.clone(), node.clone())) else { return Vec::new() };
+    let mut out: Vec<MirrorBusy> =
+        list.iter().map(|&(replica, until)| MirrorBusy { replica, until: busy_minute(until) }).collect();
+    out.sort_by_key(|b| b.replica);
+    out
+}
+
 /// `until_ms` as the mirror shows it: rounded up to the whole minute.
 fn busy_minute(until_ms: i64) -> String {
     crate::clock::rfc3339_ms((until_ms + 59_999).div_euclid(60_000) * 60_000)
@@ -151,15 +161,7 @@ pub fn wanted_from<I: Iterator<Item = PlacementView>>(
             // A placement on a node is named after the node; pending and stopped items after
             // their status (a node that vanished in between also counts as pending here).
             let where_ = node_name.clone().unwrap_or_else(|| status_word.clone());
-            let mut busy: Vec<MirrorBusy> = v
-                .node_id
-                .as_ref()
-                .and_then(|n| busy.get(&(v.agent_key.clone(), n.clone())))
-                .into_iter()
-                .flatten()
-                .map(|&(replica, until)| MirrorBusy { replica, until: busy_minute(until) })
-                .collect();
-            busy.sort_by_key(|b| b.replica);
+            let busy = busy_of(&v, busy);
             let status = FleetPlacementStatus {
                 agent_key: v.agent_key.clone(),
                 revision: v.revision,
