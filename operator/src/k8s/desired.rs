@@ -100,7 +100,7 @@ pub fn snapshot(st: &State, now_ms: i64, offline_after: Duration) -> Snapshot {
             .collect(),
         busy: {
             let mut busy = BusyReplicas::default();
-            for (node, agent, replica, until) in st.busy_replicas(now_ms) {
+            for (node, agent, replica, until) in st.busy_leases(now_ms) {
                 busy.entry((agent.to_string(), node.to_string())).or_default().push((replica, until));
             }
             busy

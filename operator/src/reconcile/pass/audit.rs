@@ -140,6 +140,7 @@ fn fresh_placement(ctx: &Ctx, st: &crate::store::State, facts: &[NodeFacts], per
         online: &online,
         st,
         defaults: &ctx.cfg.rollout,
+        now_ms: crate::clock::now_ms(),
     });
     placement::place_within(st.agents().iter().filter_map(demand), facts, &**st.outcome(), budget)
 }
