@@ -9,7 +9,7 @@ pub use super::records::event::{Batch, Event, Filter, Kind, PER_PASS};
 use fleet_api::EventView;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Events kept in the database at most.
 pub const KEEP_TOTAL: i64 = 10_000;
@@ -25,6 +25,9 @@ const PENDING_MAX: usize = 20_000;
 pub struct Pending {
     queue: Mutex<VecDeque<Event>>,
     pub dropped: AtomicU64,
+    /// A pass wrote events with its rows and left the trimming to the next flush: a pass's
+    /// transaction does not pay for a walk of the whole history.
+    untrimmed: AtomicBool,
 }
 
 impl Pending {
@@ -42,6 +45,11 @@ impl Pending {
         for e in events {
             self.record(e);
         }
+    }
+
+    /// A pass wrote events of its own: the next flush trims the history.
+    pub fn written_by_pass(&self) {
+        self.untrimmed.store(true, Ordering::Relaxed);
     }
 
     fn take(&self) -> Vec<Event> {
@@ -64,12 +72,14 @@ impl Pending {
 /// Writes the pending events and trims the history; returns how many were written.
 pub async fn flush(db: &Db, pending: &Pending) -> Result<usize, DbError> {
     let events = pending.take();
-    if events.is_empty() {
+    let untrimmed = pending.untrimmed.swap(false, Ordering::Relaxed);
+    if events.is_empty() && !untrimmed {
         return Ok(0);
     }
     match on!(db.pool(), write_events(&events, KEEP_PER_SUBJECT, KEEP_TOTAL)) {
         Ok(()) => Ok(events.len()),
         Err(e) => {
+            pending.untrimmed.fetch_or(untrimmed, Ordering::Relaxed);
             pending.restore(events);
             Err(e)
         }
