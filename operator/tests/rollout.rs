@@ -231,6 +231,42 @@ async fn a_view_says_which_cp_read_it_reflects_and_an_ended_rollout_has_its_even
     running.shutdown().await;
 }
 
+/// A controller that has not read the CP yet (here: the CP is down) shows the last read its
+/// store has, the one the controller before it noted, and moves on once it reads the CP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_shows_the_stored_cp_read_until_its_own() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = in_process_config(&dk, dir.path());
+    let running = fleet_controller::server::start(cfg.clone()).await.unwrap();
+    dk.put_agent(with(agent("coder", "k", 1), |a| a["executor"]["image"] = json!("agent:1")));
+    let admin = Admin::new(&format!("http://{}", running.addr), dk.mint("fleet", &["fleet:admin"], 3600));
+    let view = || async {
+        let (s, v) = admin.get("/api/v1/agents/coder/rollout").await;
+        (s == 200).then_some(v)
+    };
+    eventually(10, "a CP read with coder in it", || async { view().await.filter(|v| v["cpReadAt"].is_string()) }).await;
+    running.shutdown().await;
+
+    dk.set_faults(fleet_devkit::Faults { cp_down: true, ..Default::default() });
+    let running = fleet_controller::server::start(cfg).await.unwrap();
+    let admin = Admin::new(&format!("http://{}", running.addr), admin.token.clone());
+    let view = || async {
+        let (s, v) = admin.get("/api/v1/agents/coder/rollout").await;
+        assert_eq!(s, 200, "{v}");
+        v
+    };
+    let stored = view().await;
+    assert!(stored["cpReadAt"].is_string(), "the stored read: {stored}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(view().await["cpReadAt"], stored["cpReadAt"], "no read of its own while the CP is down");
+
+    dk.set_faults(fleet_devkit::Faults::default());
+    let as_of = instant(&view().await["asOf"]);
+    eventually(10, "a read of its own", || async { (instant(&view().await["cpReadAt"]) > as_of).then_some(()) }).await;
+    running.shutdown().await;
+}
+
 /// An instant of the rollout view (RFC 3339 with milliseconds), in ms.
 fn instant(v: &Value) -> i64 {
     let s = v.as_str().unwrap_or_else(|| panic!("an instant: {v}"));
