@@ -144,6 +144,26 @@ mod tests {
         assert_eq!(all.len(), PAGE as usize, "one call returns at most {PAGE}");
     }
 
+    /// Events a pass wrote with its rows are trimmed by the next flush, even one with nothing
+    /// of its own to write.
+    #[tokio::test]
+    async fn events_a_pass_wrote_are_trimmed_by_the_next_flush() {
+        for fresh in each() {
+            eprintln!("on {}", fresh.backend);
+            let db = crate::store::db::testing::open_leading(&fresh.url).await;
+            let a: Id = "a".into();
+            let events = (0..KEEP_PER_SUBJECT + 10).map(|i| Event::new(Kind::RolloutStep, i.to_string()).agent(&a));
+            let w = crate::store::db::PassWrite { events: events.collect(), ..Default::default() };
+            db.apply_pass(&w).await.unwrap();
+            let pending = Pending::default();
+            assert_eq!(flush(&db, &pending).await.unwrap(), 0);
+            assert_eq!(count(&db, "events").await, KEEP_PER_SUBJECT + 10, "no flush without a reason");
+            pending.written_by_pass();
+            assert_eq!(flush(&db, &pending).await.unwrap(), 0);
+            assert_eq!(count(&db, "events").await, KEEP_PER_SUBJECT);
+        }
+    }
+
     #[test]
     fn a_pass_records_a_bounded_number_and_summarises_the_rest() {
         let mut b = Batch::default();
@@ -160,6 +180,18 @@ mod tests {
                 "15 more replica_moved events in this pass (a pass records 1000 one by one)"
             ]
         );
+
+        // Those taken out for a commit in the middle of the pass still count.
+        let mut b = Batch::default();
+        for _ in 0..PER_PASS - 1 {
+            b.push(Event::new(Kind::RolloutStep, "x"));
+        }
+        assert_eq!(b.take_recorded().len(), PER_PASS - 1);
+        for _ in 0..3 {
+            b.push(Event::new(Kind::RolloutStep, "y"));
+        }
+        let rest: Vec<String> = b.finish().into_iter().map(|e| e.message).collect();
+        assert_eq!(rest, ["y", "2 more rollout_step events in this pass (a pass records 1000 one by one)"]);
     }
 
     #[test]
