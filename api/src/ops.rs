@@ -34,7 +34,8 @@ pub struct BlockedReplica {
     pub replica: u32,
     /// `no_other_node`: no other node fits it (it stays until one does, or a forced drain
     /// unbinds it); `budget`: its agent has as many replicas unavailable as its rollout
-    /// policy allows, and it moves once another is ready.
+    /// policy allows, and it moves once another is ready; `busy`: it said it is busy, and
+    /// moves when it is idle or its hold (`maxBusySeconds` from the drain's start) ends.
     #[serde(default)]
     pub reason: String,
 }

@@ -1,8 +1,8 @@
 #![forbid(unsafe_code)]
 //! Repository checks that read the source tree as text, so they hold whatever state the
 //! crates they read are in: the controller's module graph (no circles, no module importing
-//! from its parent), the length of its functions, and that every reference from the code to
-//! `docs/` names a heading that exists. The checks themselves are the tests in `tests/`;
+//! from its parent), the length of its functions, that no comment records an issue number,
+//! and that every reference from the code to `docs/` names a heading that exists. The checks themselves are the tests in `tests/`;
 //! this library only finds the files.
 
 use std::path::{Path, PathBuf};
@@ -34,4 +34,5 @@ pub fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
 }
 
 pub mod graph;
+pub mod issues;
 pub mod rust;

@@ -23,15 +23,33 @@ pub fn module_of(src: &Path, file: &Path) -> Vec<String> {
 /// The code of a file with comments, string and char literals blanked (same length, newlines
 /// kept, so line numbers still hold).
 pub fn code_only(text: &str) -> String {
+    split(text).0
+}
+
+/// The comments of a file (line, block and doc comments) with everything else blanked: code,
+/// string and char literals (same length, newlines kept, so line numbers still hold).
+pub fn comments_only(text: &str) -> String {
+    split(text).1
+}
+
+/// A file as its code and its comments, each the length of the file with the other part
+/// (and string and char literals, in both) blanked.
+fn split(text: &str) -> (String, String) {
     let b = text.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
+    let mut code = Vec::with_capacity(b.len());
+    let mut comments = Vec::with_capacity(b.len());
     let mut i = 0;
     let blank = |c: u8| if c == b'\n' { b'\n' } else { b' ' };
+    // Each byte goes to one side as itself and to the other blanked (newlines kept).
+    let mut both = |c: u8, to_code: bool, to_comments: bool| {
+        code.push(if to_code { c } else { blank(c) });
+        comments.push(if to_comments { c } else { blank(c) });
+    };
     while i < b.len() {
         match b[i] {
             b'/' if b.get(i + 1) == Some(&b'/') => {
                 while i < b.len() && b[i] != b'\n' {
-                    out.push(b' ');
+                    both(b[i], false, true);
                     i += 1;
                 }
             }
@@ -40,63 +58,58 @@ pub fn code_only(text: &str) -> String {
                 while i < b.len() {
                     if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
                         depth += 1;
-                        out.extend([b' ', b' ']);
+                        both(b' ', false, false);
+                        both(b' ', false, false);
                         i += 2;
                     } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
                         depth -= 1;
-                        out.extend([b' ', b' ']);
+                        both(b' ', false, false);
+                        both(b' ', false, false);
                         i += 2;
                         if depth == 0 {
                             break;
                         }
                     } else {
-                        out.push(blank(b[i]));
+                        both(b[i], false, true);
                         i += 1;
                     }
                 }
             }
             b'r' if raw_string_start(b, i).is_some() => {
                 let (hashes, body) = raw_string_start(b, i).unwrap_or((0, i));
-                out.extend(std::iter::repeat_n(b' ', body - i));
-                i = body;
                 let close: Vec<u8> = std::iter::once(b'"').chain(std::iter::repeat_n(b'#', hashes)).collect();
-                while i < b.len() && !b[i..].starts_with(&close) {
-                    out.push(blank(b[i]));
-                    i += 1;
+                let end =
+                    b[body..].windows(close.len()).position(|w| w == close).map_or(b.len(), |p| body + p + close.len());
+                for &c in &b[i..end] {
+                    both(c, false, false);
                 }
-                let end = (i + close.len()).min(b.len());
-                out.extend(std::iter::repeat_n(b' ', end - i));
                 i = end;
             }
             b'"' => {
-                out.push(b' ');
-                i += 1;
-                while i < b.len() && b[i] != b'"' {
-                    let step = if b[i] == b'\\' { 2 } else { 1 };
-                    for k in 0..step {
-                        if let Some(&c) = b.get(i + k) {
-                            out.push(blank(c));
-                        }
-                    }
-                    i += step;
+                let mut j = i + 1;
+                while j < b.len() && b[j] != b'"' {
+                    j += if b[j] == b'\\' { 2 } else { 1 };
                 }
-                if i < b.len() {
-                    out.push(b' ');
-                    i += 1;
+                let end = (j + 1).min(b.len());
+                for &c in &b[i..end] {
+                    both(c, false, false);
                 }
+                i = end;
             }
             b'\'' if char_literal_len(b, i).is_some() => {
                 let n = char_literal_len(b, i).unwrap_or(1);
-                out.extend(std::iter::repeat_n(b' ', n));
+                for &c in &b[i..(i + n).min(b.len())] {
+                    both(c, false, false);
+                }
                 i += n;
             }
             c => {
-                out.push(c);
+                both(c, true, false);
                 i += 1;
             }
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    (String::from_utf8_lossy(&code).into_owned(), String::from_utf8_lossy(&comments).into_owned())
 }
 
 /// `r"`, `r#"`, `br"` …: the number of hashes and where the body starts.

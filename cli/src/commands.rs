@@ -218,31 +218,8 @@ pub async fn why(c: &Client, out: Output, agent: &str, nodes: bool) -> Result<()
     println!();
     print!("{}", t.render());
     if !e.filters.is_empty() {
-        let mut f = Table::new(&["FILTER", "NODES BEFORE", "EXCLUDED", "DETAIL"]);
-        for c in &e.filters {
-            let mut detail: Vec<String> = c
-                .missing
-                .iter()
-                .flatten()
-                .filter(|(_, n)| **n > 0)
-                .map(|(what, n)| format!("{n} lack {what}"))
-                .collect();
-            if let Some(x) = &c.exhausted {
-                for (n, what) in [(x.slots, "slots"), (x.cpus, "cpus"), (x.memory_mb, "memory")] {
-                    if n > 0 {
-                        detail.push(format!("{n} short of {what}"));
-                    }
-                }
-            }
-            f.row(vec![
-                c.filter.clone(),
-                c.before.to_string(),
-                c.excluded.to_string(),
-                or_dash(Some(detail.join(", "))),
-            ]);
-        }
         println!();
-        print!("{}", f.render());
+        print!("{}", filters_table(&e.filters).render());
     }
     if let Some(verdicts) = &e.nodes {
         let mut t = Table::new(&["NODE", "FITS", "REASON", "DETAIL"]);
@@ -258,6 +235,24 @@ pub async fn why(c: &Client, out: Output, agent: &str, nodes: bool) -> Result<()
         print!("{}", t.render());
     }
     Ok(())
+}
+
+/// The placement filters in order, with how many nodes each excluded and why.
+fn filters_table(filters: &[fleet_api::FilterCount]) -> Table {
+    let mut f = Table::new(&["FILTER", "NODES BEFORE", "EXCLUDED", "DETAIL"]);
+    for c in filters {
+        let mut detail: Vec<String> =
+            c.missing.iter().flatten().filter(|(_, n)| **n > 0).map(|(what, n)| format!("{n} lack {what}")).collect();
+        if let Some(x) = &c.exhausted {
+            for (n, what) in [(x.slots, "slots"), (x.cpus, "cpus"), (x.memory_mb, "memory")] {
+                if n > 0 {
+                    detail.push(format!("{n} short of {what}"));
+                }
+            }
+        }
+        f.row(vec![c.filter.clone(), c.before.to_string(), c.excluded.to_string(), or_dash(Some(detail.join(", ")))]);
+    }
+    f
 }
 
 pub struct EventsQuery<'a> {

@@ -102,7 +102,7 @@ async fn an_admin_reads_the_fleet_and_watches_a_drain() {
     fleet.controller.shutdown().await;
 }
 
-/// The measurement of issue #21 (run by hand: `cargo test --release -p fleetctl --test web_view
+/// The web view at scale, measured by hand (`cargo test --release -p fleetctl --test web_view
 /// -- --ignored --nocapture`): the nodes page at 10,000 nodes — time from navigation to the
 /// first rendered page of nodes, and the bytes the browser fetched for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -180,27 +180,7 @@ fn issue_locked(
             "agent PATs live at most 7 days",
         )));
     }
-    for a in &audiences {
-        if !st.controller_audiences.contains(a) {
-            return Err(Box::new(err(StatusCode::FORBIDDEN, "forbidden", "audience beyond the controller's grants")));
-        }
-    }
-    for s in &scopes {
-        let (aud, scope) = match s.split_once('=') {
-            Some((a, sc)) => (a.to_string(), sc.to_string()),
-            None => (s.split(':').next().unwrap_or("").to_string(), s.clone()),
-        };
-        let admitted = audiences.contains(&aud)
-            && st.audience_scopes.get(&aud).is_some_and(|l| l.contains(&scope))
-            && st.controller_scopes.contains(&scope);
-        if !admitted {
-            return Err(Box::new(err(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_scope_ceiling",
-                &format!("no audience admits {s}"),
-            )));
-        }
-    }
+    within_grants(&st, &audiences, &scopes)?;
     let exp = now() + st.faults.pat_lifetime_seconds.unwrap_or(ttl) as i64;
     let rec = PatRecord {
         id: format!("cred_{}", uuid::Uuid::new_v4().simple()),
@@ -221,6 +201,34 @@ fn issue_locked(
     st.pat_by_key.insert(key, i);
     st.count("issue_pat");
     Ok((StatusCode::CREATED, answer, st.faults.pat_answer_delay_ms))
+}
+
+/// Whether the controller's grants admit a PAT for these audiences and this scope ceiling:
+/// every audience is the controller's, every scope is one an audience asked for admits and
+/// one the controller holds.
+fn within_grants(st: &crate::state::DevState, audiences: &[String], scopes: &[String]) -> Result<(), Box<Response>> {
+    for a in audiences {
+        if !st.controller_audiences.contains(a) {
+            return Err(Box::new(err(StatusCode::FORBIDDEN, "forbidden", "audience beyond the controller's grants")));
+        }
+    }
+    for s in scopes {
+        let (aud, scope) = match s.split_once('=') {
+            Some((a, sc)) => (a.to_string(), sc.to_string()),
+            None => (s.split(':').next().unwrap_or("").to_string(), s.clone()),
+        };
+        let admitted = audiences.contains(&aud)
+            && st.audience_scopes.get(&aud).is_some_and(|l| l.contains(&scope))
+            && st.controller_scopes.contains(&scope);
+        if !admitted {
+            return Err(Box::new(err(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_scope_ceiling",
+                &format!("no audience admits {s}"),
+            )));
+        }
+    }
+    Ok(())
 }
 
 async fn revoke_pat(

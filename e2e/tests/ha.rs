@@ -1,4 +1,4 @@
-//! High availability end to end (docs/behaviour.md#high-availability, issue #20): three controller processes on one
+//! High availability end to end (docs/behaviour.md#high-availability): three controller processes on one
 //! PostgreSQL behind a Service-like spreader, each with the environment the Helm chart renders
 //! for an operator's values (real Helm, charts/tests/render_env.py), real `fleet-node`s on
 //! Docker. The leader is

@@ -213,20 +213,7 @@ impl<R: Runtime> Supervisor<R> {
             let rec = self.records.entry(key).or_insert_with(Record::new);
             let spec = match &w.plan {
                 Plan::Refuse(msg) => {
-                    if let Some(c) = existing.filter(|c| self.keeps(c, w)) {
-                        let rec = self.records.get_mut(&(w.agent.clone(), w.replica)).expect("inserted above");
-                        rec.block(c, refusal::update_blocked(msg));
-                        continue;
-                    }
-                    if let Some(c) = existing {
-                        let timeout = if c.running { w.drain } else { Duration::ZERO };
-                        let c = c.clone();
-                        self.stop_in_background(&c, timeout, msg);
-                    }
-                    let rec = self.records.get_mut(&(w.agent.clone(), w.replica)).expect("inserted above");
-                    *rec = Record::new();
-                    rec.status.state = ReplicaState::Stopped;
-                    rec.status.message = Some(msg.clone());
+                    self.refuse(w, existing, msg);
                     continue;
                 }
                 Plan::Run(spec) => spec,
@@ -278,21 +265,45 @@ impl<R: Runtime> Supervisor<R> {
                 }
             }
         }
-        // Containers no longer wanted: agent's drain when it is still desired, else 30 s.
-        // Only names under this node's prefix are touched: nodes sharing an engine may even
-        // share a name across fleets.
+        self.stop_unwanted(&seen, &wanted_names, drains, prefix);
+        let keep: HashSet<(String, u32)> = wanted.iter().map(|w| (w.agent.clone(), w.replica)).collect();
+        self.records.retain(|k, _| keep.contains(k));
+        Ok(())
+    }
+
+    /// A replica whose plan is refused: with `checkBeforeStop` its running container of
+    /// another template stays (the update is blocked), else its container stops and the
+    /// replica reports `stopped` with the refusal.
+    fn refuse(&mut self, w: &Wanted, existing: Option<&Seen>, msg: &str) {
+        let key = (w.agent.clone(), w.replica);
+        if let Some(c) = existing.filter(|c| self.keeps(c, w)) {
+            let rec = self.records.get_mut(&key).expect("inserted by tick");
+            rec.block(c, refusal::update_blocked(msg));
+            return;
+        }
+        if let Some(c) = existing {
+            let timeout = if c.running { w.drain } else { Duration::ZERO };
+            self.stop_in_background(c, timeout, msg);
+        }
+        let rec = self.records.get_mut(&key).expect("inserted by tick");
+        *rec = Record::new();
+        rec.status.state = ReplicaState::Stopped;
+        rec.status.message = Some(msg.to_string());
+    }
+
+    /// Containers no longer wanted: agent's drain when it is still desired, else 30 s. Only
+    /// names under this node's prefix are touched: nodes sharing an engine may even share a
+    /// name across fleets.
+    fn stop_unwanted(&self, seen: &[Seen], wanted: &HashSet<String>, drains: &HashMap<String, Duration>, prefix: &str) {
         let own = format!("{prefix}-");
-        for c in &seen {
-            if wanted_names.contains(&c.name) || !c.name.starts_with(&own) {
+        for c in seen {
+            if wanted.contains(&c.name) || !c.name.starts_with(&own) {
                 continue;
             }
             let timeout = c.labels.get(LABEL_AGENT).and_then(|a| drains.get(a)).copied().unwrap_or(VANISHED_STOP);
             let timeout = if c.running { timeout } else { Duration::ZERO };
             self.stop_in_background(c, timeout, "no longer wanted");
         }
-        let keep: HashSet<(String, u32)> = wanted.iter().map(|w| (w.agent.clone(), w.replica)).collect();
-        self.records.retain(|k, _| keep.contains(k));
-        Ok(())
     }
 
     /// With `checkBeforeStop`, whether a running container of another template stays

@@ -400,11 +400,7 @@ impl Config {
             ("FLEET_JWKS_URL", &platform.jwks_url),
         ];
         let ca_certs = r.outbound_tls(&outbound);
-        let max_connections = r.number("FLEET_MAX_CONNECTIONS", defaults::MAX_CONNECTIONS, 16, 10_000_000, "") as usize;
-        let per_ip = defaults::MAX_CONNECTIONS_PER_IP;
-        let max_connections_per_ip = r.number("FLEET_MAX_CONNECTIONS_PER_IP", per_ip, 0, 10_000_000, "") as u32;
-        let unauth = defaults::UNAUTH_BUFFER_BYTES;
-        let unauth_buffer_bytes = r.number("FLEET_UNAUTH_BUFFER_BYTES", unauth, 1 << 20, 1 << 40, " of bytes") as usize;
+        let limits = r.limits();
         let trusted_proxies = r.trusted_proxies();
         let kubernetes = r.kubernetes();
         let log_format = r.log_format();
@@ -432,6 +428,7 @@ impl Config {
             jwks_refresh,
             leader_lease,
         } = timing;
+        let Limits { max_connections, max_connections_per_ip, unauth_buffer_bytes } = limits;
         Ok(Config {
             listen,
             metrics_listen,
@@ -498,7 +495,25 @@ struct Timing {
     leader_lease: Duration,
 }
 
+/// What the HTTP side holds open at once.
+struct Limits {
+    max_connections: usize,
+    max_connections_per_ip: u32,
+    unauth_buffer_bytes: usize,
+}
+
 impl Reader<'_> {
+    fn limits(&mut self) -> Limits {
+        let max_connections =
+            self.number("FLEET_MAX_CONNECTIONS", defaults::MAX_CONNECTIONS, 16, 10_000_000, "") as usize;
+        let per_ip = defaults::MAX_CONNECTIONS_PER_IP;
+        let max_connections_per_ip = self.number("FLEET_MAX_CONNECTIONS_PER_IP", per_ip, 0, 10_000_000, "") as u32;
+        let unauth = defaults::UNAUTH_BUFFER_BYTES;
+        let unauth_buffer_bytes =
+            self.number("FLEET_UNAUTH_BUFFER_BYTES", unauth, 1 << 20, 1 << 40, " of bytes") as usize;
+        Limits { max_connections, max_connections_per_ip, unauth_buffer_bytes }
+    }
+
     /// The platform's addresses; a required one that is unset goes to `missing`.
     fn platform(&mut self, missing: &mut Vec<&'static str>) -> Platform {
         let control_plane_url = self.url("FLEET_CONTROL_PLANE_URL", missing, "FLEET_CONTROL_PLANE_URL");

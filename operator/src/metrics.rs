@@ -188,29 +188,35 @@ impl Default for Metrics {
         );
         registry.register("joins", "Join attempts by outcome", m.joins.clone());
         register_mirror(&mut registry, &m);
-        registry.register(
-            "connections_refused",
-            "Connections closed at accept because FLEET_MAX_CONNECTIONS were open",
-            m.connections_refused.clone(),
-        );
-        registry.register(
-            "connections_refused_per_ip",
-            "Connections closed at accept because FLEET_MAX_CONNECTIONS_PER_IP were open from their address",
-            m.connections_refused_per_ip.clone(),
-        );
-        registry.register(
-            "unauth_connections_shed",
-            "Connections closed because their unauthenticated buffer was the largest when FLEET_UNAUTH_BUFFER_BYTES was full",
-            m.unauth_shed.clone(),
-        );
-        registry.register(
-            "unauth_buffer_bytes",
-            "Bytes held for peers not yet authenticated (request heads, join bodies)",
-            m.unauth_buffer_bytes.clone(),
-        );
+        register_connections(&mut registry, &m);
         register_memory(&mut registry, &m);
         Metrics { registry, ..m }
     }
+}
+
+/// What the server sheds to stay within its limits (`fleet_connections_refused*`,
+/// `fleet_unauth_*`).
+fn register_connections(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "connections_refused",
+        "Connections closed at accept because FLEET_MAX_CONNECTIONS were open",
+        m.connections_refused.clone(),
+    );
+    registry.register(
+        "connections_refused_per_ip",
+        "Connections closed at accept because FLEET_MAX_CONNECTIONS_PER_IP were open from their address",
+        m.connections_refused_per_ip.clone(),
+    );
+    registry.register(
+        "unauth_connections_shed",
+        "Connections closed because their unauthenticated buffer was the largest when FLEET_UNAUTH_BUFFER_BYTES was full",
+        m.unauth_shed.clone(),
+    );
+    registry.register(
+        "unauth_buffer_bytes",
+        "Bytes held for peers not yet authenticated (request heads, join bodies)",
+        m.unauth_buffer_bytes.clone(),
+    );
 }
 
 /// The Kubernetes mirror's (`fleet_mirror_*`).

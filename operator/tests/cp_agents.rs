@@ -87,8 +87,8 @@ async fn pages_etag_skips_and_outage_across_restart() {
 }
 
 /// A list is read into a vector sized for the length the caller expects (the last list's),
-/// not grown page by page: at 20,000 agents doubling left 32,768 places beside the old list
-/// (issue #22). A longer or shorter list than expected is still read whole.
+/// not grown page by page: at 20,000 agents doubling left 32,768 places beside the old list.
+/// A longer or shorter list than expected is still read whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_list_is_read_into_a_vector_of_the_expected_length() {
     use fleet_controller::config::ClientCredentials;
@@ -136,7 +136,7 @@ async fn with_two_agents() -> (Devkit, tempfile::TempDir, fleet_controller::serv
 
 /// A list the CP replaced is let go once the pass has taken the new one: nothing (the pass's
 /// memo, the watcher's write, a work item) keeps the old list alive beside it, which at
-/// 20,000 agents is ~10 MB (issue #22).
+/// 20,000 agents is ~10 MB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_agent_list_is_let_go() {
     let (dk, _dir, running) = with_two_agents().await;

@@ -829,3 +829,157 @@ async fn kinds_all(admin: &Admin) -> Vec<String> {
     let (_, v) = admin.get("/api/v1/events?agent=coder").await;
     v["items"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap().to_string()).collect()
 }
+
+/// A drain's idle replicas move first, one at a time with `maxUnavailable: 1`; a busy one
+/// stays, listed with reason `busy`, and moves once it is idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_moves_idle_replicas_first_and_the_busy_one_when_idle() {
+    let (dk, dir) = (devkit().await, tempfile::tempdir().unwrap());
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let f = busy_drain_fleet(&dk, &url, json!({"maxUnavailable": 1, "minReadySeconds": 1})).await;
+    f.admin.post("/api/v1/nodes/n-0:drain", json!({})).await;
+    let v = eventually(60, "the idle replicas moved, the busy one held", || async {
+        let v = node_view(&f.admin, "n-0").await;
+        let held = v["drain"]["blocked"].as_array()?.iter().any(|b| b["replica"] == 1 && b["reason"] == "busy");
+        (held && v["drain"]["remaining"] == 1 && f.nodes[1].running.lock().len() == 2).then_some(v)
+    })
+    .await;
+    assert!(f.nodes[0].running.lock().contains_key(&("coder".into(), 1)), "the busy replica runs on: {v}");
+    eventually(10, "the drain's wait said", || async {
+        kinds_all(&f.admin).await.contains(&"disruption_waiting".to_string()).then_some(())
+    })
+    .await;
+    f.nodes[0].busy.lock().clear();
+    eventually(30, "the idle replica moved", || async {
+        (node_view(&f.admin, "n-0").await["drain"]["remaining"] == 0).then_some(())
+    })
+    .await;
+    assert!(!kinds_all(&f.admin).await.contains(&"busy_hold_expired".to_string()));
+    drop(f);
+    running.shutdown().await;
+}
+
+/// A drain holds a busy replica at most `maxBusySeconds` from its start: then it moves, busy
+/// or not, and `busy_hold_expired` says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_holds_a_busy_replica_at_most_max_busy_seconds() {
+    let (dk, dir) = (devkit().await, tempfile::tempdir().unwrap());
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let policy = json!({"maxUnavailable": 1, "minReadySeconds": 1, "maxBusySeconds": 8});
+    let f = busy_drain_fleet(&dk, &url, policy).await;
+    let started = std::time::Instant::now();
+    f.admin.post("/api/v1/nodes/n-0:drain", json!({})).await;
+    eventually(60, "every replica off the draining node", || async {
+        (node_view(&f.admin, "n-0").await["drain"]["remaining"] == 0).then_some(())
+    })
+    .await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(7),
+        "the busy replica moved before its hold: {:?}",
+        started.elapsed()
+    );
+    let kinds = eventually(10, "the hold's end said", || async {
+        let k = kinds_all(&f.admin).await;
+        k.contains(&"busy_hold_expired".to_string()).then_some(k)
+    })
+    .await;
+    assert_eq!(kinds.iter().filter(|k| *k == "disruption_waiting").count(), 1, "{kinds:?}");
+    drop(f);
+    running.shutdown().await;
+}
+
+/// `coder`, 3 replicas on n-0 with replica 1 busy for an hour, and an empty n-1 to drain to.
+async fn busy_drain_fleet(dk: &fleet_devkit::Devkit, url: &str, policy: Value) -> Fleet {
+    let admin = Admin::new(url, dk.mint("fleet", &["fleet:admin"], 3600));
+    let mut f = Fleet { admin, nodes: Vec::new(), joined: Vec::new(), bad: Default::default() };
+    let bad = f.bad.clone();
+    f.join(url, "n-0", 3, bad.clone()).await;
+    dk.put_agent(with(agent("coder", "k", 3), |a| a["placement"]["rollout"] = policy));
+    eventually(30, "three replicas running", || async { (f.nodes[0].running.lock().len() == 3).then_some(()) }).await;
+    f.join(url, "n-1", 3, bad).await;
+    let an_hour = fleet_controller::clock::rfc3339_ms(fleet_controller::clock::now_ms() + 3_600_000);
+    f.nodes[0].busy.lock().insert(("coder".into(), 1), an_hour);
+    eventually(10, "the busy lease seen", || async {
+        let (_, v) = f.admin.get("/api/v1/agents/coder/placement").await;
+        v["replicas"][1]["busyUntil"].as_str().map(|_| ())
+    })
+    .await;
+    f
+}
+
+/// A PAT rotation waits for a busy replica on its node while the other nodes' go; close to
+/// its expiry it goes anyway, before the PAT expires, and the wait was said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pat_rotation_waits_for_a_busy_replica_until_its_expiry_is_near() {
+    let dk = devkit().await;
+    dk.set_faults(fleet_devkit::Faults { pat_lifetime_seconds: Some(45), ..Default::default() });
+    let dir = tempfile::tempdir().unwrap();
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let f = fleet(&dk, &url, json!({"maxUnavailable": 1, "minReadySeconds": 0})).await;
+    let cred_of = |n: &SimNode| n.running.lock().values().next().map(|v| v.0.clone());
+    let first: Vec<Option<String>> = f.nodes.iter().map(cred_of).collect();
+    let busy_key = f.nodes[0].running.lock().keys().next().cloned().unwrap();
+    let an_hour = fleet_controller::clock::rfc3339_ms(fleet_controller::clock::now_ms() + 3_600_000);
+    f.nodes[0].busy.lock().insert(busy_key, an_hour);
+    eventually(60, "the other nodes' PATs rotated", || async {
+        f.nodes[1..].iter().zip(&first[1..]).all(|(n, c)| cred_of(n) != *c).then_some(())
+    })
+    .await;
+    assert_eq!(cred_of(&f.nodes[0]), first[0], "the busy replica's PAT waits");
+    let started = std::time::Instant::now();
+    eventually(40, "the busy node's PAT rotated before it expired", || async {
+        (cred_of(&f.nodes[0]) != first[0]).then_some(())
+    })
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(40));
+    let (_, v) = f.admin.get("/api/v1/events?agent=coder").await;
+    let said = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["kind"] == "disruption_waiting" && e["message"].as_str().unwrap_or("").contains("PAT rotation"));
+    assert!(said, "the rotation's wait is an event: {v}");
+    drop(f);
+    running.shutdown().await;
+}
+
+/// Replicas are numbered: a scale-down from 3 to 2 removes replica 2. Busy, it keeps running
+/// (and the wait is an event) until it says it is idle, then stops; the other two never stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scale_down_waits_for_the_removed_replica_while_it_is_busy() {
+    let (dk, dir) = (devkit().await, tempfile::tempdir().unwrap());
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let admin = Admin::new(&url, dk.mint("fleet", &["fleet:admin"], 3600));
+    let mut f = Fleet { admin, nodes: Vec::new(), joined: Vec::new(), bad: Default::default() };
+    let bad = f.bad.clone();
+    f.join(&url, "n-0", 3, bad).await;
+    dk.put_agent(with(agent("coder", "k", 3), |a| a["placement"]["rollout"] = json!({"maxUnavailable": 1})));
+    eventually(30, "three replicas running", || async { (f.nodes[0].running.lock().len() == 3).then_some(()) }).await;
+    let an_hour = fleet_controller::clock::rfc3339_ms(fleet_controller::clock::now_ms() + 3_600_000);
+    f.nodes[0].busy.lock().insert(("coder".into(), 2), an_hour);
+    eventually(10, "the busy lease seen", || async {
+        let (_, v) = f.admin.get("/api/v1/agents/coder/placement").await;
+        v["replicas"][2]["busyUntil"].as_str().map(|_| ())
+    })
+    .await;
+    dk.edit_agent("coder", |a| a["placement"]["replicas"] = json!(2));
+    eventually(10, "the scale-down's wait said", || async {
+        kinds_all(&f.admin).await.contains(&"disruption_waiting".to_string()).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(f.nodes[0].running.lock().len(), 3, "the busy replica runs on");
+    f.nodes[0].busy.lock().clear();
+    eventually(30, "the idle replica 2 stopped", || async {
+        let reps: Vec<u32> = f.nodes[0].running.lock().keys().map(|k| k.1).collect();
+        (reps == [0, 1]).then_some(())
+    })
+    .await;
+    assert!(!kinds_all(&f.admin).await.contains(&"busy_hold_expired".to_string()));
+    drop(f);
+    running.shutdown().await;
+}

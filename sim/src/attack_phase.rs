@@ -1,4 +1,4 @@
-//! The hostile-client measurement (`fleet-sim --hostile`, issue #19): the same window is
+//! The hostile-client measurement (`fleet-sim --hostile`, docs/performance.md#hostile-clients): the same window is
 //! measured three times — before, during and after an attack by [`crate::hostile`] clients —
 //! for the controller's RSS and heap, the nodes' wake latency and their report success.
 

@@ -1,5 +1,5 @@
 #![forbid(unsafe_code)]
-//! `fleet-sim`: the scale instrument of issue #7. Starts devkit (CP + IAM in memory) with M
+//! `fleet-sim`: Fleet's scale instrument (docs/performance.md#fleet-sim). Starts devkit (CP + IAM in memory) with M
 //! agents and the controller as its own process, then N simulated nodes as tokio tasks in this
 //! process (join, long-poll, report `running` on a jittered period), and measures:
 //! cold convergence, steady pass duration (controller metrics), long-poll wake latency after an
@@ -8,7 +8,7 @@
 //!
 //! Defaults reproduce the target run (10,000 nodes, 20,000 agents × 5 = 100,000 replicas);
 //! flags shrink it: `fleet-sim --nodes 500 --agents 1000`. `--hostile` measures the fleet
-//! under an attack by clients without credentials instead (issue #19, [`attack_phase`]).
+//! under an attack by clients without credentials instead ([`attack_phase`]).
 //! `main` is the sequence of [`phases`]; each returns its figures for [`results`].
 
 mod args;

@@ -25,6 +25,10 @@ pub struct Outcome {
     /// Replicas left on a draining node because their agent's disruption budget is spent
     /// (docs/behaviour.md#rolling-out-a-change): they move as others become ready.
     pub held: BTreeSet<(Arc<str>, u32)>,
+    /// Those of `held` that wait because they are busy (docs/behaviour.md#busy-replicas).
+    pub held_busy: BTreeSet<(Arc<str>, u32)>,
+    /// When the first of `held_busy` ends its lease or hold (ms): placement runs again then.
+    pub busy_ends: Option<i64>,
     /// Agents with unplaced replicas: how many, and the first filter that left no node.
     pub waiting: BTreeMap<Arc<str>, (u32, &'static str)>,
     /// Replicas a higher-priority replica took the room of, still waiting for room

@@ -31,18 +31,7 @@ pub async fn measure(sim: &Sim<'_>) -> anyhow::Result<Value> {
     // are down at once by the rule, the one exception to the budget.
     let packed = crate::placements::placements(sim.http, &sim.leader().url, sim.admin).await?.most_on_a_node;
 
-    sim.dk.put_agents(
-        (0..args.agents)
-            .map(|i| {
-                let mut a = args.agent_fields.agent(i, args.replicas, args.zones as usize);
-                let cpus = if failing.contains(&keys[i]) { CRASHING_CPUS } else { 0.5 };
-                a["placement"]["resources"] = json!({"cpus": cpus});
-                a["placement"]["rollout"] = json!({"minReadySeconds": args.rollout_min_ready_seconds});
-                a["revision"] = json!(2);
-                a
-            })
-            .collect(),
-    );
+    change_templates(sim, &keys, &failing);
     let t0 = Instant::now();
     eprintln!("fleet-sim: every agent's template changed; {} of them crash", failing.len());
     let sampled: Vec<&String> = keys.iter().step_by((keys.len() / SAMPLED).max(1)).collect();
@@ -101,6 +90,24 @@ pub async fn measure(sim: &Sim<'_>) -> anyhow::Result<Value> {
         "rssBeforeMiB": rss_before,
         "peakRssMiB": sim.replicas.peak_rss_mib(),
     }))
+}
+
+/// Every agent's template changes at once (revision 2): a new `resources.cpus`, the one that
+/// crash-loops for the failing agents.
+fn change_templates(sim: &Sim<'_>, keys: &[String], failing: &HashSet<String>) {
+    let args = sim.args;
+    sim.dk.put_agents(
+        (0..args.agents)
+            .map(|i| {
+                let mut a = args.agent_fields.agent(i, args.replicas, args.zones as usize);
+                let cpus = if failing.contains(&keys[i]) { CRASHING_CPUS } else { 0.5 };
+                a["placement"]["resources"] = json!({"cpus": cpus});
+                a["placement"]["rollout"] = json!({"minReadySeconds": args.rollout_min_ready_seconds});
+                a["revision"] = json!(2);
+                a
+            })
+            .collect(),
+    );
 }
 
 /// (progressing, halted) from the leader's `fleet_rollouts` gauge.

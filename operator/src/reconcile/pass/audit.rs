@@ -92,8 +92,18 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
             diffs.push(format!("status of agent {} is stale", a.key));
         }
     }
+    if !st.placements().of(st.agents(), st.outcome()) && st.placements().to_vec() != fresh_placements(&st) {
+        diffs.push("placement items are not those of the agents and the outcome".to_string());
+    }
+    diffs.extend(gauge_diffs(ctx, &st, &facts));
+    diffs
+}
+
+/// Where the nodes and placements gauges differ from the registry they count.
+fn gauge_diffs(ctx: &Ctx, st: &crate::store::State, facts: &[NodeFacts]) -> Vec<String> {
+    let mut diffs = Vec::new();
     let mut node_gauge: HashMap<(&'static str, &'static str), i64> = HashMap::default();
-    for f in &facts {
+    for f in facts {
         let health = st.node(&f.id).and_then(|n| n.info.health).unwrap_or(fleet_api::Health::Ok).as_str();
         *node_gauge.entry((if f.online { "online" } else { "offline" }, health)).or_default() += 1;
     }
@@ -102,9 +112,6 @@ fn compare(ctx: &Ctx, boxes: &Boxes) -> Vec<String> {
         if shown != count {
             diffs.push(format!("nodes gauge {status}/{health}: {shown}, the registry says {count}"));
         }
-    }
-    if !st.placements().of(st.agents(), st.outcome()) && st.placements().to_vec() != fresh_placements(&st) {
-        diffs.push("placement items are not those of the agents and the outcome".to_string());
     }
     let mut gauge = Gauges::default();
     for a in st.agents().iter() {
@@ -133,6 +140,7 @@ fn fresh_placement(ctx: &Ctx, st: &crate::store::State, facts: &[NodeFacts], per
         online: &online,
         st,
         defaults: &ctx.cfg.rollout,
+        now_ms: crate::clock::now_ms(),
     });
     placement::place_within(st.agents().iter().filter_map(demand), facts, &**st.outcome(), budget)
 }

@@ -13,6 +13,8 @@ use rustc_hash::FxHashMap as HashMap;
 pub const NO_OTHER_NODE: &str = "no_other_node";
 /// Why a replica stays on its draining node: its agent's disruption budget is spent.
 pub const BUDGET: &str = "budget";
+/// Why a replica stays on its draining node: it is busy, within its hold.
+pub const BUSY: &str = "busy";
 
 /// Every draining node's progress. Costs one look at each node's facts; only draining nodes
 /// do more.
@@ -35,7 +37,8 @@ pub fn progress(memo: &Memo, outcome: &Outcome) -> HashMap<Id, DrainProgress> {
         return out;
     }
     let blocked = outcome.blocked.iter().map(|k| (k, NO_OTHER_NODE));
-    for (key, why) in blocked.chain(outcome.held.iter().map(|k| (k, BUDGET))) {
+    let held = outcome.held.iter().map(|k| (k, if outcome.held_busy.contains(k) { BUSY } else { BUDGET }));
+    for (key, why) in blocked.chain(held) {
         if let Some(p) = outcome.bindings.get(&key.0, key.1).and_then(|node| out.get_mut(node)) {
             p.blocked.push((key.0.clone(), key.1, why));
         }

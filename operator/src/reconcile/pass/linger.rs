@@ -21,6 +21,7 @@ use super::snapshot::Snapshot;
 use crate::model::Id;
 use crate::reconcile::rules::rollout::progress_deadline_ms;
 use crate::reconcile::work::Ctx;
+use crate::store::events::{Event, Kind};
 use crate::store::{Linger, State};
 use fleet_api::ReplicaState;
 use std::collections::BTreeMap;
@@ -49,7 +50,7 @@ enum Fate {
 
 pub fn track(ctx: &Ctx, memo: &mut Memo, snap: &Snapshot, placed: &mut Placed, plan: &mut Plan) -> Lingered {
     let st = ctx.store.read();
-    if st.lingering().is_empty() && placed.relocated.is_empty() {
+    if st.lingering().is_empty() && placed.relocated.is_empty() && placed.unbound.is_empty() {
         return Lingered::default();
     }
     // (the replica, whether it is stored).
@@ -68,6 +69,13 @@ pub fn track(ctx: &Ctx, memo: &mut Memo, snap: &Snapshot, placed: &mut Placed, p
             }
         }
     }
+    for (agent, r, from) in std::mem::take(&mut placed.unbound) {
+        if let Some(until) = scaled_down_while_busy(memo, &st, &agent, r, &from, snap.now) {
+            scale_down_waits(memo, placed, (&agent, r, &from), until);
+            let l = Linger { from: from.clone(), to: from, since_ms: snap.now, released_ms: None };
+            current.entry((agent, r)).or_insert((l, false));
+        }
+    }
     let mut out = Lingered::default();
     for ((agent, r), (mut l, stored)) in current {
         let followed = follow(placed, &agent, r, &mut l);
@@ -80,6 +88,11 @@ pub fn track(ctx: &Ctx, memo: &mut Memo, snap: &Snapshot, placed: &mut Placed, p
                     let_go.push((agent, r, l.from));
                 }
                 continue;
+            }
+            Fate::Released if l.to == l.from => {
+                scale_down_ends(memo, &st, placed, (&agent, r, &l.from), snap.now);
+                l.released_ms = Some(snap.now);
+                true
             }
             Fate::Released => {
                 tracing::info!(agent = %agent, replica = r, node = %memo.name(&l.from), "moved replica runs on its new node; its old container stops with the agent's drain");
@@ -108,6 +121,38 @@ pub fn track(ctx: &Ctx, memo: &mut Memo, snap: &Snapshot, placed: &mut Placed, p
         unlist(memo, placed, &agent, r, &from, keep_agent);
     }
     out
+}
+
+/// Until when a replica a scale-down removed is busy, if it is and runs on an online node:
+/// it then waits there (its hold, `maxBusySeconds`, from now).
+fn scaled_down_while_busy(memo: &Memo, st: &State, agent: &str, r: u32, from: &Id, now: i64) -> Option<i64> {
+    let a = memo.agent(agent).filter(|a| a.placed_spec().is_some() && r >= a.desired_replicas())?;
+    memo.node(from).filter(|f| f.online)?;
+    st.busy_until_ms(from, &a.key, r, now)
+}
+
+fn scale_down_waits(memo: &Memo, placed: &mut Placed, (agent, r, node): (&Id, u32, &Id), until: i64) {
+    let name = memo.name_id(node);
+    let msg = format!(
+        "the scale-down waits for replica {r} on node {name}, busy, until {} (or its hold) at the latest",
+        crate::clock::rfc3339_ms(until)
+    );
+    tracing::info!(agent = %agent, event = "disruption_waiting", "{msg}");
+    placed.events.push(Event::new(Kind::DisruptionWaiting, msg).agent(agent).node(node, &name).replica(r));
+}
+
+/// A replica the scale-down waited for stops now: idle, or its hold ended (`busy_hold_expired`).
+fn scale_down_ends(memo: &Memo, st: &State, placed: &mut Placed, (agent, r, node): (&Id, u32, &Id), now: i64) {
+    let name = memo.name_id(node);
+    if st.busy_until_ms(node, agent, r, now).is_none() {
+        tracing::info!(agent = %agent, replica = r, node = %name, "replica the scale-down removed is idle: it stops with the agent's drain");
+        return;
+    }
+    let msg = format!(
+        "replica {r} on node {name}, removed by a scale-down, is still busy after maxBusySeconds: it stops now"
+    );
+    tracing::info!(agent = %agent, event = "busy_hold_expired", "{msg}");
+    placed.events.push(Event::new(Kind::BusyHoldExpired, msg).agent(agent).node(node, &name).replica(r));
 }
 
 /// A lingering replica that moved on from its new node (that node lost, drained) before it
@@ -141,6 +186,9 @@ fn fate(ctx: &Ctx, memo: &Memo, st: &State, placed: &Placed, agent: &str, r: u32
         let stopped = now >= at + a.drain_seconds as i64 * 1000 + RELEASE_SLACK_MS;
         return if stopped { Fate::Ends("its drain has passed") } else { Fate::Stays };
     }
+    if l.to == l.from {
+        return scaled_down_fate(ctx, st, a, r, l, now);
+    }
     if r >= a.desired_replicas() {
         return Fate::Ends("replicas lowered");
     }
@@ -156,6 +204,24 @@ fn fate(ctx: &Ctx, memo: &Memo, st: &State, placed: &Placed, agent: &str, r: u32
     Fate::Stays
 }
 
+/// A replica a scale-down removed stays while it is busy, up to the agent's hold, then stops
+/// with the agent's drain; the agent raised again ends it (it is bound again, or placed anew).
+fn scaled_down_fate(ctx: &Ctx, st: &State, a: &crate::model::Agent, r: u32, l: &Linger, now: i64) -> Fate {
+    if r < a.desired_replicas() {
+        return Fate::Ends("replicas raised again");
+    }
+    let busy = st.busy_until_ms(&l.from, &a.key, r, now).is_some();
+    if busy && now < l.since_ms + max_busy_ms(ctx, a) {
+        return Fate::Stays;
+    }
+    Fate::Released
+}
+
+fn max_busy_ms(ctx: &Ctx, a: &crate::model::Agent) -> i64 {
+    let policy = crate::reconcile::rules::rollout::policy(a.rollout().as_ref(), &ctx.cfg.rollout).0;
+    i64::from(policy.max_busy_seconds) * 1000
+}
+
 /// When a lingering replica needs another look without a change: its deadline, or the end
 /// of its release.
 fn due(ctx: &Ctx, memo: &Memo, agent: &str, l: &Linger) -> i64 {
@@ -164,6 +230,7 @@ fn due(ctx: &Ctx, memo: &Memo, agent: &str, l: &Linger) -> i64 {
             let drain = memo.agent(agent).map_or(0, |a| a.drain_seconds as i64 * 1000);
             at + drain + RELEASE_SLACK_MS
         }
+        None if l.to == l.from => l.since_ms + memo.agent(agent).map_or(0, |a| max_busy_ms(ctx, a)) + 1,
         None => l.since_ms + deadline_ms(ctx, memo, agent) + 1,
     }
 }

@@ -159,6 +159,7 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
         count_rollouts(ctx);
     }
     phases.mark("persist");
+    let drain_due = placed.next_due;
     let drained = publish(ctx, memo, &snap, placed, plan);
     count_nodes(ctx, memo, &snap);
     for id in drained {
@@ -169,7 +170,7 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     memo.replaced = None;
     phases.mark("publish");
     phases.log(snap.full);
-    let due = [snap.next_offline, rolled.next_due, lingered.next_due].into_iter().flatten().min();
+    let due = [snap.next_offline, rolled.next_due, lingered.next_due, drain_due].into_iter().flatten().min();
     Ok(due)
 }
 

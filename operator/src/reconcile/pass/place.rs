@@ -7,7 +7,7 @@ use super::snapshot::Snapshot;
 use crate::model::Id;
 use crate::reconcile::rules::derive::{demand, is_placed, per_node_lingering, per_node_of};
 use crate::reconcile::rules::move_budget::{move_budget, Sources};
-use crate::reconcile::rules::placement::{self, Bindings, MoveBudget, Outcome};
+use crate::reconcile::rules::placement::{self, Bindings, MoveBudget, Outcome, ReplicaKey};
 use crate::reconcile::work::Ctx;
 use crate::store::db::PassWrite;
 use crate::store::events::{Batch, Event, Kind};
@@ -30,8 +30,12 @@ pub struct Placed {
     pub touched_pairs: HashMap<(Id, Id), bool>,
     /// Replicas that moved from one node to another: (agent, replica, from, to).
     pub relocated: Vec<(Id, u32, Id, Id)>,
+    /// Replicas unbound with no new node (a scale-down, the agent gone): (agent, replica, from).
+    pub unbound: Vec<(Id, u32, Id)>,
     /// What moved, for the event history.
     pub events: Batch,
+    /// When a drain's busy replica ends its lease or hold (ms): the pass looks again then.
+    pub next_due: Option<i64>,
 }
 
 pub fn place(ctx: &Ctx, memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWrite) -> Placed {
@@ -42,7 +46,10 @@ pub fn place(ctx: &Ctx, memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWri
     // A run that preempted is followed by another: the replicas it unbound may fit elsewhere
     // or take lower ones' room in turn, and room it left over may fit a waiting replica.
     let preempted = !previous.preemptions.is_empty();
+    // A drain's busy replica moves when its lease or hold ends, report or not.
+    let busy_ended = previous.busy_ends.is_some_and(|at| snap.now >= at);
     let replaced = snap.full
+        || busy_ended
         || snap.demand_changed
         || !snap.changes.facts.is_empty()
         || !snap.flips.is_empty()
@@ -56,15 +63,22 @@ pub fn place(ctx: &Ctx, memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWri
         touched_nodes: HashSet::default(),
         touched_pairs: HashMap::default(),
         relocated: Vec::new(),
+        unbound: Vec::new(),
         events: Batch::default(),
+        next_due: previous.busy_ends,
     };
     if !replaced {
         return placed;
     }
     // The demands borrow the agents and are taken one by one, not collected.
     let demands = snap.agents.iter().filter_map(demand);
-    let budget = budget(ctx, memo, &previous, snap.full);
+    let budget = budget(ctx, memo, &previous, snap);
+    let busy = budget.busy.clone();
     placed.outcome = Arc::new(placement::place_within(demands, &memo.facts, &*previous, budget));
+    let busy_now =
+        |node: &Id, key: &(Arc<str>, u32)| ctx.store.read().busy_until_ms(node, &key.0, key.1, snap.now).is_some();
+    busy_drain_events(&previous, &placed.outcome, &busy, &busy_now, memo, &mut placed.events);
+    placed.next_due = placed.outcome.busy_ends;
     preemption_events(&placed.outcome, memo, &mut placed.events);
     if !placed.outcome.preemptions.is_empty() {
         // The run after a preemption places what it unbound: at once, not a period later.
@@ -73,6 +87,11 @@ pub fn place(ctx: &Ctx, memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWri
     let moves = diff_bindings(&previous.bindings, &placed.outcome, memo, rows, &mut placed.events);
     placed.relocated =
         moves.iter().filter_map(|(a, r, from, to)| Some((a.clone(), *r, from.clone()?, to.clone()?))).collect();
+    placed.unbound = moves
+        .iter()
+        .filter(|m| m.3.is_none())
+        .filter_map(|(a, r, from, _)| Some((a.clone(), *r, from.clone()?)))
+        .collect();
     waiting_events(&previous, &placed.outcome, &mut placed.events);
     if snap.full {
         memo.per_node = per_node_of(&placed.outcome);
@@ -84,17 +103,19 @@ pub fn place(ctx: &Ctx, memo: &mut Memo, snap: &mut Snapshot, rows: &mut PassWri
 }
 
 /// The drain moves each agent may take in this run: none to compute unless a node drains.
-fn budget(ctx: &Ctx, memo: &Memo, previous: &Outcome, full: bool) -> MoveBudget {
+fn budget(ctx: &Ctx, memo: &Memo, previous: &Outcome, snap: &Snapshot) -> MoveBudget {
     let draining: Vec<&Id> = memo.facts.iter().filter(|f| f.drain_paced()).map(|f| &f.id).collect();
-    if draining.is_empty() {
-        return MoveBudget::default();
-    }
     let st = ctx.store.read();
+    let mut busy_anywhere = st.busy_replicas(snap.now);
+    busy_anywhere.sort_unstable();
+    if draining.is_empty() {
+        return MoveBudget { busy_anywhere, ..MoveBudget::default() };
+    }
     // A full pass has no bindings by node yet: they are derived as the last pass left them.
-    let derived = full.then(|| per_node_lingering(previous, st.lingering()));
+    let derived = snap.full.then(|| per_node_lingering(previous, st.lingering()));
     let agent = |k: &str| memo.agent(k);
     let online = |id: &Id| memo.node(id).is_some_and(|f| f.online);
-    move_budget(&Sources {
+    let budget = move_budget(&Sources {
         draining,
         per_node: derived.as_ref().unwrap_or(&memo.per_node),
         bindings: &previous.bindings,
@@ -102,7 +123,47 @@ fn budget(ctx: &Ctx, memo: &Memo, previous: &Outcome, full: bool) -> MoveBudget 
         online: &online,
         st: &st,
         defaults: &ctx.cfg.rollout,
-    })
+        now_ms: snap.now,
+    });
+    MoveBudget { busy_anywhere, ..budget }
+}
+
+/// `disruption_waiting` when a drain first holds a busy replica, and `busy_hold_expired`
+/// when one it held moves while still busy (its hold ended).
+fn busy_drain_events(
+    previous: &Outcome,
+    next: &Outcome,
+    busy: &[(ReplicaKey, i64)],
+    busy_now: &dyn Fn(&Id, &ReplicaKey) -> bool,
+    memo: &Memo,
+    events: &mut Batch,
+) {
+    let node_of = |o: &Outcome, key: &(Arc<str>, u32)| o.bindings.get(&key.0, key.1).cloned();
+    for key in next.held_busy.difference(&previous.held_busy) {
+        let Some(node) = node_of(next, key) else { continue };
+        let until = busy.binary_search_by(|(k, _)| k.cmp(key)).map_or(0, |at| busy[at].1);
+        let name = memo.name_id(&node);
+        let msg = format!(
+            "the drain of node {name} waits for replica {} of {}, busy, until {} at the latest",
+            key.1,
+            key.0,
+            crate::clock::rfc3339_ms(until)
+        );
+        tracing::info!(agent = %key.0, event = "disruption_waiting", "{msg}");
+        events.push(Event::new(Kind::DisruptionWaiting, msg).agent(&key.0).node(&node, &name).replica(key.1));
+    }
+    for key in previous.held_busy.difference(&next.held_busy) {
+        let (Some(from), Some(to)) = (node_of(previous, key), node_of(next, key)) else { continue };
+        if from != to && busy_now(&from, key) && memo.node(&from).is_some_and(|f| f.drain_paced()) {
+            let name = memo.name_id(&from);
+            let msg = format!(
+                "replica {} of {} on draining node {name} reached its hold while busy: it moves now",
+                key.1, key.0
+            );
+            tracing::info!(agent = %key.0, event = "busy_hold_expired", "{msg}");
+            events.push(Event::new(Kind::BusyHoldExpired, msg).agent(&key.0).node(&from, &name).replica(key.1));
+        }
+    }
 }
 
 /// A replica's move between two passes: (agent, replica, from, to).

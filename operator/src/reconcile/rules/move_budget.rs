@@ -22,6 +22,7 @@ pub struct Sources<'a> {
     pub online: &'a dyn Fn(&Id) -> bool,
     pub st: &'a State,
     pub defaults: &'a Defaults,
+    pub now_ms: i64,
 }
 
 /// The budget of every agent with a replica on a draining node. Costs nothing when no node
@@ -37,6 +38,10 @@ pub fn move_budget(s: &Sources) -> MoveBudget {
             for &r in reps.iter().filter(|&&r| s.bindings.get(key, r) == Some(*node)) {
                 if ready(s, a, rollout, r, node) {
                     out.ready.push((key.clone(), r));
+                    if let Some(ends) = busy_within_hold(s, a, r, node) {
+                        out.busy.push(((key.clone(), r), ends));
+                        out.busy_ends = Some(out.busy_ends.map_or(ends, |e| e.min(ends)));
+                    }
                 }
             }
             if !out.left.contains_key(key) {
@@ -46,7 +51,22 @@ pub fn move_budget(s: &Sources) -> MoveBudget {
     }
     out.ready.sort_unstable();
     out.ready.dedup();
+    out.busy.sort_unstable();
+    out.busy.dedup_by(|x, y| x.0 == y.0);
     out
+}
+
+/// When a busy replica on a draining node stops holding its move (its lease's end, or its
+/// hold's: the drain's start plus the agent's `maxBusySeconds`), if it holds it now.
+fn busy_within_hold(s: &Sources, a: &Agent, r: u32, node: &Id) -> Option<i64> {
+    let until = s.st.busy_until_ms(node, &a.key, r, s.now_ms)?;
+    let started = match s.st.node(node)?.lifecycle {
+        crate::store::Lifecycle::Draining { started_ms, .. } => started_ms,
+        _ => return None,
+    };
+    let max_busy = i64::from(policy(a.rollout().as_ref(), s.defaults).0.max_busy_seconds) * 1000;
+    let hold_ends = started + max_busy;
+    (s.now_ms < hold_ends).then_some(until.min(hold_ends))
 }
 
 /// The agent's budget less its replicas unavailable now.

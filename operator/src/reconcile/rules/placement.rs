@@ -227,28 +227,49 @@ pub fn place<'a, 'b, D: Into<Demand<'a>>>(
 
 /// Drain moves the agents' disruption budgets allow this run (docs/behaviour.md#rolling-out-a-change):
 /// a ready replica on a draining node (not forced, online) moves only while its agent has
-/// budget left, and stays there, held, otherwise. Agents not listed move freely; a replica
-/// not ready costs nothing to move.
+/// budget left and it is not busy within its hold (docs/behaviour.md#busy-replicas), and stays
+/// there, held, otherwise: the idle ones take the budget first. Agents not listed move
+/// freely; a replica not ready costs nothing to move.
 #[derive(Debug, Clone, Default)]
 pub struct MoveBudget {
     /// Agent → moves of ready replicas it may take.
     pub left: HashMap<Arc<str>, u32>,
     /// The ready replicas on draining nodes, sorted.
     pub ready: Vec<(Arc<str>, u32)>,
+    /// The ready replicas among them that are busy and within their hold, sorted, with when
+    /// their lease or hold ends (ms), whichever is sooner.
+    pub busy: Vec<((Arc<str>, u32), i64)>,
+    /// When the first of those ends its lease or its hold (ms): the pass looks again then.
+    pub busy_ends: Option<i64>,
+    /// Every replica that says it is busy, sorted: a preemption takes idle ones first.
+    pub busy_anywhere: Vec<(Arc<str>, u32)>,
+}
+
+/// Whether a replica on a draining node leaves it in this run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leave {
+    Now,
+    /// Its agent's budget is spent.
+    HeldForBudget,
+    /// It is busy: it waits without spending the budget.
+    HeldWhileBusy,
 }
 
 impl MoveBudget {
     /// Whether replica `r` of `key` may leave its draining node now; takes one move if so.
-    fn take(&mut self, key: &Arc<str>, r: u32) -> bool {
-        let Some(left) = self.left.get_mut(key) else { return true };
+    fn take(&mut self, key: &Arc<str>, r: u32) -> Leave {
+        let Some(left) = self.left.get_mut(key) else { return Leave::Now };
         if self.ready.binary_search_by(|(k, x)| (&**k, *x).cmp(&(&**key, r))).is_err() {
-            return true;
+            return Leave::Now;
+        }
+        if self.busy.binary_search_by(|((k, x), _)| (&**k, *x).cmp(&(&**key, r))).is_ok() {
+            return Leave::HeldWhileBusy;
         }
         if *left == 0 {
-            return false;
+            return Leave::HeldForBudget;
         }
         *left -= 1;
-        true
+        Leave::Now
     }
 }
 
@@ -263,9 +284,11 @@ pub fn place_within<'a, 'b, D: Into<Demand<'a>>>(
     let (mut ds, sigs) = signatures(demands.into_iter().map(Into::into));
     ds.sort_by(|a, b| a.key.cmp(&b.key)); // stable, and linear when in key order (a pass's)
     let mut p = Placer::new(ds, sigs, nodes);
+    p.busy_anywhere = std::mem::take(&mut budget.busy_anywhere);
     let mut out = Outcome::default();
     let unbound = p.sticky(previous.bindings);
     p.place_new(unbound, &mut budget, previous.preempted, &mut out);
+    out.busy_ends = budget.busy_ends.filter(|_| !out.held_busy.is_empty());
     let (table, position) = p.node_table();
     out.free = p.free(&position);
     out.bindings = p.bindings(table, &position);
@@ -310,6 +333,8 @@ struct Placer<'a> {
     by_priority: Vec<u32>,
     /// Preemptions: what this run did and may still do.
     ledger: Ledger,
+    /// The budget's busy replicas, sorted: a preemption takes idle ones first.
+    busy_anywhere: Vec<(Arc<str>, u32)>,
 }
 
 impl<'a> Placer<'a> {
@@ -338,7 +363,23 @@ impl<'a> Placer<'a> {
         // Stable: equal priorities keep key order (the demands are sorted by key).
         by_priority.sort_by_key(|&di| Reverse(ds[di as usize].priority));
         let ledger = Ledger::new(ds.iter().map(|d| d.priority));
-        Placer { nodes, ds, order, rank, by_id, room, first, assigned, sigs, dense, fit_memo, by_priority, ledger }
+        let busy_anywhere = Vec::new();
+        Placer {
+            nodes,
+            ds,
+            order,
+            rank,
+            by_id,
+            room,
+            first,
+            assigned,
+            sigs,
+            dense,
+            fit_memo,
+            by_priority,
+            ledger,
+            busy_anywhere,
+        }
     }
 
     fn static_fit(&mut self, sig: usize, ni: u32) -> bool {
@@ -472,10 +513,14 @@ impl<'a> Placer<'a> {
         let mut spread_of: Option<(usize, HashMap<Box<str>, u32>)> = None;
         for (di, r, prev) in unbound {
             if let Some(ni) = prev.filter(|&ni| self.nodes[ni as usize].drain_paced()) {
-                if !budget.take(&self.ds[di].key, r) {
-                    // Its agent's budget is spent: it stays, held, until another is ready.
+                let leave = budget.take(&self.ds[di].key, r);
+                if leave != Leave::Now {
+                    // It stays, held, until another is ready or it is idle.
                     self.bind(di, r, ni);
                     out.held.insert((self.ds[di].key.clone(), r));
+                    if leave == Leave::HeldWhileBusy {
+                        out.held_busy.insert((self.ds[di].key.clone(), r));
+                    }
                     continue;
                 }
             }
@@ -657,7 +702,8 @@ impl Placer<'_> {
 
     fn weigh(&self, (di, r): (u32, u32)) -> Bound {
         let d = &self.ds[di as usize];
-        Bound { at: (di, r), priority: d.priority, need: self.need(d.sig as usize) }
+        let busy = self.busy_anywhere.binary_search_by(|(k, x)| (&**k, *x).cmp(&(&*d.key, r))).is_ok();
+        Bound { at: (di, r), priority: d.priority, need: self.need(d.sig as usize), busy }
     }
 
     /// Unbinds a victim from node `ni` for replica `by`: its room goes back, its agent waits

@@ -222,13 +222,29 @@ fn rotation_waits(
     if urgent || (stale && p.ahead) {
         rotating.started(pair.clone(), now);
         if urgent {
-            tracing::warn!(agent = %agent, node = %p.node_name, "PAT rotation waited half its time to expiry for the disruption budget; rotating now");
+            tracing::warn!(agent = %agent, node = %p.node_name, "PAT rotation waited half its time to expiry for the disruption budget, a busy replica or a window; rotating now, before the PAT expires");
         }
+    } else if let Some(until) = rotation_held(ctx, &pair, due, now) {
+        return Some(rotate_at(ctx, node, until.min(now + HELD_LOOK_MS).min(due + (c.expires_ms - due) / 2)));
     } else if !rotating.may_rotate(&ctx.store.read(), &ctx.cfg.rollout, ctx.cfg.node_offline_after, &pair, now) {
         tracing::debug!(agent = %agent, node = %p.node_name, "PAT rotation due; waiting for the agent's disruption budget");
         return Some(rotate_at(ctx, node, now + super::rotating::WAIT.as_millis() as i64));
     }
     None
+}
+
+/// How often a rotation held by a busy replica or a window looks again at most: a lease may
+/// end early (the replica goes idle).
+const HELD_LOOK_MS: i64 = 5_000;
+
+/// Until when a due rotation waits for a busy replica or a closed window, if it does; the
+/// event that says so is recorded.
+fn rotation_held(ctx: &Ctx, pair: &(Id, Id), due: i64, now: i64) -> Option<i64> {
+    let (hold, event) = ctx.work.rotating.held(&ctx.store.read(), &ctx.cfg.rollout, pair, due, now);
+    if let Some(e) = event {
+        ctx.store.events().record(e);
+    }
+    hold.map(|h| h.until())
 }
 
 /// The most PATs one item finds issued after a store's time before it gives up on IAM

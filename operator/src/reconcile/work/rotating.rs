@@ -11,10 +11,11 @@
 
 use crate::model::Id;
 use crate::reconcile::rules::rollout::{policy, Defaults};
+use crate::store::events::{Event, Kind};
 use crate::store::State;
 use fleet_api::ReplicaState;
 use parking_lot::Mutex;
-use rustc_hash::FxHashMap as HashMap;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::time::Duration;
 
 /// How long a rotation that must wait for the budget waits before it asks again.
@@ -31,6 +32,28 @@ struct Flight {
 #[derive(Default)]
 pub struct Rotating {
     under_way: Mutex<HashMap<(Id, Id), Flight>>,
+    /// Due rotations that said they wait for a busy replica or a window, so each wait is
+    /// said once.
+    waiting: Mutex<HashSet<(Id, Id)>>,
+}
+
+/// What a due rotation waits for besides the budget, and until when (ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// A replica of the agent on the node is busy, within its hold (`maxBusySeconds` from the
+    /// rotation's due point).
+    Busy { until: i64 },
+    /// The agent's or the node's maintenance windows are closed.
+    Window { opens: i64 },
+}
+
+impl Hold {
+    pub fn until(self) -> i64 {
+        match self {
+            Hold::Busy { until } => until,
+            Hold::Window { opens } => opens,
+        }
+    }
 }
 
 impl Rotating {
@@ -101,11 +124,78 @@ impl Rotating {
         may
     }
 
+    /// Whether the due rotation of `pair` waits for a window or a busy replica
+    /// (docs/behaviour.md#busy-replicas), and the event that says so: `disruption_waiting`
+    /// the first time it waits, `busy_hold_expired` when it goes while a replica is busy.
+    pub fn held(
+        &self,
+        st: &State,
+        defaults: &Defaults,
+        pair: &(Id, Id),
+        due: i64,
+        now: i64,
+    ) -> (Option<Hold>, Option<Event>) {
+        let Some(a) = st.agent(&pair.0) else { return (None, None) };
+        let max_busy = i64::from(policy(a.rollout().as_ref(), defaults).0.max_busy_seconds) * 1000;
+        let busy = busy_on(st, pair, now);
+        let hold = window_hold(st, a, &pair.1, now)
+            .or_else(|| busy.filter(|_| now < due + max_busy).map(|u| Hold::Busy { until: u.min(due + max_busy) }));
+        let mut waiting = self.waiting.lock();
+        let event = match hold {
+            Some(h) if waiting.insert(pair.clone()) => Some(waiting_event(st, pair, h)),
+            None if waiting.remove(pair) && busy.is_some() => Some(expired_event(st, pair, max_busy / 1000)),
+            _ => None,
+        };
+        (hold, event)
+    }
+
     /// A rotation taken by [`Rotating::may_rotate`] that issued nothing (IAM failed): it is
     /// retried, and takes its place again then.
     pub fn abandoned(&self, pair: &(Id, Id)) {
         self.under_way.lock().remove(pair);
     }
+}
+
+/// Until when the first busy replica of the agent on the node says it is busy.
+fn busy_on(st: &State, (agent, node): &(Id, Id), now: i64) -> Option<i64> {
+    let mut reps = st.outcome().bindings.of_agent(agent).filter(|(_, n)| *n == node).map(|(r, _)| r);
+    reps.find_map(|r| st.busy_until_ms(node, agent, r, now))
+}
+
+/// When the agent's or the node's windows open, while either is closed.
+fn window_hold(st: &State, a: &crate::model::Agent, node: &Id, now: i64) -> Option<Hold> {
+    use fleet_api::windows::{openness, Openness};
+    let own = crate::reconcile::rules::rollout::windows_of(a.rollout().as_ref()).unwrap_or_default();
+    let opens = [&own[..], st.node_windows(node)].into_iter().filter_map(|w| match openness(w, now) {
+        Openness::Closed { opens_ms } => Some(opens_ms),
+        Openness::Open { .. } => None,
+    });
+    opens.max().map(|opens| Hold::Window { opens })
+}
+
+fn node_name(st: &State, node: &Id) -> Id {
+    st.node(node).map_or_else(|| node.clone(), |n| n.name.clone())
+}
+
+fn waiting_event(st: &State, (agent, node): &(Id, Id), h: Hold) -> Event {
+    let name = node_name(st, node);
+    let why = match h {
+        Hold::Busy { .. } => "a replica there is busy",
+        Hold::Window { .. } => "outside its maintenance window",
+    };
+    let until = crate::clock::rfc3339_ms(h.until());
+    let msg = format!("the PAT rotation of {agent} on node {name} waits: {why}, until {until} at the latest");
+    tracing::info!(agent = %agent, event = "disruption_waiting", "{msg}");
+    Event::new(Kind::DisruptionWaiting, msg).agent(agent).node(node, &name)
+}
+
+fn expired_event(st: &State, (agent, node): &(Id, Id), max_busy: i64) -> Event {
+    let name = node_name(st, node);
+    let msg = format!(
+        "the PAT rotation of {agent} on node {name} goes while a replica is busy: maxBusySeconds ({max_busy} s) passed"
+    );
+    tracing::info!(agent = %agent, event = "busy_hold_expired", "{msg}");
+    Event::new(Kind::BusyHoldExpired, msg).agent(agent).node(node, &name)
 }
 
 /// The nodes where `agent`'s PAT is being rotated; forgets the rotations that are done.

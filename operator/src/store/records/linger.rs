@@ -14,7 +14,8 @@ pub const PREFIX: &str = "linger/";
 pub struct Linger {
     /// The draining node the replica still runs on.
     pub from: Id,
-    /// The node it moved to.
+    /// The node it moved to; `from` itself for a replica a scale-down removed that waits
+    /// there while it is busy (docs/behaviour.md#busy-replicas).
     pub to: Id,
     /// When it moved (ms).
     pub since_ms: i64,

@@ -236,7 +236,7 @@ pub enum Action {
 pub struct DrainProgress {
     /// Replicas still bound to the node.
     pub remaining: u32,
-    /// Those that stay: (agent, replica, why: `budget` or `no_other_node`).
+    /// Those that stay: (agent, replica, why: `budget`, `busy` or `no_other_node`).
     pub blocked: Vec<(Id, u32, &'static str)>,
 }
 

@@ -8,6 +8,7 @@ use crate::store::db::NodeRow;
 use crate::store::records::claims::refused_changed;
 use crate::store::records::{Deleted, DesiredRec, DrainProgress, Lifecycle, NodeInfo, NodeRec};
 use fleet_api::claims::{Allowance, RefusedFacts};
+use std::sync::Arc;
 use std::time::Duration;
 
 impl State {
@@ -132,6 +133,21 @@ impl State {
     pub fn busy_until_ms(&self, node: &Id, agent: &str, replica: u32, now_ms: i64) -> Option<i64> {
         let busy = self.busy.get(node)?;
         self.nodes.get(node)?.info.busy_until_ms(Some(busy), agent, replica, now_ms)
+    }
+
+    /// Every replica that says it is busy now: (agent, replica). Only nodes with a busy replica
+    /// are looked at.
+    pub fn busy_replicas(&self, now_ms: i64) -> Vec<(Arc<str>, u32)> {
+        let mut out = Vec::new();
+        for (id, busy) in &self.busy {
+            let Some(n) = self.nodes.get(id) else { continue };
+            for (p, until) in n.info.replicas.iter().zip(busy.iter()) {
+                if i64::from(*until) * 1000 > now_ms {
+                    out.push((Arc::from(&*p.agent_key), p.replica));
+                }
+            }
+        }
+        out
     }
 
     /// A node's replicas as the API shows them, with their busy leases.

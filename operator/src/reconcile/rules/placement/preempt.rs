@@ -22,6 +22,8 @@ pub struct Bound {
     pub at: (u32, u32),
     pub priority: i32,
     pub need: Need,
+    /// It said it is busy (docs/behaviour.md#busy-replicas): taken after the idle ones.
+    pub busy: bool,
 }
 
 /// What a run has preempted and may still preempt.
@@ -106,21 +108,21 @@ impl Ledger {
 }
 
 /// How a node's victims compare with another's: fewer, then lower priorities (highest
-/// compared first); the caller breaks ties by node name.
-pub type Cost = (usize, Vec<i32>);
+/// compared first), then fewer busy; the caller breaks ties by node name.
+pub type Cost = (usize, Vec<i32>, usize);
 
 /// The fewest of `below` (replicas of lower priority on one node) whose room, given back to
-/// `room`, fits `need`: lowest priorities first, then the largest (cpus, then memory), then the
-/// newest (last demand, highest index). `None` when even all of them would not do.
+/// `room`, fits `need`: lowest priorities first, idle before busy, then the largest (cpus, then
+/// memory), then the newest (last demand, highest index). `None` when even all of them would not do.
 ///
 /// A node with room already costs nothing: room a preemption gave back earlier in the run is
 /// taken before anything else goes.
 pub fn victims(room: Room, mut below: Vec<Bound>, need: &Need) -> Option<(Cost, Vec<Bound>)> {
     if room.fits(need) {
-        return Some(((0, Vec::new()), Vec::new()));
+        return Some(((0, Vec::new(), 0), Vec::new()));
     }
     below.sort_by_key(|b| {
-        (b.priority, Reverse(b.need.cpus.unwrap_or(0)), Reverse(b.need.mem.unwrap_or(0)), Reverse(b.at))
+        (b.priority, b.busy, Reverse(b.need.cpus.unwrap_or(0)), Reverse(b.need.mem.unwrap_or(0)), Reverse(b.at))
     });
     let mut room = room;
     let mut taken = Vec::new();
@@ -136,5 +138,6 @@ pub fn victims(room: Room, mut below: Vec<Bound>, need: &Need) -> Option<(Cost, 
     }
     let mut priorities: Vec<i32> = taken.iter().map(|b| b.priority).collect();
     priorities.sort_unstable_by(|a, b| b.cmp(a));
-    Some(((taken.len(), priorities), taken))
+    let busy = taken.iter().filter(|b| b.busy).count();
+    Some(((taken.len(), priorities, busy), taken))
 }

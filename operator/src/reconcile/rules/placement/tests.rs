@@ -128,6 +128,34 @@ fn cordon_keeps_drain_moves_blocked_stay_and_force_unbinds() {
     assert_eq!(out.waiting.get("y"), Some(&(1, codes::NO_CAPACITY)));
 }
 
+/// docs/behaviour.md#busy-replicas: a busy replica on a draining node waits without spending
+/// the budget, so an idle one moves first; it moves once it is no longer listed busy.
+#[test]
+fn a_drain_moves_idle_replicas_first_and_holds_a_busy_one() {
+    let mut a = node("a", 4);
+    a.schedulable = false;
+    a.draining = Some(false);
+    let b = node("b", 4);
+    let prev = bound(&[("x", 0, "id-a"), ("x", 1, "id-a"), ("x", 2, "id-a")]);
+    let demands = [agent("x", 3)];
+    let budget = |busy: &[u32]| MoveBudget {
+        left: [(Arc::from("x"), 1)].into_iter().collect(),
+        ready: [0, 1, 2].iter().map(|&r| (Arc::from("x"), r)).collect(),
+        busy: busy.iter().map(|&r| ((Arc::from("x"), r), 1_000)).collect(),
+        ..MoveBudget::default()
+    };
+    let out = place_within(&demands, &[a.clone(), b.clone()], &prev, budget(&[0]));
+    assert_eq!(on(&out, "x", 0).as_deref(), Some("id-a"), "busy: it stays");
+    assert_eq!(on(&out, "x", 1).as_deref(), Some("id-b"), "the first idle replica takes the budget");
+    assert_eq!(on(&out, "x", 2).as_deref(), Some("id-a"), "no budget left");
+    assert_eq!(out.held_busy.iter().cloned().collect::<Vec<_>>(), vec![(Arc::from("x"), 0)]);
+    assert_eq!(out.held.len(), 2, "held for being busy and held for the budget");
+
+    let out = place_within(&demands, &[a.clone(), b.clone()], &out.bindings, budget(&[]));
+    assert_eq!(on(&out, "x", 0).as_deref(), Some("id-b"), "idle now: it moves with the budget");
+    assert!(out.held_busy.is_empty());
+}
+
 /// docs/behaviour.md#rolling-out-a-change: a drain moves a ready replica only while its
 /// agent has budget left; the rest stay held on the draining node. A replica that is not
 /// ready costs nothing to move, agents with no budget listed move freely, and a forced drain
@@ -143,6 +171,7 @@ fn a_drain_moves_ready_replicas_within_the_budget_and_holds_the_rest() {
     let budget = |left: u32, ready: &[u32]| MoveBudget {
         left: [(Arc::from("x"), left)].into_iter().collect(),
         ready: ready.iter().map(|&r| (Arc::from("x"), r)).collect(),
+        ..MoveBudget::default()
     };
     let out = place_within(&demands, &[a.clone(), b.clone()], &prev, budget(1, &[0, 1, 2]));
     assert_eq!(on(&out, "x", 0).as_deref(), Some("id-b"), "the first ready replica takes the budget");
@@ -776,34 +805,7 @@ fn plain_rules(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> 
         type Choice<'n> = ((usize, Vec<i32>, &'n str), usize, Vec<(Arc<str>, u32)>);
         let mut choice: Option<Choice> = None;
         for i in (0..nodes.len()).filter(|&i| fits_static(d, &nodes[i])) {
-            let mut below: Vec<&(&Demand, u32, usize)> =
-                out.iter().filter(|(v, _, at)| *at == i && v.priority < d.priority).collect();
-            below.sort_by(|(x, xr, _), (y, yr, _)| {
-                (
-                    x.priority,
-                    Reverse(need(x).cpus.unwrap_or(0)),
-                    Reverse(need(x).mem.unwrap_or(0)),
-                    Reverse((&x.key, xr)),
-                )
-                    .cmp(&(
-                        y.priority,
-                        Reverse(need(y).cpus.unwrap_or(0)),
-                        Reverse(need(y).mem.unwrap_or(0)),
-                        Reverse((&y.key, yr)),
-                    ))
-            });
-            let mut left = Room { slots: room[i].slots, cpus: room[i].cpus, mem: room[i].mem };
-            let mut victims = Vec::new();
-            for (v, vr, _) in below {
-                if left.fits(&need(d)) {
-                    break;
-                }
-                left.give(&need(v));
-                victims.push((v.key.clone(), *vr, v.priority));
-            }
-            if victims.is_empty() || !left.fits(&need(d)) {
-                continue;
-            }
+            let Some(victims) = plain_victims(d, i, &out, &room[i]) else { continue };
             let mut ps: Vec<i32> = victims.iter().map(|v| v.2).collect();
             ps.sort_by(|a, b| b.cmp(a));
             let rank = (victims.len(), ps, &*nodes[i].name);
@@ -829,6 +831,34 @@ fn plain_rules(demands: &[Demand], nodes: &[NodeFacts], previous: &Bindings) -> 
         }
     }
     (out.into_iter().map(|(d, r, i)| (d.key.clone(), r, nodes[i].id.clone())).collect(), preempted)
+}
+
+/// The strictly lower replicas on node `i` that, taken lowest first, make room there for
+/// `d`; `None` when there are none or they are not enough.
+fn plain_victims(
+    d: &Demand,
+    i: usize,
+    out: &[(&Demand, u32, usize)],
+    room: &Room,
+) -> Option<Vec<(Arc<str>, u32, i32)>> {
+    let need = plain::need;
+    let mut below: Vec<&(&Demand, u32, usize)> =
+        out.iter().filter(|(v, _, at)| *at == i && v.priority < d.priority).collect();
+    below.sort_by(|(x, xr, _), (y, yr, _)| {
+        (x.priority, Reverse(need(x).cpus.unwrap_or(0)), Reverse(need(x).mem.unwrap_or(0)), Reverse((&x.key, xr))).cmp(
+            &(y.priority, Reverse(need(y).cpus.unwrap_or(0)), Reverse(need(y).mem.unwrap_or(0)), Reverse((&y.key, yr))),
+        )
+    });
+    let mut left = Room { slots: room.slots, cpus: room.cpus, mem: room.mem };
+    let mut victims = Vec::new();
+    for (v, vr, _) in below {
+        if left.fits(&need(d)) {
+            break;
+        }
+        left.give(&need(v));
+        victims.push((v.key.clone(), *vr, v.priority));
+    }
+    (!victims.is_empty() && left.fits(&need(d))).then_some(victims)
 }
 
 fn arb_prioritised() -> impl Strategy<Value = Vec<Demand<'static>>> {
@@ -902,4 +932,19 @@ fn a_spread_agent_preempts_in_the_value_with_the_fewest() {
     let zones: BTreeSet<Option<String>> = [on(&out, "s", 0), on(&out, "s", 1)].into_iter().collect();
     assert_eq!(zones, BTreeSet::from([Some("id-a1".to_string()), Some("id-b1".to_string())]), "one per zone");
     assert_eq!(out.preemptions.len(), 2);
+}
+
+/// docs/behaviour.md#busy-replicas: of equal victims, a preemption takes an idle replica, on
+/// the same node or another, before a busy one.
+#[test]
+fn a_preemption_takes_an_idle_victim_before_a_busy_one() {
+    let nodes = [node("a", 1), node("b", 1)];
+    let prev = bound(&[("low1", 0, "id-a"), ("low2", 0, "id-b")]);
+    let demands = [prio("low1", 1, 0), prio("low2", 1, 0), prio("high", 1, 10)];
+    let busy = |k: &str| MoveBudget { busy_anywhere: vec![(Arc::from(k), 0)], ..MoveBudget::default() };
+    let out = place_within(&demands, &nodes, &prev, busy("low1"));
+    assert_eq!(on(&out, "high", 0).as_deref(), Some("id-b"), "low1 on a is busy: low2 on b goes");
+    assert_eq!(on(&out, "low1", 0).as_deref(), Some("id-a"));
+    let out = place_within(&demands, &nodes, &prev, busy("low2"));
+    assert_eq!(on(&out, "high", 0).as_deref(), Some("id-a"), "low2 on b is busy: low1 on a goes");
 }
