@@ -160,10 +160,15 @@ impl One<'_> {
                 r.rare.failed.clear();
                 r.changed_ms = now;
                 let image = r.target.executor.image.clone().unwrap_or_else(|| "the kind's image".into());
-                self.event(
-                    Kind::RolloutCompleted,
-                    format!("every replica runs template {target} ({image}) and is ready"),
-                );
+                let ready: u32 = gathered.slots.iter().map(|s| s.ready).sum();
+                let message = match desired.saturating_sub(ready) {
+                    0 => format!("every replica runs template {target} ({image}) and is ready"),
+                    n => format!(
+                        "every placed replica runs template {target} ({image}); {n} of {desired} not ready or not placed (fleetctl why {})",
+                        self.a.key
+                    ),
+                };
+                self.event(Kind::RolloutCompleted, message);
             }
             Decision::Step(steps) => {
                 for &i in &steps {
