@@ -198,6 +198,16 @@ pub struct RolloutView {
     pub started_at: Option<String>,
     pub changed_at: Option<String>,
     pub message: Option<String>,
+    /// When the latest read of the CP whose result a pass has committed began (RFC 3339 with
+    /// ms, on the controller's clock); null before the first. What was changed in the CP
+    /// before that instant is in this view: a client that changed the CP waits for a view
+    /// whose `cpReadAt` is after its first answer's `asOf`.
+    #[serde(default)]
+    pub cp_read_at: Option<String>,
+    /// When the controller built this view (RFC 3339 with ms, on its clock); absent from
+    /// controllers that do not say `cpReadAt` either.
+    #[serde(default)]
+    pub as_of: Option<String>,
 }
 
 #[cfg(test)]

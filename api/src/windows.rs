@@ -20,7 +20,7 @@ pub const MAX_DURATION_MINUTES: u32 = 7 * 24 * 60;
 pub const MAX_GAP_DAYS: i64 = 400;
 
 /// A window as written: `{"schedule": "0 2 * * 6", "durationMinutes": 120, "timeZone": "Europe/Paris"}`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MaintenanceWindow {
     pub schedule: String,

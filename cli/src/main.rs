@@ -150,9 +150,14 @@ enum RolloutCommand {
     /// The rollout's state and progress; exits 1 when it halted or reverted.
     Status {
         agent: String,
-        /// Show a progress line until the rollout completes (exit 0) or halts (exit 1).
+        /// Show a progress line until the rollout completes (exit 0) or halts (exit 1). It
+        /// answers only once the controller has read the CP after the watch began, so a
+        /// change made just before is in the answer.
         #[arg(short, long)]
         watch: bool,
+        /// With --watch: answer only once the rollout's target has this revision or a later one.
+        #[arg(long, requires = "watch")]
+        revision: Option<u64>,
         /// With --watch: give up after this many seconds.
         #[arg(long, default_value_t = 1800)]
         timeout: u64,
@@ -207,8 +212,10 @@ async fn main() {
         }
         Command::Delete { node, yes } => commands::delete(&c, node, *yes).await,
         Command::Rollout { command } => match command {
-            RolloutCommand::Status { agent, watch, timeout } => {
-                rollout::status(&c, out, agent, *watch, Duration::from_secs(*timeout)).await
+            RolloutCommand::Status { agent, watch, revision, timeout } => {
+                let watch =
+                    watch.then_some(rollout::Watch { revision: *revision, timeout: Duration::from_secs(*timeout) });
+                rollout::status(&c, out, agent, watch).await
             }
             RolloutCommand::Pause { agent } => rollout::action(&c, out, agent, "pause").await,
             RolloutCommand::Resume { agent } => rollout::action(&c, out, agent, "resume").await,

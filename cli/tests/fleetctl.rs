@@ -236,33 +236,53 @@ async fn join_key_allowances_limit_what_the_node_may_claim() {
     assert!(e.contains("allowedLabels[0]") && e.contains("invalid_request"), "{e}");
 }
 
-/// docs/reference.md#fleetctl, rollouts: `rollout status --watch` follows a rollout to its end
-/// (exit 0) or to its halt (exit 1, saying what to do); `rollouts` lists the halted one; `undo`,
-/// `pause` and `resume` answer with the view.
+/// docs/reference.md#fleetctl, rollouts: `rollout status --watch`, run the moment after a
+/// change in the CP, waits for the controller to read it and follows the new rollout to its
+/// end (exit 0) — never answering with the previous rollout's `complete` — or to its halt
+/// (exit 1, saying what to do); `--revision N` waits for that revision; `rollouts` lists the
+/// halted one; `undo`, `pause` and `resume` answer with the view.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollout_status_watch_follows_a_rollout_and_fails_on_a_halt() {
     let dir = tempfile::tempdir().unwrap();
     let (fleet, ctl, _nodes) = reviewer_rolled_out(dir.path()).await;
     let set = |image: &str| set_reviewer_image(&fleet, image);
-    let c = &ctl;
-
-    assert!(set("fleet-agent:2"));
-    // The controller reads the CP's list every few seconds: the watch follows the rollout once
-    // the new template is its target.
-    let target = |image: &'static str| {
-        move || text(&c.run(&["rollout", "status", "reviewer", "-o", "json"]).stdout).contains(image)
+    let revision = || -> u64 {
+        let v: Value = serde_json::from_str(&ctl.ok(&["rollout", "status", "reviewer", "-o", "json"])).unwrap();
+        v["target"]["revision"].as_u64().unwrap()
     };
-    eventually("the new target", target("fleet-agent:2")).await;
+
+    let before = revision();
+    assert!(set("fleet-agent:2"));
     let watch = ctl.run(&["rollout", "status", "reviewer", "--watch", "--timeout", "60"]);
     let (out, err) = (text(&watch.stdout), text(&watch.stderr));
     assert!(watch.status.success(), "{out}{err}");
+    assert!(
+        err.starts_with("reviewer: waiting for the controller to read the CP… (it shows complete for revision"),
+        "the previous rollout's complete is no answer: {err}"
+    );
     assert!(out.starts_with("reviewer: complete 2/2 updated, 2/2 ready") && out.contains("fleet-agent:2"), "{out}");
     assert!(out.contains("previous: ") && out.contains("(fleet-agent:1)"), "{out}");
-    assert!(err.lines().any(|l| l.starts_with("reviewer: ")), "a progress line: {err}");
+    assert!(err.lines().any(|l| l.starts_with("reviewer: ") && l.contains("target ")), "a progress line: {err}");
+    let j: Value = serde_json::from_str(&ctl.ok(&["rollout", "status", "reviewer", "-o", "json"])).unwrap();
+    assert_eq!(j["target"]["revision"].as_u64(), Some(before + 1), "{j}");
+    assert!(j["cpReadAt"].is_string() && j["asOf"].is_string(), "{j}");
     assert_eq!(ctl.ok(&["rollouts"]), "no rollout in progress\n");
 
+    // --revision: the answer is the rollout of that revision or a later one.
+    assert!(set("fleet-agent:3"));
+    let n = (before + 2).to_string();
+    let watch =
+        ctl.run(&["rollout", "status", "reviewer", "--watch", "--revision", &n, "--timeout", "60", "-o", "json"]);
+    let (out, err) = (text(&watch.stdout), text(&watch.stderr));
+    assert!(watch.status.success(), "{out}{err}");
+    assert!(err.starts_with(&format!("reviewer: waiting for revision {n} (")), "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((j["state"].as_str(), j["target"]["image"].as_str()), (Some("complete"), Some("fleet-agent:3")), "{j}");
+    assert_eq!(j["target"]["revision"].as_u64(), Some(before + 2), "{j}");
+    let alone = ctl.run(&["rollout", "status", "reviewer", "--revision", "1"]);
+    assert!(!alone.status.success() && text(&alone.stderr).contains("--watch"), "{}", text(&alone.stderr));
+
     assert!(set("fleet-agent:bad"));
-    eventually("the bad target", target("fleet-agent:bad")).await;
     let watch = ctl.run(&["rollout", "status", "reviewer", "--watch", "--timeout", "60"]);
     let (out, err) = (text(&watch.stdout), text(&watch.stderr));
     assert_eq!(watch.status.code(), Some(1), "{out}{err}");
@@ -285,7 +305,7 @@ async fn rollout_status_watch_follows_a_rollout_and_fails_on_a_halt() {
     assert!(undo.starts_with("rollout of reviewer: undo applied\nreviewer: "), "{undo}");
     let watch = ctl.run(&["rollout", "status", "reviewer", "--watch", "--timeout", "60"]);
     assert!(watch.status.success(), "{}{}", text(&watch.stdout), text(&watch.stderr));
-    assert!(text(&watch.stdout).contains("fleet-agent:2"), "{}", text(&watch.stdout));
+    assert!(text(&watch.stdout).contains("fleet-agent:3"), "{}", text(&watch.stdout));
     let paused = ctl.ok(&["rollout", "pause", "reviewer"]);
     assert!(paused.contains("pause applied"), "{paused}");
     assert!(ctl.ok(&["rollout", "resume", "reviewer"]).contains("resume applied"));

@@ -7,6 +7,7 @@ pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod guard;
+pub mod lease;
 pub mod plan;
 pub mod runtime;
 pub mod state;

@@ -154,8 +154,13 @@ fn own_user() -> Option<String> {
 /// Whom the node gives an agent's PAT file: nobody else, unless it runs as root and the
 /// kind's containers as another user, who could not read a file of root's.
 fn pat_owner(exec: &crate::config::Executor) -> Option<(u32, Option<u32>)> {
-    let user = exec.user.clone().or_else(own_user)?;
-    let owner = Owner::parse(&user)?;
+    give_to(&exec.user.clone().or_else(own_user)?)
+}
+
+/// Whom the node gives a file a container of `user` must reach: nobody but a numeric user
+/// other than root, and only by a node running as root (no other may give files away).
+pub fn give_to(user: &str) -> Option<(u32, Option<u32>)> {
+    let owner = Owner::parse(user)?;
     (own_ids()?.0 == 0 && owner.uid != 0).then_some((owner.uid, owner.gid))
 }
 
@@ -227,7 +232,7 @@ pub fn spec(a: &DesiredAgent, replica: u32, image: &str, cfg: &NodeConfig) -> Co
         user: exec.user.clone().or_else(own_user),
     };
     let mut s = ContainerSpec {
-        name,
+        name: name.clone(),
         image: image.to_string(),
         env,
         labels: BTreeMap::new(),
@@ -238,6 +243,7 @@ pub fn spec(a: &DesiredAgent, replica: u32, image: &str, cfg: &NodeConfig) -> Co
         network: cfg.network.clone(),
         hardening,
         note,
+        lease_dir: Some(crate::lease::Leases::new(&cfg.state_dir, host_state).host_dir(&name).display().to_string()),
     };
     let digest = {
         let mut h = Sha256::new();

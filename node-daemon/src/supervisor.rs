@@ -3,16 +3,19 @@
 //! exit (at once for 0/75, at most once per 10 s; else after 5, 10, 20 … 300 s, `crashloop`
 //! after three failures in a row), drain and recreate on a changed spec, refuse at no cost.
 //! Stops always run in the background; while a replica's old container drains its name is
-//! taken and it reports `draining`.
+//! taken and it reports `draining`. Each running replica's busy lease is read every tick
+//! ([`crate::lease`]); every other replica is idle.
 
+use crate::lease;
 use crate::plan::{container_name, Plan, Wanted, VANISHED_STOP};
 use crate::runtime::{RtError, Runtime, Seen, LABEL_AGENT, LABEL_SPEC, LABEL_SPEC_ID};
 use fleet_api::codes::refusal;
 use fleet_api::{ReplicaReport, ReplicaState};
+pub use leases::LeaseReader;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -50,6 +53,14 @@ struct Record {
     watching: bool,
     /// The template of the container that runs now (its `fleet.spec-id`), as reported.
     spec_id: Option<String>,
+    /// When this node started the container's current run (wall clock, as a lease file's
+    /// time is): a lease written before it is a previous run's. `None` for a container
+    /// found running.
+    run_began: Option<SystemTime>,
+    /// Until when (Unix seconds) the running replica said it is busy.
+    busy_until: Option<i64>,
+    /// When a lease that cannot be read was last said in the log.
+    lease_said: Option<Instant>,
 }
 
 impl Record {
@@ -64,6 +75,34 @@ impl Record {
             running_since: None,
             watching: false,
             spec_id: None,
+            run_began: None,
+            busy_until: None,
+            lease_said: None,
+        }
+    }
+
+    /// The container `c` runs: adopted when it is not the one this record knew.
+    fn watch_running(&mut self, c: &Seen, w: &Wanted, now: Instant) {
+        self.spec_id = w.spec_id.clone();
+        if self.container.as_deref() != Some(c.id.as_str()) {
+            tracing::info!(container = %c.name, "adopted running container");
+            self.container = Some(c.id.clone());
+            self.running_since = Some(now);
+            self.run_began = None;
+        }
+        self.watching = true;
+        if self.running_since.is_some_and(|t| now.duration_since(t) >= STABLE_RUN) && self.failures > 0 {
+            self.failures = 0;
+            self.status.message = None;
+        }
+        self.status.state = self.running_state();
+    }
+
+    /// A lease the node cannot count, said at most every ten minutes per replica.
+    fn say_unreadable(&mut self, name: &str, why: &str) {
+        if self.lease_said.is_none_or(|t| t.elapsed() >= lease::UNREADABLE_SAID_EVERY) {
+            tracing::warn!(container = %name, problem = %why, "a busy lease cannot be read; the replica counts as idle");
+            self.lease_said = Some(Instant::now());
         }
     }
 
@@ -116,6 +155,8 @@ pub struct Supervisor<R: Runtime> {
     pub wake: Arc<Notify>,
     /// node.yaml `checkBeforeStop` (docs/behaviour.md#rolling-out-a-change).
     check_before_stop: bool,
+    /// Where the replicas' busy leases are (none: every replica is idle).
+    leases: Option<LeaseReader>,
 }
 
 impl<R: Runtime> Supervisor<R> {
@@ -126,7 +167,14 @@ impl<R: Runtime> Supervisor<R> {
             stopping: Default::default(),
             wake: Arc::new(Notify::new()),
             check_before_stop: false,
+            leases: None,
         }
+    }
+
+    /// Gives each container a lease directory and reads the replicas' leases from them.
+    pub fn with_leases(mut self, reader: LeaseReader) -> Self {
+        self.leases = Some(reader);
+        self
     }
 
     /// Never stops a running container for a template it cannot start.
@@ -165,7 +213,10 @@ impl<R: Runtime> Supervisor<R> {
                     last_exit_code: s.last_exit_code,
                     message: s.message.or(note).map(cut_message),
                     spec_id: rec.and_then(|r| r.spec_id.clone()),
-                    busy_until: None,
+                    busy_until: rec
+                        .filter(|r| r.status.state == ReplicaState::Running)
+                        .and_then(|r| r.busy_until)
+                        .map(lease::rfc3339),
                 }
             })
             .collect()
@@ -203,106 +254,126 @@ impl<R: Runtime> Supervisor<R> {
         let seen = self.rt.list().await?;
         let now = Instant::now();
         let by_name: HashMap<&str, &Seen> = seen.iter().map(|s| (s.name.as_str(), s)).collect();
-        let mut wanted_names: HashSet<String> = HashSet::new();
+        let wanted_names: HashSet<String> =
+            wanted.iter().map(|w| container_name(prefix, &w.agent, w.replica)).collect();
         for w in wanted {
             let name = container_name(prefix, &w.agent, w.replica);
-            wanted_names.insert(name.clone());
-            let key = (w.agent.clone(), w.replica);
-            let existing = by_name.get(name.as_str()).copied();
-            let draining = self.stopping.lock().contains(&name);
-            let rec = self.records.entry(key).or_insert_with(Record::new);
-            let spec = match &w.plan {
-                Plan::Refuse(msg) => {
-                    self.refuse(w, existing, msg);
-                    continue;
-                }
-                Plan::Run(spec) => spec,
-            };
-            if rec.spec_hash.as_deref() != Some(spec.hash()) {
-                // A changed spec is tried at once, with fresh counters.
-                *rec = Record::new();
-                rec.spec_hash = Some(spec.hash().to_string());
-            }
-            if draining {
-                rec.status.state = ReplicaState::Draining;
-                continue;
-            }
-            match existing {
-                Some(c) if c.labels.get(LABEL_SPEC).map(String::as_str) != Some(spec.hash()) => {
-                    let c = c.clone();
-                    if let Err(cause) = self.can_start(&c, w, spec).await {
-                        let rec = self.records.get_mut(&(w.agent.clone(), w.replica)).expect("inserted above");
-                        rec.block(&c, refusal::update_blocked(&cause));
-                        continue;
-                    }
-                    let rec = self.records.get_mut(&(w.agent.clone(), w.replica)).expect("inserted above");
-                    rec.status.state = ReplicaState::Draining;
-                    rec.spec_id = c.labels.get(LABEL_SPEC_ID).cloned();
-                    self.stop_in_background(&c, w.drain, "spec changed");
-                }
-                Some(c) if c.running => {
-                    rec.spec_id = w.spec_id.clone();
-                    if rec.container.as_deref() != Some(c.id.as_str()) {
-                        tracing::info!(container = %c.name, "adopted running container");
-                        rec.container = Some(c.id.clone());
-                        rec.running_since = Some(now);
-                    }
-                    rec.watching = true;
-                    if rec.running_since.is_some_and(|t| now.duration_since(t) >= STABLE_RUN) && rec.failures > 0 {
-                        rec.failures = 0;
-                        rec.status.message = None;
-                    }
-                    rec.status.state = rec.running_state();
-                }
-                Some(c) => {
-                    let (id, cname) = (c.id.clone(), c.name.clone());
-                    self.exited(w, &id, &cname, now).await;
-                }
-                None => {
-                    if rec.next_attempt.is_none_or(|t| t <= now) {
-                        self.create(w, spec, now).await;
-                    }
-                }
-            }
+            self.step(w, &name, by_name.get(name.as_str()).copied(), now).await;
         }
         self.stop_unwanted(&seen, &wanted_names, drains, prefix);
-        let keep: HashSet<(String, u32)> = wanted.iter().map(|w| (w.agent.clone(), w.replica)).collect();
-        self.records.retain(|k, _| keep.contains(k));
+        self.read_leases(wanted, &by_name, prefix).await;
+        self.forget_departed(wanted, &seen, &wanted_names);
         Ok(())
     }
 
-    /// A replica whose plan is refused: with `checkBeforeStop` its running container of
-    /// another template stays (the update is blocked), else its container stops and the
-    /// replica reports `stopped` with the refusal.
+    /// One replica's step, its container (`existing`, named `name`) as listed.
+    async fn step(&mut self, w: &Wanted, name: &str, existing: Option<&Seen>, now: Instant) {
+        let spec = match &w.plan {
+            Plan::Refuse(msg) => return self.refuse(w, existing, msg),
+            Plan::Run(spec) => spec,
+        };
+        let draining = self.stopping.lock().contains(name);
+        let rec = self.records.entry((w.agent.clone(), w.replica)).or_insert_with(Record::new);
+        if rec.spec_hash.as_deref() != Some(spec.hash()) {
+            // A changed spec is tried at once, with fresh counters.
+            *rec = Record::new();
+            rec.spec_hash = Some(spec.hash().to_string());
+        }
+        if draining {
+            rec.status.state = ReplicaState::Draining;
+            return;
+        }
+        match existing {
+            Some(c) if c.labels.get(LABEL_SPEC).map(String::as_str) != Some(spec.hash()) => {
+                self.replace(w, c, spec).await
+            }
+            Some(c) if c.running => rec.watch_running(c, w, now),
+            Some(c) => self.exited(w, &c.id, &c.name, now).await,
+            None if rec.next_attempt.is_none_or(|t| t <= now) => self.create(w, spec, now).await,
+            None => {}
+        }
+    }
+
+    fn record_mut(&mut self, w: &Wanted) -> &mut Record {
+        self.records.entry((w.agent.clone(), w.replica)).or_insert_with(Record::new)
+    }
+
+    /// A refused replica: with `checkBeforeStop` a running container of another template
+    /// stays (`update_blocked`); else its container goes and it reports `stopped`.
     fn refuse(&mut self, w: &Wanted, existing: Option<&Seen>, msg: &str) {
-        let key = (w.agent.clone(), w.replica);
         if let Some(c) = existing.filter(|c| self.keeps(c, w)) {
-            let rec = self.records.get_mut(&key).expect("inserted by tick");
-            rec.block(c, refusal::update_blocked(msg));
+            self.record_mut(w).block(c, refusal::update_blocked(msg));
             return;
         }
         if let Some(c) = existing {
             let timeout = if c.running { w.drain } else { Duration::ZERO };
             self.stop_in_background(c, timeout, msg);
         }
-        let rec = self.records.get_mut(&key).expect("inserted by tick");
+        let rec = self.record_mut(w);
         *rec = Record::new();
         rec.status.state = ReplicaState::Stopped;
         rec.status.message = Some(msg.to_string());
     }
 
-    /// Containers no longer wanted: agent's drain when it is still desired, else 30 s. Only
-    /// names under this node's prefix are touched: nodes sharing an engine may even share a
-    /// name across fleets.
-    fn stop_unwanted(&self, seen: &[Seen], wanted: &HashSet<String>, drains: &HashMap<String, Duration>, prefix: &str) {
+    /// The container `c` runs another spec: drained in the background for the new one,
+    /// unless `checkBeforeStop` finds the new one cannot start.
+    async fn replace(&mut self, w: &Wanted, c: &Seen, spec: &crate::runtime::ContainerSpec) {
+        if let Err(cause) = self.can_start(c, w, spec).await {
+            self.record_mut(w).block(c, refusal::update_blocked(&cause));
+            return;
+        }
+        let rec = self.record_mut(w);
+        rec.status.state = ReplicaState::Draining;
+        rec.spec_id = c.labels.get(LABEL_SPEC_ID).cloned();
+        self.stop_in_background(c, w.drain, "spec changed");
+    }
+
+    /// Containers no longer wanted: the agent's drain when it is still desired, else 30 s.
+    /// Only names under this node's prefix are touched: nodes sharing an engine may even
+    /// share a name across fleets.
+    fn stop_unwanted(
+        &self,
+        seen: &[Seen],
+        wanted_names: &HashSet<String>,
+        drains: &HashMap<String, Duration>,
+        prefix: &str,
+    ) {
         let own = format!("{prefix}-");
         for c in seen {
-            if wanted.contains(&c.name) || !c.name.starts_with(&own) {
+            if wanted_names.contains(&c.name) || !c.name.starts_with(&own) {
                 continue;
             }
             let timeout = c.labels.get(LABEL_AGENT).and_then(|a| drains.get(a)).copied().unwrap_or(VANISHED_STOP);
             let timeout = if c.running { timeout } else { Duration::ZERO };
             self.stop_in_background(c, timeout, "no longer wanted");
+        }
+    }
+
+    /// Each running replica's busy lease, read from its container's lease directory; every
+    /// other replica is idle.
+    async fn read_leases(&mut self, wanted: &[Wanted], by_name: &HashMap<&str, &Seen>, prefix: &str) {
+        let Some(reader) = self.leases.clone() else { return };
+        let wall = SystemTime::now();
+        for w in wanted {
+            let name = container_name(prefix, &w.agent, w.replica);
+            let source = by_name.get(name.as_str()).filter(|c| c.running).and_then(|c| c.lease_source.clone());
+            let Some(rec) = self.records.get_mut(&(w.agent.clone(), w.replica)) else { continue };
+            rec.busy_until = None;
+            let Some(source) = source.filter(|_| rec.status.state == ReplicaState::Running) else { continue };
+            match reader.read(&name, &source).await {
+                Ok(lease) => rec.busy_until = lease::busy_until(lease.as_ref(), rec.run_began, wall),
+                Err(e) => rec.say_unreadable(&name, &e),
+            }
+        }
+    }
+
+    /// Records of replicas no longer wanted are dropped, and the lease directories of
+    /// containers neither wanted nor on the engine removed.
+    fn forget_departed(&mut self, wanted: &[Wanted], seen: &[Seen], wanted_names: &HashSet<String>) {
+        let keep: HashSet<(String, u32)> = wanted.iter().map(|w| (w.agent.clone(), w.replica)).collect();
+        self.records.retain(|k, _| keep.contains(k));
+        if let Some(reader) = &self.leases {
+            reader.dirs.prune(&|n| wanted_names.contains(n) || seen.iter().any(|c| c.name == n));
         }
     }
 
@@ -368,6 +439,8 @@ impl<R: Runtime> Supervisor<R> {
         }
         let rec = self.records.get_mut(&key).expect("record exists");
         if rec.next_attempt.is_some_and(|t| t <= now) {
+            rec.run_began = Some(SystemTime::now());
+            rec.busy_until = None;
             match self.rt.start(id).await {
                 Ok(()) => {
                     rec.status.restarts += 1;
@@ -393,6 +466,17 @@ impl<R: Runtime> Supervisor<R> {
 
     async fn create(&mut self, w: &Wanted, spec: &crate::runtime::ContainerSpec, now: Instant) {
         let key = (w.agent.clone(), w.replica);
+        let without_lease;
+        let spec = match self.leases {
+            Some(_) => spec,
+            // No lease directories on this supervisor: the container is made without one.
+            None => {
+                without_lease = crate::runtime::ContainerSpec { lease_dir: None, ..spec.clone() };
+                &without_lease
+            }
+        };
+        self.prepare_lease(spec);
+        let began = SystemTime::now();
         let result = async {
             let id = self.rt.create(spec).await?;
             if let Err(e) = self.rt.start(&id).await {
@@ -407,6 +491,7 @@ impl<R: Runtime> Supervisor<R> {
             Ok(id) => {
                 tracing::info!(agent = %w.agent, replica = w.replica, "started {}", spec.name);
                 rec.container = Some(id);
+                rec.run_began = Some(began);
                 rec.spec_id = w.spec_id.clone();
                 rec.status.restarts = 0;
                 rec.last_start = Some(now);
@@ -426,5 +511,17 @@ impl<R: Runtime> Supervisor<R> {
     }
 }
 
+impl<R: Runtime> Supervisor<R> {
+    /// A fresh lease directory for the container `spec` makes: a new container starts idle.
+    fn prepare_lease(&self, spec: &crate::runtime::ContainerSpec) {
+        let (Some(reader), Some(_)) = (&self.leases, &spec.lease_dir) else { return };
+        let owner = spec.hardening.user.as_deref().and_then(crate::plan::give_to);
+        if let Err(e) = reader.dirs.prepare(&spec.name, owner) {
+            tracing::warn!(container = %spec.name, error = %e, "cannot make the container's lease directory");
+        }
+    }
+}
+
+mod leases;
 #[cfg(test)]
 mod tests;

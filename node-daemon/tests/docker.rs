@@ -531,3 +531,78 @@ async fn the_docker_guard_refuses_what_a_compromised_node_might_try() {
     assert_eq!(r.status(), 404);
     assert_eq!(doc(&other)["State"]["Running"], true, "still running");
 }
+
+/// Runs `script` in container `name` as its own user, as its agent would.
+fn agent_runs(name: &str, script: &str) -> bool {
+    let out =
+        std::process::Command::new("docker").args(["exec", name, "/bin/busybox", "sh", "-c", script]).output().unwrap();
+    out.status.success()
+}
+
+/// docs/behaviour.md#busy-replicas on the engine: the replica writes its lease from inside
+/// its container with nothing but `$FLEET_BUSY_FILE`; the node reports it while the container
+/// runs, not a link in its place, not the last run's after a restart, and the directory goes
+/// with the container. Through the docker-guard the guard's own directory is bound and read.
+async fn busy_leases(via: Via, tag: &str) {
+    use fleet_node::lease::Leases;
+    use fleet_node::supervisor::LeaseReader;
+    let mut h = Harness::new(&via, &format!("f62{tag}lease")).await;
+    let leases = LeaseReader::new(Leases::new(&h.cfg.state_dir, h.cfg.host_state_dir()), &h.cfg.docker_url);
+    h.sup = Supervisor::new(DockerRuntime::connect(&h.cfg.docker_url, &h.cfg.name).unwrap()).with_leases(leases);
+    let d = state(vec![h.agent("worker", None, &[], "c")]);
+    h.until(&d, 30, "running", |r| r.state == ReplicaState::Running).await;
+    let name = format!("{}-worker-0", h.prefix);
+    let busy = "echo $(( $(/bin/busybox date +%s) + 600 )) > \"$FLEET_BUSY_FILE\"";
+    assert!(agent_runs(&name, busy), "the container's user writes its lease");
+    let r = h.until(&d, 10, "busy", |r| r.busy_until.is_some()).await;
+    assert!(r.busy_until.as_deref().is_some_and(|t| t.ends_with('Z')), "{r:?}");
+    assert!(!agent_runs(&name, "echo x > /run/fleet/elsewhere"), "nothing else is writable");
+    let link = "/bin/busybox rm \"$FLEET_BUSY_FILE\" && /bin/busybox ln -s /proc/1/environ \"$FLEET_BUSY_FILE\"";
+    assert!(agent_runs(&name, link));
+    h.until(&d, 10, "a link is idle", |r| r.busy_until.is_none()).await;
+    assert!(agent_runs(&name, &format!("/bin/busybox rm \"$FLEET_BUSY_FILE\"; {busy}")));
+    h.until(&d, 10, "busy again", |r| r.busy_until.is_some()).await;
+    // The container ends and is started again: the last run's lease does not count.
+    let killed = std::process::Command::new("docker").args(["kill", &name]).output().unwrap();
+    assert!(killed.status.success());
+    let r = h.until(&d, 60, "restarted", |r| r.restarts == 1 && r.state == ReplicaState::Running).await;
+    assert_eq!(r.busy_until, None, "{r:?}");
+    let bind = doc(&name)["Mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["Destination"] == "/run/fleet/busy")
+        .map(|m| (m["Source"].as_str().unwrap().to_string(), m["RW"].as_bool()))
+        .expect("the lease directory is bound");
+    assert_eq!(bind.1, Some(true));
+    let dir = std::path::PathBuf::from(&bind.0);
+    match via {
+        Via::Guard => assert!(dir.starts_with(&h.cfg.guard_dir), "the guard's own directory: {dir:?}"),
+        Via::Url(_) => assert_eq!(dir, h.cfg.state_dir.join("leases").join(&name)),
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while dir.exists() || inspect(&name).is_some() {
+        assert!(Instant::now() < deadline, "the lease directory outlived its container: {dir:?}");
+        let p = plan::plan(&state(vec![]), &h.cfg, &h.state, &h.sk);
+        h.sup.tick(&p.wanted, &p.drains, &h.prefix).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_leases_on_the_engine() {
+    if !docker_available() {
+        return;
+    }
+    ensure_test_images();
+    busy_leases(Via::Url("unix:///var/run/docker.sock".into()), "u").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_leases_through_the_docker_guard() {
+    if !docker_available() {
+        return;
+    }
+    ensure_test_images();
+    busy_leases(Via::Guard, "g").await;
+}

@@ -29,6 +29,9 @@ pub struct PassClock {
     /// pass began after has seen is stored once the second reaches it.
     begun: AtomicU64,
     committed: AtomicU64,
+    /// When (ms) the latest CP read whose result a pass has committed began; 0 before the
+    /// first (docs/behaviour.md#rolling-out-a-change, `cpReadAt`).
+    cp_read_ms: AtomicI64,
 }
 
 impl PassClock {
@@ -39,7 +42,18 @@ impl PassClock {
             limit: 3 * reconcile_every + Duration::from_secs(30),
             begun: AtomicU64::new(0),
             committed: AtomicU64::new(0),
+            cp_read_ms: AtomicI64::new(0),
         }
+    }
+
+    /// A CP read that began at `began_ms` is reflected: what it brought, a pass committed.
+    pub fn cp_read(&self, began_ms: i64) {
+        self.cp_read_ms.fetch_max(began_ms, Ordering::SeqCst);
+    }
+
+    /// When the latest CP read a pass has committed began, once there is one.
+    pub fn cp_read_ms(&self) -> Option<i64> {
+        Some(self.cp_read_ms.load(Ordering::SeqCst)).filter(|ms| *ms > 0)
     }
 
     /// A pass begins; returns its number.

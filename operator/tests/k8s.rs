@@ -62,7 +62,8 @@ fn crds_declare_names_scope_status_and_printer_columns() {
     let node_cols =
         ["Status", "Health", "Scheduling", "Slots", "Version", "Last Seen", "Node", "Kinds", "Drain Blocked"];
     assert_eq!(cols(&docs[0]), [&node_cols[..], &["Fleet", "Age"]].concat());
-    let placement_cols = ["Agent", "Node", "Replicas", "Status", "Reason", "Rollout", "Revision", "Fleet", "Age"];
+    let placement_cols =
+        ["Agent", "Node", "Replicas", "Busy", "Status", "Reason", "Rollout", "Revision", "Fleet", "Age"];
     assert_eq!(cols(&docs[1]), placement_cols);
     // `-o wide` only: the node's own name, its kinds, a drain's blocked replicas, the revision
     // and the fleet.

@@ -90,7 +90,7 @@ fn pending(agent: &str, replicas: u32, reason: &str) -> PlacementView {
 }
 
 fn wanted(nodes: Vec<NodeView>, views: Vec<PlacementView>) -> Wanted {
-    desired::wanted_from(&nodes, || views.iter().cloned(), &Default::default())
+    desired::wanted_from(&nodes, || views.iter().cloned(), &Default::default(), &Default::default())
 }
 
 const T0: &str = "2026-11-30T10:00:00.000Z";
@@ -138,10 +138,16 @@ async fn creates_then_applies_the_status_by_uid_then_writes_nothing_while_unchan
     let p = &calls[3].body["status"];
     assert_eq!(
         p,
-        &json!({"agentKey":"coder","revision":3,"node":"gpu-1","nodeId":"n-1","replicas":2,"status":"placed"})
+        &json!({"agentKey":"coder","revision":3,"node":"gpu-1","nodeId":"n-1","replicas":2,"status":"placed",
+                "busyReplicas":0,"busy":[]}),
+        "the busy fields are written when empty too: they are the controller's"
     );
     let q = &calls[5].body["status"];
-    assert_eq!(q, &json!({"agentKey":"reviewer","revision":1,"replicas":1,"status":"pending","reason":"no_node"}));
+    assert_eq!(
+        q,
+        &json!({"agentKey":"reviewer","revision":1,"replicas":1,"status":"pending","reason":"no_node",
+                "busyReplicas":0,"busy":[]})
+    );
 
     // The same store again: no request at all.
     assert_eq!(m.sync(&w).await, 0);
@@ -462,7 +468,7 @@ async fn a_placement_shows_its_agents_rollout_while_it_is_not_complete() {
     let nodes = vec![node("n-1", "gpu-1", 4, T0)];
     let views = [placed("coder", "n-1", 2), placed("reviewer", "n-1", 1)];
     let rollouts: rustc_hash::FxHashMap<String, &'static str> = [("coder".to_string(), "halted")].into_iter().collect();
-    let w = desired::wanted_from(&nodes, || views.iter().cloned(), &rollouts);
+    let w = desired::wanted_from(&nodes, || views.iter().cloned(), &rollouts, &Default::default());
     m.sync(&w).await;
     let calls = take(&server);
     let status = |name: &str| {
@@ -473,7 +479,7 @@ async fn a_placement_shows_its_agents_rollout_while_it_is_not_complete() {
     };
     assert_eq!(status("coder.gpu-1").unwrap()["rollout"], "halted");
     assert!(status("reviewer.gpu-1").unwrap().get("rollout").is_none());
-    let w = desired::wanted_from(&nodes, || views.iter().cloned(), &Default::default());
+    let w = desired::wanted_from(&nodes, || views.iter().cloned(), &Default::default(), &Default::default());
     m.sync(&w).await;
     let calls = take(&server);
     assert_eq!(
@@ -482,4 +488,31 @@ async fn a_placement_shows_its_agents_rollout_while_it_is_not_complete() {
         "the rollout ended: its field nulled, then dropped"
     );
     assert!(calls[1].body["status"].get("rollout").is_none());
+}
+
+/// docs/behaviour.md#kubernetes-mirror: a FleetPlacement counts its busy replicas (the `Busy`
+/// printer column) and lists each with its lease's end rounded up to the minute; both fields
+/// are always written, so an idle placement's status says 0 and [] in one apply.
+#[tokio::test]
+async fn a_placement_shows_its_busy_replicas() {
+    let (mut m, server) = mirror();
+    let nodes = vec![node("n-1", "gpu-1", 4, T0)];
+    let views = [placed("coder", "n-1", 3)];
+    let until = fleet_controller::clock::parse_rfc3339_ms("2026-11-30T10:41:20.000Z").unwrap();
+    let busy: desired::BusyReplicas =
+        [(("coder".to_string(), "n-1".to_string()), vec![(2, until), (0, until)])].into_iter().collect();
+    let w = desired::wanted_from(&nodes, || views.iter().cloned(), &Default::default(), &busy);
+    m.sync(&w).await;
+    let calls = take(&server);
+    let status = calls.iter().find(|c| c.short() == "PATCH fleetplacements/coder.gpu-1/status").unwrap();
+    assert_eq!(status.body["status"]["busyReplicas"], 2);
+    assert_eq!(
+        status.body["status"]["busy"],
+        json!([{"replica": 0, "until": "2026-11-30T10:42:00Z"}, {"replica": 2, "until": "2026-11-30T10:42:00Z"}])
+    );
+    let w = desired::wanted_from(&nodes, || views.iter().cloned(), &Default::default(), &Default::default());
+    m.sync(&w).await;
+    let calls = take(&server);
+    assert_eq!(shorts(&calls), ["PATCH fleetplacements/coder.gpu-1/status"], "idle again: one apply");
+    assert_eq!((&calls[0].body["status"]["busyReplicas"], &calls[0].body["status"]["busy"]), (&json!(0), &json!([])));
 }

@@ -185,6 +185,71 @@ async fn the_mirror_follows_the_store_and_takes_back_every_hand_edit() {
     assert_eq!(lines_with(&log, " ERROR "), 0, "{log}");
 }
 
+/// docs/behaviour.md#kubernetes-mirror and #busy-replicas: a FleetPlacement shows its busy
+/// replicas (`busyReplicas`, the BUSY column, and each one's lease end to the minute) and
+/// owns both fields whether any replica is busy or not: a hand edit of either is taken back,
+/// and `fleet-controller` stays the status's only manager.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placement_shows_its_busy_replicas_and_owns_the_fields() {
+    let Some(k) = shared("the mirror against a real API server") else { return };
+    let ns = k.namespace("busy");
+    let f = Fleet::start(k, &ns, &[("coder", 2)]).await;
+    let node = f.join("gpu-1", 4).await;
+    let busy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let until_ms = fleet_controller::clock::now_ms() + 3_600_000;
+    let lease = fleet_controller::clock::rfc3339_ms(until_ms);
+    let flag = busy.clone();
+    let _reporting = Reporting(tokio::spawn(async move {
+        loop {
+            let mut body = node.report_body(&[("coder", 0, "running", 1), ("coder", 1, "running", 1)]);
+            if flag.load(std::sync::atomic::Ordering::SeqCst) {
+                body["replicas"][1]["busyUntil"] = json!(lease);
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(2), node.put_observed(&body)).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }));
+    let minute = fleet_controller::clock::rfc3339_ms((until_ms + 59_999) / 60_000 * 60_000);
+    let shown = until(30, "coder.gpu-1 with replica 1 busy", || {
+        status_of(k, &ns, "fleetplacement/coder.gpu-1").filter(|s| s["busyReplicas"] == 1)
+    })
+    .await;
+    assert_eq!(shown["busy"], json!([{"replica": 1, "until": minute}]), "{shown}");
+    let out = kubectl(k, &ns, &["get", "fleetplacements"]);
+    eprintln!("$ kubectl get fleetplacements\n{out}");
+    assert_eq!(table(&out).iter().find(|r| r["NAME"] == "coder.gpu-1").unwrap()["BUSY"], "1", "{out}");
+    let forge = |patch: &str| {
+        kubectl(
+            k,
+            &ns,
+            &["patch", "fleetplacement", "coder.gpu-1", "--subresource=status", "--type=merge", "-p", patch],
+        )
+    };
+    let owned = |what: &str, want: Value| {
+        let what = what.to_string();
+        let ns = ns.clone();
+        async move {
+            // Only the controller owns the status once the value is back.
+            until(10, &what, || {
+                get(k, &ns, "fleetplacement/coder.gpu-1")
+                    .filter(|o| o["status"]["busyReplicas"] == want && status_managers(o) == ["fleet-controller"])
+            })
+            .await
+        }
+    };
+    forge(r#"{"status":{"busyReplicas":5,"busy":[]}}"#);
+    let o = owned("a forged busy count taken back", json!(1)).await;
+    assert_eq!(o["status"]["busy"], shown["busy"], "{o}");
+    busy.store(false, std::sync::atomic::Ordering::SeqCst);
+    let o = owned("idle: 0 busy, written", json!(0)).await;
+    assert_eq!(o["status"]["busy"], json!([]), "the empty list is written, not left out: {o}");
+    forge(r#"{"status":{"busyReplicas":3,"busy":[{"replica":0,"until":"2030-01-01T00:00:00Z"}]}}"#);
+    let o = owned("a forged busy count on an idle placement taken back", json!(0)).await;
+    assert_eq!(o["status"]["busy"], json!([]), "{o}");
+    let log = f.ctl.log_text();
+    assert_eq!(lines_with(&log, " ERROR "), 0, "{log}");
+}
+
 /// docs/behaviour.md#kubernetes-mirror: `lastSeenAt` alone refreshes an object at most once a
 /// minute, however often the node reports (every 500 ms here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -372,13 +437,13 @@ async fn kubectl_get_shows_the_fleet_at_a_glance() {
     eprintln!("$ kubectl get fleetplacements\n{places}");
     let rows = table(&places);
     let cols: Vec<&str> = rows[0].keys().map(String::as_str).collect();
-    assert_eq!(cols, ["AGE", "AGENT", "NAME", "NODE", "REASON", "REPLICAS", "ROLLOUT", "STATUS"], "{places}");
+    assert_eq!(cols, ["AGE", "AGENT", "BUSY", "NAME", "NODE", "REASON", "REPLICAS", "ROLLOUT", "STATUS"], "{places}");
     let row = |name: &str| {
         let r = rows.iter().find(|r| r["NAME"] == name).unwrap();
-        ["AGENT", "NODE", "REPLICAS", "STATUS", "REASON", "ROLLOUT"].map(|c| r[c].clone())
+        ["AGENT", "NODE", "REPLICAS", "BUSY", "STATUS", "REASON", "ROLLOUT"].map(|c| r[c].clone())
     };
-    assert_eq!(row("reviewer.pending"), ["reviewer", "", "3", "pending", "no_executor_kind", ""], "{places}");
-    assert_eq!(row("coder.gpu-1"), ["coder", "gpu-1", "2", "placed", "", ""], "{places}");
+    assert_eq!(row("reviewer.pending"), ["reviewer", "", "3", "0", "pending", "no_executor_kind", ""], "{places}");
+    assert_eq!(row("coder.gpu-1"), ["coder", "gpu-1", "2", "0", "placed", "", ""], "{places}");
     let both = kubectl(k, &ns, &["get", "fleet"]);
     assert!(
         both.contains("fleetnode.fleet.taimen.dev/gpu-1")

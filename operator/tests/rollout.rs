@@ -191,6 +191,88 @@ async fn a_new_image_reaches_replicas_one_budget_at_a_time() {
     running.shutdown().await;
 }
 
+/// docs/behaviour.md#rolling-out-a-change, change then watch: a view taken right after a
+/// change in the CP may still show the previous rollout, and says so — its `cpReadAt` is
+/// not after its `asOf`; the first view that reflects a later read has the change as its
+/// target. And the pass that ends a rollout writes its event: a reader who sees the view say
+/// `complete` (or `halted`) finds `rollout_completed` (`rollout_halted`) at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_says_which_cp_read_it_reflects_and_an_ended_rollout_has_its_event() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
+    let url = format!("http://{}", running.addr);
+    let f = fleet(&dk, &url, json!({"maxUnavailable": 1, "minReadySeconds": 1})).await;
+    dk.edit_agent("coder", |a| {
+        a["executor"]["image"] = json!("agent:2");
+        a["revision"] = json!(2);
+    });
+    let first = f.rollout("coder").await;
+    let as_of = instant(&first["asOf"]);
+    let reflecting = eventually(10, "a view reflecting a CP read after the change", || async {
+        let v = f.rollout("coder").await;
+        (v["cpReadAt"].is_string() && instant(&v["cpReadAt"]) > as_of).then_some(v)
+    })
+    .await;
+    assert_eq!(reflecting["target"]["image"], "agent:2", "{reflecting}");
+    assert_eq!(reflecting["target"]["revision"], 2, "{reflecting}");
+
+    let ended = |state: &'static str| move |v: &Value| v["state"] == state;
+    f.watch_until(60, "the rollout to complete", ended("complete"), "coder").await;
+    let k = kinds(&f.admin).await;
+    assert_eq!(k.last().map(String::as_str), Some("rollout_completed"), "in the history at once: {k:?}");
+
+    f.bad.lock().insert("agent:bad".into());
+    dk.edit_agent("coder", |a| a["executor"]["image"] = json!("agent:bad"));
+    f.watch_until(60, "the rollout to halt", ended("halted"), "coder").await;
+    let k = kinds(&f.admin).await;
+    assert_eq!(k.last().map(String::as_str), Some("rollout_halted"), "in the history at once: {k:?}");
+    drop(f);
+    running.shutdown().await;
+}
+
+/// A controller that has not read the CP yet (here: the CP is down) shows the last read its
+/// store has, the one the controller before it noted, and moves on once it reads the CP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_shows_the_stored_cp_read_until_its_own() {
+    let dk = devkit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = in_process_config(&dk, dir.path());
+    let running = fleet_controller::server::start(cfg.clone()).await.unwrap();
+    dk.put_agent(with(agent("coder", "k", 1), |a| a["executor"]["image"] = json!("agent:1")));
+    let admin = Admin::new(&format!("http://{}", running.addr), dk.mint("fleet", &["fleet:admin"], 3600));
+    let view = || async {
+        let (s, v) = admin.get("/api/v1/agents/coder/rollout").await;
+        (s == 200).then_some(v)
+    };
+    eventually(10, "a CP read with coder in it", || async { view().await.filter(|v| v["cpReadAt"].is_string()) }).await;
+    running.shutdown().await;
+
+    dk.set_faults(fleet_devkit::Faults { cp_down: true, ..Default::default() });
+    let running = fleet_controller::server::start(cfg).await.unwrap();
+    let admin = Admin::new(&format!("http://{}", running.addr), admin.token.clone());
+    let view = || async {
+        let (s, v) = admin.get("/api/v1/agents/coder/rollout").await;
+        assert_eq!(s, 200, "{v}");
+        v
+    };
+    let stored = view().await;
+    assert!(stored["cpReadAt"].is_string(), "the stored read: {stored}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(view().await["cpReadAt"], stored["cpReadAt"], "no read of its own while the CP is down");
+
+    dk.set_faults(fleet_devkit::Faults::default());
+    let as_of = instant(&view().await["asOf"]);
+    eventually(10, "a read of its own", || async { (instant(&view().await["cpReadAt"]) > as_of).then_some(()) }).await;
+    running.shutdown().await;
+}
+
+/// An instant of the rollout view (RFC 3339 with milliseconds), in ms.
+fn instant(v: &Value) -> i64 {
+    let s = v.as_str().unwrap_or_else(|| panic!("an instant: {v}"));
+    fleet_controller::clock::parse_rfc3339_ms(s).unwrap_or_else(|| panic!("RFC 3339: {s}"))
+}
+
 /// The budget holds per replica: two replicas of an agent on one node, `maxUnavailable: 1`,
 /// step one at a time (the node is sent one entry a template), never both down at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -48,6 +48,21 @@
     if (s < 172800) return Math.floor(s / 3600) + 'h ago';
     return Math.floor(s / 86400) + 'd ago';
   }
+  // A time ahead: the browser's local date and time, and how far off it is.
+  function ahead(ts) {
+    const ms = Date.parse(ts);
+    if (!isFinite(ms)) return String(ts);
+    const s = Math.max(0, Math.round((ms - Date.now()) / 1000));
+    const left = s < 120 ? s + 's' : s < 7200 ? Math.floor(s / 60) + 'm' : s < 172800 ? Math.floor(s / 3600) + 'h'
+      : Math.floor(s / 86400) + 'd';
+    return `${new Date(ms).toLocaleString()} (in ${left})`;
+  }
+  // A replica's busy state (docs/behaviour.md#busy-replicas): busy until a time, idle while
+  // it runs without a lease, nothing to say otherwise.
+  function busy(r) {
+    if (r.busyUntil) return h('span', { class: 'badge warn', title: r.busyUntil }, 'busy until ' + ahead(r.busyUntil));
+    return r.state === 'running' ? 'idle' : '–';
+  }
   function table(caption, head, rows, numeric = []) {
     return h('table', {},
       h('caption', {}, caption),
@@ -123,9 +138,9 @@
     return [h('h1', {}, 'Node ' + n.name),
       h('dl', { class: 'facts' }, facts.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])),
       n.drain ? table('Blocked by the drain (nowhere else to go)', ['Agent', 'Replica'], blocked, [1]) : null,
-      table('Replicas it reports', ['Agent', 'Replica', 'State', 'Restarts', 'Message'],
+      table('Replicas it reports', ['Agent', 'Replica', 'State', 'Busy', 'Restarts', 'Message'],
         d.replicas.map((r) => [link('#/agents/' + enc(r.agentKey), r.agentKey), r.replica, badge(r.state, tone(r.state)),
-          r.restarts, dash(r.message)]), [1, 3]),
+          busy(r), r.restarts, dash(r.message)]), [1, 4]),
       eventsTable('Its events, newest first', ev.items)];
   }
 
@@ -149,12 +164,15 @@
   }
 
   // The agent's rollout (docs/behaviour.md#rolling-out-a-change): state, progress against the
-  // budget, target and previous templates, the failed replica.
+  // budget, target and previous templates, the failed replica, the replicas its next steps
+  // wait for (busy, or outside a maintenance window) and when the next window opens.
   function rolloutPanel(r) {
     const d = r.desiredReplicas || 0;
     const pct = d ? Math.round((100 * r.updatedReplicas) / d) : 100;
     const tpl = (t) => (t ? `${t.specId} (${t.image || "the kind's image"}, revision ${t.revision})` : '–');
     const failed = (r.failed || []).map((f) => `replica ${f.replica} on ${f.node}: ${f.reason}`).join('; ');
+    const why = { busy: 'busy until', window: 'outside its maintenance window until' };
+    const waiting = (r.waiting || []).map((w) => `replica ${w.replica} on ${w.node}: ${why[w.reason] || w.reason} ${ahead(w.until)}`);
     return h('section', { id: 'rollout' },
       h('h2', {}, 'Rollout'),
       h('dl', { class: 'facts' },
@@ -165,10 +183,13 @@
         h('dt', {}, 'Target'), h('dd', { id: 'rollout-target' }, tpl(r.target)),
         h('dt', {}, 'Previous'), h('dd', {}, tpl(r.previous)),
         h('dt', {}, 'Failed'), h('dd', { id: 'rollout-failed' }, failed || '–'),
+        h('dt', {}, 'Waiting for'), h('dd', { id: 'rollout-waiting' }, waiting.length ? waiting.map((w) => h('div', {}, w)) : '–'),
+        r.nextWindow ? [h('dt', {}, 'Next window'), h('dd', { id: 'rollout-window' }, ahead(r.nextWindow))] : null,
         r.policyError ? [h('dt', {}, 'Policy'), h('dd', {}, r.policyError)] : null),
       r.message ? h('p', { class: 'hint' }, r.message) : null);
   }
-  const rolloutTone = { complete: 'ok', progressing: 'warn', paused: 'warn', halted: 'bad', reverted: 'bad' };
+  const rolloutTone = { complete: 'ok', progressing: 'warn', paused: 'warn', halted: 'bad', reverted: 'bad',
+    waiting_for_window: 'warn' };
 
   async function agent(key) {
     const [e, ev, ro] = await Promise.all([get(`/api/v1/agents/${enc(key)}/placement?nodes=true`),
@@ -189,8 +210,9 @@
       h('div', { id: 'problems' }, (e.problems || []).map((p) => h('p', { class: 'hint' }, h('strong', {}, 'Problem: '), p))),
       e.hint ? h('p', { class: 'hint', id: 'hint' }, h('strong', {}, 'What to do: '), e.hint) : null,
       rolloutPanel(ro),
-      table('Where each replica is', ['Replica', 'Node', 'State', 'Message'],
-        e.replicas.map((r) => [r.replica, r.node ? link('#/nodes/' + enc(r.node), r.node) : '–', badge(r.state, tone(r.state)), dash(r.message)]), [0]),
+      table('Where each replica is', ['Replica', 'Node', 'State', 'Busy', 'Message'],
+        e.replicas.map((r) => [r.replica, r.node ? link('#/nodes/' + enc(r.node), r.node) : '–', badge(r.state, tone(r.state)),
+          busy(r), dash(r.message)]), [0]),
       table('Placement filters, in order', ['Filter', 'Nodes before', 'Excluded', 'Detail'],
         e.filters.map((f) => [f.filter, f.before, f.excluded, filterDetail(f)]), [1, 2]),
       table(`Node verdicts (${verdicts.length}${verdicts.length > shown.length ? ', first 200: those that do not fit first' : ''})`,

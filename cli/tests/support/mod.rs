@@ -7,7 +7,9 @@ pub mod webdriver;
 use base64::Engine;
 use fleet_controller::dev::{self, DevArgs, DevFleet};
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub fn dev_args(dir: &std::path::Path) -> DevArgs {
@@ -117,10 +119,24 @@ pub async fn dev_fleet(dir: &std::path::Path) -> (DevFleet, Ctl) {
     (fleet, ctl)
 }
 
+/// Busy leases the following nodes report: (agent, replica) → `busyUntil` (RFC 3339).
+pub type Busy = Arc<Mutex<HashMap<(String, u64), String>>>;
+
 /// A node joined over HTTP that follows its desired state as fleet-node would: every replica
 /// it is given reports `running` on the template it was sent, or `crashloop` when the image's
 /// tag is `bad`. Reports every 300 ms.
 pub async fn following_node(url: &str, key: &str, name: &str, slots: u32) -> tokio::task::JoinHandle<()> {
+    following_node_busy(url, key, name, slots, Busy::default()).await
+}
+
+/// [`following_node`], whose running replicas report the leases in `busy` as theirs.
+pub async fn following_node_busy(
+    url: &str,
+    key: &str,
+    name: &str,
+    slots: u32,
+    busy: Busy,
+) -> tokio::task::JoinHandle<()> {
     let http = reqwest::Client::new();
     let announce = json!({"labels": [], "executorKinds": ["claude-code"], "capacity": {"slots": slots}, "secrets": [],
                           "executorImages": {"claude-code": ["fleet-agent:*"]}});
@@ -137,9 +153,14 @@ pub async fn following_node(url: &str, key: &str, name: &str, slots: u32) -> tok
             for a in desired["agents"].as_array().into_iter().flatten() {
                 let bad = a["executor"]["image"].as_str().is_some_and(|i| i.ends_with(":bad"));
                 for r in a["replicaIndexes"].as_array().into_iter().flatten() {
-                    replicas.push(json!({"agentKey": a["agentKey"], "replica": r, "revision": a["revision"],
+                    let mut replica = json!({"agentKey": a["agentKey"], "replica": r, "revision": a["revision"],
                         "state": if bad { "crashloop" } else { "running" }, "restarts": 0, "specId": a["specId"],
-                        "message": if bad { json!("exited with code 1") } else { Value::Null }}));
+                        "message": if bad { json!("exited with code 1") } else { Value::Null }});
+                    let lease = (a["agentKey"].as_str().unwrap_or_default().to_string(), r.as_u64().unwrap_or(0));
+                    if let Some(until) = busy.lock().unwrap().get(&lease).filter(|_| !bad) {
+                        replica["busyUntil"] = json!(until);
+                    }
+                    replicas.push(replica);
                 }
             }
             let mut report = announce.clone();
@@ -170,11 +191,19 @@ pub fn set_reviewer_image(fleet: &DevFleet, image: &str) -> bool {
 /// `reviewer` rolled out to `fleet-agent:1` (complete, both replicas ready): the start of the
 /// rollout tests. The nodes run while their handles are kept.
 pub async fn reviewer_rolled_out(dir: &std::path::Path) -> (DevFleet, Ctl, Vec<tokio::task::JoinHandle<()>>) {
+    reviewer_rolled_out_busy(dir, Busy::default()).await
+}
+
+/// [`reviewer_rolled_out`] with nodes that report the leases in `busy`.
+pub async fn reviewer_rolled_out_busy(
+    dir: &std::path::Path,
+    busy: Busy,
+) -> (DevFleet, Ctl, Vec<tokio::task::JoinHandle<()>>) {
     let (fleet, ctl) = dev_fleet(dir).await;
     let key2 = ctl.ok(&["join-key"]);
     let nodes = vec![
-        following_node(&ctl.url, &fleet.join_key, "node-a", 2).await,
-        following_node(&ctl.url, key2.trim(), "node-b", 2).await,
+        following_node_busy(&ctl.url, &fleet.join_key, "node-a", 2, busy.clone()).await,
+        following_node_busy(&ctl.url, key2.trim(), "node-b", 2, busy).await,
     ];
     assert!(set_reviewer_image(&fleet, "fleet-agent:1"));
     let c = &ctl;

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Names Fleet sets itself in every agent container; node.yaml may not set them.
-pub const FLEET_ENV: [&str; 4] =
-    ["CONTROL_PLANE_AGENT_KEY", "IAM_PRINCIPAL", "CONTROL_PLANE_IAM_TENANT", "FLEET_REPLICA"];
+pub const FLEET_ENV: [&str; 5] =
+    ["CONTROL_PLANE_AGENT_KEY", "IAM_PRINCIPAL", "CONTROL_PLANE_IAM_TENANT", "FLEET_REPLICA", crate::lease::ENV];
 
 impl NodeConfig {
     /// Every broken rule, each naming its field (the lines are the reader's to add).
@@ -37,6 +37,7 @@ impl NodeConfig {
         }
         env_problems("agentEnv", &self.agent_env, &mut p);
         host_problems(self, &mut p);
+        window_problems(&self.maintenance_windows, &mut p);
         p
     }
 }
@@ -197,6 +198,28 @@ fn host_problems(c: &NodeConfig, p: &mut Vec<Problem>) {
     if let Some(n) = &c.network {
         if n.is_empty() || !n.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)) {
             p.push(Problem::of("network", format!("{n:?} is not a Docker network name")));
+        }
+    }
+}
+
+/// Each window read as the controller reads it (fleet_api::windows), its problem naming the
+/// window by its index; more than the controller takes is one problem of the list.
+fn window_problems(list: &[fleet_api::windows::MaintenanceWindow], p: &mut Vec<Problem>) {
+    use fleet_api::windows::{Window, MAX_WINDOWS};
+    if list.len() > MAX_WINDOWS {
+        p.push(Problem::of("maintenanceWindows", format!("at most {MAX_WINDOWS} windows, got {}", list.len())));
+    }
+    for (i, w) in list.iter().enumerate() {
+        if let Err(e) = Window::parse(w) {
+            // The message opens with the window's field it is about: the problem is that
+            // field's, so it carries its line and a field already reported missing is not
+            // reported again.
+            let about = ["schedule", "durationMinutes", "timeZone"].into_iter().find(|f| e.starts_with(f));
+            let field = match about {
+                Some(f) => format!("maintenanceWindows[{i}].{f}"),
+                None => format!("maintenanceWindows[{i}]"),
+            };
+            p.push(Problem::of(field, e));
         }
     }
 }

@@ -5,6 +5,7 @@
 use super::read::{At, Reader};
 use super::types::{CapacityConfig, Executor, NodeConfig, ResourceLimits};
 use super::yaml::Node;
+use fleet_api::windows::MaintenanceWindow;
 use std::path::PathBuf;
 
 const DEFAULT_DOCKER_URL: &str = "unix:///var/run/docker.sock";
@@ -38,6 +39,7 @@ pub fn node_config(r: &mut Reader, root: &Node) -> Option<NodeConfig> {
         ca_file: r.optional(&mut f, "caFile", path),
         insecure: r.optional(&mut f, "insecure", Reader::boolean).unwrap_or(false),
         check_before_stop: r.optional(&mut f, "checkBeforeStop", Reader::boolean).unwrap_or(false),
+        maintenance_windows: r.optional(&mut f, "maintenanceWindows", windows).unwrap_or_default(),
     };
     r.finish(f);
     Some(config)
@@ -80,6 +82,22 @@ fn resources(r: &mut Reader, node: &Node, at: At) -> Option<ResourceLimits> {
     };
     r.finish(f);
     Some(limits)
+}
+
+fn windows(r: &mut Reader, node: &Node, at: At) -> Option<Vec<MaintenanceWindow>> {
+    r.list(node, at, window)
+}
+
+/// One window as written; its rules (cron, zone, duration) are checked with the rest.
+fn window(r: &mut Reader, node: &Node, at: At) -> Option<MaintenanceWindow> {
+    let mut f = r.fields(node, at.path, Some(at.line))?;
+    let window = MaintenanceWindow {
+        schedule: r.required(&mut f, "schedule", Reader::string),
+        duration_minutes: r.required(&mut f, "durationMinutes", Reader::whole),
+        time_zone: r.required(&mut f, "timeZone", Reader::string),
+    };
+    r.finish(f);
+    Some(window)
 }
 
 fn strings(r: &mut Reader, node: &Node, at: At) -> Option<Vec<String>> {

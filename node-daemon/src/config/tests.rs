@@ -1,4 +1,5 @@
 use super::*;
+use fleet_api::windows::MaintenanceWindow;
 use fleet_api::Capacity;
 
 const SPEC_EXAMPLE: &str = r#"
@@ -199,7 +200,7 @@ fn lines_of(text: &str) -> Vec<String> {
 
 const TOP_FIELDS: &str = "controllerUrl, name, labels, capacity, executors, stateDir, hostStateDir, secretsDir, \
                           hostSecretsDir, guardDir, dockerUrl, network, agentEnv, joinKeyFile, observeSeconds, containerPrefix, \
-                          caFile, insecure, checkBeforeStop";
+                          caFile, insecure, checkBeforeStop, maintenanceWindows";
 const EXECUTOR_FIELDS: &str =
     "image, images, env, dataPath, capAdd, pidsLimit, user, defaultResources, maxResources, secrets";
 
@@ -382,6 +383,8 @@ containerPrefix: fl
 caFile: /ca.pem
 insecure: true
 checkBeforeStop: true
+maintenanceWindows:
+  - {schedule: "0 2 * * 6", durationMinutes: 120, timeZone: Europe/Paris}
 "#;
     let kind = Executor {
         image: "img:1".into(),
@@ -415,8 +418,39 @@ checkBeforeStop: true
         ca_file: Some("/ca.pem".into()),
         insecure: true,
         check_before_stop: true,
+        maintenance_windows: vec![MaintenanceWindow {
+            schedule: "0 2 * * 6".into(),
+            duration_minutes: 120,
+            time_zone: "Europe/Paris".into(),
+        }],
     };
     assert_eq!(parse(text).unwrap(), want);
+}
+
+/// docs/behaviour.md#maintenance-windows: node.yaml's windows are read as the controller
+/// reads them, at load; each bad one is a problem naming its field and line, as is a list
+/// longer than the controller takes.
+#[test]
+fn maintenance_windows_are_checked_at_load_naming_the_window() {
+    let got = problems(&with(
+        "maintenanceWindows:\n  - {schedule: \"*/5 * * * *\", durationMinutes: 2, timeZone: Europe/Paris}\n  - {schedule: \"* * *\", durationMinutes: 2, timeZone: UTC}\n  - {schedule: \"0 2 * * *\", durationMinutes: 60, timeZone: Mars/Olympus}\n  - {schedule: \"0 2 * * *\", durationMinutes: 0, timeZone: UTC}\n  - {schedule: \"0 2 * * *\", durationMinutes: 60, timezone: UTC}\n",
+    ));
+    let want = [
+        "maintenanceWindows[1].schedule: schedule \"* * *\" is not five cron fields",
+        "maintenanceWindows[2].timeZone: timeZone \"Mars/Olympus\" is not an IANA time zone",
+        "maintenanceWindows[3].durationMinutes: durationMinutes 0 must be 1…10080",
+        "missing field `timeZone` in maintenanceWindows[4]",
+        "unknown field `timezone` in maintenanceWindows[4]",
+    ];
+    assert_eq!(got.len(), want.len(), "{got:#?}");
+    for w in want {
+        assert!(got.iter().any(|g| g.contains(w)), "{w} not in {got:#?}");
+    }
+    let many =
+        (0..17).map(|_| "  - {schedule: \"0 2 * * *\", durationMinutes: 60, timeZone: UTC}\n").collect::<String>();
+    let got = problems(&with(&format!("maintenanceWindows:\n{many}")));
+    assert!(got.iter().any(|g| g.contains("maintenanceWindows: at most 16 windows, got 17")), "{got:#?}");
+    assert!(parse(&with("")).unwrap().maintenance_windows.is_empty(), "none by default: always open");
 }
 
 /// Input never makes the reader panic (as fuzz/fuzz_targets/node_yaml.rs asks): every cut of a

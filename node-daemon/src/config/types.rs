@@ -67,6 +67,9 @@ pub struct NodeConfig {
     /// [ext] `checkBeforeStop`: a running container is stopped for a new template only once
     /// the node has checked the new one can start (docs/behaviour.md#rolling-out-a-change).
     pub check_before_stop: bool,
+    /// [ext] `maintenanceWindows`: outside them no voluntary disruption starts on this node
+    /// (docs/behaviour.md#maintenance-windows); announced like the labels.
+    pub maintenance_windows: Vec<fleet_api::windows::MaintenanceWindow>,
 }
 
 impl NodeConfig {

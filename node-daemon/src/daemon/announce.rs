@@ -1,5 +1,5 @@
 //! What the node says of itself (docs/behaviour.md#desired-state-and-observed-report): the same facts — labels, executors, capacity,
-//! secret names (and those each kind is offered), version — in its join request and in every observed report, kept side by
+//! secret names (and those each kind is offered), maintenance windows, version — in its join request and in every observed report, kept side by
 //! side so that the two stay alike.
 
 use super::shared::Shared;
@@ -8,8 +8,11 @@ use crate::plan;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use fleet_api::{Health, JoinRequest, ObservedReport};
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -25,10 +28,13 @@ pub(super) fn join_request(cfg: &NodeConfig, key: &str, public_key: &[u8; 32]) -
         capacity: cfg.capacity(),
         executor_secrets: cfg.offered_secrets(&secrets),
         secrets: secrets.into_iter().collect(),
-        maintenance_windows: Vec::new(),
+        maintenance_windows: cfg.maintenance_windows.clone(),
         version: VERSION.to_string(),
     }
 }
+
+/// Reports that go before their period (a replica went busy or idle) are at most this frequent.
+pub(super) const EARLY_GAP: Duration = Duration::from_secs(1);
 
 /// Builds the observed reports: one boot id per process, a rising `seq`.
 pub(super) struct Reporter {
@@ -36,11 +42,24 @@ pub(super) struct Reporter {
     shared: Arc<Shared>,
     boot_id: String,
     seq: AtomicU64,
+    last_early: Mutex<Option<Instant>>,
 }
 
 impl Reporter {
     pub(super) fn new(cfg: Arc<NodeConfig>, shared: Arc<Shared>) -> Reporter {
-        Reporter { cfg, shared, boot_id: uuid::Uuid::new_v4().simple().to_string(), seq: AtomicU64::new(0) }
+        let boot_id = uuid::Uuid::new_v4().simple().to_string();
+        Reporter { cfg, shared, boot_id, seq: AtomicU64::new(0), last_early: Mutex::new(None) }
+    }
+
+    /// Returns when a report should not wait for its period: a replica went busy or idle
+    /// (the controller steps on it); at most once per [`EARLY_GAP`].
+    pub(super) async fn due_early(&self) {
+        self.shared.report_now.notified().await;
+        let last = *self.last_early.lock();
+        if let Some(t) = last {
+            tokio::time::sleep_until(t + EARLY_GAP).await;
+        }
+        *self.last_early.lock() = Some(Instant::now());
     }
 
     pub(super) fn next(&self) -> ObservedReport {
@@ -59,7 +78,7 @@ impl Reporter {
             version: VERSION.to_string(),
             boot_id: Some(self.boot_id.clone()),
             seq: Some(self.seq.fetch_add(1, Ordering::SeqCst) + 1),
-            maintenance_windows: Vec::new(),
+            maintenance_windows: cfg.maintenance_windows.clone(),
             observe_seconds: Some(cfg.observe_seconds),
         }
     }
@@ -105,5 +124,27 @@ mod tests {
         assert!(wire.get("executorSecrets").is_none(), "{wire}");
         let wire = serde_json::to_value(join_request(&open, "fjk_x", &[9; 32])).unwrap();
         assert!(wire.get("executorSecrets").is_none(), "{wire}");
+    }
+
+    /// docs/behaviour.md#maintenance-windows: node.yaml's windows go out with the join and
+    /// every report, as written; a node without any sends no field at all.
+    #[test]
+    fn windows_are_announced_in_the_join_and_every_report() {
+        let t = tempfile::tempdir().unwrap();
+        let plain = config(t.path(), "{k: {image: a:1}}");
+        let mut cfg = (*plain).clone();
+        cfg.maintenance_windows = vec![fleet_api::windows::MaintenanceWindow {
+            schedule: "*/5 * * * *".into(),
+            duration_minutes: 2,
+            time_zone: "Europe/Paris".into(),
+        }];
+        let cfg = Arc::new(cfg);
+        assert_eq!(join_request(&cfg, "fjk_x", &[9; 32]).maintenance_windows, cfg.maintenance_windows);
+        let reporter = Reporter::new(cfg.clone(), Arc::new(Shared::default()));
+        for _ in 0..2 {
+            assert_eq!(reporter.next().maintenance_windows, cfg.maintenance_windows);
+        }
+        let wire = serde_json::to_value(Reporter::new(plain.clone(), Arc::new(Shared::default())).next()).unwrap();
+        assert!(wire.get("maintenanceWindows").is_none(), "{wire}");
     }
 }

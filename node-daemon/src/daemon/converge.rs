@@ -1,7 +1,8 @@
 //! Converging (docs/behaviour.md#container-rules): the local loop that plans the containers of the newest desired
 //! state and drives the supervisor towards them on every new desired state, on every wake
 //! of the supervisor and every second; it keeps the replicas' reports, Docker's health and
-//! the applied generation in [`Shared`] for the link to report.
+//! the applied generation in [`Shared`] for the link to report, and asks the link to report
+//! at once when a replica goes busy or idle.
 
 use super::desired::DesiredRx;
 use super::shared::Shared;
@@ -10,7 +11,7 @@ use crate::plan::{self, NodePlan};
 use crate::runtime::Runtime;
 use crate::state::{Identity, StateDir};
 use crate::supervisor::Supervisor;
-use fleet_api::DesiredState;
+use fleet_api::{DesiredState, ReplicaReport};
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -26,7 +27,11 @@ pub(super) async fn supervise<R: Runtime>(
     mut rx: DesiredRx,
     shared: Arc<Shared>,
 ) {
-    let mut sup = Supervisor::new(rt).checking_before_stop(cfg.check_before_stop);
+    let leases = crate::supervisor::LeaseReader::new(
+        crate::lease::Leases::new(&cfg.state_dir, cfg.host_state_dir()),
+        &cfg.docker_url,
+    );
+    let mut sup = Supervisor::new(rt).checking_before_stop(cfg.check_before_stop).with_leases(leases);
     let wake = sup.wake.clone();
     let mut current = rx.borrow_and_update().clone();
     let mut planner = Planner::new(Duration::from_secs(u64::from(cfg.observe_seconds)));
@@ -109,7 +114,22 @@ async fn step<R: Runtime>(
         }
         Err(e) => note_unreachable(shared, &e),
     }
-    *shared.reports.lock() = sup.reports(&node_plan.wanted);
+    let reports = sup.reports(&node_plan.wanted);
+    let changed = busy_changed(&shared.reports.lock(), &reports);
+    *shared.reports.lock() = reports;
+    if changed {
+        // The controller steps on what the report says: a replica that went idle is taken
+        // within its next pass, not a report period later.
+        shared.report_now.notify_one();
+    }
+}
+
+/// Whether a replica went from busy to idle or from idle to busy between two reports.
+fn busy_changed(before: &[ReplicaReport], after: &[ReplicaReport]) -> bool {
+    let busy = |list: &[ReplicaReport]| -> HashSet<(String, u32)> {
+        list.iter().filter(|r| r.busy_until.is_some()).map(|r| (r.agent_key.clone(), r.replica)).collect()
+    };
+    busy(before) != busy(after)
 }
 
 /// Health degraded; logged once until Docker answers again.

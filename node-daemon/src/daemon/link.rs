@@ -133,7 +133,12 @@ impl Link {
         let (mut attempt, mut unknown) = (0, Unknown::default());
         loop {
             let report = self.reporter.next();
-            match self.client.exchange(&self.identity.token, Self::since(tx), wait, &report).await {
+            let answer = tokio::select! {
+                answer = self.client.exchange(&self.identity.token, Self::since(tx), wait, &report) => answer,
+                // A replica went busy or idle: this exchange is given up for one with the news.
+                () = self.reporter.due_early() => continue,
+            };
+            match answer {
                 Ok(Some(bytes)) => self.take_or_back_off(tx, &bytes, &mut attempt).await,
                 Ok(None) => attempt = 0,
                 Err(ClientError::Unknown(m)) => {
@@ -196,7 +201,10 @@ impl Link {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut unknown = Unknown::default();
         loop {
-            tick.tick().await;
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = self.reporter.due_early() => {}
+            }
             match self.client.observed(&self.identity.token, &self.reporter.next()).await {
                 Ok(()) => {}
                 Err(ClientError::Unknown(m)) => unknown.say(&m),

@@ -139,6 +139,25 @@ async fn remove(g: &Guard, found: &Found, path: &str) -> Response<Body> {
     sent.into_response()
 }
 
+/// `GET /fleet/v1/containers/{name}/busy`: the lease of one of this node's containers as
+/// `{"lease": {"text", "writtenMs"} | null}`, or `{"problem"}` when its file is not one the
+/// node may count (a link, not a regular file, too long); anything not the node's answers 404.
+pub async fn busy(g: &Guard, reference: &str) -> Response<Body> {
+    let found = match engine::container(&g.upstream, "", reference).await {
+        Ok(Some(f)) if g.policy.owns(|k| f.labels.get(k).map(String::as_str)) => f,
+        Ok(_) => return no_such("container", reference),
+        Err(e) => return answer(StatusCode::BAD_GATEWAY, &e),
+    };
+    let body = match g.tree.lease(&found.binds, found.label(LABEL_AGENT)) {
+        Ok(lease) => serde_json::json!({ "lease": lease.map(|l| serde_json::json!({
+            "text": l.text,
+            "writtenMs": l.written.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
+        })) }),
+        Err(e) => serde_json::json!({ "problem": e }),
+    };
+    json_response(StatusCode::OK, body.to_string().into_bytes())
+}
+
 /// `GET /images/{name}/json`, for an image one of the node's kinds may run only.
 pub async fn inspect_image(g: &Guard, call: &Call, name: &str) -> Outcome {
     if !g.policy.image_allowed(name) {

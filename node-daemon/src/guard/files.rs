@@ -22,6 +22,10 @@ pub const MAX_FILE: u64 = 64 << 10;
 const PAT_FILE: &str = "agent-pat";
 /// Secret `<name>` is copied to `secret-<name>`.
 const SECRET_FILE: &str = "secret-";
+/// The container's lease directory in its directory.
+const LEASE_DIR: &str = "busy";
+/// How deep the guard goes into a lease directory to take it back (a container's own tree).
+const MAX_LEASE_DEPTH: usize = 16;
 
 /// Where a bound file's content comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +34,9 @@ pub enum Source {
     Pat(String),
     /// A file of the secrets directory.
     Secret(String),
+    /// No content: the container's busy-lease directory (`crate::lease`), made by the guard
+    /// for the container's user, the one directory a container may write.
+    Lease,
 }
 
 impl Source {
@@ -37,6 +44,7 @@ impl Source {
         match self {
             Source::Pat(_) => PAT_FILE.to_string(),
             Source::Secret(name) => format!("{SECRET_FILE}{name}"),
+            Source::Lease => LEASE_DIR.to_string(),
         }
     }
 }
@@ -110,6 +118,9 @@ impl Tree {
 
     /// Writes `source`'s content into `dir` for `owner`; the path a mount binds.
     pub fn copy(&self, dir: &Path, source: &Source, owner: Owner) -> Result<PathBuf, String> {
+        if *source == Source::Lease {
+            return lease_dir(dir, owner);
+        }
         let content = self.read(source, owner.uid)?;
         let path = dir.join(source.file_name());
         write_for(&path, &content, owner).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -127,14 +138,17 @@ impl Tree {
         let source = match file.strip_prefix(SECRET_FILE) {
             Some(name) if fleet_api::names::is_secret_name(name) => Source::Secret(name.to_string()),
             None if file == PAT_FILE => Source::Pat(agent.to_string()),
+            None if file == LEASE_DIR => Source::Lease,
             _ => return None,
         };
         own.then(|| (dir.to_path_buf(), source))
     }
 
-    /// Removes a container's directory (it is gone, or its create failed).
+    /// Removes a container's directory (it is gone, or its create failed); its lease
+    /// directory, the container user's, is taken back first.
     pub fn remove_dir(&self, dir: &Path) {
         if dir.parent() == Some(self.dir.as_path()) {
+            reclaim(&dir.join(LEASE_DIR), MAX_LEASE_DEPTH);
             if let Err(e) = std::fs::remove_dir_all(dir) {
                 tracing::warn!(dir = %dir.display(), error = %e, "docker-guard cannot remove a container's files");
             }
@@ -147,7 +161,53 @@ impl Tree {
         match source {
             Source::Pat(agent) => read_beneath(&self.agents, &[agent, PAT_FILE], &[self.node_uid, container_uid]),
             Source::Secret(name) => read_beneath(&self.secrets, &[name], &[]),
+            Source::Lease => Ok(Vec::new()),
         }
+    }
+
+    /// The lease of the container whose binds are `binds` (`agent` its agent): its lease
+    /// directory in this tree, read without following a link.
+    pub fn lease(&self, binds: &[String], agent: &str) -> Result<Option<crate::lease::Lease>, String> {
+        let dir = binds.iter().filter_map(|b| self.parse(b, agent)).find(|(_, s)| *s == Source::Lease);
+        match dir {
+            Some((dir, _)) => crate::lease::read_in(&dir.join(LEASE_DIR)),
+            None => Ok(None),
+        }
+    }
+}
+
+/// The lease directory in `dir` for `owner`, `0700`: made when missing (at create, or after a
+/// reboot emptied a `guardDir` on tmpfs), left as it is otherwise (a restart of the container
+/// keeps its directory; the node counts only a lease written since the run began).
+fn lease_dir(dir: &Path, owner: Owner) -> Result<PathBuf, String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let path = dir.join(LEASE_DIR);
+    let fail = |e: std::io::Error| format!("cannot make {}: {e}", path.display());
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.file_type().is_dir() => return Ok(path),
+        Ok(_) => std::fs::remove_file(&path).map_err(fail)?,
+        Err(_) => {}
+    }
+    std::fs::DirBuilder::new().mode(0o700).create(&path).map_err(fail)?;
+    // The mode is set before the directory is given away (changing it after would take
+    // CAP_FOWNER).
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).map_err(fail)?;
+    std::os::unix::fs::lchown(&path, Some(owner.uid), owner.gid).map_err(fail)?;
+    Ok(path)
+}
+
+/// Gives `path` and every directory below it (to `depth`) back to the guard's user, so that
+/// removing the tree needs no more than CAP_CHOWN: the container's user made what is in it.
+/// Links are not followed (`lchown`).
+fn reclaim(path: &Path, depth: usize) {
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return };
+    if !meta.file_type().is_dir() || depth == 0 {
+        return;
+    }
+    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0);
+    let _ = std::os::unix::fs::lchown(path, Some(me), None);
+    for e in std::fs::read_dir(path).into_iter().flatten().flatten() {
+        reclaim(&e.path(), depth - 1);
     }
 }
 
@@ -281,6 +341,32 @@ mod tests {
         std::fs::write(p.join("state/agents/e/agent-pat"), vec![b'x'; MAX_FILE as usize + 1]).unwrap();
         assert!(pat("e").unwrap_err().contains("more than"));
         assert!(tr.read(&Source::Secret("missing".into()), 4321).unwrap_err().contains("missing"));
+    }
+
+    /// The lease directory is the guard's own making, given to the container's user, kept
+    /// across a start, read without following a link, and removed with its container.
+    #[test]
+    fn a_lease_directory_is_made_read_and_removed_by_the_guard() {
+        let t = tempfile::tempdir().unwrap();
+        let tr = tree(t.path());
+        let dir = tr.new_dir().unwrap();
+        let me = std::fs::metadata(t.path()).unwrap().uid();
+        let owner = Owner { uid: me, gid: None };
+        let lease = tr.copy(&dir, &Source::Lease, owner).unwrap();
+        assert_eq!(std::fs::metadata(&lease).unwrap().mode() & 0o777, 0o700);
+        assert_eq!(tr.parse(&lease.display().to_string(), "coder"), Some((dir.clone(), Source::Lease)));
+        let binds = [lease.display().to_string()];
+        assert_eq!(tr.lease(&binds, "coder"), Ok(None));
+        std::fs::write(lease.join(crate::lease::FILE), "1796000060").unwrap();
+        assert_eq!(tr.copy(&dir, &Source::Lease, owner).unwrap(), lease, "a start keeps the directory");
+        assert_eq!(tr.lease(&binds, "coder").unwrap().unwrap().text, "1796000060");
+        std::fs::remove_file(lease.join(crate::lease::FILE)).unwrap();
+        symlink(t.path().join("secrets/gh"), lease.join(crate::lease::FILE)).unwrap();
+        assert!(tr.lease(&binds, "coder").unwrap_err().contains("symbolic link"));
+        assert_eq!(tr.lease(&[], "coder"), Ok(None), "a container without a lease directory");
+        std::fs::create_dir_all(lease.join("a/b")).unwrap();
+        tr.remove_dir(&dir);
+        assert!(!dir.exists());
     }
 
     #[test]

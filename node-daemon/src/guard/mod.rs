@@ -12,6 +12,7 @@
 //! only files it wrote itself ([`files`]).
 
 mod body;
+pub mod busy;
 mod calls;
 mod engine;
 pub mod files;

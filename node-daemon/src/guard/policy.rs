@@ -26,6 +26,9 @@ pub struct Policy {
     pub agents_dir: PathBuf,
     /// `hostSecretsDir`: its files are the secrets a kind's `secrets` list limits.
     pub secrets_dir: PathBuf,
+    /// `hostStateDir/leases`: `<name>` is the lease directory the node asks container `<name>`
+    /// to bind; the guard binds a directory of its own instead.
+    pub leases_dir: PathBuf,
     network: Option<String>,
     kinds: BTreeMap<String, KindRules>,
     /// Who a container of a kind without `user` runs as: the node's own user, never root.
@@ -91,6 +94,7 @@ impl Policy {
             prefix: cfg.container_prefix.clone(),
             agents_dir: cfg.host_state_dir().join("agents"),
             secrets_dir: cfg.host_secrets_dir().to_path_buf(),
+            leases_dir: cfg.host_state_dir().join("leases"),
             network: cfg.network.clone(),
             kinds,
             default_user: Owner::of_node(node_user),
@@ -135,7 +139,7 @@ impl Policy {
     pub fn container_request(&self, name: Option<&str>, bytes: &[u8]) -> Result<Admitted, Refusal> {
         self.check_name(name)?;
         let b: ContainerBody = read(bytes, &shape::CONTAINER)?;
-        self.check_container(&b)
+        self.check_container(&b, name.unwrap_or(""))
     }
 
     /// A volume-create body; `Ok` is the body to forward.
@@ -154,7 +158,7 @@ impl Policy {
         }
     }
 
-    fn check_container(&self, b: &ContainerBody) -> Result<Admitted, Refusal> {
+    fn check_container(&self, b: &ContainerBody, name: &str) -> Result<Admitted, Refusal> {
         let labels = b.labels.clone().unwrap_or_default();
         if !self.owns(|k| labels.get(k).map(String::as_str)) {
             return refuse(format!("Labels must carry {LABEL_MANAGED}=1 and {LABEL_NODE}={}", self.node));
@@ -177,7 +181,7 @@ impl Policy {
         };
         self.check_host(host, kind, kind_name)?;
         let agent = labels.get(LABEL_AGENT).map(String::as_str).unwrap_or("");
-        let (files, volumes) = self.mounts(host, agent, kind_name)?;
+        let (files, volumes) = self.mounts(host, agent, kind_name, name)?;
         Ok(Admitted { body: b.clone(), files, volumes, owner })
     }
 
@@ -232,14 +236,16 @@ impl Policy {
         Ok(())
     }
 
-    /// What each mount carries: a bind, the agent's PAT or a secret the kind may mount; a
-    /// volume, one named with the prefix.
-    fn mounts(&self, h: &HostConfig, agent: &str, kind: &str) -> Result<(Files, Vec<String>), Refusal> {
+    /// What each mount carries: a read-only bind, the agent's PAT or a secret the kind may
+    /// mount; the one writable bind, the container's own lease directory; a volume, one named
+    /// with the prefix.
+    fn mounts(&self, h: &HostConfig, agent: &str, kind: &str, name: &str) -> Result<(Files, Vec<String>), Refusal> {
         let (mut files, mut volumes) = (Vec::new(), Vec::new());
         for (i, m) in h.mounts.iter().flatten().enumerate() {
             let source = m.source.as_deref().unwrap_or("");
             match m.r#type.as_deref().unwrap_or("") {
                 "bind" if m.read_only == Some(true) => files.push((i, self.bind_source(source, agent, kind)?)),
+                "bind" if self.is_lease(m, name) => files.push((i, Source::Lease)),
                 "bind" => return refuse(format!("bind mount of {source:?} must be ReadOnly")),
                 "volume" => {
                     self.check_volume_name(source)?;
@@ -249,6 +255,17 @@ impl Policy {
             }
         }
         Ok((files, volumes))
+    }
+
+    /// The writable bind of a container's lease directory: exactly `hostStateDir/leases/<its
+    /// name>` at `/run/fleet/busy`. The guard binds a directory it makes instead, so the path
+    /// only names what is asked for, and nothing the node writes is ever bound writable.
+    fn is_lease(&self, m: &super::body::Mount, name: &str) -> bool {
+        let source = Path::new(m.source.as_deref().unwrap_or(""));
+        m.read_only == Some(false)
+            && m.target.as_deref() == Some(crate::lease::TARGET)
+            && super::route::is_container_ref(name)
+            && source == self.leases_dir.join(name)
     }
 
     /// A bind source is the agent's own PAT file or a file of the secrets directory the kind

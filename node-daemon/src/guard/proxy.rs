@@ -121,6 +121,7 @@ async fn dispatch(g: &Guard, method: &Method, call: &Call, bytes: &[u8]) -> call
         Route::CreateVolume => calls::create_volume(g, call, bytes).await,
         Route::Container(reference, action) => calls::container(g, call, reference, *action).await,
         Route::InspectImage(name) => calls::inspect_image(g, call, name).await,
+        Route::Busy(reference) => Ok(calls::busy(g, reference).await),
         Route::ListContainers => Ok(list(g, call, listing::containers).await),
         Route::ListVolumes => Ok(list(g, call, listing::volumes).await),
         Route::Plain(_) => Ok(forward(g, method, &call.forward_path(""), None).await.into_response()),

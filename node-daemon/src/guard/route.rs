@@ -26,6 +26,15 @@ pub enum Route {
     Container(String, Action),
     /// `GET /images/{name}/json`: whether an image a kind may run is present (`checkBeforeStop`).
     InspectImage(String),
+    /// `GET /fleet/v1/containers/{name}/busy`: the guard's own route, not the engine's: the
+    /// busy lease of one of this node's containers, read from the lease directory the guard
+    /// made for it (`crate::lease`).
+    Busy(String),
+}
+
+/// The guard's own route for a container's busy lease.
+pub fn busy_path(name: &str) -> String {
+    format!("/fleet/v1/containers/{name}/busy")
 }
 
 /// What is done to one container.
@@ -85,6 +94,7 @@ impl Call {
             Route::Container(_, Action::Stop) => format!("/containers/{id}/stop"),
             Route::Container(_, Action::Remove) => format!("/containers/{id}"),
             Route::InspectImage(name) => format!("/images/{name}/json"),
+            Route::Busy(_) => format!("/containers/{id}/json"),
         };
         format!("{}{path}{}", self.version, self.query.encoded())
     }
@@ -112,6 +122,9 @@ pub fn route(method: &str, path: &str, query: Option<&str>) -> Result<Call, Refu
         }
         ("POST", ["containers", id, "stop"]) if is_container_ref(id) => Route::Container(id.to_string(), Action::Stop),
         ("DELETE", ["containers", id]) if is_container_ref(id) => Route::Container(id.to_string(), Action::Remove),
+        ("GET", ["fleet", "v1", "containers", id, "busy"]) if is_container_ref(id) && version.is_empty() => {
+            Route::Busy(id.to_string())
+        }
         ("GET", ["images", name @ .., "json"]) if is_image_ref(&name.join("/")) => Route::InspectImage(name.join("/")),
         _ => return refuse(format!("{method} {path} is not an endpoint fleet-node uses")),
     };
@@ -192,7 +205,11 @@ mod tests {
         assert_eq!(r("POST", "/v1.41/containers/abc/start"), container("abc", Action::Start));
         assert_eq!(r("POST", "/v1.41/containers/abc/stop"), container("abc", Action::Stop));
         assert_eq!(r("DELETE", "/v1.41/containers/abc"), container("abc", Action::Remove));
+        assert_eq!(r("GET", "/fleet/v1/containers/fl-a-0/busy"), Ok(Route::Busy("fl-a-0".into())));
         for (m, p) in [
+            ("PUT", "/fleet/v1/containers/fl-a-0/busy"),
+            ("GET", "/v1.41/fleet/v1/containers/fl-a-0/busy"),
+            ("GET", "/fleet/v1/containers/busy"),
             ("POST", "/v1.41/containers/abc/exec"),
             ("POST", "/exec/abc/start"),
             ("PUT", "/v1.41/containers/abc/archive"),

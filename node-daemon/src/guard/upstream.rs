@@ -28,7 +28,7 @@ impl Upstream {
         Err(format!("--docker {url:?} must be unix://PATH or tcp://HOST:PORT"))
     }
 
-    pub(super) async fn send(&self, req: Request<Full<Bytes>>) -> Result<Response<Incoming>, String> {
+    pub(crate) async fn send(&self, req: Request<Full<Bytes>>) -> Result<Response<Incoming>, String> {
         let fail = |e: std::io::Error| format!("cannot reach the Docker engine at {self:?}: {e}");
         match self {
             Upstream::Unix(p) => exchange(UnixStream::connect(p).await.map_err(fail)?, req).await,

@@ -55,6 +55,11 @@ pub struct ContainerSpec {
     /// not part of the spec hash.
     #[serde(skip)]
     pub note: Option<String>,
+    /// The host directory bound writable at `/run/fleet/busy` for the replica's busy lease
+    /// (`crate::lease`). Not part of the spec hash: a container made before leases existed is
+    /// adopted as it is, and gets one when it is next made.
+    #[serde(skip)]
+    pub lease_dir: Option<String>,
 }
 
 /// The kind's limits on what an agent container may do (node.yaml `executors.<kind>`).
@@ -87,6 +92,8 @@ pub struct Seen {
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub running: bool,
+    /// The host path bound at `/run/fleet/busy`, if the container has a lease directory.
+    pub lease_source: Option<String>,
 }
 
 /// What `inspect` tells about a container's last run.

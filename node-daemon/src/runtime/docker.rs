@@ -127,7 +127,10 @@ impl Runtime for DockerRuntime {
                 let name = c.names?.first()?.trim_start_matches('/').to_string();
                 let labels = c.labels.unwrap_or_default().into_iter().collect();
                 let running = matches!(c.state, Some(bollard::models::ContainerSummaryStateEnum::RUNNING));
-                Some(Seen { id: c.id?, name, labels, running })
+                let lease_source = c.mounts.into_iter().flatten().find_map(|m| {
+                    (m.destination.as_deref() == Some(crate::lease::TARGET)).then_some(m.source).flatten()
+                });
+                Some(Seen { id: c.id?, name, labels, running, lease_source })
             })
             .collect())
     }
@@ -211,6 +214,18 @@ pub fn container_body(spec: &ContainerSpec) -> ContainerCreateBody {
             ..Default::default()
         });
     }
+    let mut env = spec.env.clone();
+    if let Some(dir) = &spec.lease_dir {
+        // The one writable bind: the replica's own lease directory (crate::lease).
+        mounts.push(Mount {
+            target: Some(crate::lease::TARGET.into()),
+            source: Some(dir.clone()),
+            typ: Some(MountType::BIND),
+            read_only: Some(false),
+            ..Default::default()
+        });
+        env.push(crate::lease::env_entry());
+    }
     let h = &spec.hardening;
     let host = HostConfig {
         init: Some(true),
@@ -235,7 +250,7 @@ pub fn container_body(spec: &ContainerSpec) -> ContainerCreateBody {
     ContainerCreateBody {
         user: h.user.clone(),
         image: Some(spec.image.clone()),
-        env: Some(spec.env.clone()),
+        env: Some(env),
         labels: Some(spec.labels.clone().into_iter().collect()),
         host_config: Some(host),
         ..Default::default()

@@ -90,6 +90,7 @@ impl Runtime for FakeRuntime {
                 name: c.spec.name.clone(),
                 labels: c.spec.labels.clone(),
                 running: c.running,
+                lease_source: c.spec.lease_dir.clone(),
             })
             .collect())
     }

@@ -31,6 +31,7 @@ fn spec(agent: &str, replica: u32, image: &str) -> ContainerSpec {
         network: None,
         hardening: Default::default(),
         note: None,
+        lease_dir: None,
     }
 }
 
@@ -443,4 +444,90 @@ async fn check_before_stop_keeps_the_old_container_when_the_new_template_is_refu
             assert_eq!((r.state, r.message), (ReplicaState::Stopped, Some(msg.clone())));
         }
     }
+}
+
+/// A replica with a lease directory under `dir` (docs/behaviour.md#busy-replicas).
+fn leased(dir: &std::path::Path, agent: &str, replica: u32, image: &str) -> Wanted {
+    let mut w = run(agent, replica, image);
+    if let Plan::Run(spec) = &mut w.plan {
+        spec.lease_dir = Some(dir.join("leases").join(&spec.name).display().to_string());
+    }
+    w
+}
+
+fn with_leases(rt: FakeRuntime, dir: &std::path::Path) -> Supervisor<FakeRuntime> {
+    let leases = crate::lease::Leases::new(dir, dir);
+    Supervisor::new(rt).with_leases(LeaseReader::new(leases, "unix:///nowhere"))
+}
+
+fn write_lease(dir: &std::path::Path, name: &str, text: &str) {
+    std::fs::write(dir.join("leases").join(name).join(crate::lease::FILE), text).unwrap();
+}
+
+fn in_a_minute() -> i64 {
+    SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 + 60
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_running_replica_reports_its_lease_until_it_says_idle() {
+    let t = tempfile::tempdir().unwrap();
+    let rt = FakeRuntime::default();
+    let mut s = with_leases(rt.clone(), t.path());
+    let w = vec![leased(t.path(), "a", 0, "img:1")];
+    tick(&mut s, &w).await;
+    assert_eq!(state(&s, &w).busy_until, None, "a new container starts idle");
+    let until = in_a_minute();
+    write_lease(t.path(), "fleet-a-0", &format!("{until}\n"));
+    tick(&mut s, &w).await;
+    assert_eq!(state(&s, &w).busy_until, Some(crate::lease::rfc3339(until)));
+    write_lease(t.path(), "fleet-a-0", "");
+    tick(&mut s, &w).await;
+    assert_eq!(state(&s, &w).busy_until, None, "written empty: idle");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replica_not_running_is_never_busy_and_a_restart_forgets_the_last_run_s_lease() {
+    let t = tempfile::tempdir().unwrap();
+    let rt = FakeRuntime::default();
+    let mut s = with_leases(rt.clone(), t.path());
+    let w = vec![leased(t.path(), "a", 0, "img:1")];
+    tick(&mut s, &w).await;
+    write_lease(t.path(), "fleet-a-0", &in_a_minute().to_string());
+    tick(&mut s, &w).await;
+    assert!(state(&s, &w).busy_until.is_some());
+    rt.exit("fleet-a-0", 1);
+    tick(&mut s, &w).await;
+    let r = state(&s, &w);
+    assert_eq!((r.state, r.busy_until), (ReplicaState::Starting, None), "exited: not busy");
+    // The file was written in the run that ended: the next run does not inherit it.
+    let file = t.path().join("leases/fleet-a-0").join(crate::lease::FILE);
+    let past = SystemTime::now() - Duration::from_secs(30);
+    std::fs::File::options().write(true).open(&file).unwrap().set_modified(past).unwrap();
+    tokio::time::advance(backoff(1)).await;
+    tick(&mut s, &w).await;
+    tick(&mut s, &w).await;
+    let r = state(&s, &w);
+    assert_eq!((r.state, r.restarts, r.busy_until), (ReplicaState::Running, 1, None));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_goes_with_its_container() {
+    let t = tempfile::tempdir().unwrap();
+    let rt = FakeRuntime::default();
+    let mut s = with_leases(rt.clone(), t.path());
+    tick(&mut s, &[leased(t.path(), "a", 0, "img:1")]).await;
+    write_lease(t.path(), "fleet-a-0", &in_a_minute().to_string());
+    // A new template: the container is made anew, with a fresh, empty directory.
+    let w = vec![leased(t.path(), "a", 0, "img:2")];
+    tick(&mut s, &w).await;
+    tick(&mut s, &w).await;
+    assert_eq!(rt.by_name("fleet-a-0").unwrap().spec.image, "img:2");
+    assert_eq!(state(&s, &w).busy_until, None);
+    assert!(!t.path().join("leases/fleet-a-0").join(crate::lease::FILE).exists());
+    // No longer wanted: once the container is gone, so is its directory.
+    write_lease(t.path(), "fleet-a-0", &in_a_minute().to_string());
+    tick(&mut s, &[]).await;
+    tick(&mut s, &[]).await;
+    assert!(rt.by_name("fleet-a-0").is_none());
+    assert!(!t.path().join("leases/fleet-a-0").exists());
 }

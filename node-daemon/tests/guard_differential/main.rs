@@ -86,7 +86,14 @@ impl Lab {
     /// removes it.
     pub async fn create(&self, name: &str, body: &[u8]) -> Outcome {
         let url = format!("{}/v1.41/containers/create?name={name}", self.url);
-        let r = self.http.post(url).header("content-type", "application/json").body(body.to_vec()).send().await;
+        // The lease directory fleet-node asks for is named by the container: the body made
+        // for replica 0 is sent as `name`, so it names `name`'s.
+        let own_lease = format!("/leases/{}-coder-0\"", self.prefix);
+        let body = match std::str::from_utf8(body) {
+            Ok(text) => text.replace(&own_lease, &format!("/leases/{name}\"")).into_bytes(),
+            Err(_) => body.to_vec(),
+        };
+        let r = self.http.post(url).header("content-type", "application/json").body(body).send().await;
         let r = r.expect("the guard answers");
         let status = r.status().as_u16();
         let text = r.text().await.unwrap_or_default();

@@ -100,6 +100,8 @@ fn assert_mount_clean(lab: &Lab, m: &Value, what: &str) {
         Some("bind") => {
             let in_guard = source.parent().and_then(|d| d.parent()) == Some(lab.cfg.guard_dir.as_path());
             let copied = match source.file_name().and_then(|n| n.to_str()) {
+                // The one writable bind: the container's lease directory, the guard's own.
+                Some("busy") => return assert_lease_dir(m, in_guard, what),
                 Some("agent-pat") => Some(lab.cfg.state_dir.join("agents/coder/agent-pat")),
                 Some(n) => n.strip_prefix("secret-").map(|s| lab.cfg.secrets_dir.join(s)),
                 None => None,
@@ -112,5 +114,14 @@ fn assert_mount_clean(lab: &Lab, m: &Value, what: &str) {
         }
         _ => false,
     };
+    assert!(ok, "{what}: the engine created a container with the mount {m}");
+}
+
+/// The lease directory a container may write (docs/behaviour.md#busy-replicas): made by the
+/// guard in its own directory, a real directory, bound at `/run/fleet/busy` only.
+fn assert_lease_dir(m: &Value, in_guard: bool, what: &str) {
+    let source = std::path::Path::new(m["Source"].as_str().unwrap_or(""));
+    let real_dir = std::fs::symlink_metadata(source).is_ok_and(|f| f.is_dir());
+    let ok = in_guard && real_dir && m["Destination"] == "/run/fleet/busy";
     assert!(ok, "{what}: the engine created a container with the mount {m}");
 }

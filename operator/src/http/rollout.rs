@@ -6,6 +6,7 @@
 use super::app::App;
 use super::caller::{CanAdmin, CanRead};
 use super::error::ApiError;
+use crate::clock;
 use crate::model::{Agent, SpecId, Template};
 use crate::store::rollouts::{Command, ORDER_WAIT};
 use crate::store::{Rollout, State as Registry};
@@ -71,7 +72,35 @@ fn running_replicas(st: &Registry, a: &Agent, own: SpecId) -> (u32, u32) {
     (running, elsewhere)
 }
 
+/// The agent's view, saying which CP read it reflects and when it was built.
 async fn view_of(app: &App, key: &str) -> Result<RolloutView, ApiError> {
+    // Looked up before the view is built: the registry then holds at least what that read
+    // brought (the watcher notes a read only once a pass has committed its result).
+    let cp_read = cp_read_ms(app).await?;
+    let view = current_view(app, key).await?;
+    Ok(stamped(view, cp_read))
+}
+
+/// When the latest CP read a pass committed began: this replica's own while it leads and has
+/// read, else the one the leader stored.
+async fn cp_read_ms(app: &App) -> Result<Option<i64>, ApiError> {
+    let Some(r) = &app.reconciler else { return Ok(None) };
+    if let Some(ms) = r.pass_clock.cp_read_ms().filter(|_| r.role.leading()) {
+        return Ok(Some(ms));
+    }
+    let row = app.store.db().get_kv(crate::reconcile::pass::agents::CP_READ_KEY).await?;
+    Ok(row.and_then(|v| v.parse().ok()))
+}
+
+/// The view with `cpReadAt` and `asOf`, both on this controller's clock: a client compares
+/// them with each other, never with its own clock.
+fn stamped(mut v: RolloutView, cp_read_ms: Option<i64>) -> RolloutView {
+    v.cp_read_at = cp_read_ms.map(clock::rfc3339_millis);
+    v.as_of = Some(clock::rfc3339_millis(clock::now_ms()));
+    v
+}
+
+async fn current_view(app: &App, key: &str) -> Result<RolloutView, ApiError> {
     let stored = {
         let st = app.store.read();
         let a = st.agent(key).ok_or_else(|| unknown_agent(key))?;
@@ -102,13 +131,18 @@ pub async fn get_rollout(
 /// The rollout views of every agent whose rollout is not complete, by agent key.
 #[utoipa::path(get, path = "/api/v1/rollouts", tag = "admin", security(("admin" = ["fleet:read"])),
     responses((status = 200, body = List<RolloutView>), (status = 401, description = "invalid_token", body = ErrorBody), (status = 403, description = "insufficient_scope", body = ErrorBody), (status = 503, description = "not_configured", body = ErrorBody)))]
-pub async fn list_rollouts(State(app): State<Arc<App>>, _: CanRead) -> Json<List<RolloutView>> {
+pub async fn list_rollouts(State(app): State<Arc<App>>, _: CanRead) -> Result<Json<List<RolloutView>>, ApiError> {
+    let cp_read = cp_read_ms(&app).await?;
     let st = app.store.read();
     let name = node_name(&st);
-    let mut items: Vec<RolloutView> =
-        st.rollouts().map(|r| r.view(&name)).filter(|v| v.state != RolloutState::Complete).collect();
+    let mut items: Vec<RolloutView> = st
+        .rollouts()
+        .map(|r| r.view(&name))
+        .filter(|v| v.state != RolloutState::Complete)
+        .map(|v| stamped(v, cp_read))
+        .collect();
     items.sort_by(|a, b| a.agent_key.cmp(&b.agent_key));
-    Json(List::all(items))
+    Ok(Json(List::all(items)))
 }
 
 /// `POST /api/v1/agents/{key}/rollout:{action}`.
@@ -154,9 +188,10 @@ pub async fn act(
         return view_of(&app, &key).await.map(Json);
     }
     // As the leader stored it with the order's effect; `GET` shows the live counts.
+    let cp_read = cp_read_ms(&app).await?;
     let stored = app.store.stored_rollout(&key).await?.ok_or_else(|| unknown_agent(&key))?;
-    let st = app.store.read();
-    Ok(Json(stored.view(node_name(&st))))
+    let view = stored.view(node_name(&app.store.read()));
+    Ok(Json(stamped(view, cp_read)))
 }
 
 /// The template `undo` brings back: the rollout's previous one.

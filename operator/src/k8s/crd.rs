@@ -149,6 +149,12 @@ pub struct MirrorCapacity {
     printcolumn(name = "Node", type_ = "string", json_path = ".status.node"),
     printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.replicas"),
     printcolumn(
+        name = "Busy",
+        type_ = "integer",
+        json_path = ".status.busyReplicas",
+        description = "replicas busy with work that voluntary disruptions wait for (docs/behaviour.md#busy-replicas)"
+    ),
+    printcolumn(
         name = "Status",
         type_ = "string",
         json_path = ".status.status",
@@ -203,10 +209,28 @@ pub struct FleetPlacementStatus {
     pub status: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// The agent's rollout when one is not complete: `progressing`, `paused`, `halted` or
-    /// `reverted` (docs/behaviour.md#rolling-out-a-change).
+    /// The agent's rollout when one is not complete: `progressing`, `paused`, `halted`,
+    /// `reverted` or `waiting_for_window` (docs/behaviour.md#rolling-out-a-change).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<String>,
+    /// How many of these replicas are busy (docs/behaviour.md#busy-replicas); always written, 0
+    /// when none is, so the field is the controller's (the API server shows the schema's
+    /// default on an object an older controller wrote).
+    #[serde(default)]
+    pub busy_replicas: u32,
+    /// Each busy replica and until when, by replica; always written (empty when none is).
+    #[serde(default)]
+    pub busy: Vec<MirrorBusy>,
+}
+
+/// A busy replica of a `FleetPlacement`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MirrorBusy {
+    pub replica: u32,
+    /// RFC 3339, rounded up to the minute: a replica that renews its lease every few seconds
+    /// changes the mirror at most once a minute.
+    pub until: String,
 }
 
 /// The CRD YAML for both resources, as `fleet-controller crds` prints it and `crds/` holds it.

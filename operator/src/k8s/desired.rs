@@ -4,7 +4,9 @@
 //! from the once-a-minute refresh of the last-seen time, and which optional status fields it
 //! has, so the mirror can tell a field another manager added (docs/behaviour.md#kubernetes-mirror).
 
-use super::crd::{FleetNodeSpec, FleetNodeStatus, FleetPlacementSpec, FleetPlacementStatus, MirrorCapacity};
+use super::crd::{
+    FleetNodeSpec, FleetNodeStatus, FleetPlacementSpec, FleetPlacementStatus, MirrorBusy, MirrorCapacity,
+};
 use super::kind::Kind;
 use super::names;
 use crate::reconcile::rules::views::Placements;
@@ -65,6 +67,26 @@ pub struct Snapshot {
     pub views: Placements,
     /// The state of each rollout not complete, by agent.
     pub rollouts: FxHashMap<String, &'static str>,
+    pub busy: BusyReplicas,
+}
+
+/// Busy replicas by (agent, node id): each replica and until when (ms). Only nodes with a
+/// busy replica are in the registry's busy map, so a fleet with none copies nothing.
+pub type BusyReplicas = FxHashMap<(String, String), Vec<(u32, i64)>>;
+
+/// The busy replicas of a placement item, by replica.
+fn busy_of(v: &PlacementView, busy: &BusyReplicas) -> Vec<MirrorBusy> {
+    let Some(node) = &v.node_id else { return Vec::new() };
+    let Some(list) = busy.get(&(v.agent_key.clone(), node.clone())) else { return Vec::new() };
+    let mut out: Vec<MirrorBusy> =
+        list.iter().map(|&(replica, until)| MirrorBusy { replica, until: busy_minute(until) }).collect();
+    out.sort_by_key(|b| b.replica);
+    out
+}
+
+/// `until_ms` as the mirror shows it: rounded up to the whole minute.
+fn busy_minute(until_ms: i64) -> String {
+    crate::clock::rfc3339_ms((until_ms + 59_999).div_euclid(60_000) * 60_000)
 }
 
 pub fn snapshot(st: &State, now_ms: i64, offline_after: Duration) -> Snapshot {
@@ -76,12 +98,19 @@ pub fn snapshot(st: &State, now_ms: i64, offline_after: Duration) -> Snapshot {
             .map(|r| (r.agent.to_string(), r.view_state().as_str()))
             .filter(|r| r.1 != "complete")
             .collect(),
+        busy: {
+            let mut busy = BusyReplicas::default();
+            for (node, agent, replica, until) in st.busy_leases(now_ms) {
+                busy.entry((agent.to_string(), node.to_string())).or_default().push((replica, until));
+            }
+            busy
+        },
     }
 }
 
 pub fn wanted(snap: Snapshot) -> Wanted {
-    let Snapshot { nodes, views, rollouts } = snap;
-    wanted_from(&nodes, || views.iter(), &rollouts)
+    let Snapshot { nodes, views, rollouts, busy } = snap;
+    wanted_from(&nodes, || views.iter(), &rollouts, &busy)
 }
 
 /// The mirrors of these nodes and placement items; `views` lists the items (it is walked
@@ -90,6 +119,7 @@ pub fn wanted_from<I: Iterator<Item = PlacementView>>(
     node_views: &[NodeView],
     views: impl Fn() -> I,
     rollouts: &FxHashMap<String, &'static str>,
+    busy: &BusyReplicas,
 ) -> Wanted {
     let names: FxHashMap<&str, &str> = node_views.iter().map(|n| (n.id.as_str(), n.name.as_str())).collect();
     let mut placed: FxHashMap<String, u32> = FxHashMap::default();
@@ -131,6 +161,7 @@ pub fn wanted_from<I: Iterator<Item = PlacementView>>(
             // A placement on a node is named after the node; pending and stopped items after
             // their status (a node that vanished in between also counts as pending here).
             let where_ = node_name.clone().unwrap_or_else(|| status_word.clone());
+            let busy = busy_of(&v, busy);
             let status = FleetPlacementStatus {
                 agent_key: v.agent_key.clone(),
                 revision: v.revision,
@@ -140,6 +171,8 @@ pub fn wanted_from<I: Iterator<Item = PlacementView>>(
                 status: status_word,
                 reason: v.reason.clone(),
                 rollout: rollouts.get(&v.agent_key).map(|s| s.to_string()),
+                busy_replicas: busy.len() as u32,
+                busy,
             };
             want(
                 Kind::Placement,

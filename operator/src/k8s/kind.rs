@@ -126,10 +126,13 @@ mod tests {
     fn optional_status_fields_are_read_from_the_crd_schema() {
         let node = Kind::Node.optional_status_fields();
         assert_eq!(node, ["capacity.cpus", "capacity.memoryMb", "drainBlocked", "scheduling"], "defaulted fields too");
-        assert_eq!(Kind::Placement.optional_status_fields(), ["node", "nodeId", "reason", "rollout"]);
+        assert_eq!(
+            Kind::Placement.optional_status_fields(),
+            ["busy", "busyReplicas", "node", "nodeId", "reason", "rollout"]
+        );
         let status = json!({"capacity": {"slots": 1, "memoryMb": null}, "drainBlocked": 7});
         assert_eq!(Kind::Node.optional_mask(Some(&status)), 0b110);
-        assert_eq!(Kind::Placement.optional_mask(Some(&json!({"reason": "x"}))), 0b100);
+        assert_eq!(Kind::Placement.optional_mask(Some(&json!({"reason": "x"}))), 0b10000);
         assert_eq!(Kind::Node.optional_mask(None), 0);
     }
 }

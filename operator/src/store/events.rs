@@ -9,7 +9,7 @@ pub use super::records::event::{Batch, Event, Filter, Kind, PER_PASS};
 use fleet_api::EventView;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Events kept in the database at most.
 pub const KEEP_TOTAL: i64 = 10_000;
@@ -25,6 +25,9 @@ const PENDING_MAX: usize = 20_000;
 pub struct Pending {
     queue: Mutex<VecDeque<Event>>,
     pub dropped: AtomicU64,
+    /// A pass wrote events with its rows and left the trimming to the next flush: a pass's
+    /// transaction does not pay for a walk of the whole history.
+    untrimmed: AtomicBool,
 }
 
 impl Pending {
@@ -42,6 +45,11 @@ impl Pending {
         for e in events {
             self.record(e);
         }
+    }
+
+    /// A pass wrote events of its own: the next flush trims the history.
+    pub fn written_by_pass(&self) {
+        self.untrimmed.store(true, Ordering::Relaxed);
     }
 
     fn take(&self) -> Vec<Event> {
@@ -64,12 +72,14 @@ impl Pending {
 /// Writes the pending events and trims the history; returns how many were written.
 pub async fn flush(db: &Db, pending: &Pending) -> Result<usize, DbError> {
     let events = pending.take();
-    if events.is_empty() {
+    let untrimmed = pending.untrimmed.swap(false, Ordering::Relaxed);
+    if events.is_empty() && !untrimmed {
         return Ok(0);
     }
     match on!(db.pool(), write_events(&events, KEEP_PER_SUBJECT, KEEP_TOTAL)) {
         Ok(()) => Ok(events.len()),
         Err(e) => {
+            pending.untrimmed.fetch_or(untrimmed, Ordering::Relaxed);
             pending.restore(events);
             Err(e)
         }
@@ -134,6 +144,26 @@ mod tests {
         assert_eq!(all.len(), PAGE as usize, "one call returns at most {PAGE}");
     }
 
+    /// Events a pass wrote with its rows are trimmed by the next flush, even one with nothing
+    /// of its own to write.
+    #[tokio::test]
+    async fn events_a_pass_wrote_are_trimmed_by_the_next_flush() {
+        for fresh in each() {
+            eprintln!("on {}", fresh.backend);
+            let db = crate::store::db::testing::open_leading(&fresh.url).await;
+            let a: Id = "a".into();
+            let events = (0..KEEP_PER_SUBJECT + 10).map(|i| Event::new(Kind::RolloutStep, i.to_string()).agent(&a));
+            let w = crate::store::db::PassWrite { events: events.collect(), ..Default::default() };
+            db.apply_pass(&w).await.unwrap();
+            let pending = Pending::default();
+            assert_eq!(flush(&db, &pending).await.unwrap(), 0);
+            assert_eq!(count(&db, "events").await, KEEP_PER_SUBJECT + 10, "no flush without a reason");
+            pending.written_by_pass();
+            assert_eq!(flush(&db, &pending).await.unwrap(), 0);
+            assert_eq!(count(&db, "events").await, KEEP_PER_SUBJECT);
+        }
+    }
+
     #[test]
     fn a_pass_records_a_bounded_number_and_summarises_the_rest() {
         let mut b = Batch::default();
@@ -150,6 +180,18 @@ mod tests {
                 "15 more replica_moved events in this pass (a pass records 1000 one by one)"
             ]
         );
+
+        // Those taken out for a commit in the middle of the pass still count.
+        let mut b = Batch::default();
+        for _ in 0..PER_PASS - 1 {
+            b.push(Event::new(Kind::RolloutStep, "x"));
+        }
+        assert_eq!(b.take_recorded().len(), PER_PASS - 1);
+        for _ in 0..3 {
+            b.push(Event::new(Kind::RolloutStep, "y"));
+        }
+        let rest: Vec<String> = b.finish().into_iter().map(|e| e.message).collect();
+        assert_eq!(rest, ["y", "2 more rollout_step events in this pass (a pass records 1000 one by one)"]);
     }
 
     #[test]

@@ -165,7 +165,16 @@ impl Parts {
         rollouts: Vec<(Id, Option<Arc<Rollout>>)>,
         lingering: Vec<((Id, u32), Option<Linger>)>,
     ) -> Result<(), DbError> {
+        if !rows.events.is_empty() {
+            // Those recorded before the pass's own go first, so the history keeps their order.
+            if let Err(e) = super::events::flush(&self.db, &self.events).await {
+                tracing::warn!(error = %e, "cannot write the events recorded before the pass; the flusher retries");
+            }
+        }
         self.db.apply_pass(rows).await?;
+        if !rows.events.is_empty() {
+            self.events.written_by_pass();
+        }
         let mut desired = desired;
         let announced: Vec<(Id, u64)> = desired.iter().map(|(node, rec)| (node.clone(), rec.generation)).collect();
         {

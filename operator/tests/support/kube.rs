@@ -114,7 +114,7 @@ pub fn table(out: &str) -> Vec<std::collections::BTreeMap<String, String>> {
 }
 
 /// Nodes kept reporting (no replicas, every 500 ms) until the value is dropped.
-pub struct Reporting(tokio::task::JoinHandle<()>);
+pub struct Reporting(pub tokio::task::JoinHandle<()>);
 
 pub fn reporting(nodes: Vec<TestNode>) -> Reporting {
     Reporting(keep_reporting(nodes))

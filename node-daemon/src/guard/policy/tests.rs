@@ -55,6 +55,7 @@ fn spec(host: &Path) -> ContainerSpec {
             user: Some("1000:1000".into()),
         },
         note: None,
+        lease_dir: Some(format!("{}/state/leases/fl-coder-0", host.display())),
     }
 }
 
@@ -103,7 +104,7 @@ fn the_node_s_own_bodies_pass_and_are_forwarded_as_they_were() {
 fn an_admitted_create_names_its_files_volumes_and_user() {
     let n = node();
     let a = n.admit(n.own_body().to_string().as_bytes()).unwrap();
-    assert_eq!(a.files, vec![(0, Source::Pat("coder".into())), (1, Source::Secret("gh".into()))]);
+    assert_eq!(a.files, vec![(0, Source::Pat("coder".into())), (1, Source::Secret("gh".into())), (3, Source::Lease)]);
     assert_eq!(a.volumes, vec!["fl-coder-0-data".to_string()]);
     assert_eq!(a.owner, Owner { uid: 1000, gid: Some(1000) });
 }
@@ -279,6 +280,30 @@ fn mounts_come_only_from_the_node_s_directories_and_volumes() {
     assert_eq!(e, "volume \"postgres-data\" is not allowed: only volumes named fl-…");
     let e = n.refusal(|b| b["HostConfig"]["Mounts"][2]["Type"] = json!("tmpfs"));
     assert_eq!(e, "mount type \"tmpfs\" is not allowed: only bind and volume");
+}
+
+/// docs/behaviour.md#busy-replicas: the one writable bind is the container's own lease
+/// directory, named exactly by the container's name at `/run/fleet/busy`; any other writable
+/// bind, or another container's lease directory, is refused.
+#[test]
+fn the_only_writable_bind_is_the_container_s_own_lease_directory() {
+    let n = node();
+    let host = n.dir.path().display().to_string();
+    assert_eq!(n.own_body()["HostConfig"]["Mounts"][3]["Target"], "/run/fleet/busy");
+    for source in [
+        format!("{host}/state/leases/fl-other-0"),
+        format!("{host}/state/leases"),
+        format!("{host}/state/leases/fl-coder-0/x"),
+        format!("{host}/state/leases/../agents"),
+        "/".to_string(),
+    ] {
+        let e = n.refusal(|b| b["HostConfig"]["Mounts"][3]["Source"] = json!(source));
+        assert!(e.ends_with("must be ReadOnly"), "{source}: {e}");
+    }
+    let e = n.refusal(|b| b["HostConfig"]["Mounts"][3]["Target"] = json!("/etc"));
+    assert!(e.ends_with("must be ReadOnly"), "{e}");
+    let e = n.refusal(|b| b["HostConfig"]["Mounts"][3]["ReadOnly"] = json!(true));
+    assert!(e.contains("is not allowed"), "read-only it is neither a PAT nor a secret: {e}");
 }
 
 /// A kind that lists its secrets mounts only those: a compromised node cannot hand another

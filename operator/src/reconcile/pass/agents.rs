@@ -1,9 +1,10 @@
 //! The CP change trigger: the one reader of the CP's agent list (docs/behaviour.md#control-plane-calls-and-agent-descriptions, docs/behaviour.md#the-reconcile-pass).
 
+use crate::clock;
 use crate::model::Agent;
 use crate::platform::cp::AgentsFetch;
 use crate::reconcile::work::Ctx;
-use crate::store::db::AgentsWrite;
+use crate::store::db::{AgentsWrite, PassWrite};
 use std::cmp::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,12 +16,17 @@ pub const CP_WATCH_EVERY: Duration = Duration::from_secs(2);
 /// How long the copy of a changed list waits for a pass to commit what it made of it.
 const STORE_WAIT: Duration = Duration::from_secs(10);
 
+/// The `kv` row that holds when the latest CP read a pass has committed began (ms): the
+/// rollout view's `cpReadAt` on a replica that does not lead, or leads and has not read yet.
+pub const CP_READ_KEY: &str = "cp_read_at_ms";
+
 /// Watches the CP's agent list and triggers a pass when it changed (the "CP change" trigger).
 /// It is the only reader of the list: a pass works from the copy in the registry, so it
 /// never waits for the CP (reading 20,000 agents takes tens of pages).
 pub async fn watch_cp(ctx: Arc<Ctx>) {
     // Whether the stored rows may differ from the registry's list other than by the next
-    // change (a write failed): the next write replaces them all.
+    // change (a write failed, or no pass committed the last change in time): the next write
+    // replaces them all, once a pass has committed.
     let mut unsure = false;
     // Every pass numbered above this one works from the registry's list.
     let mut listed_before = 0;
@@ -29,7 +35,13 @@ pub async fn watch_cp(ctx: Arc<Ctx>) {
         // the first read waits for it rather than fail and wait a whole round.
         ctx.gate.opened().await;
         let started = tokio::time::Instant::now();
-        let change = refresh_agents(&ctx).await;
+        let began_ms = clock::now_ms();
+        let read = refresh_agents(&ctx).await;
+        let failed = matches!(read, Read::Failed);
+        let change = match read {
+            Read::Changed(w) => Some(w),
+            Read::Unchanged | Read::Failed => None,
+        };
         if change.is_some() {
             listed_before = ctx.pass_clock.last_begun();
             ctx.kick();
@@ -42,29 +54,58 @@ pub async fn watch_cp(ctx: Arc<Ctx>) {
             }
             _ => None,
         };
+        // With nothing to write, the list in the registry is one a pass has committed: the
+        // loop is sequential, and a list not yet committed is always written (`unsure`).
+        let mut passed = true;
         if let Some(w) = write {
-            unsure = !store_when_passed(&ctx, &w, listed_before).await;
+            let stored = store_when_passed(&ctx, &w, listed_before).await;
+            passed = stored != Stored::NoPass;
+            unsure = stored != Stored::Yes;
+        }
+        if passed && !failed {
+            note_read(&ctx, began_ms).await;
         }
         tokio::time::sleep(CP_WATCH_EVERY.saturating_sub(started.elapsed())).await;
     }
+}
+
+/// A CP read whose result a pass has committed: the rollout views say so from now on, here
+/// and (through the `kv` row, a fenced write) on the other replicas and the next leader.
+async fn note_read(ctx: &Ctx, began_ms: i64) {
+    ctx.pass_clock.cp_read(began_ms);
+    let row = PassWrite { kv: vec![(CP_READ_KEY.to_string(), began_ms.to_string())], ..PassWrite::default() };
+    if let Err(e) = ctx.store.db().apply_pass(&row).await {
+        // The other replicas show an older read meanwhile: a watcher waits a round longer.
+        tracing::debug!(error = %e, "cannot store when the CP was last read");
+    }
+}
+
+/// Whether a changed list was stored.
+#[derive(Debug, PartialEq, Eq)]
+enum Stored {
+    Yes,
+    /// No pass committed it within [`STORE_WAIT`].
+    NoPass,
+    /// A pass committed it; the write failed.
+    WriteFailed,
 }
 
 /// Stores the list once a pass that began after it was taken has committed. The stored list
 /// and its ETag say what the controller has acted on: a list stored before the pass that
 /// starts its rollouts, then a crash or a change of leader, would leave the next leader with
 /// the new templates, the ETag that hides the change from it, and no rollout to apply them.
-/// The copy waiting also leaves the pass the core while it wakes the nodes. False when it was
-/// not stored (no pass committed in time, or the write failed): the next round stores all.
-async fn store_when_passed(ctx: &Ctx, w: &AgentsWrite, before: u64) -> bool {
+/// The copy waiting also leaves the pass the core while it wakes the nodes. When it was not
+/// stored, the next round stores all.
+async fn store_when_passed(ctx: &Ctx, w: &AgentsWrite, before: u64) -> Stored {
     if !ctx.pass_clock.committed_after(before, STORE_WAIT).await {
         tracing::warn!("no pass committed the new agent list within 10 s; storing it later");
-        return false;
+        return Stored::NoPass;
     }
     match ctx.store.db().store_agents(w).await {
-        Ok(()) => true,
+        Ok(()) => Stored::Yes,
         Err(e) => {
             tracing::error!(error = %e, "cannot store the agent list; retrying with the whole list");
-            false
+            Stored::WriteFailed
         }
     }
 }
@@ -84,9 +125,18 @@ fn keep_keys(old: &[Agent], new: &mut [Agent]) {
     }
 }
 
+/// What a read of the CP's agent list found.
+enum Read {
+    /// The list changed: it is in the registry, and this is what to store.
+    Changed(AgentsWrite),
+    Unchanged,
+    /// The CP did not answer with a list: the registry keeps the last one.
+    Failed,
+}
+
 /// Reads the agent list; when it changed, puts it in the registry and returns what changed
 /// for the caller to store.
-async fn refresh_agents(ctx: &Ctx) -> Option<AgentsWrite> {
+async fn refresh_agents(ctx: &Ctx) -> Read {
     let (etag, previous) = {
         let st = ctx.store.read();
         (st.agents_etag().map(String::from), st.agents().clone())
@@ -96,7 +146,7 @@ async fn refresh_agents(ctx: &Ctx) -> Option<AgentsWrite> {
     match fetched {
         Ok(AgentsFetch::NotModified) => {
             ctx.metrics.call("cp", "list_agents", "not_modified");
-            None
+            Read::Unchanged
         }
         Ok(AgentsFetch::List { mut agents, skipped, warnings, etag }) => {
             ctx.metrics.call("cp", "list_agents", "ok");
@@ -122,7 +172,7 @@ async fn refresh_agents(ctx: &Ctx) -> Option<AgentsWrite> {
             let (put, delete) = changed(&current, &agents);
             if put.is_empty() && delete.is_empty() {
                 if current_etag == etag {
-                    return None;
+                    return Read::Unchanged;
                 }
                 // Only the ETag moved: the registry keeps the list it has (the pass and its
                 // maps share it; a copy would be a second list of every agent until the next
@@ -130,7 +180,7 @@ async fn refresh_agents(ctx: &Ctx) -> Option<AgentsWrite> {
                 drop(agents);
                 ctx.store.set_agents_etag(etag.clone());
                 let etag = etag.unwrap_or_default();
-                return Some(AgentsWrite { list: current, put, delete, replace_all: false, etag });
+                return Read::Changed(AgentsWrite { list: current, put, delete, replace_all: false, etag });
             }
             agents.shrink_to_fit();
             keep_keys(&current, &mut agents);
@@ -138,12 +188,12 @@ async fn refresh_agents(ctx: &Ctx) -> Option<AgentsWrite> {
             let old = ctx.store.set_agents(agents.clone(), etag.clone());
             // The old list is freed here, outside the lock.
             drop((old, current));
-            Some(AgentsWrite { list: agents, put, delete, replace_all: false, etag: etag.unwrap_or_default() })
+            Read::Changed(AgentsWrite { list: agents, put, delete, replace_all: false, etag: etag.unwrap_or_default() })
         }
         Err(e) => {
             ctx.metrics.call("cp", "list_agents", e.outcome());
             tracing::warn!(error = %e, "cannot read agents from the CP; using the last known list");
-            None
+            Read::Failed
         }
     }
 }

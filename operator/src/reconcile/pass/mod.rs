@@ -152,7 +152,9 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     if fleet_api::failpoint::on("fail-pass") {
         return Err(DbError::Other("the fail-pass failpoint is set".into()));
     }
-    let rows = std::mem::take(&mut plan.rows);
+    let mut rows = std::mem::take(&mut plan.rows);
+    // The pass's events commit with its rows: what a reader sees done is in the history.
+    rows.events = std::mem::take(&mut placed.events).finish();
     let rollouts_changed = !rolled.changed.is_empty() || snap.full;
     bodies::commit(ctx, memo, (snap.now, &ahead), &rolled, rows, dirty, lingered.changed).await?;
     if rollouts_changed {
@@ -177,7 +179,7 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
 /// Publishes what the plan decided besides the desired states (already out): the outcome,
 /// placed pairs, items, retirements, statuses, drain progress and events, then queues the
 /// work they call for. Returns the draining nodes with no replica left.
-fn publish(ctx: &Ctx, memo: &Memo, snap: &Snapshot, mut placed: Placed, mut plan: Plan) -> Vec<Id> {
+fn publish(ctx: &Ctx, memo: &Memo, snap: &Snapshot, placed: Placed, mut plan: Plan) -> Vec<Id> {
     // The items are built from the agents and the outcome as they are listed; a pass that
     // changed either publishes the pair.
     if snap.full || placed.replaced || snap.replaced.is_some() {
@@ -193,7 +195,6 @@ fn publish(ctx: &Ctx, memo: &Memo, snap: &Snapshot, mut placed: Placed, mut plan
         plan.publish.drains = Some(progress);
         plan.publish.outcome = Some(placed.outcome);
     }
-    ctx.store.events().record_all(std::mem::take(&mut placed.events).finish());
     let retired = plan.publish.retired.clone();
     let to_send = ctx.store.publish_pass(plan.publish);
     // Revocations are queued once their credential says when (the worker reads it).

@@ -351,8 +351,11 @@ mod tests {
             kv: vec![("agents_etag".into(), "\"v1\"".into()), ("agents_etag".into(), "\"v2\"".into())],
             kv_delete: vec![],
             rollouts: vec![],
+            // Written with the rows they tell of.
+            events: vec![crate::store::events::Event::new(crate::store::events::Kind::RolloutCompleted, "done")],
         };
         db.apply_pass(&w).await.unwrap();
+        assert_eq!(crate::store::db::testing::count(db, "events").await, 1);
         let s = db.load().await.unwrap();
         assert_eq!(s.placements.len(), 25_000 - 4);
         assert!(s.placements.contains(&("agent-0".into(), 1, "node-x".into())));

@@ -2,6 +2,7 @@
 //! bottom of the database layer, with no SQL in it.
 
 use crate::model::{AgentList, Id};
+use crate::store::records::event::Event;
 use crate::store::records::{Lifecycle, Rollout};
 use std::collections::BTreeMap;
 
@@ -101,6 +102,9 @@ pub struct PassWrite {
     /// serialised a few hundred at a time as they are written — a fleet-wide change starts
     /// 20,000 rollouts in one pass, ~40 MB as JSON at once.
     pub rollouts: Vec<std::sync::Arc<Rollout>>,
+    /// The pass's events, written with what they tell of: a reader who sees a rollout
+    /// complete finds its `rollout_completed` in the history (the flusher trims it after).
+    pub events: Vec<Event>,
 }
 
 impl PassWrite {
@@ -113,6 +117,7 @@ impl PassWrite {
             && self.kv.is_empty()
             && self.kv_delete.is_empty()
             && self.rollouts.is_empty()
+            && self.events.is_empty()
     }
 }
 

@@ -123,12 +123,14 @@ pub const PER_PASS: usize = 1_000;
 #[derive(Debug, Default)]
 pub struct Batch {
     events: Vec<Event>,
+    /// Events already taken out by [`Batch::take_recorded`]: they count toward the bound.
+    taken: usize,
     skipped: Vec<(Kind, u32)>,
 }
 
 impl Batch {
     pub fn push(&mut self, e: Event) {
-        if self.events.len() < PER_PASS {
+        if self.taken + self.events.len() < PER_PASS {
             self.events.push(e);
             return;
         }
@@ -136,6 +138,13 @@ impl Batch {
             Some((_, n)) => *n += 1,
             None => self.skipped.push((e.kind, 1)),
         }
+    }
+
+    /// The events recorded one by one so far, for a commit in the middle of the pass; the
+    /// bound still counts them.
+    pub fn take_recorded(&mut self) -> Vec<Event> {
+        self.taken += self.events.len();
+        std::mem::take(&mut self.events)
     }
 
     /// The events, with a summary of those not recorded one by one.

@@ -360,6 +360,8 @@ impl Rollout {
             started_at: (self.started_ms > 0).then(|| clock::rfc3339_ms(self.started_ms)),
             changed_at: (self.changed_ms > 0).then(|| clock::rfc3339_ms(self.changed_ms)),
             message: self.rare.message.clone(),
+            cp_read_at: None,
+            as_of: None,
         }
     }
 }

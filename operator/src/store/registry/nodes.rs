@@ -135,19 +135,21 @@ impl State {
         self.nodes.get(node)?.info.busy_until_ms(Some(busy), agent, replica, now_ms)
     }
 
+    /// Every busy replica whose lease ends after `now_ms` with its node and the lease's end:
+    /// (node, agent, replica, until ms). Walks only the nodes that have one.
+    pub fn busy_leases(&self, now_ms: i64) -> impl Iterator<Item = (&Id, &str, u32, i64)> + '_ {
+        self.busy.iter().filter_map(|(id, b)| Some((id, self.nodes.get(id)?, b))).flat_map(move |(id, n, b)| {
+            n.info.replicas.iter().zip(b.iter()).filter_map(move |(p, &secs)| {
+                let until = i64::from(secs) * 1000;
+                (until > now_ms).then_some((id, &*p.agent_key, p.replica, until))
+            })
+        })
+    }
+
     /// Every replica that says it is busy now: (agent, replica). Only nodes with a busy replica
     /// are looked at.
     pub fn busy_replicas(&self, now_ms: i64) -> Vec<(Arc<str>, u32)> {
-        let mut out = Vec::new();
-        for (id, busy) in &self.busy {
-            let Some(n) = self.nodes.get(id) else { continue };
-            for (p, until) in n.info.replicas.iter().zip(busy.iter()) {
-                if i64::from(*until) * 1000 > now_ms {
-                    out.push((Arc::from(&*p.agent_key), p.replica));
-                }
-            }
-        }
-        out
+        self.busy_leases(now_ms).map(|(_, agent, replica, _)| (Arc::from(agent), replica)).collect()
     }
 
     /// A node's replicas as the API shows them, with their busy leases.

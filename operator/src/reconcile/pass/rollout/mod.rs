@@ -31,7 +31,8 @@ use std::sync::Arc;
 /// alone moved are then published at once, a batch at a time (`Store::refresh_rollouts`).
 const BATCH: usize = 256;
 
-/// Runs the phase: rows and events go to the plan and `placed.events`.
+/// Runs the phase: rows go to the plan, events to `placed.events` (a commit in the middle of
+/// the phase takes those recorded so far, the pass's and the phase's, with its rows).
 ///
 /// Rollouts whose stored part changed are committed and published as the phase goes,
 /// `rollouts_at_once` at a time ([`crate::config::ROLLOUTS_AT_ONCE`], 2,048) with their
@@ -77,7 +78,8 @@ pub async fn roll(
         let refreshed = phase.batch(batch, placed, plan);
         ctx.store.refresh_rollouts(refreshed);
         if phase.stored.rows.rollouts.len() >= ctx.cfg.rollouts_at_once.max(1) {
-            let Stored { rows, publish } = std::mem::take(&mut phase.stored);
+            let Stored { mut rows, publish } = std::mem::take(&mut phase.stored);
+            rows.events = placed.events.take_recorded();
             ctx.store.commit_pass(&rows, Vec::new(), Vec::new(), publish, Vec::new()).await?;
         }
     }

@@ -321,6 +321,7 @@ pub async fn apply_pass(p: &Pool, f: Option<&Fence>, w: &PassWrite) -> Result<()
     }
     let keys: Vec<String> = w.kv_delete.iter().filter(|(_, v)| v.is_none()).map(|(k, _)| k.clone()).collect();
     delete_kv(&mut tx, &keys).await?;
+    insert_events(&mut tx, &w.events).await?;
     tx.commit().await?;
     Ok(())
 }
@@ -710,20 +711,7 @@ pub async fn desired(p: &Pool, ids: Option<&[String]>) -> Result<Vec<(String, i6
 /// Inserts events and trims the history to its bounds, in one transaction.
 pub async fn write_events(p: &Pool, events: &[Event], keep_per_subject: i64, keep_total: i64) -> Result<(), DbError> {
     let mut tx = p.begin().await?;
-    for chunk in events.chunks(EVENT_ROWS) {
-        let mut q =
-            QueryBuilder::<DB>::new("INSERT INTO events (at_ms, kind, agent_key, node_id, node, replica, message) ");
-        q.push_values(chunk, |mut b, e| {
-            b.push_bind(e.at_ms)
-                .push_bind(e.kind.as_str())
-                .push_bind(e.agent.as_deref())
-                .push_bind(e.node_id.as_deref())
-                .push_bind(e.node.as_deref())
-                .push_bind(e.replica.map(i64::from))
-                .push_bind(&e.message);
-        });
-        q.build().persistent(false).execute(&mut *tx).await?;
-    }
+    insert_events(&mut tx, events).await?;
     // Over the whole (bounded) table: a few milliseconds, and one statement per subject kind
     // however many subjects the batch touched.
     for column in ["agent_key", "node_id"] {
@@ -739,6 +727,24 @@ pub async fn write_events(p: &Pool, events: &[Event], keep_per_subject: i64, kee
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
+    Ok(())
+}
+
+async fn insert_events(c: &mut Conn, events: &[Event]) -> Result<(), DbError> {
+    for chunk in events.chunks(EVENT_ROWS) {
+        let mut q =
+            QueryBuilder::<DB>::new("INSERT INTO events (at_ms, kind, agent_key, node_id, node, replica, message) ");
+        q.push_values(chunk, |mut b, e| {
+            b.push_bind(e.at_ms)
+                .push_bind(e.kind.as_str())
+                .push_bind(e.agent.as_deref())
+                .push_bind(e.node_id.as_deref())
+                .push_bind(e.node.as_deref())
+                .push_bind(e.replica.map(i64::from))
+                .push_bind(&e.message);
+        });
+        q.build().persistent(false).execute(&mut *c).await?;
+    }
     Ok(())
 }
 
