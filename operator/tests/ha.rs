@@ -216,6 +216,62 @@ async fn one_leader_every_replica_serves_and_a_killed_leader_is_replaced() {
     assert_one_live_pat_per_pair(&dk);
 }
 
+/// A takeover with nothing changed sends the CP no status: what the CP accepted is stored,
+/// and only an agent marked unsettled would go again. Counted on the devkit CP; a change after
+/// the takeover is still sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_with_nothing_changed_sends_no_status() {
+    let Some(pg) = fleet_devkit::postgres::shared_or_skip("the HA tests") else { return };
+    let db = pg.database().unwrap();
+    let dk = devkit().await;
+    let keys = ["alpha", "gamma", "delta"];
+    for key in keys {
+        dk.put_agent(agent(key, "k", 2));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let _logs = LogsOnFailure(dir.path().to_path_buf());
+    let mut replicas = Vec::new();
+    for name in ["r0", "r1"] {
+        replicas.push(Replica::spawn(&dk, dir.path(), &db, name).await);
+    }
+    let first = the_leader(&replicas.iter().collect::<Vec<_>>(), 20).await;
+    let follower = replicas.iter().find(|r| r.name != first).unwrap().proc.url.clone();
+    let admin = Admin::new(&follower, dk.mint("fleet", &["fleet:admin"], 3600));
+    let mut nodes = Vec::new();
+    for name in ["n1", "n2"] {
+        let mut n = TestNode::new(&follower, name, announce());
+        n.join(&admin.join_key().await).await;
+        nodes.push(n);
+    }
+    let reporting = keep_reporting(nodes.clone());
+    eventually(30, "every agent's status in the CP", || async {
+        keys.iter().all(|k| dk.status(k).is_some()).then_some(())
+    })
+    .await;
+    let settled = eventually(30, "no status sent for 3 s", || async {
+        let before = dk.calls("put_status");
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        (dk.calls("put_status") == before).then_some(before)
+    })
+    .await;
+
+    replicas.iter_mut().find(|r| r.name == first).unwrap().proc.kill9();
+    let rest: Vec<&Replica> = replicas.iter().filter(|r| r.name != first).collect();
+    the_leader(&rest, 30).await;
+    eventually(30, "the new leader's first pass", || async {
+        (rest[0].metric("fleet_passes_total").await? >= 1).then_some(())
+    })
+    .await;
+    // Longer than a status's debounce and a few passes of the reports coming in.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(dk.calls("put_status"), settled, "statuses sent again by the new leader with nothing changed");
+
+    dk.put_agent(agent("beta", "k", 1));
+    eventually(30, "beta's status sent by the new leader", || async { dk.status("beta").is_some().then_some(()) })
+        .await;
+    reporting.abort();
+}
+
 /// The leader's connection to PostgreSQL is cut while it is stalled (it has not noticed it
 /// lost the lease); another replica takes over; when the connection is back, the write the
 /// old leader attempts is refused by the fence — and the new leader's state stands.

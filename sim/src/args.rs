@@ -88,6 +88,10 @@ pub struct Args {
     /// With --rollout: the agents' `placement.rollout.minReadySeconds`.
     #[arg(long, default_value_t = 10)]
     pub rollout_min_ready_seconds: u64,
+    /// With --rollout: new agents added in the CP while the rollout runs, about one a second,
+    /// each timed until a node holds it.
+    #[arg(long, default_value_t = 20)]
+    pub mid_rollout_agents: u32,
     /// Hostile connections that connect and send nothing.
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub hostile_idle: u32,

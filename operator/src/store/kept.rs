@@ -316,6 +316,21 @@ impl Sent {
     }
 }
 
+/// The `kv` rows that mark an agent whose status the CP may not have yet
+/// ([`crate::reconcile::pass::unsettled`]).
+pub const UNSETTLED_PREFIX: &str = "unsettled-status/";
+
+/// The unsettled-status marks a pass sets and clears.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Marks {
+    pub set: Vec<crate::model::Id>,
+    pub clear: Vec<crate::model::Id>,
+}
+
+pub fn unsettled_key(agent: &str) -> String {
+    format!("{UNSETTLED_PREFIX}{agent}")
+}
+
 /// SipHash with a key chosen at start: a peer cannot craft two values of one hash.
 pub fn keyed_hash<T: std::hash::Hash + ?Sized>(value: &T) -> u64 {
     use std::hash::BuildHasher;

@@ -95,15 +95,15 @@ impl Store {
         let started = std::time::Instant::now();
         let snapshot = self.db().load().await?;
         let read = started.elapsed();
-        let mut fresh = State::from_snapshot(snapshot, clock::now_ms());
+        let fresh = State::from_snapshot(snapshot, clock::now_ms());
         tracing::debug!(
             read_ms = read.as_millis() as u64,
             built_ms = (started.elapsed() - read).as_millis() as u64,
             "store loaded"
         );
-        // A call still on the wire when the last leader stalled can land after this load:
-        // what the CP last accepted is not trusted, and every status is sent once again.
-        fresh.forget_sent_statuses();
+        // What the CP last accepted is trusted as stored, except for the agents the last
+        // leader marked unsettled (a send of theirs may have landed unrecorded): only those
+        // are sent again (reconcile::pass::unsettled).
         let old = self.parts.registry.replace(fresh);
         let st = self.read();
         for (id, generation) in st.generations() {

@@ -85,14 +85,13 @@ async fn a_sent_status_settles_the_want_it_was_derived_for() {
     assert_eq!(want(&store), None);
 }
 
-/// A takeover loads the store again and trusts no record of what the CP accepted: a call of
-/// the last leader may land after it, so every status is sent once more
-/// (docs/behaviour.md#high-availability).
+/// A takeover loads the store again and trusts what the CP accepted for every agent without
+/// an unsettled-status mark; a marked agent's status is sent once more: a call of the last
+/// leader may have landed unrecorded (docs/behaviour.md#high-availability).
 #[tokio::test]
-async fn a_reload_forgets_what_the_cp_was_sent() {
+async fn a_reload_trusts_the_stored_statuses_but_the_marked_ones() {
     let fresh = db::testing::each().into_iter().next().unwrap();
     let store = Store::open(&fresh.url).await.unwrap();
-    let agent: Id = "a".into();
     let body = StatusBody {
         phase: kept::Phase::Pending,
         reason: None,
@@ -103,11 +102,17 @@ async fn a_reload_forgets_what_the_cp_was_sent() {
         replicas: vec![],
     };
     let sent = kept::Sent::of(&body);
-    store.parts.registry.write().want_status(&agent, sent);
-    store.status_sent(&agent, body.clone(), sent).await;
-    assert!(store.read().status_sent(&agent).is_some_and(|s| s.is(&body)));
+    for agent in ["settled", "marked"] {
+        let agent: Id = agent.into();
+        store.parts.registry.write().want_status(&agent, sent);
+        store.status_sent(&agent, body.clone(), sent).await;
+    }
+    store.db().put_kv(&kept::unsettled_key("marked"), "1").await.unwrap();
     store.reload().await.unwrap();
-    assert!(store.read().status_sent(&agent).is_none(), "sent again by the next pass");
+    let st = store.read();
+    assert!(st.status_sent("settled").is_some_and(|s| s.is(&body)), "not sent again");
+    assert!(st.status_sent("marked").is_none(), "sent again by the next pass");
+    assert!(st.unsettled().contains("marked") && !st.unsettled().contains("settled"));
 }
 
 /// A pass's new desired state is in the registry before the hub announces it: a poll that

@@ -28,6 +28,8 @@ pub struct PassPublish {
     pub drains: Option<rustc_hash::FxHashMap<Id, DrainProgress>>,
     /// The mark of a store older than the fleet, set (`Some(Some)`) or cleared (`Some(None)`).
     pub catch_up: Option<Option<crate::store::records::catch_up::CatchUp>>,
+    /// The unsettled-status marks the pass stored and cleared.
+    pub unsettled: crate::store::kept::Marks,
 }
 
 impl Parts {
@@ -198,6 +200,7 @@ impl Parts {
             if let Some(mark) = publish.catch_up {
                 st.set_catch_up(mark);
             }
+            st.put_unsettled(publish.unsettled);
             st.publish(publish.outcome, publish.placements, publish.drains, publish.reset_statuses, publish.statuses)
         };
         // The items replaced may hold the last handle to an agent list: dropped after the lock.

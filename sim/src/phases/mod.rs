@@ -7,6 +7,7 @@ pub mod burst;
 pub mod cold;
 pub mod compare;
 pub mod hostile;
+pub mod mid_rollout;
 pub mod recovery;
 pub mod rollout;
 pub mod steady;

@@ -4,7 +4,8 @@
 //! nodes ([`crate::node::CRASHING_CPUS`]). Measured: the time until every healthy agent
 //! completes, that exactly the failing agents halt with at most their budget on the bad
 //! template, the largest unavailable count seen against the budget, the pass durations
-//! before and during, and the controller's peak RSS.
+//! before and during, the controller's peak RSS, and how long a CP change made meanwhile
+//! takes to reach its node ([`super::mid_rollout`]).
 
 use super::Sim;
 use crate::node::CRASHING_CPUS;
@@ -36,7 +37,9 @@ pub async fn measure(sim: &Sim<'_>) -> anyhow::Result<Value> {
     eprintln!("fleet-sim: every agent's template changed; {} of them crash", failing.len());
     let sampled: Vec<&String> = keys.iter().step_by((keys.len() / SAMPLED).max(1)).collect();
     let (mut worst_unavailable, mut worst_over, mut over_budget) = (0u64, 0u64, 0u64);
+    let mut mid = super::mid_rollout::MidChanges::new(args.mid_rollout_agents, args.agents + 1_000);
     let completed_in = loop {
+        mid.tick(sim.dk);
         for k in &sampled {
             let v = get(sim, &format!("/api/v1/agents/{k}/rollout")).await.unwrap_or_default();
             let (u, b) = (v["unavailableReplicas"].as_u64().unwrap_or(0), v["budget"].as_u64().unwrap_or(0));
@@ -65,6 +68,7 @@ pub async fn measure(sim: &Sim<'_>) -> anyhow::Result<Value> {
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
     let h2 = super::steady::pass_durations(sim).await.unwrap_or_default();
+    let mid = mid.latencies(sim.shared).await;
     let halted = get(sim, "/api/v1/rollouts").await.unwrap_or_default();
     let items = halted["items"].as_array().cloned().unwrap_or_default();
     let halted_keys: HashSet<String> = items
@@ -89,6 +93,7 @@ pub async fn measure(sim: &Sim<'_>) -> anyhow::Result<Value> {
         "passesBefore": before.count, "passesDuring": during.count,
         "rssBeforeMiB": rss_before,
         "peakRssMiB": sim.replicas.peak_rss_mib(),
+        "midRolloutChangeToNodeMs": mid,
     }))
 }
 
@@ -145,10 +150,16 @@ pub fn print_table(r: &Value) {
         ("passes before / during", "passesBefore"),
         ("controller RSS before (MiB)", "rssBeforeMiB"),
         ("controller peak RSS (MiB)", "peakRssMiB"),
+        ("CP change mid-rollout to a node, p50 / p99 ms", "midRolloutChangeToNodeMs"),
     ] {
         let v = match key {
             "nodes" => format!("{} / {} / {}", r["nodes"], r["agents"], r["replicas"]),
             "passesBefore" => format!("{} / {}", r["passesBefore"], r["passesDuring"]),
+            "midRolloutChangeToNodeMs" => {
+                let m = &r[key];
+                let f = |q: &str| m[q].as_f64().map_or("-".into(), |v| format!("{v:.0}"));
+                format!("{} / {}", f("p50"), f("p99"))
+            }
             _ => r[key].to_string(),
         };
         println!("{label:<52} {v:>12}");

@@ -3,7 +3,9 @@
 //! leader and, at that moment, a new agent in the CP; timed from the kill until another
 //! replica leads (`fleet_leader 1`), until it has finished a pass, and until a node holds the
 //! new agent. Then the killed replica starts again on its ports and data directory, and its
-//! nodes (those that joined or long-poll there) reconnect to it.
+//! nodes (those that joined or long-poll there) reconnect to it. Also counted: the CP writes
+//! (statuses, and statuses with identities) the CP received in the 10 s after each kill —
+//! the killed leader sends none, so they are the new leader's, the new agent's among them.
 
 use crate::args::Args;
 use crate::controller::{Database, Replicas};
@@ -32,6 +34,18 @@ struct Times {
     leads: Vec<f64>,
     first_pass: Vec<f64>,
     agent_on_a_node: Vec<f64>,
+    /// CP status writes, and all CP writes, within 10 s of each kill.
+    status_writes: Vec<f64>,
+    cp_writes: Vec<f64>,
+}
+
+/// The CP writes counted after a kill.
+const WRITES_WITHIN: Duration = Duration::from_secs(10);
+
+/// (status writes, all writes) the devkit CP has answered so far.
+fn cp_writes(dk: &Devkit) -> (u64, u64) {
+    let status = dk.calls("put_status");
+    (status, status + dk.calls("put_identity"))
 }
 
 /// The kills, one after another, each after a quiet 10 s.
@@ -39,17 +53,25 @@ pub async fn measure(c: &mut Ctl<'_>) -> anyhow::Result<Value> {
     let mut t = Times::default();
     for k in 0..c.args.takeover_kills {
         tokio::time::sleep(Duration::from_secs(10)).await;
+        let before = cp_writes(c.dk);
+        let t0 = Instant::now();
         let (lead, pass, reached) = one_kill(c, k).await?;
+        tokio::time::sleep(WRITES_WITHIN.saturating_sub(t0.elapsed())).await;
+        let after = cp_writes(c.dk);
+        t.status_writes.push((after.0 - before.0) as f64);
+        t.cp_writes.push((after.1 - before.1) as f64);
         eprintln!(
-            "fleet-sim: kill {}/{}: a new leader after {lead:.0} ms, its first pass after {pass:.0} ms, the new agent on a node after {reached:.0} ms",
+            "fleet-sim: kill {}/{}: a new leader after {lead:.0} ms, its first pass after {pass:.0} ms, the new agent on a node after {reached:.0} ms, {} CP status writes ({} CP writes) within 10 s",
             k + 1,
-            c.args.takeover_kills
+            c.args.takeover_kills,
+            after.0 - before.0,
+            after.1 - before.1,
         );
         t.leads.push(lead);
         t.first_pass.push(pass);
         t.agent_on_a_node.push(reached);
     }
-    for v in [&mut t.leads, &mut t.first_pass, &mut t.agent_on_a_node] {
+    for v in [&mut t.leads, &mut t.first_pass, &mut t.agent_on_a_node, &mut t.status_writes, &mut t.cp_writes] {
         v.sort_by(f64::total_cmp);
     }
     let q = |v: &[f64]| json!({"p50": percentile(v, 0.5), "p99": percentile(v, 0.99), "max": v.last()});
@@ -57,6 +79,7 @@ pub async fn measure(c: &mut Ctl<'_>) -> anyhow::Result<Value> {
         "nodes": c.args.nodes, "agents": c.args.agents, "replicas": c.args.total_replicas(),
         "controllers": c.args.controllers, "kills": c.args.takeover_kills,
         "newLeaderMs": q(&t.leads), "firstPassMs": q(&t.first_pass), "agentOnANodeMs": q(&t.agent_on_a_node),
+        "cpStatusWritesWithin10s": q(&t.status_writes), "cpWritesWithin10s": q(&t.cp_writes),
     }))
 }
 
@@ -116,6 +139,13 @@ pub fn print_table(r: &Value) {
         ("it has finished a pass", "firstPassMs"),
         ("a node holds the agent added at the kill", "agentOnANodeMs"),
     ] {
+        let f = |q: &str| r[key][q].as_f64().map_or("-".into(), |v| format!("{v:.0}"));
+        println!("{label:<48}{:>10}{:>10}{:>10}", f("p50"), f("p99"), f("max"));
+    }
+    println!("{:<48}{:>10}{:>10}{:>10}", "within 10 s of the SIGKILL, CP writes", "p50", "p99", "max");
+    for (label, key) in
+        [("status writes", "cpStatusWritesWithin10s"), ("status and identity writes", "cpWritesWithin10s")]
+    {
         let f = |q: &str| r[key][q].as_f64().map_or("-".into(), |v| format!("{v:.0}"));
         println!("{label:<48}{:>10}{:>10}{:>10}", f("p50"), f("p99"), f("max"));
     }

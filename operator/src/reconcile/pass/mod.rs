@@ -34,6 +34,7 @@ mod plan;
 mod replaced;
 mod rollout;
 mod snapshot;
+pub mod unsettled;
 
 pub use memo::{Memo, RESYNC};
 pub use plan::{Plan, VANISHED_DRAIN};
@@ -141,6 +142,7 @@ pub async fn pass(ctx: &Ctx, memo: &mut Memo) -> Result<Option<i64>, DbError> {
     decide::retire(ctx, memo, &snap, &placed, &mut plan);
     phases.mark("retire");
     decide::statuses(ctx, memo, &snap, &placed, &mut plan);
+    unsettled::mark(ctx, &mut plan);
     phases.mark("statuses");
     decide::items(memo, &snap, &placed, &mut plan);
     let mut dirty = decide::dirty_nodes(memo, &snap, &placed, &rolled);

@@ -468,6 +468,9 @@ async fn status(ctx: &Ctx, agent: &Id) -> Outcome {
             ctx.metrics.call("cp", "put_status", "ok");
             tracing::info!(phase = %body.phase, ready = body.ready_replicas, desired = body.desired_replicas, "status sent to the CP");
             ctx.store.status_sent(agent, body, wanted).await;
+            // A pass clears the agent's unsettled mark, so a takeover soon after does not
+            // send it again (reconcile::pass::unsettled).
+            ctx.trigger.kick();
             Outcome::Done
         }
         Err(e) => {

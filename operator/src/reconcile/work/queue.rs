@@ -2,6 +2,12 @@
 //! a delayed key fires at its earliest requested instant, a key being worked on is not handed
 //! out twice (a re-add while in flight runs it again afterwards), and failures back off per
 //! key, exponentially with jitter. Workers take keys with `next()` and report with `done()`.
+//!
+//! Ready keys wait in two lanes: work that must go first and work that can wait (a queue made
+//! [`WorkQueue::with_lanes`] names which). Work that can wait runs when nothing else is
+//! ready, or as one take in [`SHARE`] while both lanes hold keys, so it is never starved:
+//! the order the lanes were filled in does not matter. A new leader's 20,000 status
+//! refreshes, queued first, no longer hold back the PAT of the agent added meanwhile.
 
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -36,6 +42,9 @@ impl Backoff {
     }
 }
 
+/// While both lanes hold keys, one take in `SHARE` goes to the work that can wait.
+pub const SHARE: u32 = 8;
+
 /// Whether a table of `len` keys holds room for many more (worth giving back).
 fn roomy(len: usize, cap: usize) -> bool {
     cap > 256 && cap > 4 * len
@@ -43,6 +52,12 @@ fn roomy(len: usize, cap: usize) -> bool {
 
 struct Inner<K> {
     ready: VecDeque<K>,
+    /// Ready keys of work that can wait.
+    later: VecDeque<K>,
+    /// Which keys can wait.
+    can_wait: fn(&K) -> bool,
+    /// Takes from `ready` in a row while `later` held keys.
+    streak: u32,
     queued: HashSet<K>,
     /// Delayed keys in the order they fall due (one ordered index, not a timer per key;
     /// 100,000 PATs wait here for their rotation), the sequence number breaking ties.
@@ -63,9 +78,17 @@ pub struct WorkQueue<K> {
 
 impl<K: Clone + Eq + Hash> WorkQueue<K> {
     pub fn new(backoff: Backoff) -> Self {
+        Self::with_lanes(backoff, |_| false)
+    }
+
+    /// A queue whose keys for which `can_wait` holds run behind the others.
+    pub fn with_lanes(backoff: Backoff, can_wait: fn(&K) -> bool) -> Self {
         WorkQueue {
             inner: Mutex::new(Inner {
                 ready: VecDeque::new(),
+                later: VecDeque::new(),
+                can_wait,
+                streak: 0,
                 queued: HashSet::new(),
                 delayed: BTreeMap::new(),
                 delayed_at: HashMap::new(),
@@ -96,7 +119,10 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
             g.delayed.remove(&slot);
         }
         if g.queued.insert(key.clone()) {
-            g.ready.push_back(key);
+            match (g.can_wait)(&key) {
+                true => g.later.push_back(key),
+                false => g.ready.push_back(key),
+            }
         }
     }
 
@@ -127,15 +153,15 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
         g.queued.contains(key) || g.delayed_at.contains_key(key) || g.in_flight.contains(key)
     }
 
-    /// Keys ready to run now (not delayed, not in flight).
+    /// Keys ready to run now ahead of the work that can wait (not delayed, not in flight).
     pub fn ready_len(&self) -> usize {
         self.inner.lock().ready.len()
     }
 
-    /// Keys waiting (ready and delayed), for the queue-depth metric.
+    /// Keys waiting (ready in either lane, and delayed), for the queue-depth metric.
     pub fn depth(&self) -> usize {
         let g = self.inner.lock();
-        g.ready.len() + g.delayed.len()
+        g.ready.len() + g.later.len() + g.delayed.len()
     }
 
     fn try_take(&self) -> Result<K, Option<Instant>> {
@@ -149,15 +175,30 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
             g.delayed_at.remove(&k);
             Self::add_locked(&mut g, k);
         }
-        if let Some(k) = g.ready.pop_front() {
+        if let Some(k) = Self::pop_ready(&mut g) {
             g.queued.remove(&k);
             g.in_flight.insert(k.clone());
-            if g.ready.is_empty() {
+            if g.ready.is_empty() && g.later.is_empty() {
                 Self::trim(&mut g);
             }
             return Ok(k);
         }
         Err(g.delayed.keys().next().map(|(at, _)| *at))
+    }
+
+    /// The next ready key: from the lane that must go first, but for one take in [`SHARE`]
+    /// while the other lane holds keys.
+    fn pop_ready(g: &mut Inner<K>) -> Option<K> {
+        if g.later.is_empty() {
+            g.streak = 0;
+            return g.ready.pop_front();
+        }
+        if g.ready.is_empty() || g.streak + 1 >= SHARE {
+            g.streak = 0;
+            return g.later.pop_front();
+        }
+        g.streak += 1;
+        g.ready.pop_front()
     }
 
     /// Gives back the room a wave of keys left (a fleet coming up queues a PAT item per
@@ -166,6 +207,9 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
     fn trim(g: &mut Inner<K>) {
         if roomy(g.ready.len(), g.ready.capacity()) {
             g.ready.shrink_to(g.ready.len() * 2);
+        }
+        if roomy(g.later.len(), g.later.capacity()) {
+            g.later.shrink_to(g.later.len() * 2);
         }
         if roomy(g.queued.len(), g.queued.capacity()) {
             g.queued.shrink_to(g.queued.len() * 2);
@@ -344,6 +388,29 @@ mod tests {
         }
         let (ready, queued, _) = caps(&q);
         assert!(ready <= 256 && queued <= 256, "{ready} {queued}");
+    }
+
+    /// Keys that can wait, queued first, go behind the others queued after them, but for one
+    /// take in `SHARE` while both lanes hold keys.
+    #[tokio::test(start_paused = true)]
+    async fn work_that_can_wait_goes_behind_whatever_the_order_it_was_queued_in() {
+        let q: WorkQueue<u32> =
+            WorkQueue::with_lanes(Backoff { base: Duration::from_secs(1), max: Duration::from_secs(60) }, |k| {
+                *k >= 100
+            });
+        for k in 100..120 {
+            q.add(k);
+        }
+        q.add(1);
+        assert_eq!(q.ready_len(), 1, "only the work that must go first counts as ready");
+        assert_eq!(q.depth(), 21);
+        assert_eq!(q.next().await, 1, "queued last, taken first");
+        for k in 2..20 {
+            q.add(k);
+        }
+        let taken: Vec<u32> = futures::future::join_all((0..16).map(|_| q.next())).await;
+        let waited = taken.iter().filter(|k| **k >= 100).count();
+        assert_eq!(waited, 2, "one take in SHARE while both lanes hold keys: {taken:?}");
     }
 
     #[test]

@@ -66,6 +66,11 @@ impl State {
                 st.load_linger(&k, &v);
             } else if let Some(hash) = k.strip_prefix(DELETED_PREFIX).and_then(from_hex) {
                 st.deleted_tokens.insert(hash);
+            } else if let Some(agent) = k.strip_prefix(kept::UNSETTLED_PREFIX) {
+                // Sent, or about to be, by a leader that may not have stored what the CP
+                // accepted: the copy read above is not trusted, and the status goes again.
+                st.statuses_sent.remove(agent);
+                st.unsettled.insert(agent.into());
             } else if k == catch_up::KEY {
                 st.catch_up = CatchUp::parse(&v);
             }

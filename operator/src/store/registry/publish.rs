@@ -131,9 +131,15 @@ impl State {
         self.statuses_sent.insert(agent.clone(), sent)
     }
 
-    /// Forgets what the CP was last sent, so the next pass wants every status sent again.
-    pub(in crate::store) fn forget_sent_statuses(&mut self) {
-        self.statuses_sent.clear();
+    /// The unsettled-status marks a committed pass stored and cleared.
+    pub(in crate::store) fn put_unsettled(&mut self, marks: crate::store::kept::Marks) {
+        for agent in &marks.clear {
+            self.unsettled.remove(agent);
+        }
+        self.unsettled.extend(marks.set);
+        if self.unsettled.capacity() > 256 && self.unsettled.capacity() > 4 * self.unsettled.len() {
+            self.unsettled.shrink_to(self.unsettled.len() * 2);
+        }
     }
 
     /// Sets a wanted status without a pass (tests only).

@@ -54,6 +54,9 @@ pub struct State {
     /// a status work item derives the body again when it sends it (20,000 agents' bodies
     /// waiting to be sent would be ~10 MB while a fleet comes up).
     pub(super) statuses_want: HashMap<Id, Sent>,
+    /// The agents whose unsettled-status mark is stored ([`crate::reconcile::pass::unsettled`]):
+    /// few at rest, each agent whose status changed within the last second or so.
+    pub(super) unsettled: HashSet<Id>,
     /// Nodes whose report is newer than the database copy.
     pub(super) dirty_nodes: HashSet<Id>,
     /// Each draining node's progress, as the last pass saw it.
@@ -179,6 +182,11 @@ impl State {
     /// The status the CP last accepted for an agent, as its hash.
     pub fn status_sent(&self, agent: &str) -> Option<&Sent> {
         self.statuses_sent.get(agent)
+    }
+
+    /// The agents whose status the CP may not have yet, as the stored marks say.
+    pub fn unsettled(&self) -> &HashSet<Id> {
+        &self.unsettled
     }
 
     /// The status the last pass wants sent for an agent, as its hash.

@@ -315,12 +315,12 @@ pub async fn apply_pass(p: &Pool, f: Option<&Fence>, w: &PassWrite) -> Result<()
         upsert_kv(&mut tx, &rows_of).await?;
     }
     for (k, v) in &w.kv_delete {
-        let q = match v {
-            Some(v) => sqlx::query("DELETE FROM kv WHERE key = $1 AND value = $2").bind(k).bind(v),
-            None => sqlx::query("DELETE FROM kv WHERE key = $1").bind(k),
-        };
-        q.execute(&mut *tx).await?;
+        if let Some(v) = v {
+            sqlx::query("DELETE FROM kv WHERE key = $1 AND value = $2").bind(k).bind(v).execute(&mut *tx).await?;
+        }
     }
+    let keys: Vec<String> = w.kv_delete.iter().filter(|(_, v)| v.is_none()).map(|(k, _)| k.clone()).collect();
+    delete_kv(&mut tx, &keys).await?;
     insert_events(&mut tx, &w.events).await?;
     tx.commit().await?;
     Ok(())
@@ -341,6 +341,17 @@ async fn input_hashes(c: &mut Conn, hashes: &[(String, u64)]) -> Result<(), DbEr
         },
     )
     .await
+}
+
+/// Deletes `kv` rows by key, many to a statement: a pass may clear the unsettled-status
+/// marks of a whole fleet at once.
+async fn delete_kv(c: &mut Conn, keys: &[String]) -> Result<(), DbError> {
+    for chunk in keys.chunks(MAX_VARS) {
+        let mut q = QueryBuilder::<DB>::new("DELETE FROM kv");
+        push_ids(&mut q, "key", Some(chunk));
+        q.build().persistent(false).execute(&mut *c).await?;
+    }
+    Ok(())
 }
 
 /// Inserts or replaces `kv` rows.
