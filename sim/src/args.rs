@@ -92,6 +92,10 @@ pub struct Args {
     /// each timed until a node holds it.
     #[arg(long, default_value_t = 20)]
     pub mid_rollout_agents: u32,
+    /// With --rollout: the percentage of replicas that say they are busy when the templates
+    /// change, each for a random 0–120 s (docs/behaviour.md#busy-replicas).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub rollout_busy_percent: u32,
     /// Hostile connections that connect and send nothing.
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub hostile_idle: u32,

@@ -97,6 +97,7 @@ pub fn shared(args: &Args, http: &reqwest::Client, replicas: &Replicas, conns: C
         joined: AtomicU64::new(0),
         refused: AtomicU64::new(0),
         received: Mutex::new(HashMap::new()),
+        busy: crate::node::Busy { percent: args.rollout_busy_percent, ..Default::default() },
     })
 }
 

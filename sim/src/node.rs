@@ -39,6 +39,36 @@ pub struct Shared {
     pub refused: AtomicU64,
     /// First moment any node received (agent, revision).
     pub received: Mutex<HashMap<(String, u64), Instant>>,
+    /// Replicas that say they are busy (the rollout phase's `--rollout-busy-percent`).
+    pub busy: Busy,
+}
+
+/// Which replicas say they are busy, and from when: a replica is busy by a hash of its agent
+/// and number, for 0–120 s from `from_unix` (0: none is).
+#[derive(Default)]
+pub struct Busy {
+    pub percent: u32,
+    pub from_unix: std::sync::atomic::AtomicI64,
+}
+
+impl Busy {
+    /// `busyUntil` of a running replica, while it is busy.
+    fn until(&self, agent: &str, replica: u64, now_unix: i64) -> Option<String> {
+        use std::hash::{Hash, Hasher};
+        let from = self.from_unix.load(Ordering::Relaxed);
+        if self.percent == 0 || from == 0 {
+            return None;
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (agent, replica).hash(&mut h);
+        let h = h.finish();
+        let until = from + (h / 100 % 121) as i64;
+        let busy = h % 100 < u64::from(self.percent) && now_unix < until;
+        busy.then(|| {
+            let t = chrono::DateTime::from_timestamp(until, 0).unwrap_or_default();
+            t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        })
+    }
 }
 
 /// Knuth's multiplicative hash of a node's index.
@@ -386,6 +416,7 @@ impl ReportConn {
 /// template it was sent — `crashloop` for a template the rollout phase made to crash.
 fn report_body(node: &SimNode, sh: &Shared, boot: &str) -> Value {
     let d = node.desired.lock();
+    let now_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
     let replicas: Vec<Value> = d
         .agents
         .iter()
@@ -393,8 +424,10 @@ fn report_body(node: &SimNode, sh: &Shared, boot: &str) -> Value {
             let (state, message) =
                 if a.crashes { ("crashloop", json!("exited with code 1")) } else { ("running", Value::Null) };
             a.replicas.iter().map(move |i| {
+                let busy = if a.crashes { None } else { sh.busy.until(&a.key, *i, now_unix) };
                 json!({"agentKey": a.key, "replica": i, "state": state, "revision": a.revision,
-                       "restarts": 0, "lastExitCode": null, "message": message, "specId": a.spec})
+                       "restarts": 0, "lastExitCode": null, "message": message, "specId": a.spec,
+                       "busyUntil": busy})
             })
         })
         .collect();

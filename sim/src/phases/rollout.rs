@@ -32,6 +32,7 @@ pub async fn measure(sim: &Sim<'_>) -> anyhow::Result<Value> {
     // are down at once by the rule, the one exception to the budget.
     let packed = crate::placements::placements(sim.http, &sim.leader().url, sim.admin).await?.most_on_a_node;
 
+    start_busy(sim);
     change_templates(sim, &keys, &failing);
     let t0 = Instant::now();
     eprintln!("fleet-sim: every agent's template changed; {} of them crash", failing.len());
@@ -94,7 +95,17 @@ pub async fn measure(sim: &Sim<'_>) -> anyhow::Result<Value> {
         "rssBeforeMiB": rss_before,
         "peakRssMiB": sim.replicas.peak_rss_mib(),
         "midRolloutChangeToNodeMs": mid,
+        "busyPercent": args.rollout_busy_percent,
     }))
+}
+
+/// From now, `--rollout-busy-percent` of the replicas say they are busy, each for 0–120 s.
+fn start_busy(sim: &Sim<'_>) {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    sim.shared.busy.from_unix.store(now, std::sync::atomic::Ordering::Relaxed);
+    if sim.args.rollout_busy_percent > 0 {
+        eprintln!("fleet-sim: {} % of the replicas say they are busy for 0–120 s", sim.args.rollout_busy_percent);
+    }
 }
 
 /// Every agent's template changes at once (revision 2): a new `resources.cpus`, the one that
@@ -136,6 +147,7 @@ pub fn print_table(r: &Value) {
     println!("{:<52} {:>12}", "rollout", "value");
     for (label, key) in [
         ("nodes / agents / replicas", "nodes"),
+        ("replicas busy for 0–120 s at the change (%)", "busyPercent"),
         ("agents given a crashing template", "failingAgents"),
         ("agents halted", "haltedAgents"),
         ("exactly the failing agents halted", "exactlyTheFailingHalted"),
