@@ -103,6 +103,12 @@ pub fn entries_of<'a>(
 /// Replicas grouped by the template each is sent, in the order the templates first come; all
 /// of them as they are when they share one (the common case: no copy).
 fn by_look(reps: &[u32], look: impl Fn(u32) -> Look) -> Vec<(Cow<'_, [u32]>, Look)> {
+    // An agent kept with no replica (a drain's released move, stopping with the agent's
+    // drain) still has its one entry, `replicaIndexes: []`: without it the node would stop
+    // the container as one whose agent left, with 30 s.
+    if reps.is_empty() {
+        return vec![(Cow::Borrowed(reps), look(0))];
+    }
     let looks: Vec<Look> = reps.iter().map(|r| look(*r)).collect();
     if looks.windows(2).all(|w| w[0].id() == w[1].id()) {
         return looks.into_iter().next().map(|l| (Cow::Borrowed(reps), l)).into_iter().collect();
