@@ -189,3 +189,20 @@ fn identity_pending(st: &State, key: &Id, pending_pat: Option<String>) -> Option
         (None, true, p) => p,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An agent kept on a node with no replica still has its entry (`replicaIndexes: []`), so
+    /// the node stops its old container with the agent's drain; replicas on one template share
+    /// one entry, those on two get two.
+    #[test]
+    fn an_empty_replica_list_keeps_one_entry_and_templates_split_the_rest() {
+        let own = |id: u32| move |_: u32| Look::Own(SpecId(id));
+        assert_eq!(by_look(&[], own(1)).iter().map(|(r, _)| r.len()).collect::<Vec<_>>(), [0]);
+        assert_eq!(by_look(&[0, 2], own(1)).len(), 1);
+        let split = by_look(&[0, 1, 2], |r| Look::Own(SpecId(r % 2)));
+        assert_eq!(split.iter().map(|(r, _)| r.to_vec()).collect::<Vec<_>>(), [vec![0, 2], vec![1]]);
+    }
+}
