@@ -218,8 +218,7 @@ fn scaled_down_fate(ctx: &Ctx, st: &State, a: &crate::model::Agent, r: u32, l: &
 }
 
 fn max_busy_ms(ctx: &Ctx, a: &crate::model::Agent) -> i64 {
-    let policy = crate::reconcile::rules::rollout::policy(a.rollout().as_ref(), &ctx.cfg.rollout).0;
-    i64::from(policy.max_busy_seconds) * 1000
+    crate::reconcile::rules::rollout::max_busy_ms(a.rollout().as_ref(), &ctx.cfg.rollout)
 }
 
 /// When a lingering replica needs another look without a change: its deadline, or the end

@@ -64,8 +64,7 @@ fn busy_within_hold(s: &Sources, a: &Agent, r: u32, node: &Id) -> Option<i64> {
         crate::store::Lifecycle::Draining { started_ms, .. } => started_ms,
         _ => return None,
     };
-    let max_busy = i64::from(policy(a.rollout().as_ref(), s.defaults).0.max_busy_seconds) * 1000;
-    let hold_ends = started + max_busy;
+    let hold_ends = started + super::rollout::max_busy_ms(a.rollout().as_ref(), s.defaults);
     (s.now_ms < hold_ends).then_some(until.min(hold_ends))
 }
 

@@ -181,6 +181,22 @@ pub fn progress_deadline_ms(raw: Option<&Value>, d: &Defaults) -> i64 {
     policy(raw, d).0.progress_deadline_seconds as i64 * 1000
 }
 
+/// How long a voluntary disruption waits for a busy replica of the agent (ms).
+pub fn max_busy_ms(raw: Option<&Value>, d: &Defaults) -> i64 {
+    i64::from(policy(raw, d).0.max_busy_seconds) * 1000
+}
+
+/// When the last closed of these window lists opens, while any is closed: a disruption
+/// starts only when every one is open (no window named: always open).
+pub fn closed_until(lists: [&[fleet_api::windows::Window]; 2], now_ms: i64) -> Option<i64> {
+    use fleet_api::windows::{openness, Openness};
+    let opens = lists.iter().filter_map(|w| match openness(w, now_ms) {
+        Openness::Closed { opens_ms } => Some(opens_ms),
+        Openness::Open { .. } => None,
+    });
+    opens.max()
+}
+
 /// The policy of `placement.rollout`, each field its default where absent or invalid; and the
 /// first invalid field, named with what was wrong (`policyError`).
 pub fn policy(raw: Option<&Value>, d: &Defaults) -> (RolloutPolicy, Option<String>) {

@@ -136,7 +136,7 @@ impl Rotating {
         now: i64,
     ) -> (Option<Hold>, Option<Event>) {
         let Some(a) = st.agent(&pair.0) else { return (None, None) };
-        let max_busy = i64::from(policy(a.rollout().as_ref(), defaults).0.max_busy_seconds) * 1000;
+        let max_busy = crate::reconcile::rules::rollout::max_busy_ms(a.rollout().as_ref(), defaults);
         let busy = busy_on(st, pair, now);
         let hold = window_hold(st, a, &pair.1, now)
             .or_else(|| busy.filter(|_| now < due + max_busy).map(|u| Hold::Busy { until: u.min(due + max_busy) }));
@@ -164,13 +164,9 @@ fn busy_on(st: &State, (agent, node): &(Id, Id), now: i64) -> Option<i64> {
 
 /// When the agent's or the node's windows open, while either is closed.
 fn window_hold(st: &State, a: &crate::model::Agent, node: &Id, now: i64) -> Option<Hold> {
-    use fleet_api::windows::{openness, Openness};
-    let own = crate::reconcile::rules::rollout::windows_of(a.rollout().as_ref()).unwrap_or_default();
-    let opens = [&own[..], st.node_windows(node)].into_iter().filter_map(|w| match openness(w, now) {
-        Openness::Closed { opens_ms } => Some(opens_ms),
-        Openness::Open { .. } => None,
-    });
-    opens.max().map(|opens| Hold::Window { opens })
+    use crate::reconcile::rules::rollout::{closed_until, windows_of};
+    let own = windows_of(a.rollout().as_ref()).unwrap_or_default();
+    closed_until([&own[..], st.node_windows(node)], now).map(|opens| Hold::Window { opens })
 }
 
 fn node_name(st: &State, node: &Id) -> Id {

@@ -155,7 +155,6 @@ fn old_slot(
     t: &Timing,
 ) -> (Slot, Wait) {
     use crate::reconcile::rules::rollout::Busy;
-    use fleet_api::windows::{openness, Openness};
     let running = report.is_some_and(|p| p.state == ReplicaState::Running);
     if busy_until.is_none() {
         step.ready_since_ms = 0;
@@ -167,11 +166,7 @@ fn old_slot(
         Some(_) if t.now >= hold_ends => Busy::HoldOver,
         Some(_) => Busy::Holds,
     };
-    let opens = windows.iter().filter_map(|w| match openness(w, t.now) {
-        Openness::Closed { opens_ms } => Some(opens_ms),
-        Openness::Open { .. } => None,
-    });
-    let opens = opens.max();
+    let opens = crate::reconcile::rules::rollout::closed_until(windows, t.now);
     let slot = Slot {
         replicas: 1,
         on_target: false,
