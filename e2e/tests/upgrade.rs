@@ -82,6 +82,12 @@ fn always_running_since_up(f: &Fleet, agent: &str) {
 
 const AGENTS: [&str; 3] = ["alpha", "beta", "gamma"];
 
+/// The node talks to the engine itself, not through a docker-guard: the previous release's
+/// node refuses a `node.yaml` naming `guardDir`, and these tests start the node's binary
+/// directly, so no guard would be listening. (The guard's own upgrade is docs/operations.md's
+/// compose recipe: both containers from one image.)
+const ON_THE_ENGINE: &str = "dockerUrl: unix:///var/run/docker.sock\n";
+
 /// Three agents of one replica running on `node`, started with `node_bin`.
 async fn three_agents_on(
     f: &Fleet,
@@ -131,7 +137,7 @@ async fn a_node_started_again_on_another_build_adopts_every_container() {
     }
     ensure_test_images();
     let f = Fleet::start("up-node").await;
-    let mut node = f.node("n1", "").await;
+    let mut node = f.node("n1", ON_THE_ENGINE).await;
     let (old, new) = (other_build("fleet-node", f.dir.path()), bin("fleet-node"));
     two_builds("fleet-node", &old, &new);
     let (before, pats) = three_agents_on(&f, &mut node, &old).await;
@@ -163,7 +169,7 @@ async fn a_controller_started_again_on_another_build_recreates_no_container() {
         reqwest::get(format!("{}/healthz", f.url)).await.ok().filter(|r| r.status() == 200)
     })
     .await;
-    let mut node = f.node("n1", "").await;
+    let mut node = f.node("n1", ON_THE_ENGINE).await;
     let (before, pats) = three_agents_on(&f, &mut node, &bin("fleet-node")).await;
 
     // Stop, new binary, start, on the same store (one replica: the chart's Recreate).
@@ -189,7 +195,7 @@ async fn a_sqlite_store_copied_into_postgres_is_served_by_three_replicas_with_no
     let spread = Spread::start(vec![f.env["FLEET_LISTEN"].clone()]).await;
     f.public_url = spread.url.clone();
     f.start_controller().await;
-    let mut node = f.node("n1", "").await;
+    let mut node = f.node("n1", ON_THE_ENGINE).await;
     let (before, pats) = three_agents_on(&f, &mut node, &bin("fleet-node")).await;
     let token = std::fs::read_to_string(node.root.join("state/token")).unwrap();
 
