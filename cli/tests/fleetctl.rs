@@ -164,11 +164,15 @@ async fn a_controller_without_credentials_is_explained() {
 
 /// What fleetctl prints of what a node wrote has no terminal controls in it; the token comes
 /// from a file or the environment, a `--token` warns, and plain http:// to another host is
-/// refused before anything is sent (docs/reference.md#fleetctl).
+/// refused before anything is sent (docs/reference.md#fleetctl); `dev`'s join-key file is `0600`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_text_and_token_hygiene() {
     let dir = tempfile::tempdir().unwrap();
     let (fleet, ctl) = dev_fleet(dir.path()).await;
+    // `dev` writes the join key where only its user reads it.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.path().join("join-key")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "join-key mode {mode:o}");
     let http = reqwest::Client::new();
     let (_, pk) = fleet_api::seal::generate_keypair();
     let body = serde_json::json!({

@@ -314,4 +314,24 @@ mod tests {
         assert_eq!(placement().await, json!({"replicas": 3, "spread": "zone"}));
         assert_eq!(put("nope", json!({"spread": "zone"})).await, 404);
     }
+
+    /// The unauthenticated admin-token route exists only where the devkit listens on loopback:
+    /// bound to every address, the same machine asking through 127.0.0.1 gets no token.
+    #[tokio::test]
+    async fn admin_tokens_are_minted_for_loopback_listeners_only() {
+        let http = reqwest::Client::new();
+        let mint = |port: u16| {
+            let req = http.post(format!("http://127.0.0.1:{port}/devkit/admin-token")).json(&json!({}));
+            async move { req.send().await.unwrap() }
+        };
+        let local = Devkit::start(DevkitConfig::default(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let answer = mint(local.addr.port()).await;
+        assert_eq!(answer.status(), 200);
+        assert!(answer.json::<Value>().await.unwrap()["token"].as_str().is_some_and(|t| t.split('.').count() == 3));
+        let everywhere = Devkit::start(DevkitConfig::default(), "0.0.0.0:0".parse().unwrap()).await.unwrap();
+        let answer = mint(everywhere.addr.port()).await;
+        assert_eq!(answer.status(), 404, "a token minted on a non-loopback listener");
+        let agents = http.get(format!("http://127.0.0.1:{}/devkit/agents", everywhere.addr.port())).send().await;
+        assert_eq!(agents.unwrap().status(), 200, "the rest of the devkit is served");
+    }
 }

@@ -52,6 +52,11 @@ pub struct Busy {
 }
 
 impl Busy {
+    /// Replicas are busy from now on.
+    pub fn start_now(&self) {
+        self.from_unix.store(unix_now(), Ordering::Relaxed);
+    }
+
     /// `busyUntil` of a running replica, while it is busy.
     fn until(&self, agent: &str, replica: u64, now_unix: i64) -> Option<String> {
         use std::hash::{Hash, Hasher};
@@ -69,6 +74,11 @@ impl Busy {
             t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
         })
     }
+}
+
+/// Seconds since the Unix epoch.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
 /// Knuth's multiplicative hash of a node's index.
@@ -416,7 +426,7 @@ impl ReportConn {
 /// template it was sent — `crashloop` for a template the rollout phase made to crash.
 fn report_body(node: &SimNode, sh: &Shared, boot: &str) -> Value {
     let d = node.desired.lock();
-    let now_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let now_unix = unix_now();
     let replicas: Vec<Value> = d
         .agents
         .iter()

@@ -33,6 +33,23 @@ impl Lab {
         lab
     }
 
+    /// The guard started on a fresh host with `prefix` where the engine already holds what
+    /// the caller made: how it exited (`None` if it was still serving after 20 s) and its log.
+    pub fn refused(prefix: &str) -> (Option<std::process::ExitStatus>, String) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut guard = spawn_guard(dir.path(), prefix, &format!("{prefix}-node"));
+        let exited = (0..400).find_map(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            guard.try_wait().unwrap()
+        });
+        if exited.is_none() {
+            let _ = guard.kill();
+            let _ = guard.wait();
+        }
+        (exited, std::fs::read_to_string(dir.path().join("guard.log")).unwrap_or_default())
+    }
+
     pub fn state(&self) -> String {
         self.dir.path().join("state").display().to_string()
     }

@@ -193,6 +193,39 @@ fn another_node_s_volume_and_root_are_out_of_reach() {
     assert_eq!(inside(&name, &["id", "-u"]).1.trim(), "10001");
 }
 
+/// A node whose prefix another node's container or volume on the engine starts with would
+/// read that object as its own: the guard refuses to start, naming the object and the fix, and
+/// leaves the object alone.
+#[test]
+fn a_guard_does_not_start_where_another_node_s_objects_carry_its_prefix() {
+    if skip() {
+        return;
+    }
+    for (prefix, what) in [("fcnpfxc", "container"), ("fcnpfxv", "volume")] {
+        fleet_e2e::cleanup(prefix);
+        let theirs = format!("{prefix}-coder-0");
+        if what == "container" {
+            foreign_container(&theirs);
+        } else {
+            let made = std::process::Command::new("docker")
+                .args(["volume", "create", "--label", "fleet.managed=1", "--label", "fleet.node=someone-else", &theirs])
+                .output()
+                .unwrap();
+            assert!(made.status.success());
+        }
+        let (exit, log) = Lab::refused(prefix);
+        let exit = exit.unwrap_or_else(|| panic!("the guard served beside another node's {what}:\n{log}"));
+        assert!(!exit.success(), "{what}: {exit}\n{log}");
+        assert!(
+            log.contains(&format!("\"{theirs}\" on this engine is named with this node's prefix")),
+            "{what}:\n{log}"
+        );
+        assert!(log.contains("containerPrefix"), "the fix is named:\n{log}");
+        assert!(inspect(&theirs).is_some(), "another node's {what} is left alone");
+        fleet_e2e::cleanup(prefix);
+    }
+}
+
 /// Show 4: a kind cannot obtain another kind's secret: not by naming it, not by copying or
 /// linking it into the node's own tree (the node cannot read it), not into its environment
 /// (the node never learns its value).

@@ -101,8 +101,7 @@ pub async fn measure(sim: &Sim<'_>) -> anyhow::Result<Value> {
 
 /// From now, `--rollout-busy-percent` of the replicas say they are busy, each for 0–120 s.
 fn start_busy(sim: &Sim<'_>) {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-    sim.shared.busy.from_unix.store(now, std::sync::atomic::Ordering::Relaxed);
+    sim.shared.busy.start_now();
     if sim.args.rollout_busy_percent > 0 {
         eprintln!("fleet-sim: {} % of the replicas say they are busy for 0–120 s", sim.args.rollout_busy_percent);
     }
