@@ -11,6 +11,7 @@ mod iam;
 pub mod keys;
 pub mod kube;
 pub mod postgres;
+pub mod redirects;
 pub mod state;
 
 pub use state::{DevState, Faults, PatRecord};

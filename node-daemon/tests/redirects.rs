@@ -3,46 +3,10 @@
 //! the controller's own scheme, host and port: the other host hears nothing, and the node's log
 //! says why it cannot join.
 
+use fleet_devkit::redirects::{redirector, trap};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// A listener on 127.0.0.2 counting the connections it gets.
-async fn trap() -> (String, Arc<AtomicUsize>) {
-    let l = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
-    let url = format!("http://{}", l.local_addr().unwrap());
-    let heard = Arc::new(AtomicUsize::new(0));
-    let count = heard.clone();
-    tokio::spawn(async move {
-        while let Ok((_s, _)) = l.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-        }
-    });
-    (url, heard)
-}
-
-/// Answers every request `307` to `to` plus its path.
-async fn redirector(to: String) -> String {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", l.local_addr().unwrap());
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            let to = to.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 65536];
-                let n = s.read(&mut buf).await.unwrap_or(0);
-                let head = String::from_utf8_lossy(&buf[..n]).to_string();
-                let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
-                let answer =
-                    format!("HTTP/1.1 307 Temporary Redirect\r\nlocation: {to}{path}\r\ncontent-length: 0\r\n\r\n");
-                let _ = s.write_all(answer.as_bytes()).await;
-            });
-        }
-    });
-    url
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_join_key_is_never_posted_to_a_redirect_elsewhere() {

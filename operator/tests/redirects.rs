@@ -5,47 +5,10 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use fleet_devkit::redirects::{redirector, trap};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// A listener on 127.0.0.2 that counts the connections it gets.
-async fn trap() -> (String, Arc<AtomicUsize>) {
-    let l = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
-    let url = format!("http://{}", l.local_addr().unwrap());
-    let heard = Arc::new(AtomicUsize::new(0));
-    let count = heard.clone();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await;
-        }
-    });
-    (url, heard)
-}
-
-/// A server on 127.0.0.1 answering every request `307` to `to` plus the request's path.
-async fn redirector(to: String) -> String {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", l.local_addr().unwrap());
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            let to = to.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 65536];
-                let n = s.read(&mut buf).await.unwrap_or(0);
-                let head = String::from_utf8_lossy(&buf[..n]).to_string();
-                let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
-                let answer =
-                    format!("HTTP/1.1 307 Temporary Redirect\r\nlocation: {to}{path}\r\ncontent-length: 0\r\n\r\n");
-                let _ = s.write_all(answer.as_bytes()).await;
-            });
-        }
-    });
-    url
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jwks_redirected_elsewhere_gives_no_key() {
