@@ -128,6 +128,39 @@ async fn fleet(dk: &fleet_devkit::Devkit, url: &str, policy: Value) -> Fleet {
     f
 }
 
+/// `coder`, as many replicas of `agent:1` as n-0 (the one node) has slots, its policy as
+/// given, every replica running.
+async fn one_node_fleet(dk: &fleet_devkit::Devkit, url: &str, replicas: usize, policy: Value) -> Fleet {
+    let admin = Admin::new(url, dk.mint("fleet", &["fleet:admin"], 3600));
+    let mut f = Fleet { admin, nodes: Vec::new(), joined: Vec::new(), bad: Default::default() };
+    let bad = f.bad.clone();
+    f.join(url, "n-0", replicas as u32, bad).await;
+    dk.put_agent(with(agent("coder", "k", replicas as u32), |a| {
+        a["executor"]["image"] = json!("agent:1");
+        a["placement"]["rollout"] = policy;
+    }));
+    eventually(30, "every replica running agent:1", || async {
+        (f.images() == vec!["agent:1"; replicas] && f.down() == 0).then_some(())
+    })
+    .await;
+    f
+}
+
+/// An hour from now, as a busy lease says it.
+fn an_hour() -> String {
+    fleet_controller::clock::rfc3339_ms(fleet_controller::clock::now_ms() + 3_600_000)
+}
+
+/// Replica `replica` of `coder` on n-0 says it is busy for an hour, and the view shows it.
+async fn busy_for_an_hour(f: &Fleet, replica: u32) {
+    f.nodes[0].busy.lock().insert(("coder".into(), replica), an_hour());
+    eventually(10, "the busy lease seen", || async {
+        let (_, v) = f.admin.get("/api/v1/agents/coder/placement").await;
+        v["replicas"][replica as usize]["busyUntil"].as_str().map(|_| ())
+    })
+    .await;
+}
+
 /// The agent's rollout events, once the history has `last` (events are written each second).
 async fn kinds_until(admin: &Admin, last: &str) -> Vec<String> {
     eventually(10, &format!("a {last} event"), || async {
@@ -281,18 +314,7 @@ async fn replicas_on_one_node_step_one_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
     let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
     let url = format!("http://{}", running.addr);
-    let admin = Admin::new(&url, dk.mint("fleet", &["fleet:admin"], 3600));
-    let mut f = Fleet { admin, nodes: Vec::new(), joined: Vec::new(), bad: Default::default() };
-    let bad = f.bad.clone();
-    f.join(&url, "n-0", 2, bad).await;
-    dk.put_agent(with(agent("coder", "k", 2), |a| {
-        a["executor"]["image"] = json!("agent:1");
-        a["placement"]["rollout"] = json!({"maxUnavailable": 1, "minReadySeconds": 1});
-    }));
-    eventually(30, "two replicas running agent:1", || async {
-        (f.images() == vec!["agent:1"; 2] && f.down() == 0).then_some(())
-    })
-    .await;
+    let f = one_node_fleet(&dk, &url, 2, json!({"maxUnavailable": 1, "minReadySeconds": 1})).await;
     dk.edit_agent("coder", |a| a["executor"]["image"] = json!("agent:2"));
     let mut split_seen = false;
     let worst = f
@@ -752,25 +774,8 @@ async fn a_busy_replica_is_updated_last_once_it_is_idle() {
     let dir = tempfile::tempdir().unwrap();
     let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
     let url = format!("http://{}", running.addr);
-    let admin = Admin::new(&url, dk.mint("fleet", &["fleet:admin"], 3600));
-    let mut f = Fleet { admin, nodes: Vec::new(), joined: Vec::new(), bad: Default::default() };
-    let bad = f.bad.clone();
-    f.join(&url, "n-0", 3, bad).await;
-    dk.put_agent(with(agent("coder", "k", 3), |a| {
-        a["executor"]["image"] = json!("agent:1");
-        a["placement"]["rollout"] = json!({"maxUnavailable": 1, "minReadySeconds": 1});
-    }));
-    eventually(30, "three replicas running", || async {
-        (f.images() == vec!["agent:1"; 3] && f.down() == 0).then_some(())
-    })
-    .await;
-    let an_hour = fleet_controller::clock::rfc3339_ms(fleet_controller::clock::now_ms() + 3_600_000);
-    f.nodes[0].busy.lock().insert(("coder".into(), 1), an_hour);
-    eventually(10, "the busy lease seen", || async {
-        let (_, v) = f.admin.get("/api/v1/agents/coder/placement").await;
-        v["replicas"][1]["busyUntil"].as_str().map(|_| ())
-    })
-    .await;
+    let f = one_node_fleet(&dk, &url, 3, json!({"maxUnavailable": 1, "minReadySeconds": 1})).await;
+    busy_for_an_hour(&f, 1).await;
     dk.edit_agent("coder", |a| a["executor"]["image"] = json!("agent:2"));
     let v = eventually(60, "0 and 2 updated, 1 waited for", || async {
         let v = f.rollout("coder").await;
@@ -800,9 +805,8 @@ async fn a_busy_replica_holds_a_step_at_most_max_busy_seconds() {
     let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
     let url = format!("http://{}", running.addr);
     let f = fleet(&dk, &url, json!({"maxUnavailable": 1, "minReadySeconds": 1, "maxBusySeconds": 3})).await;
-    let an_hour = fleet_controller::clock::rfc3339_ms(fleet_controller::clock::now_ms() + 3_600_000);
     for n in &f.nodes {
-        n.busy.lock().insert(("coder".into(), n.running.lock().keys().next().unwrap().1), an_hour.clone());
+        n.busy.lock().insert(("coder".into(), n.running.lock().keys().next().unwrap().1), an_hour());
     }
     eventually(10, "the busy leases seen", || async {
         let (_, v) = f.admin.get("/api/v1/agents/coder/placement").await;
@@ -892,20 +896,10 @@ async fn a_drain_holds_a_busy_replica_at_most_max_busy_seconds() {
 
 /// `coder`, 3 replicas on n-0 with replica 1 busy for an hour, and an empty n-1 to drain to.
 async fn busy_drain_fleet(dk: &fleet_devkit::Devkit, url: &str, policy: Value) -> Fleet {
-    let admin = Admin::new(url, dk.mint("fleet", &["fleet:admin"], 3600));
-    let mut f = Fleet { admin, nodes: Vec::new(), joined: Vec::new(), bad: Default::default() };
+    let mut f = one_node_fleet(dk, url, 3, policy).await;
     let bad = f.bad.clone();
-    f.join(url, "n-0", 3, bad.clone()).await;
-    dk.put_agent(with(agent("coder", "k", 3), |a| a["placement"]["rollout"] = policy));
-    eventually(30, "three replicas running", || async { (f.nodes[0].running.lock().len() == 3).then_some(()) }).await;
     f.join(url, "n-1", 3, bad).await;
-    let an_hour = fleet_controller::clock::rfc3339_ms(fleet_controller::clock::now_ms() + 3_600_000);
-    f.nodes[0].busy.lock().insert(("coder".into(), 1), an_hour);
-    eventually(10, "the busy lease seen", || async {
-        let (_, v) = f.admin.get("/api/v1/agents/coder/placement").await;
-        v["replicas"][1]["busyUntil"].as_str().map(|_| ())
-    })
-    .await;
+    busy_for_an_hour(&f, 1).await;
     f
 }
 
@@ -922,8 +916,7 @@ async fn a_pat_rotation_waits_for_a_busy_replica_until_its_expiry_is_near() {
     let cred_of = |n: &SimNode| n.running.lock().values().next().map(|v| v.0.clone());
     let first: Vec<Option<String>> = f.nodes.iter().map(cred_of).collect();
     let busy_key = f.nodes[0].running.lock().keys().next().cloned().unwrap();
-    let an_hour = fleet_controller::clock::rfc3339_ms(fleet_controller::clock::now_ms() + 3_600_000);
-    f.nodes[0].busy.lock().insert(busy_key, an_hour);
+    f.nodes[0].busy.lock().insert(busy_key, an_hour());
     eventually(60, "the other nodes' PATs rotated", || async {
         f.nodes[1..].iter().zip(&first[1..]).all(|(n, c)| cred_of(n) != *c).then_some(())
     })
@@ -953,19 +946,8 @@ async fn a_scale_down_waits_for_the_removed_replica_while_it_is_busy() {
     let (dk, dir) = (devkit().await, tempfile::tempdir().unwrap());
     let running = fleet_controller::server::start(in_process_config(&dk, dir.path())).await.unwrap();
     let url = format!("http://{}", running.addr);
-    let admin = Admin::new(&url, dk.mint("fleet", &["fleet:admin"], 3600));
-    let mut f = Fleet { admin, nodes: Vec::new(), joined: Vec::new(), bad: Default::default() };
-    let bad = f.bad.clone();
-    f.join(&url, "n-0", 3, bad).await;
-    dk.put_agent(with(agent("coder", "k", 3), |a| a["placement"]["rollout"] = json!({"maxUnavailable": 1})));
-    eventually(30, "three replicas running", || async { (f.nodes[0].running.lock().len() == 3).then_some(()) }).await;
-    let an_hour = fleet_controller::clock::rfc3339_ms(fleet_controller::clock::now_ms() + 3_600_000);
-    f.nodes[0].busy.lock().insert(("coder".into(), 2), an_hour);
-    eventually(10, "the busy lease seen", || async {
-        let (_, v) = f.admin.get("/api/v1/agents/coder/placement").await;
-        v["replicas"][2]["busyUntil"].as_str().map(|_| ())
-    })
-    .await;
+    let f = one_node_fleet(&dk, &url, 3, json!({"maxUnavailable": 1})).await;
+    busy_for_an_hour(&f, 2).await;
     dk.edit_agent("coder", |a| a["placement"]["replicas"] = json!(2));
     eventually(10, "the scale-down's wait said", || async {
         kinds_all(&f.admin).await.contains(&"disruption_waiting".to_string()).then_some(())
