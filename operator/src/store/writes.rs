@@ -73,17 +73,7 @@ impl Parts {
         cred: Cred,
         retire: Option<(Id, i64)>,
     ) -> Result<(), DbError> {
-        let row = CredRow {
-            id: cred.id().into_owned(),
-            agent_key: pair.0.to_string(),
-            node_id: pair.1.to_string(),
-            n: cred.n as i64,
-            principal_id: cred.principal_id.to_string(),
-            ciphertext: cred.sealed.to_base64(),
-            expires_ms: cred.expires_ms,
-            issued_ms: cred.issued_ms,
-            revoke_ms: None,
-        };
+        let row = cred_row(pair, &cred, None);
         let old = retire.as_ref().map(|(id, at)| (&**id, *at));
         self.db.store_credential(&row, (cred.n + 1) as i64, old).await?;
         let (issued, agent) = (retire.is_none(), pair.0.clone());
@@ -103,17 +93,7 @@ impl Parts {
     /// (to be revoked at its `revoke_ms`) and the pair's counter goes past it
     /// (docs/behaviour.md#a-store-older-than-the-fleet).
     pub async fn credential_found(&self, pair: &(Id, Id), cred: Cred) -> Result<(), DbError> {
-        let row = CredRow {
-            id: cred.id().into_owned(),
-            agent_key: pair.0.to_string(),
-            node_id: pair.1.to_string(),
-            n: cred.n as i64,
-            principal_id: cred.principal_id.to_string(),
-            ciphertext: cred.sealed.to_base64(),
-            expires_ms: cred.expires_ms,
-            issued_ms: cred.issued_ms,
-            revoke_ms: cred.revoke_ms.get(),
-        };
+        let row = cred_row(pair, &cred, cred.revoke_ms.get());
         self.db.store_credential(&row, (cred.n + 1) as i64, None).await?;
         self.registry.write().credential_found(pair, cred);
         Ok(())
@@ -206,5 +186,20 @@ impl Parts {
         // The items replaced may hold the last handle to an agent list: dropped after the lock.
         drop(replaced);
         to_send
+    }
+}
+
+/// The stored row of `pair`'s credential, to be revoked at `revoke_ms` if given.
+fn cred_row(pair: &(Id, Id), cred: &Cred, revoke_ms: Option<i64>) -> CredRow {
+    CredRow {
+        id: cred.id().into_owned(),
+        agent_key: pair.0.to_string(),
+        node_id: pair.1.to_string(),
+        n: cred.n as i64,
+        principal_id: cred.principal_id.to_string(),
+        ciphertext: cred.sealed.to_base64(),
+        expires_ms: cred.expires_ms,
+        issued_ms: cred.issued_ms,
+        revoke_ms,
     }
 }
