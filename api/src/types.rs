@@ -407,6 +407,10 @@ pub struct NodeView {
     pub schedulable: bool,
     #[serde(default)]
     pub drain: Option<crate::ops::DrainView>,
+    /// node.yaml's `maintenanceWindows` as the node announced them
+    /// (docs/behaviour.md#maintenance-windows); absent: none, so always open.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub maintenance_windows: Vec<crate::windows::MaintenanceWindow>,
 }
 
 fn yes() -> bool {

@@ -115,10 +115,17 @@ pub async fn node(c: &Client, out: Output, node: &str) -> Result<()> {
     if !n.refused_facts.is_empty() {
         println!("Refused:    {} (outside the node's allowance; placement ignores them)", n.refused_facts.describe());
     }
+    for w in &n.maintenance_windows {
+        println!(
+            "Window:     {} for {} min, {} (rollout steps and PAT rotations start only then)",
+            w.schedule, w.duration_minutes, w.time_zone
+        );
+    }
     if let Some(drain) = &n.drain {
         for b in &drain.blocked {
             let why = match b.reason.as_str() {
                 "budget" => "waits for its agent's disruption budget (another replica is not ready yet)",
+                "busy" => "is busy: it moves when it says it is idle, or when its agent's maxBusySeconds end",
                 _ => "has nowhere else to go",
             };
             println!("Blocked:    {} replica {} {why}", b.agent_key, b.replica);

@@ -316,3 +316,24 @@ async fn rollout_status_watch_follows_a_rollout_and_fails_on_a_halt() {
     let e = ctl.fails(Some(&ctl.token), &["rollout", "undo", "coder"]);
     assert!(e.contains("no previous template") && e.contains("no_previous_template"), "{e}");
 }
+
+/// A node's maintenance windows, as it announced them, in its view and in `fleetctl node`
+/// (docs/behaviour.md#maintenance-windows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_s_maintenance_windows_are_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fleet, ctl) = dev_fleet(dir.path()).await;
+    let window = serde_json::json!({"schedule": "*/5 * * * *", "durationMinutes": 2, "timeZone": "Europe/Paris"});
+    let announce = serde_json::json!({"labels": [], "executorKinds": ["claude-code"], "capacity": {"slots": 1},
+                                      "secrets": [], "executorImages": {}, "maintenanceWindows": [window]});
+    join_announcing(&reqwest::Client::new(), &ctl.url, &fleet.join_key, "node-w", announce).await;
+    let text = ctl.ok(&["node", "node-w"]);
+    assert!(text.contains("Window:     */5 * * * * for 2 min, Europe/Paris"), "{text}");
+    let view: Value = serde_json::from_str(&ctl.ok(&["node", "node-w", "-o", "json"])).unwrap();
+    assert_eq!(view["maintenanceWindows"], serde_json::json!([window]), "{view}");
+    let key = ctl.ok(&["join-key", "--ttl", "600"]);
+    let _b = join_node(&ctl.url, key.trim(), "node-b", 1).await;
+    let other = ctl.ok(&["node", "node-b"]);
+    assert!(!other.contains("Window:"), "a node without windows shows none: {other}");
+    fleet.controller.shutdown().await;
+}

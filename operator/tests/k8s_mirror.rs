@@ -64,6 +64,7 @@ fn node(id: &str, name: &str, slots: u32, seen: &str) -> NodeView {
         slots_used: 0,
         schedulable: true,
         drain: None,
+        maintenance_windows: Vec::new(),
     }
 }
 

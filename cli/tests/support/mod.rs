@@ -73,7 +73,13 @@ pub async fn join(http: &reqwest::Client, url: &str, key: &str, name: &str, slot
 }
 
 /// Joins a node announcing `announce`; returns its token and `announce`.
-async fn join_announcing(http: &reqwest::Client, url: &str, key: &str, name: &str, announce: Value) -> (String, Value) {
+pub async fn join_announcing(
+    http: &reqwest::Client,
+    url: &str,
+    key: &str,
+    name: &str,
+    announce: Value,
+) -> (String, Value) {
     let (_, pk) = fleet_api::seal::generate_keypair();
     let mut body = announce.clone();
     body["joinKey"] = json!(key);

@@ -167,6 +167,7 @@ impl NodeRec {
             slots_used: 0,
             schedulable: self.lifecycle.schedulable(),
             drain: None,
+            maintenance_windows: self.info.windows().to_vec(),
         }
     }
 
