@@ -104,6 +104,11 @@ async fn a_rolling_upgrade_of_three_replicas_loses_no_write_and_never_leads_twic
     };
     let Some(pg) = fleet_devkit::postgres::shared_or_skip("the rolling upgrade") else { return };
     let (old, new) = (prev.join("fleet-controller"), PathBuf::from(env!("CARGO_BIN_EXE_fleet-controller")));
+    assert!(
+        old.is_file(),
+        "FLEET_PREV_BIN has no fleet-controller: {} (an absolute path; tests run in their crate's directory)",
+        old.display()
+    );
     let dk = devkit().await;
     dk.put_agents(vec![agent("web", "k", 6), agent("api", "k", 4)]);
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();

@@ -435,9 +435,13 @@ fn report_body(node: &SimNode, sh: &Shared, boot: &str) -> Value {
                 if a.crashes { ("crashloop", json!("exited with code 1")) } else { ("running", Value::Null) };
             a.replicas.iter().map(move |i| {
                 let busy = if a.crashes { None } else { sh.busy.until(&a.key, *i, now_unix) };
-                json!({"agentKey": a.key, "replica": i, "state": state, "revision": a.revision,
-                       "restarts": 0, "lastExitCode": null, "message": message, "specId": a.spec,
-                       "busyUntil": busy})
+                let mut r = json!({"agentKey": a.key, "replica": i, "state": state, "revision": a.revision,
+                                   "restarts": 0, "lastExitCode": null, "message": message, "specId": a.spec});
+                // Left out when idle, as fleet-node does: an older controller refuses the field.
+                if let Some(until) = busy {
+                    r["busyUntil"] = json!(until);
+                }
+                r
             })
         })
         .collect();

@@ -180,8 +180,13 @@ async fn report(node: &TestNode, running: &Running, busy: &Busy, generation: Opt
             let spec = spec.split('#').next().unwrap_or_default();
             let message = if state == "crashloop" { json!("exited with code 1") } else { Value::Null };
             let busy = leases.get(&(a.clone(), *i)).filter(|_| state == "running");
-            json!({"agentKey": a, "replica": i, "state": state, "revision": rev, "restarts": 0,
-                   "specId": spec, "message": message, "busyUntil": busy})
+            let mut r = json!({"agentKey": a, "replica": i, "state": state, "revision": rev, "restarts": 0,
+                               "specId": spec, "message": message});
+            // Left out when idle, as fleet-node does: an older controller refuses the field.
+            if let Some(until) = busy {
+                r["busyUntil"] = json!(until);
+            }
+            r
         })
         .collect();
     let mut body = node.report_body(&[]);
